@@ -1,0 +1,49 @@
+"""`ldtm`: the command line. Each command group lives in its own module and registers on `app`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+
+import typer
+from rich.console import Console
+
+from ..config import Settings
+from ..errors import LDTMError
+
+app = typer.Typer(help="LDTM: per-ticker LSTM forecasts, recorded, filled back, scored and gated.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+def open_db(cfg: Settings | None = None):
+    """The migrated engine for the configured database (upgrading is idempotent and cheap)."""
+    from ..migrate import upgrade
+
+    cfg = cfg or settings()
+    cfg.ensure_dirs()
+    return upgrade(cfg.database_url)
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Report LDTM errors as one clean line on stderr with exit code 2, not as a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except LDTMError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+# Importing the command modules registers their commands on `app`.
+from . import accountability, data, models  # noqa: E402,F401

@@ -1,0 +1,145 @@
+"""Engines, transactions and the dialect-aware upsert shared by every writer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import TypeVar
+
+from sqlalchemy import Engine, Table, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from .config import mask_secrets, masked_url
+from .errors import LDTMError
+
+T = TypeVar("T")
+
+
+class DatabaseError(LDTMError):
+    """The database could not be reached or refused the operation; the message never holds a password."""
+
+
+@lru_cache(maxsize=16)
+def get_engine(url: str) -> Engine:
+    """One pooled engine per URL. pre_ping replaces connections a restarted server has dropped."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def is_postgres(engine_or_conn: Engine | Connection) -> bool:
+    return engine_or_conn.dialect.name == "postgresql"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection-level failures (server restart, dropped socket) that a retry can cure."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, OperationalError):
+        text = str(exc).lower()
+        return any(
+            s in text
+            for s in (
+                "server closed the connection",
+                "connection refused",
+                "terminating connection",
+                "could not connect",
+                "connection not open",
+                "the database system is starting up",
+                "the database system is shutting down",
+                "database is locked",
+            )
+        )
+    return False
+
+
+def run_in_transaction(
+    engine: Engine, work: Callable[[Connection], T], *, attempts: int = 4, base_delay: float = 0.5
+) -> T:
+    """Run `work` in one transaction; retry the whole transaction on transient faults with backoff.
+
+    The work must be idempotent as a whole (every writer here is: upserts and ON CONFLICT DO NOTHING),
+    so a retry after a commit that was lost in flight converges to the same state.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            with engine.begin() as conn:
+                return work(conn)
+        except (OperationalError, DBAPIError) as exc:
+            if attempt < attempts and is_transient(exc):
+                time.sleep(base_delay * 2 ** (attempt - 1))
+                continue
+            raise DatabaseError(
+                f"database {masked_url(engine.url.render_as_string(hide_password=False))} failed: "
+                f"{mask_secrets(str(exc.orig if exc.orig is not None else exc), engine.url.render_as_string(hide_password=False))}".splitlines()[
+                    0
+                ]
+            ) from None
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    with engine.begin() as conn:
+        yield conn
+
+
+def chunked(rows: Sequence[T], size: int) -> Iterable[Sequence[T]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+def upsert(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[dict],
+    key: Sequence[str],
+    update: Sequence[str] | None,
+    *,
+    batch: int = 5000,
+    changed_only: bool = True,
+) -> int:
+    """INSERT ... ON CONFLICT on both dialects. With `update=None` existing rows are left alone.
+
+    `changed_only` adds a WHERE so a row whose values are identical is not rewritten: re-ingesting the
+    same file changes nothing, not even the row's version on PostgreSQL.
+    """
+    if not rows:
+        return 0
+    insert_fn = postgresql.insert if is_postgres(conn) else sqlite.insert
+    # SQLite caps bound parameters per statement; keep batches under it.
+    if not is_postgres(conn):
+        batch = max(1, min(batch, 30000 // max(1, len(rows[0]))))
+    written = 0
+    for part in chunked(rows, batch):
+        stmt = insert_fn(table).values(list(part))
+        if update:
+            excluded = stmt.excluded
+            where = None
+            if changed_only:
+                conds = [table.c[c].is_distinct_from(excluded[c]) for c in update if c in excluded]
+                from sqlalchemy import or_
+
+                where = or_(*conds) if conds else None
+            stmt = stmt.on_conflict_do_update(
+                index_elements=list(key), set_={c: excluded[c] for c in update}, where=where
+            )
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
+        result = conn.execute(stmt)
+        written += max(result.rowcount or 0, 0)
+    return written

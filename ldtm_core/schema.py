@@ -1,0 +1,174 @@
+"""The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
+
+Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
+backtest_folds, run_log, and the view accuracy_30d (created by a migration).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Date,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+metadata = MetaData()
+
+TICKER = String(12)
+
+prices = Table(
+    "prices",
+    metadata,
+    Column("ticker", TICKER, primary_key=True),
+    Column("date", Date, primary_key=True),
+    Column("open", Float, nullable=False),
+    Column("high", Float, nullable=False),
+    Column("low", Float, nullable=False),
+    Column("close", Float, nullable=False),
+    Column("adj_close", Float),
+    Column("volume", BigInteger, nullable=False),
+    Column("source", String(32), nullable=False),
+    Column("ingested_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("low <= high AND low > 0", name="ck_prices_range"),
+)
+
+model_registry = Table(
+    "model_registry",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("ticker", TICKER, nullable=False),
+    Column("status", String(12), nullable=False),
+    Column("profile", String(32), nullable=False),
+    Column("arch_signature", String(64), nullable=False),
+    Column("config_json", Text, nullable=False),
+    Column("trained_on_date", Date, nullable=False),
+    Column("val_loss", Float),
+    Column("epochs", Integer),
+    Column("device", String(32)),
+    Column("duration_s", Float),
+    Column("metrics_json", Text),
+    Column("checkpoint_path", Text, nullable=False),
+    Column("checkpoint_sha256", String(64), nullable=False),
+    # Set when the gate promotes the model: v{major}.{trained_on_date} and the versioned copy.
+    Column("version", String(40)),
+    Column("promoted_path", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("status IN ('candidate','active','retired')", name="ck_registry_status"),
+    Index("ix_registry_ticker_status", "ticker", "status"),
+    # The database, not the code, guarantees at most one active model per ticker.
+    Index(
+        "uq_registry_one_active",
+        "ticker",
+        unique=True,
+        sqlite_where=text("status = 'active'"),
+        postgresql_where=text("status = 'active'"),
+    ),
+)
+
+registry_events = Table(
+    "registry_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("model_id", Integer, ForeignKey("model_registry.id"), nullable=False),
+    Column("ticker", TICKER, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("from_status", String(12)),
+    Column("to_status", String(12), nullable=False),
+    Column("reason", Text, nullable=False),
+    Index("ix_registry_events_ticker", "ticker", "id"),
+)
+
+run_log = Table(
+    "run_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(36), nullable=False, unique=True),
+    Column("kind", String(20), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("status", String(12), nullable=False),
+    Column("run_date", Date),
+    Column("tickers", Text),
+    Column("n_rows", Integer),
+    Column("phases_json", Text),
+    Column("summary_json", Text),
+    Column("message", Text),
+)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("ticker", TICKER, nullable=False),
+    Column("run_date", Date, nullable=False),
+    Column("run_date_close", Float, nullable=False),
+    # Close of the session before run_date: known at prediction time, feeds the persistence baseline.
+    Column("prev_close", Float),
+    Column("model_id", Integer, ForeignKey("model_registry.id"), nullable=False),
+    Column("model_version", String(40), nullable=False),
+    Column("model_status", String(12), nullable=False),
+    Column("mode", String(8), nullable=False),
+    Column("next_day_pred", Float, nullable=False),
+    Column("next_monday_pred", Float, nullable=False),
+    Column("one_month_pred", Float, nullable=False),
+    Column("direction_pred", String(8), nullable=False),
+    Column("next_day_date", Date, nullable=False),
+    Column("next_monday_date", Date, nullable=False),
+    Column("one_month_date", Date, nullable=False),
+    Column("run_id", String(36), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("row_hash", String(64), nullable=False),
+    Column("next_day_actual", Float),
+    Column("next_day_pct_error", Float),
+    Column("next_day_direction_actual", String(8)),
+    Column("next_day_direction_correct", Boolean),
+    Column("next_monday_actual", Float),
+    Column("next_monday_pct_error", Float),
+    Column("one_month_actual", Float),
+    Column("one_month_pct_error", Float),
+    Column("filled_at", DateTime(timezone=True)),
+    UniqueConstraint("ticker", "run_date", "model_version", name="uq_snapshots_ticker_date_model"),
+    # Two rows can never claim the same predecessor: the hash chain of a ticker cannot fork.
+    UniqueConstraint("ticker", "prev_hash", name="uq_snapshots_chain"),
+    CheckConstraint("mode IN ('live','replay')", name="ck_snapshots_mode"),
+    CheckConstraint("direction_pred IN ('bullish','neutral','bearish')", name="ck_snapshots_direction"),
+    Index("ix_snapshots_run_date", "run_date"),
+)
+
+backtest_folds = Table(
+    "backtest_folds",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("backtest_id", String(36), nullable=False),
+    Column("model_id", Integer, ForeignKey("model_registry.id")),
+    Column("ticker", TICKER, nullable=False),
+    Column("fold", Integer, nullable=False),
+    Column("cutoff", Date, nullable=False),
+    Column("train_start", Date, nullable=False),
+    Column("train_end", Date, nullable=False),
+    Column("test_start", Date, nullable=False),
+    Column("test_end", Date, nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("direction_accuracy", Float, nullable=False),
+    Column("always_up_accuracy", Float, nullable=False),
+    Column("mean_abs_pct_error", Float, nullable=False),
+    Column("leakage_rows", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
+    Index("ix_backtest_ticker", "ticker", "model_id"),
+)

@@ -1,0 +1,72 @@
+"""The ticker universe and the one validator every ticker passes before it reaches a path or a query."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+from .errors import InputError
+
+# Letters, digits, '.', '-' and '^' (BRK.B, BF-B, ^VIX); nothing that can climb a path or end a string.
+TICKER_PATTERN = re.compile(r"^[A-Z0-9.\-^]{1,12}$")
+NAMED_UNIVERSES = ("demo", "full")
+
+
+def validate_ticker(raw: object) -> str:
+    """Return the canonical (upper-case) ticker or raise InputError saying what is wrong."""
+    if not isinstance(raw, str):
+        raise InputError(f"ticker must be a string, got {type(raw).__name__}")
+    ticker = raw.strip().upper()
+    if not TICKER_PATTERN.match(ticker) or ticker in {".", ".."} or ticker.startswith("."):
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise InputError(
+            f"invalid ticker {shown!r}: expected 1-12 characters of A-Z, 0-9, '.', '-', '^' (not starting with '.')"
+        )
+    return ticker
+
+
+def _read_list(text: str, source: str) -> list[str]:
+    tickers: list[str] = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        item = line.split("#", 1)[0].strip()
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            try:
+                tickers.append(validate_ticker(part))
+            except InputError as exc:
+                raise InputError(f"{source}:{line_no}: {exc}") from None
+    if not tickers:
+        raise InputError(f"{source}: the universe is empty")
+    return list(dict.fromkeys(tickers))
+
+
+def load_universe(spec: str = "demo") -> list[str]:
+    """Resolve `demo`, `full`, a comma list (`AAPL,NVDA`) or a path to a file of tickers."""
+    spec = (spec or "demo").strip()
+    if spec in NAMED_UNIVERSES:
+        text = resources.files("ldtm_core").joinpath("universe", f"{spec}.txt").read_text()
+        return _read_list(text, f"universe {spec}")
+    path = Path(spec)
+    if path.suffix or "/" in spec or path.exists():
+        if not path.is_file():
+            raise InputError(f"universe file {spec} does not exist")
+        return _read_list(path.read_text(), str(path))
+    return _read_list(spec, "LDTM_UNIVERSE")
+
+
+def resolve_tickers(
+    selection: str | list[str] | None, universe: list[str], allow_new: bool = False
+) -> list[str]:
+    """Tickers from a CLI/config selection; all of the universe when empty. Unknown ones are refused."""
+    if selection is None or selection == "" or selection == []:
+        return list(universe)
+    items = selection.split(",") if isinstance(selection, str) else list(selection)
+    tickers = [validate_ticker(t) for t in items if str(t).strip()]
+    if not tickers:
+        raise InputError("no tickers given")
+    unknown = [t for t in tickers if t not in universe]
+    if unknown and not allow_new:
+        raise InputError(
+            f"ticker(s) not in the universe: {', '.join(unknown)} (pass --allow-new to accept them)"
+        )
+    return list(dict.fromkeys(tickers))

@@ -1,0 +1,117 @@
+"""Shared fixtures: a fresh migrated database per test on SQLite, and on a real PostgreSQL.
+
+PostgreSQL: one fresh database per test session (created here, dropped at the end), emptied
+between tests. The server is named by LDTM_TEST_POSTGRES_URL (any database on it; we create our
+own). When LDTM_REQUIRE_POSTGRES=1 (set by .ci/run) an unreachable server fails the tests
+instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from ldtm_core.db import get_engine
+from ldtm_core.migrate import upgrade
+from ldtm_core.schema import metadata
+
+DEFAULT_PG = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
+
+
+def _admin_url() -> str:
+    return os.environ.get("LDTM_TEST_POSTGRES_URL", DEFAULT_PG)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    """URL of a fresh database on the test server, dropped after the session."""
+    admin = make_url(_admin_url()).set(database="postgres")
+    name = f"ldtm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    try:
+        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+        with admin_engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get("LDTM_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL required but unreachable at {admin.render_as_string()}: {exc}")
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    url = admin.set(database=name).render_as_string(hide_password=False)
+    yield url
+    get_engine.cache_clear()
+    with admin_engine.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name})
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+    admin_engine.dispose()
+
+
+def _empty_tables(url: str) -> None:
+    engine = get_engine(url)
+    with engine.begin() as conn:
+        names = ", ".join(t.name for t in metadata.sorted_tables)
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path):
+    """A migrated, empty database: run once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+        upgrade(url)
+        return url
+    url = request.getfixturevalue("pg_server_url")
+    upgrade(url)
+    _empty_tables(url)
+    return url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_server_url):
+    upgrade(pg_server_url)
+    _empty_tables(pg_server_url)
+    return pg_server_url
+
+
+@pytest.fixture
+def engine(db_url):
+    return get_engine(db_url)
+
+
+@pytest.fixture
+def ldtm_env(tmp_path, monkeypatch, db_url):
+    """Environment for CLI/end-to-end tests: LDTM_HOME in tmp, database from `db_url`."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("LDTM_HOME", str(home))
+    monkeypatch.setenv("LDTM_DATABASE_URL", db_url)
+    monkeypatch.setenv("LDTM_UNIVERSE", "demo")
+    monkeypatch.delenv("LDTM_NOTIFY_WEBHOOK_URL", raising=False)
+    return {"home": home, "url": db_url}
+
+
+PG_FIXTURES = {"pg_url", "pg_server_url"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if PG_FIXTURES & set(getattr(item, "fixturenames", ())) or "postgres" in params.values():
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and item.get_closest_marker("postgres") and os.environ.get("LDTM_REQUIRE_POSTGRES") == "1":
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid}: a PostgreSQL test was skipped while LDTM_REQUIRE_POSTGRES=1"
