@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import TypeVar
 
-from sqlalchemy import Engine, Table, create_engine, event
+from sqlalchemy import Engine, Table, create_engine, event, or_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -111,12 +111,12 @@ def upsert(
     update: Sequence[str] | None,
     *,
     batch: int = 5000,
-    changed_only: bool = True,
+    compare: Sequence[str] | None = None,
 ) -> int:
     """INSERT ... ON CONFLICT on both dialects. With `update=None` existing rows are left alone.
 
-    `changed_only` adds a WHERE so a row whose values are identical is not rewritten: re-ingesting the
-    same file changes nothing, not even the row's version on PostgreSQL.
+    Only rows whose `compare` columns (default: `update`) differ are rewritten, so re-ingesting the same
+    file changes nothing — not even bookkeeping columns like ingested_at. Returns rows written.
     """
     if not rows:
         return 0
@@ -129,14 +129,9 @@ def upsert(
         stmt = insert_fn(table).values(list(part))
         if update:
             excluded = stmt.excluded
-            where = None
-            if changed_only:
-                conds = [table.c[c].is_distinct_from(excluded[c]) for c in update if c in excluded]
-                from sqlalchemy import or_
-
-                where = or_(*conds) if conds else None
+            conds = [table.c[c].is_distinct_from(excluded[c]) for c in (compare or update)]
             stmt = stmt.on_conflict_do_update(
-                index_elements=list(key), set_={c: excluded[c] for c in update}, where=where
+                index_elements=list(key), set_={c: excluded[c] for c in update}, where=or_(*conds)
             )
         else:
             stmt = stmt.on_conflict_do_nothing(index_elements=list(key))

@@ -103,8 +103,16 @@ PROFILES: dict[str, ModelConfig] = {
     # The performance guide's recommended upgrade: one config change away.
     "upgrade": ModelConfig(hidden_size=256, num_layers=3, window=60, dropout=0.3),
     # Small enough that one ticker trains in a few seconds on a 2-core CPU.
-    "demo": ModelConfig(hidden_size=32, num_layers=1, dropout=0.0, head_hidden=16, max_epochs=8, patience=3,
-                        batch_size=64, lr=3e-3),
+    "demo": ModelConfig(
+        hidden_size=32,
+        num_layers=1,
+        dropout=0.0,
+        head_hidden=16,
+        max_epochs=8,
+        patience=3,
+        batch_size=64,
+        lr=3e-3,
+    ),
 }
 
 
@@ -124,7 +132,9 @@ class Head(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(cfg.hidden_size, cfg.head_hidden), nn.ReLU(), nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.hidden_size, cfg.head_hidden),
+            nn.ReLU(),
+            nn.Dropout(cfg.dropout),
             nn.Linear(cfg.head_hidden, 1),
         )
 
@@ -139,8 +149,11 @@ class LDTM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.lstm = nn.LSTM(
-            input_size=cfg.input_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-            batch_first=True, dropout=cfg.dropout if cfg.num_layers > 1 else 0.0,
+            input_size=cfg.input_size,
+            hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_layers,
+            batch_first=True,
+            dropout=cfg.dropout if cfg.num_layers > 1 else 0.0,
         )
         # Separate towers: each horizon weights the shared state differently (seed write-up).
         self.heads = nn.ModuleList(Head(cfg) for _ in cfg.horizons)

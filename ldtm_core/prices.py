@@ -44,8 +44,12 @@ def load_ticker_prices(engine: Engine, ticker: str, end: dt.date | None = None) 
 def price_summary(engine: Engine) -> pd.DataFrame:
     """Rows and first/last date per ticker."""
     stmt = (
-        select(prices.c.ticker, func.count().label("rows"), func.min(prices.c.date).label("first_date"),
-               func.max(prices.c.date).label("last_date"))
+        select(
+            prices.c.ticker,
+            func.count().label("rows"),
+            func.min(prices.c.date).label("first_date"),
+            func.max(prices.c.date).label("last_date"),
+        )
         .group_by(prices.c.ticker)
         .order_by(prices.c.ticker)
     )

@@ -12,8 +12,12 @@ from rich.console import Console
 from ..config import Settings
 from ..errors import LDTMError
 
-app = typer.Typer(help="LDTM: per-ticker LSTM forecasts, recorded, filled back, scored and gated.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+app = typer.Typer(
+    help="LDTM: per-ticker LSTM forecasts, recorded, filled back, scored and gated.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
 console = Console()
 err_console = Console(stderr=True)
 

@@ -28,7 +28,11 @@ def db_upgrade() -> None:
 
 @app.command("universe")
 @handle_errors
-def universe(spec: str = typer.Option(None, "--universe", "-u", help="demo, full, a comma list or a file; default LDTM_UNIVERSE")) -> None:
+def universe(
+    spec: str = typer.Option(
+        None, "--universe", "-u", help="demo, full, a comma list or a file; default LDTM_UNIVERSE"
+    ),
+) -> None:
     """List the tickers of the configured universe."""
     tickers = load_universe(spec or settings().universe)
     console.print(f"{len(tickers)} tickers: " + " ".join(tickers))
@@ -41,7 +45,13 @@ def prices_summary() -> None:
     from ..prices import price_summary
 
     df = price_summary(open_db())
-    table = Table("ticker", "rows", "first", "last", title=f"prices ({len(df)} tickers, {int(df['rows'].sum()) if len(df) else 0} rows)")
+    table = Table(
+        "ticker",
+        "rows",
+        "first",
+        "last",
+        title=f"prices ({len(df)} tickers, {int(df['rows'].sum()) if len(df) else 0} rows)",
+    )
     for row in df.itertuples(index=False):
         table.add_row(row.ticker, str(row.rows), str(row.first_date), str(row.last_date))
     console.print(table)
