@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TypeVar
 
-from sqlalchemy import Engine, Table, create_engine, event, or_
+from sqlalchemy import Engine, Table, create_engine, event, or_, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -138,3 +139,21 @@ def upsert(
         result = conn.execute(stmt)
         written += max(result.rowcount or 0, 0)
     return written
+
+
+def write_lock(conn: Connection, name: str) -> None:
+    """Serialise read-then-write transactions that share `name` (e.g. a ticker's hash chain).
+
+    Call first thing in the transaction. PostgreSQL: a transaction-scoped advisory lock on a stable
+    64-bit key derived from `name`. SQLite has one writer per file: take the write lock now
+    (BEGIN IMMEDIATE) so a later writer waits before it reads, instead of reading stale state.
+    """
+    if is_postgres(conn):
+        key = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+        return
+    dbapi = conn.connection.dbapi_connection
+    if not dbapi.in_transaction:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    else:  # a statement already opened a deferred transaction: a write statement takes the lock
+        conn.exec_driver_sql("UPDATE run_log SET id = id WHERE 0 = 1")

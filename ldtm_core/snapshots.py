@@ -1,0 +1,389 @@
+"""Inference and snapshots (SPEC §7): one recorded, hash-chained prediction row per ticker per run.
+
+`predict` reads every window with one prices query, loads each checkpoint once (verified against the
+registry), runs one batched forward pass per architecture, and writes all rows in one transaction.
+Rows already present for (ticker, run_date, model_version) are left alone: a rerun is a no-op.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from sqlalchemy import Connection, Engine, and_, func, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+
+from . import runlog
+from .audit import row_hash
+from .calendar import is_session, session_array, target_dates
+from .checkpoints import load_checkpoint
+from .config import Settings
+from .db import is_postgres, run_in_transaction, write_lock
+from .errors import CheckpointError, InputError, NotFoundError
+from .features import CLOSE_INDEX, WARMUP_ROWS, compute_features
+from .model import LDTM
+from .prices import latest_price_date, load_prices
+from .registry import ModelRecord, serving_models
+from .samples import denormalise, normalise_windows
+from .schema import model_registry, snapshots
+
+DIRECTIONS = ("bullish", "neutral", "bearish")
+CHAIN_LOCK = "ldtm:snapshots:chain"
+
+
+def classify_direction(value, close, band_pct: float) -> np.ndarray:
+    """bullish / neutral / bearish for `value` vs `close`; the band (in %) is inclusive of neutral."""
+    pct = (
+        (np.asarray(value, dtype=np.float64) - np.asarray(close, dtype=np.float64))
+        / np.asarray(close)
+        * 100.0
+    )
+    return np.where(pct > band_pct, "bullish", np.where(pct < -band_pct, "bearish", "neutral"))
+
+
+@dataclass
+class PredictResult:
+    run_id: str
+    run_date: dt.date
+    mode: str
+    rows_written: int = 0
+    rows_existing: int = 0
+    tickers_predicted: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    cohort: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
+    phases: dict[str, float] = field(default_factory=dict)
+    used_candidate: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {
+            "run_date": self.run_date.isoformat(),
+            "mode": self.mode,
+            "rows_written": self.rows_written,
+            "rows_existing": self.rows_existing,
+            "predicted": len(self.tickers_predicted),
+            "cohort": self.cohort,
+            "skipped": self.skipped,
+            "used_candidate": self.used_candidate,
+        }
+
+
+# --- batched forward ----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def batched_forward(models: Sequence[LDTM], x: torch.Tensor) -> torch.Tensor:
+    """Run M same-architecture models, model i on x[i] ([M, W, F] -> [M, horizons]), in one pass.
+
+    The weights are stacked and the LSTM recurrence runs as batched matrix products, so 103 tickers cost
+    one pass of W steps instead of 103 module calls. Eval-mode semantics (no dropout); exact up to
+    float rounding, checked against the modules in the tests.
+    """
+    m = len(models)
+    if m == 0:
+        return torch.empty(0, 0)
+    cfg = models[0].cfg
+    h_size = cfg.hidden_size
+    inp = x.to(torch.float32)  # [M, W, I]
+    for layer in range(cfg.num_layers):
+        w_ih = torch.stack([getattr(md.lstm, f"weight_ih_l{layer}") for md in models])  # [M, 4H, I]
+        w_hh = torch.stack([getattr(md.lstm, f"weight_hh_l{layer}") for md in models])  # [M, 4H, H]
+        bias = torch.stack(
+            [getattr(md.lstm, f"bias_ih_l{layer}") + getattr(md.lstm, f"bias_hh_l{layer}") for md in models]
+        )  # [M, 4H]
+        gx = torch.bmm(inp, w_ih.transpose(1, 2)) + bias[:, None, :]  # [M, W, 4H]
+        h = torch.zeros(m, h_size)
+        c = torch.zeros(m, h_size)
+        w_hh_t = w_hh.transpose(1, 2)
+        outs = []
+        for t in range(inp.shape[1]):
+            gates = gx[:, t, :] + torch.bmm(h[:, None, :], w_hh_t)[:, 0, :]
+            i, f, g, o = gates.chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outs.append(h)
+        inp = torch.stack(outs, dim=1)
+    last = inp[:, -1, :]  # [M, H]
+    preds = []
+    for k in range(len(cfg.horizons)):
+        l1 = [md.heads[k].net[0] for md in models]
+        l2 = [md.heads[k].net[3] for md in models]
+        z = torch.bmm(last[:, None, :], torch.stack([lin.weight for lin in l1]).transpose(1, 2))[:, 0, :]
+        z = torch.relu(z + torch.stack([lin.bias for lin in l1]))
+        out = torch.bmm(z[:, None, :], torch.stack([lin.weight for lin in l2]).transpose(1, 2))[:, 0, :]
+        preds.append(out + torch.stack([lin.bias for lin in l2]))
+    return torch.cat(preds, dim=1)
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _start_for(run_date: dt.date, rows_needed: int) -> dt.date:
+    """A date far enough back that `rows_needed` sessions up to run_date are included (plus slack)."""
+    s = session_array()
+    i = int(np.searchsorted(s, np.datetime64(run_date, "D"), "right")) - 1
+    return pd.Timestamp(s[max(0, i - rows_needed - 10)]).date()
+
+
+@dataclass
+class _Input:
+    ticker: str
+    model: ModelRecord
+    x: np.ndarray  # [W, F] normalised
+    close_min: float
+    close_max: float
+    close: float
+    prev_close: float | None
+
+
+def _window(ticker: str, frame: pd.DataFrame, run_date: dt.date, window: int) -> tuple | str:
+    """(x, close_min, close_max, close, prev_close) for the window ending at run_date, or a skip reason."""
+    if frame.empty or frame["date"].iloc[-1] != run_date:
+        return f"no price for {ticker} on {run_date}"
+    feats = compute_features(frame)
+    if len(feats) < window:
+        return (
+            f"{ticker} has {len(frame)} price rows up to {run_date}; the window needs {window + WARMUP_ROWS} "
+            f"({window} feature rows after {WARMUP_ROWS} warm-up rows)"
+        )
+    values = feats.to_numpy(dtype=np.float64)[-window:][None, :, :]
+    x, lo, hi = normalise_windows(values)
+    closes = frame["close"].to_numpy(dtype=np.float64)
+    prev = float(closes[-2]) if len(closes) >= 2 else None
+    return x[0], float(lo[0, CLOSE_INDEX]), float(hi[0, CLOSE_INDEX]), float(closes[-1]), prev
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+class _ChainConflict(Exception):
+    """Another writer extended a ticker's chain between our read and our insert: redo the transaction."""
+
+
+def _write(conn: Connection, rows: list[dict]) -> tuple[int, int]:
+    """Insert rows (chained) in the caller's transaction; returns (written, already existing)."""
+    write_lock(conn, CHAIN_LOCK)
+    if not rows:
+        return 0, 0
+    run_date = rows[0]["run_date"]
+    keys = [(r["ticker"], r["model_version"]) for r in rows]
+    existing = {
+        (t, v)
+        for t, v in conn.execute(
+            select(snapshots.c.ticker, snapshots.c.model_version).where(
+                snapshots.c.run_date == run_date,
+                tuple_(snapshots.c.ticker, snapshots.c.model_version).in_(keys),
+            )
+        )
+    }
+    todo = [r for r in rows if (r["ticker"], r["model_version"]) not in existing]
+    if not todo:
+        return 0, len(existing)
+    tickers = sorted({r["ticker"] for r in todo})
+    latest_ids = (
+        select(func.max(snapshots.c.id)).where(snapshots.c.ticker.in_(tickers)).group_by(snapshots.c.ticker)
+    ).scalar_subquery()
+    heads = dict(
+        conn.execute(
+            select(snapshots.c.ticker, snapshots.c.row_hash).where(snapshots.c.id.in_(latest_ids))
+        ).all()
+    )
+    for r in todo:
+        r["prev_hash"] = heads.get(r["ticker"], "")
+        r["row_hash"] = row_hash(r["prev_hash"], r)
+    insert_fn = postgresql.insert if is_postgres(conn) else sqlite.insert
+    # Conflict target = the natural key only: a chain (ticker, prev_hash) conflict must raise, not vanish.
+    stmt = insert_fn(snapshots).on_conflict_do_nothing(index_elements=["ticker", "run_date", "model_version"])
+    try:
+        with conn.begin_nested():
+            conn.execute(stmt, todo)
+    except IntegrityError as exc:
+        raise _ChainConflict(str(exc.orig)) from exc
+    # Count what this run really inserted (executemany rowcounts are not reliable across drivers).
+    run_ids = sorted({r["run_id"] for r in todo})
+    written = conn.execute(
+        select(func.count())
+        .select_from(snapshots)
+        .where(snapshots.c.run_date == run_date, snapshots.c.run_id.in_(run_ids))
+    ).scalar_one()
+    return written, len(rows) - written
+
+
+def write_rows(engine: Engine, rows: list[dict], attempts: int = 3) -> tuple[int, int]:
+    """Write snapshot rows in one transaction, serialised against other writers; retry a chain conflict."""
+    for attempt in range(attempts):
+        fresh = [dict(r) for r in rows]
+        try:
+            return run_in_transaction(engine, lambda conn, fresh=fresh: _write(conn, fresh))
+        except _ChainConflict:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+# --- predict --------------------------------------------------------------------------------------
+
+
+def predict(
+    engine: Engine,
+    settings: Settings,
+    run_date: dt.date | None = None,
+    tickers: Sequence[str] | None = None,
+    mode: str | None = None,
+    neutral_band_pct: float | None = None,
+) -> PredictResult:
+    """Predict the three horizons for every ticker with a model and record them (see module doc)."""
+    if mode is not None and mode not in ("live", "replay"):
+        raise InputError(f"mode must be 'live' or 'replay', not {mode!r}")
+    band = settings.neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
+    if band < 0:
+        raise InputError(f"neutral band must be >= 0 %, not {band}")
+    t0 = time.perf_counter()
+    models = serving_models(engine, tickers)
+    wanted = list(tickers) if tickers is not None else sorted(models)
+    latest = latest_price_date(engine, list(models) or None) if models else None
+    if run_date is None:
+        if latest is None:
+            raise NotFoundError("no prices for any ticker with a model: ingest prices and train models first")
+        run_date = latest
+    if isinstance(run_date, dt.datetime):
+        run_date = run_date.date()
+    if not is_session(run_date):
+        raise InputError(f"run date {run_date} is not an XNYS trading session")
+    if mode is None:
+        mode = "replay" if latest is not None and run_date < latest else "live"
+    result = PredictResult(run_id=str(uuid.uuid4()), run_date=run_date, mode=mode)
+    runlog.start(engine, "predict", run_date, wanted, run_id=result.run_id)
+    try:
+        _predict(engine, result, models, wanted, band, t0)
+    except BaseException as exc:
+        runlog.finish(engine, result.run_id, "failed", phases=result.phases, message=str(exc)[:2000])
+        raise
+    status = "ok" if not result.skipped else ("partial" if result.tickers_predicted else "failed")
+    runlog.finish(
+        engine,
+        result.run_id,
+        status,
+        n_rows=result.rows_written,
+        phases=result.phases,
+        summary=result.summary(),
+        tickers=result.tickers_predicted,
+    )
+    return result
+
+
+def _predict(
+    engine: Engine,
+    result: PredictResult,
+    models: dict[str, ModelRecord],
+    wanted: list[str],
+    band: float,
+    t0: float,
+) -> None:
+    run_date = result.run_date
+    for t in wanted:
+        if t not in models:
+            result.skipped[t] = f"{t} has no active or candidate model"
+    todo = [t for t in wanted if t in models]
+
+    # load: one prices query, each checkpoint once
+    loaded: dict[str, tuple[ModelRecord, LDTM]] = {}
+    for t in todo:
+        rec = models[t]
+        try:
+            ckpt = load_checkpoint(rec.load_path, expected_sha256=rec.checkpoint_sha256, ticker=t)
+        except CheckpointError as exc:
+            result.skipped[t] = str(exc)
+            continue
+        if ckpt.signature != rec.arch_signature:
+            result.skipped[t] = (
+                f"checkpoint {rec.load_path} ({t}) has another architecture than its registry row"
+            )
+            continue
+        loaded[t] = (rec, ckpt.model)
+    need = max((m.cfg.window for _, m in loaded.values()), default=0) + WARMUP_ROWS + 1
+    frames = (
+        load_prices(engine, list(loaded), start=_start_for(run_date, need), end=run_date) if loaded else {}
+    )
+    t1 = time.perf_counter()
+    result.phases["load"] = round(t1 - t0, 4)
+
+    # features
+    inputs: list[_Input] = []
+    for t, (rec, model) in loaded.items():
+        win = _window(t, frames[t], run_date, model.cfg.window)
+        if isinstance(win, str):
+            result.skipped[t] = win
+            continue
+        inputs.append(_Input(t, rec, *win))
+    t2 = time.perf_counter()
+    result.phases["features"] = round(t2 - t1, 4)
+
+    # forward: one batch per architecture signature
+    groups: dict[str, list[_Input]] = defaultdict(list)
+    for inp in inputs:
+        groups[inp.model.arch_signature].append(inp)
+    preds: dict[str, np.ndarray] = {}
+    for group in groups.values():
+        x = torch.from_numpy(np.stack([g.x for g in group]))
+        y = batched_forward([loaded[g.ticker][1] for g in group], x).numpy()
+        lo = np.array([g.close_min for g in group])
+        hi = np.array([g.close_max for g in group])
+        for g, row in zip(group, denormalise(y, lo, hi), strict=True):
+            preds[g.ticker] = row
+    t3 = time.perf_counter()
+    result.phases["forward"] = round(t3 - t2, 4)
+
+    # write: one transaction
+    nd, nm, om = (pd.Timestamp(d[0]).date() for d in target_dates(np.array([np.datetime64(run_date, "D")])))
+    now = dt.datetime.now(dt.UTC)
+    rows = []
+    for inp in inputs:
+        p = preds[inp.ticker]
+        direction = str(classify_direction(p[0], inp.close, band))
+        rows.append(
+            {
+                "ticker": inp.ticker,
+                "run_date": run_date,
+                "run_date_close": inp.close,
+                "prev_close": inp.prev_close,
+                "model_id": inp.model.id,
+                "model_version": inp.model.snapshot_version,
+                "model_status": inp.model.status,
+                "mode": result.mode,
+                "next_day_pred": float(p[0]),
+                "next_monday_pred": float(p[1]),
+                "one_month_pred": float(p[2]),
+                "direction_pred": direction,
+                "next_day_date": nd,
+                "next_monday_date": nm,
+                "one_month_date": om,
+                "run_id": result.run_id,
+                "created_at": now,
+            }
+        )
+    result.rows_written, result.rows_existing = write_rows(engine, rows)
+    result.phases["write"] = round(time.perf_counter() - t3, 4)
+    result.tickers_predicted = sorted(r["ticker"] for r in rows)
+    result.cohort = {**dict.fromkeys(DIRECTIONS, 0), **Counter(r["direction_pred"] for r in rows)}
+    result.used_candidate = sorted(r["ticker"] for r in rows if r["model_status"] == "candidate")
+
+
+def latest_rows(engine: Engine, run_date: dt.date) -> pd.DataFrame:
+    """The snapshot rows of one run date, with the model's registry status, for display."""
+    stmt = (
+        select(snapshots, model_registry.c.status.label("registry_status"))
+        .join(model_registry, model_registry.c.id == snapshots.c.model_id)
+        .where(and_(snapshots.c.run_date == run_date))
+        .order_by(snapshots.c.ticker)
+    )
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(stmt).mappings().all())

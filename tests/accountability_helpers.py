@@ -1,0 +1,55 @@
+"""Shared builders for the accountability tests: synthetic prices, untrained demo models, settings."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import torch
+
+from ldtm_core.checkpoints import save_checkpoint
+from ldtm_core.config import Settings
+from ldtm_core.ingest import ingest_frame
+from ldtm_core.model import LDTM, get_profile
+from ldtm_core.registry import register_candidate
+from ldtm_core.synthetic import generate
+
+
+def make_settings(tmp_path: Path, url: str, **kw) -> Settings:
+    s = Settings(home=tmp_path / "home", database_url=url, **kw)
+    s.ensure_dirs()
+    return s
+
+
+def ingest(engine, tickers, start="2023-01-03", end="2024-06-28", seed=7):
+    df = generate(tickers, start, end, seed=seed)
+    ingest_frame(engine, df, "synthetic")
+    return df
+
+
+def make_model(
+    engine,
+    settings: Settings,
+    ticker: str,
+    *,
+    seed: int = 0,
+    trained_on: dt.date = dt.date(2024, 1, 2),
+    cfg=None,
+    profile: str = "demo",
+) -> int:
+    """An untrained (seeded) demo LDTM saved as a checkpoint and registered as a candidate."""
+    cfg = cfg or get_profile("demo")
+    torch.manual_seed(seed)
+    model = LDTM(cfg).eval()
+    path = settings.checkpoint_dir / f"{ticker}_cand_{seed}_{cfg.signature}.pt"
+    sha = save_checkpoint(path, model, cfg, ticker, trained_on, 0.1)
+    return register_candidate(
+        engine,
+        ticker=ticker,
+        cfg=cfg,
+        profile=profile,
+        trained_on_date=trained_on,
+        checkpoint_path=str(path),
+        checkpoint_sha256=sha,
+        val_loss=0.1,
+    )
