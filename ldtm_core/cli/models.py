@@ -1,5 +1,217 @@
-"""Commands for models: train, gpu slots, export, bench."""
+"""Commands for models: train, gpu slots, export onnx, bench train."""
 
 from __future__ import annotations
 
-from . import app  # noqa: F401
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..errors import InputError, NotFoundError
+from . import app, console, handle_errors, open_db, settings
+
+gpu_app = typer.Typer(help="GPU slots derived from free VRAM.", no_args_is_help=True)
+export_app = typer.Typer(help="Export models.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+app.add_typer(gpu_app, name="gpu")
+app.add_typer(export_app, name="export")
+app.add_typer(bench_app, name="bench")
+
+
+def _parse_date(raw: str | None, option: str) -> dt.date | None:
+    if raw is None:
+        return None
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError:
+        raise InputError(f"{option} {raw!r}: expected a date YYYY-MM-DD") from None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+@app.command("train")
+@handle_errors
+def train(
+    tickers: str = typer.Option(
+        ..., "--tickers", "-t", help="comma list of tickers, or 'all' for the universe"
+    ),
+    profile: str = typer.Option("reference", "--profile", "-p", help="demo | reference | upgrade"),
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="override a model config field: key=value")
+    ] = None,
+    as_of: str = typer.Option(None, "--as-of", help="train on prices up to this date (YYYY-MM-DD)"),
+    workers: int = typer.Option(
+        None, "--workers", "-w", min=1, help="parallel workers (default: the slot plan)"
+    ),
+    allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+) -> None:
+    """Train, checkpoint and register a candidate model per ticker."""
+    from ..model import get_profile
+    from ..training import parse_overrides
+    from ..training_pool import train_many
+    from ..universe import load_universe, resolve_tickers
+
+    cfg_settings = settings()
+    parsed = parse_overrides(overrides)
+    get_profile(profile, **parsed)  # refuse a bad profile/override before touching anything
+    when = _parse_date(as_of, "--as-of")
+    universe = load_universe(cfg_settings.universe)
+    selection = None if tickers.strip().lower() == "all" else tickers
+    chosen = resolve_tickers(selection, universe, allow_new=allow_new)
+    open_db(cfg_settings)
+    outcomes = train_many(cfg_settings, chosen, profile, overrides=parsed, as_of=when, max_workers=workers)
+
+    table = Table(
+        "ticker", "device", "duration", "epochs", "status", "val_loss", "reason", title=f"train ({profile})"
+    )
+    colour = {"trained": "green", "skipped": "yellow", "failed": "red"}
+    for o in outcomes:
+        table.add_row(
+            o.ticker,
+            o.device or "",
+            f"{o.duration_s:.1f}s",
+            "" if o.epochs is None else str(o.epochs),
+            f"[{colour[o.status]}]{o.status}[/]",
+            _fmt(o.val_loss, ".5f"),
+            o.reason,
+        )
+    console.print(table)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("trained", "skipped", "failed")}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if counts["failed"]:
+        sys.exit(1)
+
+
+@gpu_app.command("slots")
+@handle_errors
+def gpu_slots_cmd(
+    per_job_mib: int = typer.Option(None, help="MiB per job (default 600 or LDTM_GPU_PER_JOB_MIB)"),
+    headroom_mib: int = typer.Option(
+        None, help="MiB kept free per GPU (default 1024 or LDTM_GPU_HEADROOM_MIB)"
+    ),
+) -> None:
+    """Per-GPU free memory and slots, and the resulting pool limit."""
+    from ..gpu_slots import current_plan, probe
+
+    kw = {k: v for k, v in (("per_job_mib", per_job_mib), ("headroom_mib", headroom_mib)) if v is not None}
+    gpus = {g.index: g for g in probe()}
+    plan = current_plan(**kw)
+    table = Table("gpu", "name", "total MiB", "free MiB", "slots", title="GPU slots")
+    for idx, free, slots in plan.per_gpu:
+        g = gpus.get(idx)
+        table.add_row(str(idx), g.name if g else "?", str(g.total_mib) if g else "?", str(free), str(slots))
+    if plan.per_gpu:
+        console.print(table)
+    console.print(f"pool limit: {plan.total} ({plan.kind}) - {plan.reason}")
+
+
+def _model_checkpoint(engine, ticker: str) -> tuple[str, str]:
+    """(path, sha256) of the active model for `ticker`, else its newest candidate."""
+    from sqlalchemy import select
+
+    from ..schema import model_registry as mr
+
+    with engine.connect() as conn:
+        for status in ("active", "candidate"):
+            row = conn.execute(
+                select(mr.c.checkpoint_path, mr.c.checkpoint_sha256)
+                .where(mr.c.ticker == ticker, mr.c.status == status)
+                .order_by(mr.c.created_at.desc(), mr.c.id.desc())
+                .limit(1)
+            ).first()
+            if row is not None:
+                return row.checkpoint_path, row.checkpoint_sha256
+    raise NotFoundError(
+        f"no active or candidate model registered for ticker {ticker}; run `ldtm train` first"
+    )
+
+
+@export_app.command("onnx")
+@handle_errors
+def export_onnx_cmd(
+    ticker: str = typer.Option(..., "--ticker", "-t"),
+    checkpoint: Annotated[
+        Path | None, typer.Option("--checkpoint", help="a checkpoint file (default: the registry's model)")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="output .onnx path (default: LDTM_HOME/exports/...)")
+    ] = None,
+    opset: int = typer.Option(17, "--opset"),
+) -> None:
+    """Export a model to ONNX and verify it against PyTorch."""
+    from ..checkpoints import load_checkpoint
+    from ..export import export_onnx
+    from ..universe import validate_ticker
+
+    ticker = validate_ticker(ticker)
+    cfg = settings()
+    if checkpoint is None:
+        path, sha = _model_checkpoint(open_db(cfg), ticker)
+        ckpt = load_checkpoint(path, expected_sha256=sha, ticker=ticker)
+    else:
+        ckpt = load_checkpoint(checkpoint, ticker=ticker)
+    target = out or cfg.export_dir / f"{Path(ckpt.path).stem}.onnx"
+    result = export_onnx(ckpt, target, opset=opset)
+    console.print(
+        f"wrote {result.path} (opset {result.opset}, dynamic batch, max |onnx - torch| = {result.max_abs_diff:.2e})"
+    )
+
+
+@bench_app.command("train")
+@handle_errors
+def bench_train(
+    samples: int = typer.Option(4000, "--samples", help="training samples per variant"),
+    epochs: int = typer.Option(3, "--epochs", help="timed epochs per variant"),
+    threads: int = typer.Option(1, "--threads", help="torch threads in this process"),
+    early_stop: bool = typer.Option(True, "--early-stop/--no-early-stop", help="also train to early stop"),
+    pool_workers: int = typer.Option(2, "--pool-workers", help="concurrent processes for the projection"),
+) -> None:
+    """Project loop vs seed-style DataLoader loop vs the floor, plus a 103-ticker projection."""
+    import torch
+
+    from ..bench import run_bench
+
+    r = run_bench(samples, epochs, threads, early_stop, pool_workers)
+    table = Table(
+        "variant",
+        "samples/s",
+        "vs floor (c)",
+        title=f"training throughput ({samples} samples x {epochs} epochs, "
+        f"reference model, {threads} thread(s), torch {torch.__version__})",
+    )
+    names = {
+        "a": "(a) project loop (fit's epoch loop)",
+        "a+": "(a+) fit() incl. validation + early-stop bookkeeping",
+        "b": "(b) seed-style Dataset + DataLoader(batch 32)",
+        "c": "(c) floor: pre-built batches",
+    }
+    for key in ("a", "a+", "b", "c"):
+        table.add_row(names[key], f"{r.rates[key]:,.0f}", f"{r.rates[key] / r.rates['c']:.3f}")
+    console.print(table)
+    ratios = r.ratios
+    console.print(
+        f"a/c = {ratios['a/c']:.3f} (target >= 0.9)   a/b = {ratios['a/b']:.3f} (target > 1)   a+/c = {ratios['a+/c']:.3f}"
+    )
+    if r.pool:
+        per = ", ".join(f"{x:,.0f}" for x in r.pool["per_worker"])
+        console.print(
+            f"{r.pool['workers']} processes x 1 thread at once: {per} samples/s each, {r.pool['total']:,.0f} total"
+        )
+    if r.early_stop:
+        es = r.early_stop
+        console.print(
+            f"early stop (reference, one synthetic ticker, {es['n_train']} train / {es['n_val']} val): "
+            f"{es['epochs']} epochs (best {es['best_epoch']}), {es['duration_s']:.1f}s, val_loss {es['val_loss']:.5f}"
+        )
+    if r.projection:
+        p = r.projection
+        console.print(
+            f"projected {p['tickers']}-ticker retrain: {p['wall_s'] / 60:.1f} min wall "
+            f"({p['workers']} workers x 1 thread, {p['per_ticker_s']:.1f}s per ticker incl. x{p['contention_slowdown']:.2f} contention)"
+        )
+    console.print(f"bench took {r.seconds:.0f}s")

@@ -1,0 +1,95 @@
+"""The LDTM module and its profiles: size, the one-change upgrade, overrides and refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ldtm_core.errors import InputError
+from ldtm_core.features import FEATURE_NAMES
+from ldtm_core.model import LDTM, PROFILES, ModelConfig, count_parameters, get_profile
+from ldtm_core.training import parse_overrides
+
+
+def test_reference_has_about_227k_parameters():
+    n = count_parameters(LDTM(get_profile("reference")))
+    assert abs(n - 227_000) / 227_000 <= 0.02
+    # Independent count from the SPEC §5 architecture: 2-layer LSTM(11 -> 128) + three 128-64-1 heads.
+    h, i = 128, len(FEATURE_NAMES)
+    lstm = 4 * h * (i + h + 2) + 4 * h * (h + h + 2)
+    heads = 3 * ((h * 64 + 64) + (64 + 1))
+    assert n == lstm + heads
+
+
+def test_reference_matches_spec():
+    cfg = PROFILES["reference"]
+    assert (cfg.hidden_size, cfg.num_layers, cfg.window, cfg.dropout, cfg.input_size) == (128, 2, 30, 0.2, 11)
+    assert (cfg.batch_size, cfg.patience, cfg.val_fraction, cfg.head_hidden) == (32, 10, 0.15, 64)
+
+
+def test_upgrade_is_one_change_of_architecture_only():
+    ref, up = PROFILES["reference"], PROFILES["upgrade"]
+    changed = {f.name for f in dataclasses.fields(ModelConfig) if getattr(ref, f.name) != getattr(up, f.name)}
+    assert changed == {"hidden_size", "num_layers", "window", "dropout"}
+    assert (up.hidden_size, up.num_layers, up.window, up.dropout) == (256, 3, 60, 0.3)
+    assert up.signature != ref.signature
+    out = LDTM(up)(torch.rand(4, up.window, up.input_size))
+    assert out.shape == (4, 3)
+
+
+def test_forward_shape_and_heads_are_separate():
+    cfg = get_profile("demo")
+    model = LDTM(cfg)
+    assert len(model.heads) == 3
+    assert model.heads[0].net[0].weight.data_ptr() != model.heads[1].net[0].weight.data_ptr()
+    assert model(torch.rand(5, cfg.window, cfg.input_size)).shape == (5, 3)
+
+
+def test_every_field_overridable():
+    cfg = get_profile("reference", hidden_size=64, window=20, lr=5e-4, amp="off", compile=True)
+    assert (cfg.hidden_size, cfg.window, cfg.lr, cfg.amp, cfg.compile) == (64, 20, 5e-4, "off", True)
+    assert PROFILES["reference"].hidden_size == 128  # the profile itself is untouched
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"hidden_size": 0},
+        {"dropout": 1.0},
+        {"val_fraction": 0.0},
+        {"amp": "fp8"},
+        {"batch_size": -1},
+        {"lr": 0},
+    ],
+)
+def test_invalid_values_refused(overrides):
+    with pytest.raises(InputError, match=next(iter(overrides))):
+        get_profile("reference", **overrides)
+
+
+def test_unknown_profile_and_field_refused():
+    with pytest.raises(InputError, match="unknown profile"):
+        get_profile("huge")
+    with pytest.raises(InputError, match="hiden_size"):
+        get_profile("reference", hiden_size=3)
+
+
+def test_parse_overrides_types_and_errors():
+    got = parse_overrides(["hidden_size=64", "lr=0.01", "compile=true", "amp=bf16", "max_epochs = 3"])
+    assert got == {"hidden_size": 64, "lr": 0.01, "compile": True, "amp": "bf16", "max_epochs": 3}
+    assert isinstance(got["hidden_size"], int) and isinstance(got["lr"], float)
+    for bad, msg in [
+        ("hidden_size", "key=value"),
+        ("nope=1", "unknown"),
+        ("hidden_size=abc", "int"),
+        ("compile=maybe", "bool"),
+    ]:
+        with pytest.raises(InputError, match=msg):
+            parse_overrides([bad])
+
+
+def test_config_roundtrip_through_dict():
+    cfg = get_profile("upgrade", seed=7)
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
