@@ -2,7 +2,7 @@
 
 Each ticker's path mixes a shared market factor with its own regimes — trend, mean reversion and
 high volatility — switching at random durations. OHLC is consistent by construction, volume rises
-with the size of the move, and a few tickers list late (recent IPOs with short history). The same
+with the size of the move, and a few tickers list late (LATE_LISTINGS: recent IPOs with short history). The same
 seed always gives the same prices, independent of which other tickers are generated.
 """
 
@@ -18,7 +18,8 @@ import pandas as pd
 from .calendar import sessions_between
 from .errors import InputError
 
-# Real late listings in the universe (seed: < 3 years of history) plus a share of others.
+# Real late listings in the universe (seed: < 3 years of history). Only these list late, so the
+# long-lived names (AAPL, TSLA, AMZN...) always have their full history.
 LATE_LISTINGS = {"FER", "GEHC", "CSGP", "ARM", "DASH", "ABNB", "PLTR", "APP"}
 # Daily (drift, volatility, mean-reversion strength) per regime.
 REGIMES = {
@@ -55,7 +56,7 @@ def _ticker_frame(ticker: str, sessions: np.ndarray, market: np.ndarray, seed: i
     rng = _rng(seed, ticker)
     n = len(sessions)
     start = 0
-    if ticker in LATE_LISTINGS or rng.random() < 0.03:
+    if ticker in LATE_LISTINGS:
         # Listed within the last ~1.5-3 years of the range.
         start = max(0, n - int(rng.integers(380, 760)))
     if ticker in LEVERED:

@@ -8,6 +8,7 @@ from functools import wraps
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..config import Settings
 from ..errors import LDTMError
@@ -43,7 +44,8 @@ def handle_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except LDTMError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            # escape: messages quote user data such as "[low 9, high 11]", which is not rich markup.
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             sys.exit(2)
 
     return wrapper

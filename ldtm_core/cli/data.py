@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..config import masked_url
-from ..universe import load_universe
-from . import app, console, handle_errors, open_db, settings
+from ..errors import InputError
+from ..universe import load_universe, resolve_tickers
+from . import app, console, err_console, handle_errors, open_db, settings
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 prices_app = typer.Typer(help="Inspect stored prices.", no_args_is_help=True)
+ingest_app = typer.Typer(help="Load prices: synthetic market, CSV or Parquet files.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(prices_app, name="prices")
+app.add_typer(ingest_app, name="ingest")
 
 
 @db_app.command("upgrade")
@@ -55,3 +63,96 @@ def prices_summary() -> None:
     for row in df.itertuples(index=False):
         table.add_row(row.ticker, str(row.rows), str(row.first_date), str(row.last_date))
     console.print(table)
+
+
+def _parse_date(value: str | None, option: str) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value.strip())
+    except ValueError:
+        raise InputError(f"{option}: {value!r} is not a date (expected YYYY-MM-DD)") from None
+
+
+def _select_tickers(selection: str | None, universe: list[str], allow_new: bool) -> list[str]:
+    """`N` = the first N tickers of the universe; a comma list; nothing = the whole universe."""
+    if selection is not None and selection.strip().isdigit():
+        n = int(selection)
+        if not 1 <= n <= len(universe):
+            raise InputError(
+                f"--tickers {n}: the universe has {len(universe)} tickers (give 1..{len(universe)})"
+            )
+        return universe[:n]
+    return resolve_tickers(selection, universe, allow_new=allow_new)
+
+
+def _ticker_cell(tickers: list[str]) -> str:
+    return ", ".join(tickers) if len(tickers) <= 4 else f"{len(tickers)} ({', '.join(tickers[:3])}, ...)"
+
+
+def _outcome_table(title: str) -> Table:
+    return Table("file", "tickers", "rows", "written", "status", title=title)
+
+
+@ingest_app.command("synthetic")
+@handle_errors
+def ingest_synthetic_cmd(
+    tickers: str = typer.Option(
+        None, "--tickers", "-t", help="N (first N of the universe) or T1,T2; default: the whole universe"
+    ),
+    start: str = typer.Option(None, help="first date YYYY-MM-DD; default 20 years before --end"),
+    end: str = typer.Option(None, help="last date YYYY-MM-DD; default the latest XNYS session up to today"),
+    seed: int = typer.Option(0, help="random seed; the same seed gives the same prices"),
+    allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+) -> None:
+    """Generate the deterministic synthetic market and upsert it (idempotent)."""
+    from ..calendar import latest_session_on_or_before
+    from ..ingest import ingest_synthetic
+
+    cfg = settings()
+    selected = _select_tickers(tickers, load_universe(cfg.universe), allow_new)
+    end_d = _parse_date(end, "--end") or latest_session_on_or_before(dt.date.today())
+    start_d = _parse_date(start, "--start") or _years_before(end_d, 20)
+    if start_d > end_d:
+        raise InputError(f"--start {start_d} is after --end {end_d}")
+    result = ingest_synthetic(open_db(cfg), selected, start_d, end_d, seed)
+    table = _outcome_table(f"synthetic ingest {start_d}..{end_d} into {masked_url(cfg.database_url)}")
+    table.add_row(result.source, _ticker_cell(selected), str(result.rows), str(result.written), "ok")
+    console.print(table)
+
+
+def _years_before(day: dt.date, years: int) -> dt.date:
+    try:
+        return day.replace(year=day.year - years)
+    except ValueError:  # 29 February
+        return day.replace(year=day.year - years, day=28)
+
+
+@ingest_app.command("csv")
+@handle_errors
+def ingest_csv_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="CSV/Parquet files or directories of them")],
+    allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+) -> None:
+    """Ingest CSV and Parquet price files, one transaction per file.
+
+    One file per ticker (TICKER.csv / TICKER.parquet) or a long file with a ticker column; Yahoo-style
+    headers (Date, Open, High, Low, Close, Adj Close, Volume) in any case. A bad file stores nothing and
+    is reported; the other files are still stored. Exit code 1 if any file failed.
+    """
+    from ..ingest import expand_paths, ingest_files
+
+    cfg = settings()
+    files = expand_paths(paths)
+    outcomes = ingest_files(open_db(cfg), files, load_universe(cfg.universe), allow_new=allow_new)
+    failed = [o for o in outcomes if not o.ok]
+    table = _outcome_table(f"file ingest into {masked_url(cfg.database_url)}")
+    for o in outcomes:
+        status = "ok" if o.ok else f"[red]failed[/]: {escape(o.error or '')}"
+        table.add_row(escape(o.path), _ticker_cell(o.tickers), str(o.rows), str(o.written), status)
+    console.print(table)
+    for o in failed:
+        err_console.print(f"[bold red]error:[/] {escape(o.error or '')}", highlight=False, soft_wrap=True)
+    if failed:
+        err_console.print(f"{len(failed)} of {len(outcomes)} file(s) failed; nothing was stored from them")
+        raise typer.Exit(1)
