@@ -1,0 +1,233 @@
+"""The promotion gate (SPEC §10): a candidate becomes active only when its newest backtest passes.
+
+Criteria (seed defaults, overridable by env or arguments): folds >= 2, pooled next-day direction
+accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
+always-up by a margin. Every report states the accuracy beside always-up on the same folds.
+Pass -> registry.promote. Fail -> the model stays candidate and a notification lists each failing
+criterion with its value and threshold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import asdict, dataclass, field
+
+from sqlalchemy import Engine, select
+
+from . import notify
+from .config import Settings
+from .db import run_in_transaction
+from .errors import InputError, NotFoundError
+from .registry import PromoteResult, get_model, newest_candidate, promote, record_event
+from .schema import backtest_folds
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    min_folds: int = 2
+    min_direction_accuracy: float = 0.52  # fraction
+    max_mean_abs_pct_error: float = 5.0  # percent
+    max_leakage_rows: int = 0
+    beat_always_up_margin: float | None = None  # fraction; None = not required
+
+    @classmethod
+    def from_env(cls, **overrides) -> GateThresholds:
+        env = {
+            "min_folds": ("LDTM_GATE_MIN_FOLDS", int),
+            "min_direction_accuracy": ("LDTM_GATE_MIN_ACCURACY", float),
+            "max_mean_abs_pct_error": ("LDTM_GATE_MAX_ERROR_PCT", float),
+            "beat_always_up_margin": ("LDTM_GATE_BEAT_ALWAYS_UP", float),
+        }
+        values = {}
+        for name, (var, kind) in env.items():
+            raw = os.environ.get(var)
+            if raw:
+                try:
+                    values[name] = kind(raw)
+                except ValueError:
+                    raise InputError(f"{var}={raw!r} is not a {kind.__name__}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class Criterion:
+    name: str
+    value: float | int
+    op: str  # '>=' or '<=' or '>'
+    threshold: float | int
+    passed: bool
+
+    def describe(self) -> str:
+        return (
+            f"{self.name} = {_fmt(self.name, self.value)} (needs {self.op} {_fmt(self.name, self.threshold)})"
+        )
+
+
+def _fmt(name: str, v) -> str:
+    if isinstance(v, float) and ("accuracy" in name or "margin" in name):
+        return f"{v * 100:.2f}%"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+@dataclass
+class GateReport:
+    ticker: str
+    model_id: int
+    backtest_id: str
+    folds: int
+    n: int
+    direction_accuracy: float
+    always_up_accuracy: float
+    mean_abs_pct_error: float
+    leakage_rows: int
+    criteria: list[Criterion] = field(default_factory=list)
+    passed: bool = False
+    promoted: PromoteResult | None = None
+    notified: notify.NotifyResult | None = None
+
+    @property
+    def failing(self) -> list[Criterion]:
+        return [c for c in self.criteria if not c.passed]
+
+    def summary(self) -> str:
+        head = f"gate {'PASSED' if self.passed else 'FAILED'} for {self.ticker} model {self.model_id}"
+        base = (
+            f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
+            f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds"
+        )
+        if self.passed:
+            return f"{head}: {base}"
+        return f"{head}: {base}; failing: " + "; ".join(c.describe() for c in self.failing)
+
+    def to_dict(self) -> dict:
+        return {
+            "event": "ldtm.gate",
+            "ticker": self.ticker,
+            "model_id": self.model_id,
+            "backtest_id": self.backtest_id,
+            "passed": self.passed,
+            "folds": self.folds,
+            "n": self.n,
+            "direction_accuracy": self.direction_accuracy,
+            "always_up_accuracy": self.always_up_accuracy,
+            "mean_abs_pct_error": self.mean_abs_pct_error,
+            "leakage_rows": self.leakage_rows,
+            "criteria": [asdict(c) for c in self.criteria],
+            "failing": [asdict(c) for c in self.failing],
+            "summary": self.summary(),
+        }
+
+
+def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criterion]]:
+    """Pooled figures of the backtest folds and the criteria; pure, for tests and the sensor."""
+    n = sum(f["n"] for f in folds)
+    acc = sum(f["direction_accuracy"] * f["n"] for f in folds) / n if n else 0.0
+    up = sum(f["always_up_accuracy"] * f["n"] for f in folds) / n if n else 0.0
+    err = sum(f["mean_abs_pct_error"] * f["n"] for f in folds) / n if n else float("inf")
+    leak = int(sum(f["leakage_rows"] for f in folds))
+    t = thresholds
+    criteria = [
+        Criterion("folds", len(folds), ">=", t.min_folds, len(folds) >= t.min_folds),
+        Criterion("direction_accuracy", acc, ">=", t.min_direction_accuracy, acc >= t.min_direction_accuracy),
+        Criterion("mean_abs_pct_error", err, "<=", t.max_mean_abs_pct_error, err <= t.max_mean_abs_pct_error),
+        Criterion("leakage_rows", leak, "<=", t.max_leakage_rows, leak <= t.max_leakage_rows),
+    ]
+    if t.beat_always_up_margin is not None:
+        margin = acc - up
+        criteria.append(
+            Criterion(
+                "margin_over_always_up",
+                margin,
+                ">",
+                t.beat_always_up_margin,
+                margin > t.beat_always_up_margin,
+            )
+        )
+    figures = {
+        "n": n,
+        "direction_accuracy": acc,
+        "always_up_accuracy": up,
+        "mean_abs_pct_error": err,
+        "leakage": leak,
+    }
+    return figures, criteria
+
+
+def newest_backtest(engine: Engine, model_id: int) -> tuple[str, list[dict]] | None:
+    with engine.connect() as conn:
+        latest = conn.execute(
+            select(backtest_folds.c.backtest_id)
+            .where(backtest_folds.c.model_id == model_id)
+            .order_by(backtest_folds.c.id.desc())
+            .limit(1)
+        ).scalar()
+        if latest is None:
+            return None
+        rows = conn.execute(
+            select(backtest_folds)
+            .where(backtest_folds.c.backtest_id == latest)
+            .order_by(backtest_folds.c.fold)
+        ).mappings()
+        return latest, [dict(r) for r in rows]
+
+
+def run_gate(
+    engine: Engine,
+    settings: Settings,
+    ticker: str,
+    model_id: int | None = None,
+    thresholds: GateThresholds | None = None,
+) -> GateReport:
+    thresholds = thresholds or GateThresholds.from_env()
+    if model_id is None:
+        cand = newest_candidate(engine, ticker)
+        if cand is None:
+            raise NotFoundError(f"{ticker} has no candidate model to gate")
+        model_id = cand.id
+    rec = get_model(engine, model_id)
+    if rec.ticker != ticker:
+        raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
+    if rec.status != "candidate":
+        raise InputError(f"model {model_id} of {ticker} is {rec.status}; the gate only judges candidates")
+    found = newest_backtest(engine, model_id)
+    if found is None:
+        raise NotFoundError(
+            f"no backtest for model {model_id} of {ticker}: run `ldtm backtest --ticker {ticker}` first"
+        )
+    backtest_id, folds = found
+    fig, criteria = evaluate(folds, thresholds)
+    report = GateReport(
+        ticker=ticker,
+        model_id=model_id,
+        backtest_id=backtest_id,
+        folds=len(folds),
+        n=fig["n"],
+        direction_accuracy=fig["direction_accuracy"],
+        always_up_accuracy=fig["always_up_accuracy"],
+        mean_abs_pct_error=fig["mean_abs_pct_error"],
+        leakage_rows=fig["leakage"],
+        criteria=criteria,
+        passed=all(c.passed for c in criteria),
+    )
+    if report.passed:
+        report.promoted = promote(engine, model_id, f"gate passed (backtest {backtest_id})", settings)
+    else:
+        # Recorded in the model's history too (status unchanged), so `registry history` shows why.
+        run_in_transaction(
+            engine,
+            lambda conn: record_event(
+                conn,
+                model_id,
+                ticker,
+                "candidate",
+                "candidate",
+                report.summary()[:2000],
+                dt.datetime.now(dt.UTC),
+            ),
+        )
+        report.notified = notify.send(report.to_dict(), settings.notify_webhook_url, text=report.summary())
+    return report

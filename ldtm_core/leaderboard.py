@@ -1,0 +1,72 @@
+"""The leaderboard (SPEC §9): rows of the `accuracy_30d` view plus the plain verdict against always-up."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from sqlalchemy import Engine, text
+
+from .errors import InputError
+
+MODES = ("all", "live", "replay")
+COLUMNS = [
+    "ticker",
+    "mode",
+    "n",
+    "hits",
+    "direction_accuracy",
+    "wilson_low",
+    "wilson_high",
+    "always_up_accuracy",
+    "persistence_accuracy",
+    "next_day_mape",
+    "next_monday_mape",
+    "one_month_mape",
+    "window_start",
+    "window_end",
+]
+
+
+def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a proportion (the same formula the view uses)."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def leaderboard(engine: Engine, mode: str = "all") -> pd.DataFrame:
+    """One row per ticker for `mode` (all / live / replay), best direction accuracy first.
+
+    `beats_always_up` / `beats_persistence` are True only when the model is strictly more accurate
+    than the baseline on the same rows.
+    """
+    if mode not in MODES:
+        raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
+    cols = ", ".join(COLUMNS)
+    # Fixed column list and a bound parameter: no user text reaches the SQL.
+    stmt = text(f"SELECT {cols} FROM accuracy_30d WHERE mode = :mode")  # noqa: S608
+    with engine.connect() as conn:
+        df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=COLUMNS)
+    for c in ("n", "hits"):
+        df[c] = df[c].astype("int64")
+    for c in ("window_start", "window_end"):  # SQLite views return dates as text
+        df[c] = pd.to_datetime(df[c]).dt.date
+    df["beats_always_up"] = df["direction_accuracy"] > df["always_up_accuracy"]
+    df["beats_persistence"] = df["direction_accuracy"] > df["persistence_accuracy"]
+    return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+
+
+def verdict(df: pd.DataFrame) -> str:
+    """One plain sentence about the always-up baseline."""
+    if df.empty:
+        return "No filled snapshots in the window yet: nothing to score."
+    beat = int(df["beats_always_up"].sum())
+    if beat == 0:
+        return f"No model beats the always-up baseline ({len(df)} tickers scored)."
+    if beat < len(df):
+        return f"{beat} of {len(df)} models beat always-up; {len(df) - beat} do not."
+    return f"All {len(df)} models beat always-up."

@@ -1,0 +1,129 @@
+"""fillback: batched actuals per horizon, independent horizons, dry run, idempotence, chain untouched."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+from accountability_helpers import ingest, make_model, make_settings
+from sqlalchemy import select, text
+
+from ldtm_core.audit import HASHED_COLUMNS, verify
+from ldtm_core.fillback import fillback
+from ldtm_core.ingest import ingest_frame
+from ldtm_core.schema import snapshots
+from ldtm_core.snapshots import predict
+
+TICKERS = ["AAPL", "QQQ"]
+
+
+def _rows(engine):
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(select(snapshots).order_by(snapshots.c.id)).mappings().all())
+
+
+@pytest.fixture
+def world(engine, db_url, tmp_path):
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, TICKERS)
+    for i, t in enumerate(TICKERS):
+        make_model(engine, settings, t, seed=i)
+    return settings, df
+
+
+def test_fills_every_horizon_from_the_prices(engine, world):
+    settings, df = world
+    dates = sorted(df["date"].unique())
+    for d in dates[-40:-30]:
+        predict(engine, settings, run_date=d)
+    before = _rows(engine)
+    res = fillback(engine, neutral_band_pct=0.25)
+    assert res.filled == {"next_day": 20, "next_monday": 20, "one_month": 20}
+    after = _rows(engine)
+    closes = df.set_index(["ticker", "date"])["close"]
+    for r in after.itertuples():
+        for h in ("next_day", "next_monday", "one_month"):
+            actual = closes[(r.ticker, getattr(r, f"{h}_date"))]
+            assert getattr(r, f"{h}_actual") == pytest.approx(actual)
+            pred = getattr(r, f"{h}_pred")
+            assert getattr(r, f"{h}_pct_error") == pytest.approx((pred - actual) / actual * 100)
+        move = (r.next_day_actual - r.run_date_close) / r.run_date_close * 100
+        want_dir = "bullish" if move > 0.25 else "bearish" if move < -0.25 else "neutral"
+        assert r.next_day_direction_actual == want_dir
+        assert bool(r.next_day_direction_correct) == (
+            np.sign(r.next_day_pred - r.run_date_close) == np.sign(r.next_day_actual - r.run_date_close)
+        )
+        assert r.filled_at is not None
+    # prediction columns untouched, chain intact
+    pd.testing.assert_frame_equal(before[list(HASHED_COLUMNS)], after[list(HASHED_COLUMNS)])
+    assert verify(engine).ok
+    # idempotent
+    again = fillback(engine)
+    assert again.total_filled == 0 and again.rows_pending == 0
+    pd.testing.assert_frame_equal(after, _rows(engine))
+
+
+def test_horizons_fill_independently_as_prices_arrive(engine, world):
+    settings, df = world
+    dates = sorted(df["date"].unique())
+    d = dates[-30]
+    # Pretend the future has not happened yet: keep prices only up to d + 1 session.
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM prices WHERE date > :d"), {"d": dates[-29]})
+    predict(engine, settings, run_date=d)
+    row0 = _rows(engine).iloc[0]
+    monday_known = 2 if row0.next_monday_date <= dates[-29] else 0
+    res = fillback(engine)
+    assert res.filled == {"next_day": 2, "next_monday": monday_known, "one_month": 0}
+    row = _rows(engine).iloc[0]
+    assert row.next_day_actual > 0 and pd.isna(row.one_month_actual) and pd.isna(row.one_month_pct_error)
+    first_filled_at = row.filled_at
+    # The rest of history arrives: the other horizons fill, next_day is not rewritten.
+    ingest_frame(engine, df[df.date > dates[-29]], "synthetic")
+    res2 = fillback(engine)
+    assert res2.filled == {"next_day": 0, "next_monday": 2 - monday_known, "one_month": 2}
+    row2 = _rows(engine).iloc[0]
+    assert row2.next_day_actual == row.next_day_actual and row2.one_month_actual > 0
+    assert row2.filled_at >= first_filled_at
+
+
+def test_dry_run_lists_pending_and_writes_nothing(engine, world):
+    settings, df = world
+    dates = sorted(df["date"].unique())
+    predict(engine, settings, run_date=dates[-3])  # next_day and maybe next_monday known, one_month not
+    before = _rows(engine)
+    res = fillback(engine, dry_run=True)
+    assert res.dry_run and res.total_filled == 0
+    pd.testing.assert_frame_equal(before, _rows(engine))
+    horizons = {(p.ticker, p.horizon) for p in res.pending}
+    assert {("AAPL", "next_day"), ("QQQ", "next_day")} <= horizons
+    assert not any(p.horizon == "one_month" for p in res.pending)
+    closes = df.set_index(["ticker", "date"])["close"]
+    for p in res.pending:
+        assert p.actual == pytest.approx(closes[(p.ticker, p.target_date)])
+    real = fillback(engine)
+    assert real.total_filled == len(res.pending)
+
+
+def test_concurrent_fillbacks_fill_each_value_once(engine, world):
+    settings, df = world
+    for d in sorted(df["date"].unique())[-60:-40]:
+        predict(engine, settings, run_date=d)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(fillback(engine))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    total = {h: sum(r.filled[h] for r in results) for h in ("next_day", "next_monday", "one_month")}
+    assert total == {"next_day": 40, "next_monday": 40, "one_month": 40}

@@ -1,0 +1,227 @@
+"""accuracy_30d + leaderboard: every number against a hand-built set of filled rows, on both databases."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+
+import pytest
+from sqlalchemy import insert
+
+from ldtm_core.errors import InputError
+from ldtm_core.leaderboard import leaderboard, verdict
+from ldtm_core.schema import model_registry, snapshots
+
+LATEST = dt.date(2024, 5, 31)
+
+
+def wilson(hits, n, z=1.96):
+    p = hits / n
+    denom = 1 + z**2 / n
+    centre = p + z**2 / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
+    return (centre - spread) / denom, (centre + spread) / denom
+
+
+def _model(conn, ticker):
+    now = dt.datetime.now(dt.UTC)
+    return conn.execute(
+        insert(model_registry)
+        .values(
+            ticker=ticker,
+            status="candidate",
+            profile="demo",
+            arch_signature="sig",
+            config_json="{}",
+            trained_on_date=dt.date(2024, 1, 2),
+            checkpoint_path="x",
+            checkpoint_sha256="0" * 64,
+            created_at=now,
+            updated_at=now,
+        )
+        .returning(model_registry.c.id)
+    ).scalar_one()
+
+
+def _row(ticker, model_id, run_date, close, prev, pred, actual, mode, nm_err, om_err, filled=True):
+    sign = lambda v: (v > 0) - (v < 0)  # noqa: E731
+    r = {
+        "ticker": ticker,
+        "run_date": run_date,
+        "run_date_close": close,
+        "prev_close": prev,
+        "model_id": model_id,
+        "model_version": "v1",
+        "model_status": "candidate",
+        "mode": mode,
+        "next_day_pred": pred,
+        "next_monday_pred": pred,
+        "one_month_pred": pred,
+        "direction_pred": "neutral",
+        "next_day_date": run_date + dt.timedelta(days=1),
+        "next_monday_date": run_date + dt.timedelta(days=3),
+        "one_month_date": run_date + dt.timedelta(days=30),
+        "run_id": "r",
+        "created_at": dt.datetime.now(dt.UTC),
+        "prev_hash": f"{ticker}{run_date}{mode}",
+        "row_hash": "h",
+    }
+    r |= dict.fromkeys(
+        [
+            "next_day_actual",
+            "next_day_pct_error",
+            "next_day_direction_correct",
+            "next_monday_actual",
+            "next_monday_pct_error",
+            "one_month_actual",
+            "one_month_pct_error",
+        ]
+    )
+    if filled:
+        r |= {
+            "next_day_actual": actual,
+            "next_day_pct_error": (pred - actual) / actual * 100,
+            "next_day_direction_correct": sign(pred - close) == sign(actual - close),
+            "next_monday_actual": actual,
+            "next_monday_pct_error": nm_err,
+            "one_month_actual": actual,
+            "one_month_pct_error": om_err,
+        }
+    return r
+
+
+def _build(engine):
+    """Two tickers, mixed modes, edge rows at the window boundary; returns the rows inside the window."""
+    rng = random.Random(3)
+    rows, inside = [], []
+    with engine.begin() as conn:
+        ids = {t: _model(conn, t) for t in ("AAA", "BBB")}
+        for t in ("AAA", "BBB"):
+            for k in range(0, 36):
+                d = LATEST - dt.timedelta(days=k)
+                close = 100 + rng.uniform(-5, 5)
+                prev = [close, close * 1.01, close * 0.99][k % 3]
+                actual = close * (1 + rng.choice([-0.02, -0.01, 0.0, 0.01, 0.02, 0.03]))
+                pred = close * (1 + rng.uniform(-0.02, 0.02))
+                mode = "replay" if k % 4 else "live"
+                nm = rng.uniform(-8, 8)
+                om = None if k % 5 == 0 else rng.uniform(-12, 12)  # one-month not known on some rows
+                r = _row(t, ids[t], d, close, prev, pred, actual, mode, nm, om)
+                rows.append(r)
+                if k <= 29:  # LATEST - 29 days is still in the window; -30 is out
+                    inside.append(r)
+            # A newer row that is not filled yet: excluded, and it does not move the window.
+            rows.append(
+                _row(t, ids[t], LATEST + dt.timedelta(days=3), 100, 100, 101, 0, "live", 0, 0, filled=False)
+            )
+        conn.execute(insert(snapshots), rows)
+    return inside
+
+
+def _expected(rows):
+    n = len(rows)
+    hits = sum(bool(r["next_day_direction_correct"]) for r in rows)
+    up = sum(r["next_day_actual"] > r["run_date_close"] for r in rows)
+
+    def persist(r):
+        today = r["run_date_close"] - r["prev_close"]
+        tomorrow = r["next_day_actual"] - r["run_date_close"]
+        return (today > 0 and tomorrow > 0) or (today < 0 and tomorrow < 0) or (today == 0 and tomorrow == 0)
+
+    om = [abs(r["one_month_pct_error"]) for r in rows if r["one_month_pct_error"] is not None]
+    return {
+        "n": n,
+        "hits": hits,
+        "direction_accuracy": hits / n,
+        "wilson": wilson(hits, n),
+        "always_up_accuracy": up / n,
+        "persistence_accuracy": sum(map(persist, rows)) / n,
+        "next_day_mape": sum(abs(r["next_day_pct_error"]) for r in rows) / n,
+        "next_monday_mape": sum(abs(r["next_monday_pct_error"]) for r in rows) / n,
+        "one_month_mape": sum(om) / len(om),
+        "window_start": min(r["run_date"] for r in rows),
+        "window_end": max(r["run_date"] for r in rows),
+    }
+
+
+@pytest.mark.parametrize("mode", ["all", "live", "replay"])
+def test_every_number_matches_a_direct_computation(engine, mode):
+    inside = _build(engine)
+    board = leaderboard(engine, mode).set_index("ticker")
+    assert sorted(board.index) == ["AAA", "BBB"]
+    for t in ("AAA", "BBB"):
+        rows = [r for r in inside if r["ticker"] == t and (mode == "all" or r["mode"] == mode)]
+        exp = _expected(rows)
+        got = board.loc[t]
+        assert got["n"] == exp["n"] and got["hits"] == exp["hits"]
+        assert got["direction_accuracy"] == pytest.approx(exp["direction_accuracy"])
+        assert (got["wilson_low"], got["wilson_high"]) == pytest.approx(exp["wilson"])
+        assert got["wilson_low"] < got["direction_accuracy"] < got["wilson_high"]
+        for c in (
+            "always_up_accuracy",
+            "persistence_accuracy",
+            "next_day_mape",
+            "next_monday_mape",
+            "one_month_mape",
+        ):
+            assert got[c] == pytest.approx(exp[c]), c
+        assert got["window_end"] == exp["window_end"] and got["window_start"] == exp["window_start"]
+        assert bool(got["beats_always_up"]) == (exp["direction_accuracy"] > exp["always_up_accuracy"])
+    if mode == "all":
+        assert board["n"].tolist() == [30, 30]
+
+
+def test_small_known_case_and_verdict(engine):
+    """Four rows, 3 correct, 2 up days: accuracy 0.75, always-up 0.5, Wilson by hand."""
+    with engine.begin() as conn:
+        mid = _model(conn, "CCC")
+        d = dt.date(2024, 3, 1)
+        spec = [  # (close, prev, pred, actual)
+            (100.0, 99.0, 101.0, 102.0),  # up predicted, up happened: hit; persistence hit
+            (100.0, 101.0, 99.0, 98.0),  # down/down: hit; persistence hit
+            (100.0, 99.0, 101.0, 97.0),  # up/down: miss
+            (100.0, 100.0, 99.5, 99.0),  # down/down: hit; flat yesterday, not flat today: persistence miss
+        ]
+        conn.execute(
+            insert(snapshots),
+            [
+                _row("CCC", mid, d + dt.timedelta(days=i), c, p, pr, a, "live", 1.0 * i, 2.0)
+                for i, (c, p, pr, a) in enumerate(spec)
+            ],
+        )
+    got = leaderboard(engine).iloc[0]
+    assert (got["n"], got["hits"]) == (4, 3)
+    assert got["direction_accuracy"] == 0.75
+    assert got["always_up_accuracy"] == 0.25
+    assert got["persistence_accuracy"] == 0.5
+    assert got["next_monday_mape"] == pytest.approx((0 + 1 + 2 + 3) / 4)
+    lo, hi = wilson(3, 4)
+    assert (got["wilson_low"], got["wilson_high"]) == pytest.approx((lo, hi))
+    assert lo == pytest.approx(0.3006, abs=1e-4)  # the textbook value for 3/4
+    assert bool(got["beats_always_up"])
+    assert "All 1 models beat always-up" in verdict(leaderboard(engine))
+    assert leaderboard(engine, "replay").empty
+    assert "nothing to score" in verdict(leaderboard(engine, "replay"))
+
+
+def test_verdict_says_plainly_when_no_model_beats_always_up(engine):
+    with engine.begin() as conn:
+        mid = _model(conn, "DDD")
+        d = dt.date(2024, 3, 1)
+        # Every day goes up; the model always predicts down.
+        conn.execute(
+            insert(snapshots),
+            [
+                _row("DDD", mid, d + dt.timedelta(days=i), 100.0, 99.0, 99.0, 101.0, "live", 1, 1)
+                for i in range(5)
+            ],
+        )
+    board = leaderboard(engine)
+    assert board.iloc[0]["direction_accuracy"] == 0 and board.iloc[0]["always_up_accuracy"] == 1
+    assert verdict(board) == "No model beats the always-up baseline (1 tickers scored)."
+
+
+def test_bad_mode(engine):
+    with pytest.raises(InputError, match="mode"):
+        leaderboard(engine, "yesterday")
