@@ -150,7 +150,8 @@ def loop_throughput(n_samples: int, epochs: int, threads: int = 1, seed: int = 0
     ]
 
     # Warm-up (allocator, first-call dispatch) outside the clock.
-    loop.run(x[:256], y[:256], torch.arange(256))
+    warm = min(256, len(x))
+    loop.run(x[:warm], y[:warm], torch.arange(warm))
     _floor_epoch(model_c, opt_c, batches[:8], loss_fn)
     for i, (xb, yb) in enumerate(loader):
         _seed_epoch(model_b, opt_b, [(xb, yb)], loss_fn)
@@ -212,7 +213,8 @@ def _pool_probe(n_samples: int, epochs: int, seed: int) -> float:
     model, opt = _fresh(cfg)
     loop = EpochLoop(model, opt, cfg.batch_size)
     gen = torch.Generator().manual_seed(seed)
-    loop.run(x[:256], y[:256], torch.arange(256))
+    warm = min(256, len(x))
+    loop.run(x[:warm], y[:warm], torch.arange(warm))
     t = time.perf_counter()
     for _ in range(epochs):
         loop.run(x, y, torch.randperm(len(x), generator=gen))

@@ -186,7 +186,8 @@ def setup_device(device: torch.device, threads: int | None) -> None:
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        torch.cuda.set_device(device)
+        if device.index is not None:  # pin this process's default CUDA device (one worker, one GPU)
+            torch.cuda.set_device(device)
     else:
         # Concurrent jobs each get one thread by default: 2 x 1 beats 1 x 2 on a 2-core box.
         torch.set_num_threads(max(1, threads or 1))

@@ -1,0 +1,137 @@
+"""`ldtm train`, `ldtm export onnx`, `ldtm gpu slots`, `ldtm bench train`: outputs and exit codes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import torch
+from sqlalchemy import select, update
+from typer.testing import CliRunner
+
+from ldtm_core.cli import app
+from ldtm_core.db import get_engine
+from ldtm_core.ingest import ingest_frame
+from ldtm_core.schema import model_registry, prices
+from ldtm_core.synthetic import generate
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    torch.set_num_threads(1)
+
+
+@pytest.fixture
+def market(ldtm_env):
+    engine = get_engine(ldtm_env["url"])
+    df = generate(["AAPL", "NVDA", "FER"], "2022-01-03", "2023-12-29", seed=4)
+    df = df[(df.ticker != "FER") | (df.index % 1000 < 90)]  # FER: too little history
+    fer = df[df.ticker == "FER"]
+    ingest_frame(engine, df[df.ticker != "FER"], "synthetic")
+    ingest_frame(engine, fer.head(90), "synthetic")
+    return engine
+
+
+def _rows(engine):
+    with engine.connect() as conn:
+        return conn.execute(select(model_registry)).mappings().all()
+
+
+def _line(output, ticker):
+    return next(line for line in output.splitlines() if f" {ticker} " in line)
+
+
+def test_train_then_export(market, ldtm_env):
+    r = runner.invoke(
+        app,
+        ["train", "--tickers", "AAPL,FER", "--profile", "demo", "--set", "max_epochs=2", "--workers", "1"],
+    )
+    assert r.exit_code == 0, r.output
+    assert "trained" in _line(r.output, "AAPL") and "cpu" in _line(r.output, "AAPL")
+    assert "skipped" in _line(r.output, "FER") and "too little history" in _line(r.output, "FER")
+    (row,) = _rows(market)
+    assert row["ticker"] == "AAPL" and row["epochs"] == 2 and row["status"] == "candidate"
+
+    r = runner.invoke(app, ["export", "onnx", "--ticker", "AAPL"])
+    assert r.exit_code == 0, r.output
+    exported = list((ldtm_env["home"] / "exports").glob("*.onnx"))
+    assert len(exported) == 1 and exported[0].name.startswith("AAPL_")
+    assert "opset 17" in r.output
+
+    out = ldtm_env["home"] / "explicit.onnx"
+    r = runner.invoke(
+        app, ["export", "onnx", "--ticker", "AAPL", "--checkpoint", row["checkpoint_path"], "--out", str(out)]
+    )
+    assert r.exit_code == 0, r.output and out.is_file()
+
+    r = runner.invoke(app, ["export", "onnx", "--ticker", "NVDA"])
+    assert r.exit_code == 2 and "no active or candidate model" in r.output
+    # A checkpoint of another ticker is refused for this one.
+    r = runner.invoke(app, ["export", "onnx", "--ticker", "NVDA", "--checkpoint", row["checkpoint_path"]])
+    assert r.exit_code == 2 and "belongs to ticker AAPL" in r.output
+
+
+def test_failing_ticker_gives_nonzero_exit_others_trained(market, ldtm_env):
+    # A zero close in the middle of NVDA's history (a broken source) makes its features non-finite.
+    with market.begin() as conn:
+        conn.execute(
+            update(prices)
+            .where(prices.c.ticker == "NVDA", prices.c.date == dt.date(2023, 3, 1))
+            .values(close=0.0)
+        )
+    r = runner.invoke(
+        app, ["train", "-t", "AAPL,NVDA", "-p", "demo", "--set", "max_epochs=1", "--workers", "1"]
+    )
+    assert r.exit_code == 1, r.output
+    assert "trained" in _line(r.output, "AAPL") and "failed" in _line(r.output, "NVDA")
+    assert [row["ticker"] for row in _rows(market)] == ["AAPL"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "hidden_size=0"], "hidden_size"),
+        (["--set", "bogus=1"], "unknown"),
+        (["--profile", "giant"], "unknown profile"),
+        (["--as-of", "2024-13-01"], "--as-of"),
+    ],
+)
+def test_bad_train_options_exit_2_and_write_nothing(market, args, message):
+    r = runner.invoke(
+        app,
+        ["train", "--tickers", "AAPL", *(["--profile", "demo"] if "--profile" not in args else []), *args],
+    )
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert _rows(market) == []
+
+
+def test_ticker_outside_universe_refused(market):
+    r = runner.invoke(app, ["train", "--tickers", "ZZZZ", "--profile", "demo"])
+    assert r.exit_code == 2 and "not in the universe" in r.output
+
+
+def test_gpu_slots_command(monkeypatch):
+    import ldtm_core.gpu_slots as gs
+
+    monkeypatch.setattr(gs, "probe", lambda nvml=None: [gs.GpuMemory(0, "Fake GPU", 16000, 4000)])
+    r = runner.invoke(app, ["gpu", "slots"])
+    assert r.exit_code == 0, r.output
+    assert "Fake GPU" in r.output and "pool limit: 4 (cuda)" in r.output
+    monkeypatch.setattr(gs, "probe", lambda nvml=None: [])
+    r = runner.invoke(app, ["gpu", "slots"])
+    assert r.exit_code == 0 and "(cpu)" in r.output
+
+
+def test_bench_train_small():
+    r = runner.invoke(
+        app, ["bench", "train", "--samples", "128", "--epochs", "1", "--no-early-stop", "--pool-workers", "1"]
+    )
+    assert r.exit_code == 0, r.output
+    for label in ("(a) project loop", "(b) seed-style", "(c) floor", "a/c =", "a/b ="):
+        assert label in r.output
+    r = runner.invoke(app, ["bench", "train", "--samples", "10"])
+    assert r.exit_code == 2

@@ -1,0 +1,160 @@
+"""Slots from free VRAM (SPEC §6), with a fake NVML module standing in for the driver."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from ldtm_core import gpu_slots
+from ldtm_core.errors import InputError
+from ldtm_core.gpu_slots import GpuMemory, current_plan, plan_slots, probe
+
+MIB = 1024 * 1024
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801 - the real pynvml name
+    pass
+
+
+class FakeNVML:
+    """The subset of pynvml that probe() uses; memory in bytes like the real thing."""
+
+    def __init__(self, gpus, fail_on=None, exc=NVMLError):
+        self.gpus = gpus  # [(name, total_mib, free_mib)]
+        self.fail_on, self.exc = fail_on, exc
+        self.shutdowns = 0
+
+    def _maybe_fail(self, what):
+        if self.fail_on == what:
+            raise self.exc(what)
+
+    def nvmlInit(self):
+        self._maybe_fail("init")
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self):
+        self._maybe_fail("count")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        self._maybe_fail("handle")
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        self._maybe_fail("memory")
+        _, total, free = self.gpus[h]
+        return SimpleNamespace(total=total * MIB, free=free * MIB, used=(total - free) * MIB)
+
+    def nvmlDeviceGetName(self, h):
+        return self.gpus[h][0].encode() if h % 2 else self.gpus[h][0]  # bytes from old bindings too
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for var in (gpu_slots.ENV_PER_JOB, gpu_slots.ENV_HEADROOM, gpu_slots.ENV_MAX_SLOTS):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(gpu_slots, "cpu_count", lambda: 2)
+
+
+def test_zero_gpus_falls_back_to_cpu_pool():
+    nvml = FakeNVML([])
+    assert probe(nvml) == []
+    plan = current_plan(nvml)
+    assert (plan.kind, plan.total, plan.per_gpu) == ("cpu", 2, [])
+    assert "no GPU" in plan.reason
+    assert plan.devices() == ["cpu", "cpu"]
+    assert nvml.shutdowns == 2
+
+
+def test_one_gpu():
+    nvml = FakeNVML([("NVIDIA H100", 81559, 80000)])
+    (g,) = probe(nvml)
+    assert g == GpuMemory(0, "NVIDIA H100", 81559, 80000)
+    plan = current_plan(nvml)
+    assert plan.kind == "cuda"
+    assert plan.per_gpu == [(0, 80000, (80000 - 1024) // 600)] and plan.total == 131
+    assert plan.devices() == ["cuda:0"] * 131
+
+
+def test_several_gpus_spread_and_caps():
+    nvml = FakeNVML([("A", 24000, 8000), ("B", 24000, 4000), ("C", 24000, 1500)])
+    plan = current_plan(nvml)
+    assert [s for *_, s in plan.per_gpu] == [(8000 - 1024) // 600, (4000 - 1024) // 600, 0]
+    assert plan.total == 11 + 4
+    # The first jobs land on different cards.
+    assert plan.devices()[:3] == ["cuda:0", "cuda:1", "cuda:0"]
+    capped = plan_slots(probe(nvml), max_total=3)
+    assert capped.total == 3 and [s for *_, s in capped.per_gpu] == [2, 1, 0]
+    per = plan_slots(probe(nvml), max_per_gpu=2)
+    assert [s for *_, s in per.per_gpu] == [2, 2, 0] and per.total == 4
+
+
+def test_cotenant_holding_most_of_one_gpu_shrinks_only_that_gpu():
+    free_before = FakeNVML([("A", 16000, 15000), ("B", 16000, 15000)])
+    crowded = FakeNVML([("A", 16000, 15000), ("B", 16000, 1900)])  # a co-tenant took ~13 GB of B
+    before, after = current_plan(free_before), current_plan(crowded)
+    assert [s for *_, s in before.per_gpu] == [23, 23]
+    assert [s for *_, s in after.per_gpu] == [23, 1]
+    assert after.total == 24 < before.total
+    everything_taken = current_plan(FakeNVML([("A", 16000, 900)]))
+    assert everything_taken.kind == "cpu" and everything_taken.total == 2
+    assert everything_taken.per_gpu == [(0, 900, 0)] and "none has" in everything_taken.reason
+
+
+@pytest.mark.parametrize("fail_on", ["init", "count", "handle", "memory"])
+@pytest.mark.parametrize("exc", [NVMLError_LibraryNotFound, NVMLError, RuntimeError])
+def test_nvml_errors_give_no_gpus_and_a_cpu_pool(fail_on, exc):
+    nvml = FakeNVML([("A", 16000, 15000)], fail_on=fail_on, exc=exc)
+    assert probe(nvml) == []
+    plan = current_plan(nvml)
+    assert plan.kind == "cpu" and plan.total >= 1
+
+
+def test_missing_nvml_module(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name, *a, **k):
+        if name == "pynvml":
+            raise ImportError("No module named 'pynvml'")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    assert probe() == []
+
+
+def test_formula_never_below_zero_and_validates():
+    assert plan_slots([GpuMemory(0, "x", 1000, 10)]).per_gpu == [(0, 10, 0)]
+    assert plan_slots([GpuMemory(0, "x", 4000, 1024 + 1199)], per_job_mib=600).per_gpu[0][2] == 1
+    assert plan_slots([GpuMemory(0, "x", 4000, 1024 + 1200)], per_job_mib=600).per_gpu[0][2] == 2
+    with pytest.raises(InputError, match="per-job"):
+        plan_slots([], per_job_mib=0)
+    with pytest.raises(InputError, match="headroom"):
+        plan_slots([], headroom_mib=-1)
+
+
+def test_cpu_fallback_sizing():
+    assert plan_slots([], cpu_slots=8).total == 8
+    assert plan_slots([], cpu_slots=8, max_total=3).total == 3
+    assert plan_slots([], cpu_slots=0).total == 1  # at least one
+
+
+def test_env_overrides(monkeypatch):
+    nvml = FakeNVML([("A", 16000, 10000)])
+    monkeypatch.setenv(gpu_slots.ENV_PER_JOB, "1000")
+    monkeypatch.setenv(gpu_slots.ENV_HEADROOM, "2000")
+    assert current_plan(nvml).total == 8
+    monkeypatch.setenv(gpu_slots.ENV_MAX_SLOTS, "5")
+    assert current_plan(nvml).total == 5
+    assert current_plan(nvml, max_total=2).total == 2  # explicit beats env
+    monkeypatch.setenv(gpu_slots.ENV_PER_JOB, "lots")
+    with pytest.raises(InputError, match=gpu_slots.ENV_PER_JOB):
+        current_plan(nvml)
