@@ -37,16 +37,21 @@ def send(
     if not webhook_url:
         return NotifyResult(logged=True, posted=False)
     body = json.dumps(payload, sort_keys=True, default=str).encode()
-    req = urllib.request.Request(
-        webhook_url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "ldtm"},
-    )
     try:
+        req = urllib.request.Request(
+            webhook_url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "ldtm"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - operator-configured URL
             return NotifyResult(logged=True, posted=True, status=resp.status)
     except Exception as exc:  # noqa: BLE001 - a broken webhook must never break the gate
-        reason = getattr(exc, "reason", None) or type(exc).__name__
+        # ValueError text echoes the URL (which may hold a token): name the problem, not the URL.
+        reason = (
+            "invalid webhook URL"
+            if isinstance(exc, ValueError)
+            else getattr(exc, "reason", None) or type(exc).__name__
+        )
         log.warning("notification webhook %s failed: %s", _where(webhook_url), reason)
         return NotifyResult(logged=True, posted=False, status=getattr(exc, "code", None), error=str(reason))

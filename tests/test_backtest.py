@@ -1,0 +1,123 @@
+"""Walk-forward backtest: fold geometry, the purge, counted leakage, scores against the prices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from accountability_helpers import ingest, make_model, make_settings
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from ldtm_core import backtest as bt
+from ldtm_core import training
+from ldtm_core.calendar import next_session
+from ldtm_core.cli import app
+from ldtm_core.errors import InputError
+from ldtm_core.model import get_profile
+from ldtm_core.schema import backtest_folds
+
+CFG = get_profile("demo", max_epochs=2, patience=1)
+
+
+class AlwaysAbove(torch.nn.Module):
+    """Predicts twice the window's close range above its minimum: always 'up' unless the window is flat."""
+
+    def forward(self, x):
+        return torch.full((x.shape[0], 3), 2.0)
+
+
+@pytest.fixture
+def stub_fit(monkeypatch):
+    seen = []
+
+    def fake_fit(train, val, cfg, device=None, threads=None):
+        seen.append((train, val))
+        return training.FitResult(
+            model=AlwaysAbove(),
+            val_loss=0.0,
+            epochs=1,
+            best_epoch=1,
+            duration_s=0,
+            device="cpu",
+            samples_per_s=0,
+        )
+
+    monkeypatch.setattr(training, "fit", fake_fit)
+    return seen
+
+
+@pytest.fixture
+def world(engine, db_url, tmp_path):
+    s = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"], start="2022-01-03", end="2024-06-28")
+    mid = make_model(engine, s, "AAPL", cfg=CFG)
+    return s, df, mid
+
+
+def test_folds_purge_and_scores(engine, world, stub_fit):
+    s, df, mid = world
+    res = bt.run_backtest(engine, s, "AAPL", CFG, folds=3, test_sessions=40)
+    assert res.model_id == mid and len(res.folds) == 3 and res.leakage_rows == 0
+    closes = df.set_index("date")["close"]
+    dates = list(closes.index)
+    for f, (train, val) in zip(res.folds, stub_fit, strict=True):
+        # Purge: nothing used for fitting has a target after the cutoff.
+        for part in (train, val):
+            assert part.target_dates.max() <= np.datetime64(f.cutoff, "D")
+        assert f.test_start == next_session(f.cutoff) and f.n == 40
+        # Scores recomputed from the prices alone: the stub always predicts up.
+        i0 = dates.index(f.test_start)
+        test_days = dates[i0 : i0 + 40]
+        assert f.test_end == test_days[-1]
+        up = [closes[dates[dates.index(d) + 1]] > closes[d] for d in test_days]
+        assert f.always_up_accuracy == pytest.approx(np.mean(up))
+        assert f.direction_accuracy == pytest.approx(np.mean(up))
+    assert res.folds[0].cutoff < res.folds[1].cutoff < res.folds[2].cutoff
+    assert res.folds[2].test_end == dates[-2]  # the last session with a next-day answer
+    with engine.connect() as conn:
+        rows = pd.DataFrame(
+            conn.execute(select(backtest_folds).order_by(backtest_folds.c.fold)).mappings().all()
+        )
+    assert rows["fold"].tolist() == [1, 2, 3] and set(rows["backtest_id"]) == {res.backtest_id}
+    assert rows["model_id"].tolist() == [mid] * 3
+    assert rows["direction_accuracy"].tolist() == pytest.approx([f.direction_accuracy for f in res.folds])
+    assert rows["leakage_rows"].tolist() == [0, 0, 0]
+
+
+def test_a_planted_leak_is_counted(engine, world, stub_fit):
+    s, _, _ = world
+    res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30, _leak_train_sessions=5)
+    # Five more sessions of targets past the cutoff were allowed into fitting: five rows per fold.
+    assert [f.leakage_rows for f in res.folds] == [5, 5]
+    for f, (train, val) in zip(res.folds, stub_fit[-2:], strict=True):
+        used_late = sum(
+            int((p.target_dates.max(axis=1) > np.datetime64(f.cutoff, "D")).sum()) for p in (train, val)
+        )
+        assert used_late == 5
+    res2 = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30, _leak_test_rows=3)
+    assert [f.leakage_rows for f in res2.folds] == [3, 3]
+    assert all(f.test_start <= f.cutoff for f in res2.folds)
+
+
+def test_real_training_runs_and_bad_input(engine, world):
+    s, _, mid = world
+    torch.set_num_threads(1)
+    res = bt.run_backtest(engine, s, "AAPL", None, folds=2, model_id=mid, test_sessions=20)
+    assert len(res.folds) == 2 and res.leakage_rows == 0
+    for f in res.folds:
+        assert 0 <= f.direction_accuracy <= 1 and 0 < f.mean_abs_pct_error < 50
+        assert f.n_train > 0 and f.n_val > 0
+    with pytest.raises(InputError, match="cannot hold"):
+        bt.run_backtest(engine, s, "AAPL", CFG, folds=50, test_sessions=40)
+    with pytest.raises(InputError, match="folds"):
+        bt.run_backtest(engine, s, "AAPL", CFG, folds=0)
+
+
+def test_cli_backtest(engine, world, ldtm_env, stub_fit):
+    out = CliRunner().invoke(app, ["backtest", "--ticker", "AAPL", "--folds", "2", "--test-sessions", "25"])
+    assert out.exit_code == 0, out.output
+    assert "leakage 0" in out.output
+    bad = CliRunner().invoke(app, ["backtest", "--ticker", "ZZZZ"])
+    assert bad.exit_code == 2

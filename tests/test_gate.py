@@ -1,0 +1,195 @@
+"""Gate: criteria on the newest backtest, promotion on pass, notification (log + webhook) on fail."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from accountability_helpers import make_model, make_settings
+from sqlalchemy import insert
+from typer.testing import CliRunner
+
+from ldtm_core import registry
+from ldtm_core.cli import app
+from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.gate import GateThresholds, run_gate
+from ldtm_core.notify import send
+from ldtm_core.schema import backtest_folds
+
+
+def add_backtest(engine, model_id, folds, ticker="AAPL"):
+    """folds: list of (n, direction_accuracy, always_up_accuracy, mean_abs_pct_error, leakage_rows)."""
+    bid = str(uuid.uuid4())
+    now = dt.datetime.now(dt.UTC)
+    d = dt.date(2024, 1, 2)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(backtest_folds),
+            [
+                {
+                    "backtest_id": bid,
+                    "model_id": model_id,
+                    "ticker": ticker,
+                    "fold": i + 1,
+                    "cutoff": d,
+                    "train_start": d,
+                    "train_end": d,
+                    "test_start": d,
+                    "test_end": d,
+                    "n": n,
+                    "direction_accuracy": acc,
+                    "always_up_accuracy": up,
+                    "mean_abs_pct_error": err,
+                    "leakage_rows": leak,
+                    "created_at": now,
+                }
+                for i, (n, acc, up, err, leak) in enumerate(folds)
+            ],
+        )
+    return bid
+
+
+class Hook:
+    """A local webhook that records every POST."""
+
+    def __init__(self, status=200):
+        received = self.received = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append((self.headers["Content-Type"], json.loads(body)))
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook?token=secret"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def s(tmp_path, db_url):
+    return make_settings(tmp_path, db_url)
+
+
+def test_pass_promotes_and_pools_folds(engine, s):
+    old = make_model(engine, s, "AAPL", seed=1)
+    registry.promote(engine, old, "earlier", s)
+    mid = make_model(engine, s, "AAPL", seed=2, trained_on=dt.date(2024, 3, 1))
+    add_backtest(engine, mid, [(100, 0.40, 0.50, 9.0, 0), (100, 0.40, 0.5, 9.0, 0)])  # older, failing
+    add_backtest(engine, mid, [(60, 0.55, 0.50, 1.5, 0), (40, 0.60, 0.45, 2.0, 0)])  # newest: used
+    report = run_gate(engine, s, "AAPL")
+    assert report.passed and report.model_id == mid and report.folds == 2 and report.n == 100
+    assert report.direction_accuracy == pytest.approx((0.55 * 60 + 0.60 * 40) / 100)
+    assert report.always_up_accuracy == pytest.approx((0.50 * 60 + 0.45 * 40) / 100)
+    assert report.mean_abs_pct_error == pytest.approx((1.5 * 60 + 2.0 * 40) / 100)
+    assert "vs always-up" in report.summary()
+    assert report.promoted.version == "v1.2024-03-01" and report.promoted.retired_model_id == old
+    assert registry.active_model(engine, "AAPL").id == mid
+    assert report.notified is None
+
+
+@pytest.mark.parametrize(
+    "folds, thresholds, failing",
+    [
+        ([(50, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"folds"}),
+        ([(50, 0.51, 0.5, 1.0, 0), (50, 0.52, 0.5, 1.0, 0)], GateThresholds(), {"direction_accuracy"}),
+        ([(50, 0.60, 0.5, 5.5, 0), (50, 0.60, 0.5, 5.0, 0)], GateThresholds(), {"mean_abs_pct_error"}),
+        ([(50, 0.60, 0.5, 1.0, 1), (50, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"leakage_rows"}),
+        (
+            [(50, 0.56, 0.54, 1.0, 0), (50, 0.56, 0.54, 1.0, 0)],
+            GateThresholds(beat_always_up_margin=0.03),
+            {"margin_over_always_up"},
+        ),
+        (
+            [(50, 0.50, 0.6, 6.0, 2), (50, 0.50, 0.6, 6.0, 0)],
+            GateThresholds(beat_always_up_margin=0.0),
+            {"direction_accuracy", "mean_abs_pct_error", "leakage_rows", "margin_over_always_up"},
+        ),
+    ],
+)
+def test_each_criterion_fails_alone(engine, s, folds, thresholds, failing):
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, folds)
+    report = run_gate(engine, s, "AAPL", thresholds=thresholds)
+    assert not report.passed
+    assert {c.name for c in report.failing} == failing
+    assert registry.get_model(engine, mid).status == "candidate"
+    assert registry.history(engine, "AAPL")[-1].reason.startswith("gate FAILED")
+
+
+def test_fail_notifies_webhook_with_every_failing_criterion(engine, s, caplog):
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, [(80, 0.50, 0.55, 6.25, 0), (80, 0.50, 0.55, 6.25, 0)])
+    with Hook() as hook:
+        s2 = make_settings(s.home.parent, s.database_url, notify_webhook_url=hook.url)
+        with caplog.at_level(logging.WARNING, logger="ldtm.notify"):
+            report = run_gate(engine, s2, "AAPL")
+    assert not report.passed and report.notified.posted and report.notified.status == 200
+    ctype, payload = hook.received[0]
+    assert ctype == "application/json"
+    assert payload["ticker"] == "AAPL" and payload["passed"] is False
+    failing = {c["name"]: c for c in payload["failing"]}
+    assert failing["direction_accuracy"]["value"] == pytest.approx(0.50)
+    assert failing["direction_accuracy"]["threshold"] == 0.52
+    assert failing["mean_abs_pct_error"]["value"] == pytest.approx(6.25)
+    assert failing["mean_abs_pct_error"]["threshold"] == 5.0
+    assert payload["always_up_accuracy"] == pytest.approx(0.55)
+    assert "gate FAILED for AAPL" in caplog.text and "6.250" in caplog.text
+
+
+def test_a_broken_webhook_never_breaks_the_gate(engine, s, caplog):
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, [(10, 0.1, 0.5, 1, 0), (10, 0.1, 0.5, 1, 0)])
+    with Hook(status=500) as hook:
+        s500 = make_settings(s.home.parent, s.database_url, notify_webhook_url=hook.url)
+        report = run_gate(engine, s500, "AAPL")
+    assert not report.notified.posted and report.notified.status == 500
+    # Nothing listening at all, then an unparsable URL: still a report, never an exception.
+    for url in ("http://127.0.0.1:9/none", "not a url"):
+        with caplog.at_level(logging.WARNING, logger="ldtm.notify"):
+            res = send({"x": 1}, url, timeout=1.0)
+        assert res.logged and not res.posted and res.error
+    assert "secret" not in caplog.text
+
+
+def test_gate_errors(engine, s):
+    with pytest.raises(NotFoundError, match="no candidate"):
+        run_gate(engine, s, "AAPL")
+    mid = make_model(engine, s, "AAPL")
+    with pytest.raises(NotFoundError, match="no backtest"):
+        run_gate(engine, s, "AAPL")
+    registry.promote(engine, mid, "x", s)
+    with pytest.raises(InputError, match="only judges candidates"):
+        run_gate(engine, s, "AAPL", model_id=mid)
+
+
+def test_cli_gate_exit_codes_and_thresholds(engine, s, ldtm_env):
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, [(100, 0.53, 0.51, 2.0, 0), (100, 0.53, 0.51, 2.0, 0)])
+    runner = CliRunner()
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--min-accuracy", "60"])
+    assert out.exit_code == 1 and "direction_accuracy" in out.output and "60.00%" in out.output
+    assert registry.get_model(engine, mid).status == "candidate"
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--beat-always-up", "1"])
+    assert out.exit_code == 0, out.output
+    assert (
+        "always-up 51.00%" in " ".join(out.output.split())
+        and registry.get_model(engine, mid).status == "active"
+    )
