@@ -1,0 +1,16 @@
+"""Software-defined assets, by area: market data, models, accountability."""
+
+from .accountability import fillbacks, leaderboard, snapshots
+from .market import prices
+from .models import backtests, checkpoints, onnx_exports, promotions
+
+__all__ = [
+    "prices",
+    "checkpoints",
+    "backtests",
+    "promotions",
+    "onnx_exports",
+    "snapshots",
+    "fillbacks",
+    "leaderboard",
+]

@@ -1,0 +1,162 @@
+"""Accountability: snapshots (predictions recorded before the answer), fillbacks, the leaderboard."""
+
+import dataclasses
+import datetime as dt
+
+from dagster import (
+    AllPartitionMapping,
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetDep,
+    AssetExecutionContext,
+    BackfillPolicy,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from ldtm_core import audit, fillback
+from ldtm_core import leaderboard as board
+from ldtm_core import snapshots as snaps
+from ldtm_core.calendar import is_session
+from ldtm_core.errors import LDTMError
+
+from ..metadata import records_table
+from ..partitions import evening_partitions
+from ..plots import leaderboard_figure_markdown
+from ..pool import GPU_POOL
+from ..resources import AppDatabase, ArtifactStore
+
+
+@asset(
+    partitions_def=evening_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    pool=GPU_POOL,
+    # Every evening reads the serving model of every ticker: all `promotions` partitions.
+    deps=["prices", AssetDep("promotions", partition_mapping=AllPartitionMapping())],
+    group_name="accountability",
+    check_specs=[
+        AssetCheckSpec("one_per_ticker", asset="snapshots", blocking=True),
+        AssetCheckSpec("audit_chain_intact", asset="snapshots", blocking=True),
+    ],
+)
+def snapshots(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """Hash-chained predictions (3 horizons) per ticker for the evening, written before the outcome.
+
+    A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
+    """
+    engine, settings = database.engine(store), database.settings(store)
+    runs, duplicates, sessions = [], {}, 0
+    for key in context.partition_keys:
+        day = dt.date.fromisoformat(key)
+        if not is_session(day):
+            runs.append({"run_date": key, "status": "no session", "rows_written": 0})
+            continue
+        sessions += 1
+        try:
+            result = snaps.predict(engine, settings, run_date=day, tickers=store.tickers())
+        except LDTMError as exc:
+            raise Failure(f"snapshots {key}: {exc}") from None
+        runs.append(
+            {
+                "run_date": key,
+                "status": result.mode,
+                "rows_written": result.rows_written,
+                "rows_existing": result.rows_existing,
+                "predicted": len(result.tickers_predicted),
+                "bullish": result.cohort.get("bullish", 0),
+                "neutral": result.cohort.get("neutral", 0),
+                "bearish": result.cohort.get("bearish", 0),
+                "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
+                "used_candidate": ",".join(result.used_candidate),
+            }
+        )
+        counts = snaps.latest_rows(engine, day).groupby("ticker").size() if result.tickers_predicted else None
+        if counts is not None:
+            duplicates.update({f"{t} {key}": int(n) for t, n in counts.items() if n != 1})
+        missing = set(result.tickers_predicted) - set(counts.index if counts is not None else [])
+        duplicates.update({f"{t} {key}": 0 for t in missing})
+    report = audit.verify(engine)
+    last = runs[-1] if runs else {}
+    return MaterializeResult(
+        metadata={
+            "runs": records_table(runs),
+            "rows_written": sum(r.get("rows_written", 0) for r in runs),
+            "sessions": sessions,
+            "mode": last.get("status", ""),
+            "cohort": MetadataValue.json({k: last.get(k, 0) for k in ("bullish", "neutral", "bearish")}),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="one_per_ticker",
+                passed=not duplicates,
+                metadata={"evenings": sessions, "violations": MetadataValue.json(duplicates)},
+                description="every predicted ticker has exactly one snapshot row per evening",
+            ),
+            AssetCheckResult(
+                check_name="audit_chain_intact",
+                passed=report.ok,
+                metadata={
+                    "rows_checked": report.rows_checked,
+                    "problems": MetadataValue.json([_plain(p) for p in report.problems[:20]]),
+                },
+                description="every row's hash matches its prediction and links to its predecessor",
+            ),
+        ],
+    )
+
+
+def _plain(obj) -> dict:
+    return (
+        {k: str(v) for k, v in dataclasses.asdict(obj).items()}
+        if dataclasses.is_dataclass(obj)
+        else {"problem": str(obj)}
+    )
+
+
+@asset(deps=[snapshots, "prices"], group_name="accountability")
+def fillbacks(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched)."""
+    try:
+        result = fillback.fillback(database.engine(store))
+    except LDTMError as exc:
+        raise Failure(f"fillbacks: {exc}") from None
+    return MaterializeResult(
+        metadata={
+            "rows_pending": result.rows_pending,
+            "filled": result.total_filled,
+            **{f"filled_{h}": n for h, n in result.filled.items()},
+        }
+    )
+
+
+@asset(deps=[fillbacks], group_name="accountability")
+def leaderboard(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """Per-ticker accuracy over the last 30 days of filled snapshots, beside always-up and persistence."""
+    engine = database.engine(store)
+    try:
+        table = board.leaderboard(engine, mode="all")
+    except LDTMError as exc:
+        raise Failure(f"leaderboard: {exc}") from None
+    rows = table.to_dict("records")
+    metadata = {
+        "verdict": board.verdict(table),
+        "tickers": len(rows),
+        "beats_always_up": int(table["beats_always_up"].sum()) if rows else 0,
+        "mean_direction_accuracy": float(table["direction_accuracy"].mean()) if rows else 0.0,
+        "table": records_table(rows),
+        "leaderboard": MetadataValue.md(
+            table.to_markdown(index=False, floatfmt=".3f") if rows else "_no filled snapshots yet_"
+        ),
+    }
+    plot = leaderboard_figure_markdown(engine, table)
+    if plot:
+        metadata["plot"] = MetadataValue.md(plot)
+    return MaterializeResult(metadata=metadata)

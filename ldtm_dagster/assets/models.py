@@ -1,0 +1,269 @@
+"""Models per ticker: checkpoints -> backtests -> promotions (the gate) -> onnx_exports.
+
+All four are partitioned by ticker and accept multi-partition (single-run) backfills: the bodies read
+`context.partition_keys` and write to the database and the artifact store themselves (no IO manager).
+
+`features` is not a separate asset: the 11 features and the 30-day windows are recomputed from
+`prices` inside training, backtests and inference (milliseconds per ticker, SPEC §3-4), so storing
+them would add a copy that could drift from the prices without making anything faster.
+"""
+
+import datetime as dt
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    Failure,
+    MaterializeResult,
+    asset,
+)
+from pydantic import Field
+
+from ldtm_core import backtest, export, gate, registry, training_pool
+from ldtm_core.errors import LDTMError
+
+from ..metadata import records_table
+from ..partitions import ticker_partitions
+from ..pool import GPU_POOL, step_workers
+from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+
+SINGLE_RUN = BackfillPolicy.single_run()
+
+
+class CheckpointsConfig(Config):
+    as_of: str = Field("", description="train only on prices up to this date (YYYY-MM-DD); empty = all")
+
+
+class BacktestsConfig(Config):
+    folds: int = Field(3, ge=2, description="walk-forward folds (the gate needs at least 2)")
+
+
+@asset(
+    partitions_def=ticker_partitions,
+    backfill_policy=SINGLE_RUN,
+    pool=GPU_POOL,
+    deps=["prices"],
+    group_name="models",
+    kinds={"pytorch"},
+)
+def checkpoints(
+    context: AssetExecutionContext,
+    config: CheckpointsConfig,
+    store: ArtifactStore,
+    database: AppDatabase,
+    training: TrainingProfile,
+    gpu: GpuProbe,
+) -> MaterializeResult:
+    """One trained LSTM checkpoint per ticker, registered as a `candidate` in the model registry."""
+    tickers = list(context.partition_keys)
+    as_of = _as_of(config.as_of)
+    plan = gpu.plan()
+    workers = step_workers(context, plan, training.max_workers)
+    database.engine(store)  # migrate before worker processes open their own connections
+    context.log.info(f"training {len(tickers)} ticker(s) on {workers} worker(s): {plan.reason}")
+    try:
+        outcomes = training_pool.train_many(
+            database.settings(store),
+            tickers,
+            training.profile,
+            overrides=training.overrides(),
+            as_of=as_of,
+            plan=plan,
+            max_workers=workers,
+        )
+    except LDTMError as exc:
+        raise Failure(f"checkpoints: {exc}") from None
+    rows = [
+        {
+            "ticker": o.ticker,
+            "device": o.device or "",
+            "duration_s": round(o.duration_s, 2),
+            "epochs": o.epochs,
+            "status": o.status,
+            "val_loss": o.val_loss,
+            "model_id": o.model_id,
+            "reason": o.reason,
+        }
+        for o in outcomes
+    ]
+    metadata = {
+        "summary": records_table(rows),
+        "trained": sum(o.status == "trained" for o in outcomes),
+        "skipped": sum(o.status == "skipped" for o in outcomes),
+        "failed": sum(o.status == "failed" for o in outcomes),
+        "workers": workers,
+        "slot_plan": f"{plan.kind} x{plan.total}: {plan.reason}",
+        "profile": training.profile,
+        "wall_s": round(sum(o.duration_s for o in outcomes), 2),
+    }
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        # The other tickers' candidates are registered; the run fails so the partitions are retried.
+        raise Failure(
+            f"training failed for {', '.join(o.ticker for o in failed)}: {failed[0].reason}",
+            metadata=metadata,
+        )
+    return MaterializeResult(metadata=metadata)
+
+
+def _as_of(value: str) -> dt.date | None:
+    if not value:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise Failure(f"as_of={value!r} is not a date (YYYY-MM-DD)") from None
+
+
+@asset(
+    partitions_def=ticker_partitions,
+    backfill_policy=SINGLE_RUN,
+    pool=GPU_POOL,
+    deps=[checkpoints],
+    group_name="models",
+    kinds={"pytorch"},
+    check_specs=[AssetCheckSpec("no_leakage", asset="backtests", blocking=True)],
+)
+def backtests(
+    context: AssetExecutionContext,
+    config: BacktestsConfig,
+    store: ArtifactStore,
+    database: AppDatabase,
+    training: TrainingProfile,
+    gpu: GpuProbe,
+) -> MaterializeResult:
+    """Walk-forward backtest folds (rows of `backtest_folds`) of each ticker's newest candidate."""
+    engine, settings = database.engine(store), database.settings(store)
+    threads = step_workers(context, gpu.plan(), training.max_workers)
+    rows, leakage = [], 0
+    for ticker in context.partition_keys:
+        candidate = registry.newest_candidate(engine, ticker)
+        if candidate is None:
+            rows.append({"ticker": ticker, "status": "no candidate"})
+            continue
+        try:
+            result = backtest.run_backtest(
+                engine, settings, ticker, folds=config.folds, model_id=candidate.id, threads=threads
+            )
+        except LDTMError as exc:
+            raise Failure(f"backtests: {ticker}: {exc}") from None
+        leakage += result.leakage_rows
+        rows.append(
+            {
+                "ticker": ticker,
+                "status": "ok",
+                "model_id": candidate.id,
+                "folds": len(result.folds),
+                "n": result.n,
+                "direction_accuracy": result.direction_accuracy,
+                "always_up_accuracy": result.always_up_accuracy,
+                "mean_abs_pct_error": result.mean_abs_pct_error,
+                "leakage_rows": result.leakage_rows,
+                "duration_s": round(result.duration_s, 2),
+            }
+        )
+    return MaterializeResult(
+        metadata={"summary": records_table(rows), "leakage_rows": leakage, "tickers": len(rows)},
+        check_results=[
+            AssetCheckResult(
+                check_name="no_leakage",
+                passed=leakage == 0,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"leakage_rows": leakage},
+                description="test rows dated <= cutoff or training targets dated > cutoff (must be 0)",
+            )
+        ],
+    )
+
+
+@asset(
+    partitions_def=ticker_partitions,
+    backfill_policy=SINGLE_RUN,
+    deps=[backtests],
+    group_name="models",
+)
+def promotions(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """Promotion gate decisions: a passing candidate becomes the ticker's active (versioned) model.
+
+    Materialised by `promotion_gate_sensor` whenever a ticker's backtest lands. Every row states the
+    model's accuracy beside always-up on the same folds; a failing candidate stays a candidate.
+    """
+    engine, settings = database.engine(store), database.settings(store)
+    rows = []
+    for ticker in context.partition_keys:
+        candidate = registry.newest_candidate(engine, ticker)
+        if candidate is None:
+            active = registry.active_model(engine, ticker)
+            rows.append(
+                {"ticker": ticker, "decision": "no candidate", "active_version": active and active.version}
+            )
+            continue
+        try:
+            report = gate.run_gate(engine, settings, ticker, model_id=candidate.id)
+        except LDTMError as exc:
+            raise Failure(f"promotions: {ticker}: {exc}") from None
+        context.log.info(report.summary())
+        rows.append(
+            {
+                "ticker": ticker,
+                "decision": "promoted" if report.passed else "held",
+                "model_id": report.model_id,
+                "active_version": report.promoted.version if report.promoted else None,
+                "direction_accuracy": report.direction_accuracy,
+                "always_up_accuracy": report.always_up_accuracy,
+                "mean_abs_pct_error": report.mean_abs_pct_error,
+                "leakage_rows": report.leakage_rows,
+                "failing": "; ".join(c.describe() for c in report.failing),
+            }
+        )
+    return MaterializeResult(
+        metadata={
+            "summary": records_table(rows),
+            "promoted": sum(r["decision"] == "promoted" for r in rows),
+            "held": sum(r["decision"] == "held" for r in rows),
+        }
+    )
+
+
+@asset(
+    partitions_def=ticker_partitions,
+    backfill_policy=SINGLE_RUN,
+    deps=[promotions],
+    group_name="models",
+    kinds={"onnx"},
+)
+def onnx_exports(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """ONNX (opset 17, dynamic batch) of each ticker's active model, verified against PyTorch."""
+    engine, settings = database.engine(store), database.settings(store)
+    rows = []
+    for ticker in context.partition_keys:
+        model = registry.active_model(engine, ticker)
+        if model is None:
+            rows.append({"ticker": ticker, "status": "no active model"})
+            continue
+        out = settings.export_dir / f"{ticker}_ldtm_{model.version or model.id}.onnx"
+        try:
+            result = export.export_onnx(model.promoted_path or model.checkpoint_path, out)
+        except LDTMError as exc:
+            raise Failure(f"onnx_exports: {ticker}: {exc}") from None
+        rows.append(
+            {
+                "ticker": ticker,
+                "status": "exported",
+                "model_id": model.id,
+                "path": str(result.path),
+                "opset": result.opset,
+                "max_abs_diff": result.max_abs_diff,
+            }
+        )
+    return MaterializeResult(
+        metadata={"summary": records_table(rows), "exported": sum(r["status"] == "exported" for r in rows)}
+    )

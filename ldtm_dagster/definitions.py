@@ -1,0 +1,20 @@
+"""The code location: every asset, check, job, schedule and sensor, with resources from the environment."""
+
+from __future__ import annotations
+
+from dagster import Definitions
+
+from . import assets, checks
+from .jobs import nightly_job, promotion_job, retrain_job
+from .resources import resources_from_env
+from .schedules import nightly, weekly_retrain
+from .sensors import gpu_pool_sensor, promotion_gate_sensor
+
+defs = Definitions(
+    assets=[getattr(assets, name) for name in assets.__all__],
+    asset_checks=[checks.prices_ohlc_consistent, checks.prices_sessions_complete],
+    jobs=[nightly_job, retrain_job, promotion_job],
+    schedules=[nightly, weekly_retrain],
+    sensors=[gpu_pool_sensor, promotion_gate_sensor],
+    resources=resources_from_env(),
+)

@@ -1,0 +1,169 @@
+"""The whole graph for a small universe, through Dagster, on the embedded defaults; prints the leaderboard.
+
+    python -m ldtm_dagster.demo            # demo universe, synthetic prices, demo profile
+
+Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforced):
+  1. prices                 synthetic market for the universe
+  2. checkpoints, backtests one single-run backfill over every ticker partition, trained on data up
+                            to the replay start only, so the replayed evenings are out of sample
+  3. promotions, onnx_exports  the gate per ticker (what promotion_gate_sensor launches)
+  4. snapshots              a single-run backfill of the last evenings: `replay` rows
+  5. fillbacks, leaderboard
+
+The app database is SQLite under LDTM_HOME (default ./.ldtm) unless LDTM_DATABASE_URL is set. The
+Dagster instance is $DAGSTER_HOME when set (runs then show in `make dev`), else a temporary one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+from dagster import DagsterInstance, materialize
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from ldtm_core import calendar
+from ldtm_core.leaderboard import verdict
+
+from . import assets, checks
+from .partitions import evening_partitions
+from .pool import GPU_RUN_TAGS, sync_pool_limit
+from .resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+
+ALL_ASSETS = [getattr(assets, name) for name in assets.__all__]
+REPO_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+
+
+@contextmanager
+def demo_instance():
+    """$DAGSTER_HOME's instance, else a temporary one with the repo's dagster.yaml (pools need one)."""
+    if os.environ.get("DAGSTER_HOME"):
+        yield DagsterInstance.get()
+        return
+    with tempfile.TemporaryDirectory(prefix="ldtm_dagster_") as home:
+        shutil.copy(REPO_YAML, Path(home) / "dagster.yaml")
+        instance = DagsterInstance.from_config(home)
+        try:
+            yield instance
+        finally:
+            instance.dispose()
+
+
+def demo_resources(universe: str = "demo", profile: str = "demo", max_epochs: int | None = None) -> dict:
+    return {
+        "store": ArtifactStore(home=os.environ.get("LDTM_HOME") or ".ldtm", universe=universe),
+        "database": AppDatabase(url=os.environ.get("LDTM_DATABASE_URL", "")),
+        "training": TrainingProfile(profile=profile, max_epochs=max_epochs),
+        "gpu": GpuProbe(),
+    }
+
+
+def _range_tags(keys: list[str]) -> dict:
+    return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
+
+
+def run_demo(
+    instance: DagsterInstance,
+    resources: dict,
+    *,
+    start: str = "2023-01-03",
+    end: str = "2024-12-31",
+    replay_sessions: int = 30,
+    folds: int = 2,
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
+    """Materialise the whole graph (steps in the module doc); returns the leaderboard table."""
+    store: ArtifactStore = resources["store"]
+    tickers = store.tickers()
+    end_day = calendar.latest_session_on_or_before(dt.date.fromisoformat(end))
+    evenings = [
+        k
+        for k in evening_partitions.get_partition_keys(
+            current_time=dt.datetime.combine(end_day, dt.time(23, 59))
+        )
+        if calendar.is_session(k)
+    ][-replay_sessions:]
+    replay_start = evenings[0]
+
+    def run(step: str, selection: list, **kw) -> None:
+        log(f"[demo] {step}")
+        result = materialize(
+            ALL_ASSETS + [checks.prices_ohlc_consistent, checks.prices_sessions_complete],
+            selection=selection,
+            instance=instance,
+            resources=resources,
+            **kw,
+        )
+        assert result.success, f"demo step failed: {step}"
+
+    plan = resources["gpu"].plan()
+    before, after = sync_pool_limit(instance, plan)
+    log(f"[demo] gpu pool limit {before} -> {after} ({plan.kind}): {plan.reason}")
+
+    run(
+        "prices",
+        [assets.prices],
+        run_config={"ops": {"prices": {"config": {"start": start, "end": str(end_day)}}}},
+    )
+    run(
+        f"checkpoints + backtests for {len(tickers)} tickers in one run (trained up to {replay_start})",
+        [assets.checkpoints, assets.backtests],
+        tags={**_range_tags(tickers), **GPU_RUN_TAGS},
+        run_config={
+            "ops": {
+                "checkpoints": {"config": {"as_of": replay_start}},
+                "backtests": {"config": {"folds": folds}},
+            }
+        },
+    )
+    run("promotion gate + ONNX export", [assets.promotions, assets.onnx_exports], tags=_range_tags(tickers))
+    run(
+        f"snapshots: replay of {len(evenings)} evenings {evenings[0]}..{evenings[-1]}",
+        [assets.snapshots],
+        tags={**_range_tags(evenings), **GPU_RUN_TAGS},
+    )
+    run("fillbacks + leaderboard", [assets.fillbacks, assets.leaderboard])
+
+    from ldtm_core.leaderboard import leaderboard
+
+    return leaderboard(resources["database"].engine(store), mode="all")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ldtm_dagster.demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--universe", default=os.environ.get("LDTM_UNIVERSE") or "demo")
+    parser.add_argument("--profile", default="demo")
+    parser.add_argument("--max-epochs", type=int, default=None)
+    parser.add_argument("--start", default="2023-01-03")
+    parser.add_argument("--end", default="2024-12-31")
+    parser.add_argument("--replay-sessions", type=int, default=30)
+    args = parser.parse_args(argv)
+    resources = demo_resources(args.universe, args.profile, args.max_epochs)
+    with demo_instance() as instance:
+        table = run_demo(
+            instance, resources, start=args.start, end=args.end, replay_sessions=args.replay_sessions
+        )
+    cols = [
+        "ticker",
+        "n",
+        "direction_accuracy",
+        "wilson_low",
+        "wilson_high",
+        "always_up_accuracy",
+        "persistence_accuracy",
+        "next_day_mape",
+    ]
+    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(verdict(table))
+    return 0
+
+
+if __name__ == "__main__":  # guard: the training pool spawns worker processes
+    raise SystemExit(main())

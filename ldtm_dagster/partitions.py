@@ -1,0 +1,34 @@
+"""Partitions, in one place: one per ticker of the universe, and one per trading evening.
+
+The ticker partitions are read from `LDTM_UNIVERSE` when the code location loads (103 keys for
+`full`, 6 for `demo`); change the variable and reload the location to change them.
+
+Evening partitions follow the nightly cron (weekdays 18:15 America/New_York). `end_offset=1`
+makes an evening's partition exist from 18:15 that evening, so the nightly tick targets the
+evening that just closed. Weekday holidays are partitions too: the snapshots asset records
+"no session" for them and writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dagster import StaticPartitionsDefinition, TimeWindowPartitionsDefinition
+
+from ldtm_core.universe import load_universe
+
+NIGHTLY_CRON = "15 18 * * 1-5"
+MARKET_TZ = "America/New_York"
+EVENINGS_START = "2020-01-01"
+
+UNIVERSE_SPEC = os.environ.get("LDTM_UNIVERSE") or "demo"
+
+ticker_partitions = StaticPartitionsDefinition(load_universe(UNIVERSE_SPEC))
+
+evening_partitions = TimeWindowPartitionsDefinition(
+    start=EVENINGS_START,
+    cron_schedule=NIGHTLY_CRON,
+    timezone=MARKET_TZ,
+    fmt="%Y-%m-%d",
+    end_offset=1,
+)

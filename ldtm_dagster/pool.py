@@ -1,0 +1,45 @@
+"""The `gpu` concurrency pool: its limit follows free VRAM (SPEC §6), set on the Dagster instance.
+
+Every GPU-bound step (training, backtests, inference) declares `pool="gpu"`. The limit is written to
+the instance's event log storage, which every executor re-reads, so it holds across runs and within a
+single multi-partition run.
+"""
+
+from __future__ import annotations
+
+from dagster import AssetExecutionContext, DagsterInstance
+
+from ldtm_core.gpu_slots import SlotPlan
+
+GPU_POOL = "gpu"
+# Tag on runs that hold GPU steps, so they can be found and filtered (and capped in dagster.yaml).
+GPU_RUN_TAGS = {"ldtm/gpu": "true"}
+
+
+def pool_limit(instance: DagsterInstance) -> int | None:
+    """The limit the instance currently enforces for `gpu` (None when it enforces none)."""
+    return instance.event_log_storage.get_concurrency_info(GPU_POOL).limit
+
+
+def sync_pool_limit(instance: DagsterInstance, plan: SlotPlan) -> tuple[int | None, int]:
+    """Set the `gpu` pool to the plan's slot count; returns (previous, new). Writes only on change."""
+    info = instance.event_log_storage.get_concurrency_info(GPU_POOL)
+    if info.using_default_limit or info.limit is None or info.slot_count != plan.total:
+        instance.event_log_storage.set_concurrency_slots(GPU_POOL, plan.total)
+    return info.limit, plan.total
+
+
+def step_workers(context: AssetExecutionContext, plan: SlotPlan, cap: int | None = None) -> int:
+    """Worker processes one GPU step may start: the pool slots nobody else holds, within the plan.
+
+    A multi-partition run holds a single pool slot for its step but trains many tickers; it may use
+    the slots that are free, so one retrain run fills the pool without overrunning it.
+    """
+    workers = plan.total
+    info = context.instance.event_log_storage.get_concurrency_info(GPU_POOL)
+    if info.limit is not None:
+        own = any(s.run_id == context.run_id for s in info.claimed_slots)
+        workers = min(workers, info.limit - len(info.claimed_slots) + (1 if own else 0))
+    if cap is not None:
+        workers = min(workers, cap)
+    return max(1, workers)

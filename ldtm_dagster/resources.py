@@ -1,0 +1,154 @@
+"""Resources: the application database, the artifact store, the training profile and the GPU probe.
+
+Each is a `ConfigurableResource` whose defaults need nothing; `definitions.py` feeds them from the
+environment (`LDTM_DATABASE_URL`, `LDTM_HOME`, `LDTM_UNIVERSE`, `LDTM_PROFILE`, ...). Values are
+checked in `setup_for_execution`, before any asset body runs, so a bad value fails the run with a
+clear message and writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import ConfigurableResource, EnvVar, Failure, InitResourceContext
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from ldtm_core import gpu_slots
+from ldtm_core.config import Settings, masked_url
+from ldtm_core.db import get_engine
+from ldtm_core.errors import LDTMError
+from ldtm_core.migrate import upgrade
+from ldtm_core.model import ModelConfig, get_profile
+from ldtm_core.universe import load_universe
+
+_MIGRATED: set[str] = set()
+
+
+class ArtifactStore(ConfigurableResource):
+    """Where checkpoints, exports and the default SQLite database live, and which universe is served."""
+
+    home: str = ".ldtm"
+    universe: str = "demo"
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        try:
+            load_universe(self.universe)
+        except LDTMError as exc:
+            raise Failure(f"ArtifactStore.universe: {exc}") from None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.home).expanduser().resolve()
+
+    def tickers(self) -> list[str]:
+        return load_universe(self.universe)
+
+
+class AppDatabase(ConfigurableResource):
+    """The application database (prices, registry, snapshots, ...): any SQLAlchemy URL.
+
+    Empty `url` means SQLite at `{LDTM_HOME}/ldtm.db`. Migrations run once per process on first use.
+    """
+
+    url: str = ""
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        if self.url:
+            try:
+                make_url(self.url)
+            except Exception:  # noqa: BLE001 - SQLAlchemy's message would echo the URL, password included
+                raise Failure(
+                    f"AppDatabase.url is not a valid SQLAlchemy URL: {masked_url(self.url)}"
+                ) from None
+
+    def resolved_url(self, store: ArtifactStore) -> str:
+        return self.url or f"sqlite:///{store.path / 'ldtm.db'}"
+
+    def engine(self, store: ArtifactStore) -> Engine:
+        url = self.resolved_url(store)
+        if url not in _MIGRATED:
+            store.path.mkdir(parents=True, exist_ok=True)
+            upgrade(url)
+            _MIGRATED.add(url)
+        return get_engine(url)
+
+    def settings(self, store: ArtifactStore) -> Settings:
+        settings = Settings.from_env(
+            home=str(store.path), database_url=self.resolved_url(store), universe=store.universe
+        )
+        settings.ensure_dirs()
+        return settings
+
+
+class TrainingProfile(ConfigurableResource):
+    """The model profile (reference / upgrade / demo) and optional overrides used for training."""
+
+    profile: str = "reference"
+    max_epochs: int | None = None
+    max_workers: int | None = None
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        try:
+            self.config()
+        except LDTMError as exc:
+            raise Failure(f"TrainingProfile: {exc}") from None
+        if self.max_workers is not None and self.max_workers < 1:
+            raise Failure(f"TrainingProfile.max_workers must be >= 1, got {self.max_workers}")
+
+    def overrides(self) -> dict:
+        return {"max_epochs": self.max_epochs} if self.max_epochs is not None else {}
+
+    def config(self) -> ModelConfig:
+        return get_profile(self.profile, **self.overrides())
+
+
+class GpuProbe(ConfigurableResource):
+    """NVML view of free VRAM -> the `gpu` pool size (SPEC §6). Unset fields use LDTM_GPU_* or defaults."""
+
+    per_job_mib: int | None = None
+    headroom_mib: int | None = None
+    max_slots: int | None = None
+
+    def nvml_module(self):
+        """The NVML module to read; None means pynvml. Tests override this with a fake."""
+        return None
+
+    def plan(self) -> gpu_slots.SlotPlan:
+        kw = {
+            k: v
+            for k, v in (
+                ("per_job_mib", self.per_job_mib),
+                ("headroom_mib", self.headroom_mib),
+                ("max_total", self.max_slots),
+            )
+            if v is not None
+        }
+        try:
+            return gpu_slots.current_plan(nvml=self.nvml_module(), **kw)
+        except LDTMError as exc:
+            raise Failure(f"GpuProbe: {exc}") from None
+
+
+def _env(name: str, default):
+    """EnvVar(name) when the variable is set (the UI shows its name, not its value), else the default."""
+    if os.environ.get(name):
+        return (
+            EnvVar.int(name) if isinstance(default, int) and not isinstance(default, bool) else EnvVar(name)
+        )
+    return default
+
+
+def resources_from_env() -> dict:
+    """The resources of the code location, fed by LDTM_* environment variables; defaults need nothing."""
+    return {
+        "store": ArtifactStore(home=_env("LDTM_HOME", ".ldtm"), universe=_env("LDTM_UNIVERSE", "demo")),
+        "database": AppDatabase(url=_env("LDTM_DATABASE_URL", "")),
+        "training": TrainingProfile(
+            profile=_env("LDTM_PROFILE", "reference"),
+            max_epochs=EnvVar.int("LDTM_MAX_EPOCHS") if os.environ.get("LDTM_MAX_EPOCHS") else None,
+            max_workers=EnvVar.int("LDTM_MAX_WORKERS") if os.environ.get("LDTM_MAX_WORKERS") else None,
+        ),
+        "gpu": GpuProbe(),
+    }

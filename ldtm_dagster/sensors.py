@@ -1,0 +1,56 @@
+"""Sensors: keep the `gpu` pool sized to free VRAM, and run the promotion gate per backtest."""
+
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DefaultSensorStatus,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from .jobs import promotion_job
+from .partitions import ticker_partitions
+from .pool import sync_pool_limit
+from .resources import GpuProbe
+
+BACKTESTS = AssetKey("backtests")
+# Materializations read per tick; a longer backlog is worked off over the next ticks.
+BATCH = 500
+
+
+@sensor(minimum_interval_seconds=180, default_status=DefaultSensorStatus.RUNNING)
+def gpu_pool_sensor(context: SensorEvaluationContext, gpu: GpuProbe) -> SkipReason:
+    """Re-derive the `gpu` pool limit from NVML (CPU-sized without a GPU) and set it on the instance."""
+    plan = gpu.plan()
+    before, after = sync_pool_limit(context.instance, plan)
+    change = f"{before} -> {after}" if before != after else f"unchanged at {after}"
+    return SkipReason(f"gpu pool {change} ({plan.kind}): {plan.reason}")
+
+
+@sensor(job=promotion_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def promotion_gate_sensor(context: SensorEvaluationContext) -> SensorResult:
+    """One gate run per new `backtests` partition materialization (cursor = last storage id seen).
+
+    `@asset_sensor` would fire once when several tickers land between two ticks, so this reads
+    every materialization after the cursor; the run key (partition, storage id) makes a repeated
+    evaluation a no-op and a later re-materialization a new run.
+    """
+    after = int(context.cursor) if context.cursor else None
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=BACKTESTS, after_storage_id=after), limit=BATCH, ascending=True
+    ).records
+    known = set(ticker_partitions.get_partition_keys())
+    requests = []
+    for record in records:
+        key = record.partition_key
+        if key not in known:
+            context.log.warning(
+                f"backtests materialization {record.storage_id} has partition {key!r} not in the universe"
+            )
+            continue
+        requests.append(RunRequest(run_key=f"{key}:{record.storage_id}", partition_key=key))
+    cursor = str(records[-1].storage_id) if records else context.cursor
+    return SensorResult(run_requests=requests, cursor=cursor)
