@@ -28,7 +28,8 @@ REGIMES = {
     "high_volatility": (-0.0002, 0.032, 0.0),
 }
 REGIME_NAMES = tuple(REGIMES)
-LEVERED = {"TQQQ": 3.0, "SQQQ": -3.0}
+# The index ETF is the market factor itself; its levered siblings are multiples of it.
+LEVERED = {"QQQ": 1.0, "TQQQ": 3.0, "SQQQ": -3.0}
 
 
 def _rng(seed: int, *names: str) -> np.random.Generator:
