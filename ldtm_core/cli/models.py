@@ -195,7 +195,7 @@ def bench_train(
     console.print(table)
     ratios = r.ratios
     console.print(
-        f"a/c = {ratios['a/c']:.3f} (target >= 0.9)   a/b = {ratios['a/b']:.3f} (target > 1)   a+/c = {ratios['a+/c']:.3f}"
+        f"a/c = {ratios['a/c']:.3f} (target >= 0.9)   a/b = {ratios['a/b']:.3f} (target > 1)   a+/a = {ratios['a+/a']:.3f}"
     )
     if r.pool:
         per = ", ".join(f"{x:,.0f}" for x in r.pool["per_worker"])
