@@ -80,6 +80,7 @@ class FitResult:
     history: list[tuple[float, float]] = field(default_factory=list)  # (train_loss, val_loss) per epoch
     n_train: int = 0
     n_val: int = 0
+    loop_s: float = 0.0  # time inside the epoch loop proper (the rest: validation, copies, setup)
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -229,9 +230,12 @@ def fit(
     history: list[tuple[float, float]] = []
     stale = 0
     epoch = 0
+    loop_s = 0.0
     for epoch in range(1, cfg.max_epochs + 1):
         perm = torch.randperm(len(x_tr), generator=gen).to(dev)
+        t_loop = time.perf_counter()
         train_loss = loop.run(x_tr, y_tr, perm)
+        loop_s += time.perf_counter() - t_loop
         val_loss = evaluate(runner, x_va, y_va, ac_dtype)
         scheduler.step()
         history.append((train_loss, val_loss))
@@ -264,6 +268,7 @@ def fit(
         history=history,
         n_train=len(x_tr),
         n_val=len(x_va),
+        loop_s=loop_s,
     )
 
 

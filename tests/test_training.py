@@ -266,3 +266,15 @@ def test_train_many_refuses_bad_overrides_before_work(tmp_path, sqlite_url):
         train_many(_settings(tmp_path, sqlite_url), ["AAPL"], "demo", overrides={"hidden_size": 0})
     with pytest.raises(InputError, match="unknown profile"):
         train_many(_settings(tmp_path, sqlite_url), ["AAPL"], "tiny")
+
+
+def test_worker_devices_follow_the_plan():
+    from ldtm_core.training_pool import _devices_for
+
+    plan = SlotPlan(per_gpu=[(0, 9000, 2), (1, 5000, 1)], total=3, kind="cuda", reason="test")
+    got = _devices_for(plan, 3)
+    if torch.cuda.is_available():
+        assert got == ["cuda:0", "cuda:1", "cuda:0"]
+    else:  # NVML may see a GPU that a CPU-only torch build cannot use
+        assert got == ["cpu"] * 3
+    assert _devices_for(SlotPlan(total=2), 2) == ["cpu", "cpu"]

@@ -214,4 +214,9 @@ def bench_train(
             f"projected {p['tickers']}-ticker retrain: {p['wall_s'] / 60:.1f} min wall "
             f"({p['workers']} workers x 1 thread, {p['per_ticker_s']:.1f}s per ticker incl. x{p['contention_slowdown']:.2f} contention)"
         )
-    console.print(f"bench took {r.seconds:.0f}s")
+    from ..gpu_slots import cpu_count
+
+    console.print(
+        f"bench took {r.seconds:.0f}s on {cpu_count()} core(s); 1-min load average {r.load[0]:.2f} before, "
+        f"{r.load[1]:.2f} after (other processes' load lowers every absolute figure)"
+    )
