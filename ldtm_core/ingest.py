@@ -34,10 +34,10 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from .db import is_postgres, run_in_transaction, upsert
+from .db import is_postgres, run_in_transaction
 from .errors import InputError, LDTMError
 from .schema import TICKER, prices
 from .universe import validate_ticker
@@ -475,14 +475,21 @@ def write_prices(conn: Connection, df: pd.DataFrame, source: str) -> int:
     now = dt.datetime.now(dt.UTC)
     if is_postgres(conn):
         return _copy_merge(conn, df, source, now)
-    return upsert(
-        conn,
-        prices,
-        _records(df, source, now),
-        key=["ticker", "date"],
-        update=[*VALUE_COLUMNS, "source", "ingested_at"],
-        compare=VALUE_COLUMNS,
+    return _sqlite_upsert(conn, _records(df, source, now))
+
+
+def _sqlite_upsert(conn: Connection, records: list[dict]) -> int:
+    """One prepared ON CONFLICT statement run with executemany: SQLite reuses it per row, which is
+    ~10x faster than compiling multi-row VALUES statements (db.upsert) for large frames."""
+    stmt = sqlite.insert(prices)
+    excluded = stmt.excluded
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["ticker", "date"],
+        set_={c: excluded[c] for c in [*VALUE_COLUMNS, "source", "ingested_at"]},
+        where=or_(*[prices.c[c].is_distinct_from(excluded[c]) for c in VALUE_COLUMNS]),
     )
+    # sqlite3's executemany rowcount is the sum of changes(): rows skipped by WHERE count 0.
+    return max(conn.execute(stmt, records).rowcount or 0, 0)
 
 
 def _store(engine: Engine, df: pd.DataFrame, source: str, label: str) -> IngestResult:
