@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import exchange_calendars as xcals
 import numpy as np
 import pandas as pd
@@ -56,10 +58,12 @@ def test_some_tickers_list_late_and_the_rest_have_full_history(full_5y):
     full_len = sizes.max()
     late = set(sizes[sizes < full_len].index)
     assert late, "no late-listed ticker in the full universe"
-    assert late <= LATE_LISTINGS
+    assert late <= set(LATE_LISTINGS)
     assert {"AAPL", "TSLA", "NVDA", "QQQ"}.isdisjoint(late)
-    # Recent IPOs: between ~1.5 and 3 years of history, ending on the last session like everyone else.
-    assert sizes[list(late)].between(380, 760).all()
+    # Recent IPOs start on their listing day and end on the last session like everyone else.
+    first = full_5y.groupby("ticker")["date"].min()
+    for ticker in late:
+        assert first[ticker] == dt.date.fromisoformat(LATE_LISTINGS[ticker])
     last = full_5y.groupby("ticker")["date"].max()
     assert last.nunique() == 1
 
@@ -82,3 +86,14 @@ def test_levered_etfs_move_with_the_market(full_5y):
 def test_too_short_range_is_refused():
     with pytest.raises(InputError, match="fewer than 2 XNYS sessions"):
         generate(["AAPL"], "2024-12-25", "2024-12-25", seed=0)
+
+
+def test_prices_do_not_depend_on_the_requested_range():
+    """Nightly ingest extends `end` by a day: no already-stored price may change under the predictions."""
+    tickers = ["AAPL", "SQQQ", "FER"]
+    short = generate(tickers, "2024-01-02", "2024-06-28", seed=3)
+    longer = generate(tickers, "2021-01-04", "2024-07-31", seed=3)
+    merged = short.merge(longer, on=["ticker", "date"], suffixes=("_s", "_l"))
+    assert len(merged) == len(short)
+    for col in ("open", "high", "low", "close", "volume"):
+        assert (merged[f"{col}_s"] == merged[f"{col}_l"]).all(), col
