@@ -1,9 +1,11 @@
 """Fillback (SPEC §8): add the actual closes to snapshot rows once their target dates have prices.
 
-One query joins the pending rows to the three target-date closes. Each horizon is filled on its own
-(a next-day actual arrives weeks before the one-month one) by a batched UPDATE that only touches
-columns still NULL, so a rerun or a concurrent run never fills anything twice. Prediction columns are
-never written, so the audit chain stays valid.
+Each horizon is filled on its own (a next-day actual arrives weeks before the one-month one), all in
+one set-based `UPDATE snapshots ... FROM (pending rows LEFT JOIN prices on ticker + target date)`:
+the join is the single batched lookup of every needed close and the arithmetic runs in the database.
+A value is written only where that actual is still NULL, and runs are serialised, so a rerun or a
+concurrent run never fills anything twice. Prediction columns are never written,
+so the audit chain stays valid. The dry run is one SELECT with the same three joins.
 """
 
 from __future__ import annotations
@@ -11,17 +13,15 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-import numpy as np
-from sqlalchemy import Boolean, Engine, Float, Integer, String, and_, bindparam, column, or_, select, update
-from sqlalchemy import values as sa_values
+from sqlalchemy import Engine, and_, case, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from .config import Settings
-from .db import chunked, is_postgres, run_in_transaction
+from .db import run_in_transaction, write_lock
 from .schema import prices, snapshots
-from .snapshots import classify_direction
 
 HORIZONS = ("next_day", "next_monday", "one_month")
+FILL_LOCK = "ldtm:fillback"
 
 
 @dataclass
@@ -39,7 +39,7 @@ class FillbackResult:
     dry_run: bool
     pending: list[PendingFill] = field(default_factory=list)
     filled: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HORIZONS, 0))
-    rows_pending: int = 0  # snapshot rows with at least one fillable horizon
+    rows_pending: int = 0  # dry run: snapshot rows with at least one fillable horizon
 
     @property
     def total_filled(self) -> int:
@@ -68,92 +68,80 @@ def _pending(conn) -> list:
 
 
 def fillback(engine: Engine, dry_run: bool = False, neutral_band_pct: float | None = None) -> FillbackResult:
+    """Fill every horizon whose target date now has a price. Dry run: list the fills, write nothing."""
     # The same band as predict (LDTM_NEUTRAL_BAND_PCT, default 0.25 %) unless given.
     band = Settings.from_env().neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
     result = FillbackResult(dry_run=dry_run)
-    with engine.connect() as conn:
-        rows = _pending(conn)
-    result.rows_pending = len(rows)
-    if not rows:
-        return result
-    cols = {name: i for i, name in enumerate(rows[0]._fields)}
-    arr = list(zip(*rows, strict=True))
-    ids = np.array(arr[cols["id"]], dtype=np.int64)
-    close = np.array(arr[cols["run_date_close"]], dtype=np.float64)
-
-    updates: dict[str, list[dict]] = {}
-    for h in HORIZONS:
-        open_ = np.array(arr[cols[f"{h}_open"]], dtype=bool)
-        actual = np.array([np.nan if v is None else v for v in arr[cols[f"{h}_close"]]], dtype=np.float64)
-        sel = open_ & ~np.isnan(actual)
-        if dry_run:
-            for i in np.flatnonzero(sel):
-                result.pending.append(
-                    PendingFill(
-                        int(ids[i]),
-                        rows[i].ticker,
-                        rows[i].run_date,
-                        h,
-                        getattr(rows[i], f"{h}_date"),
-                        float(actual[i]),
-                    )
-                )
-            continue
-        pred = np.array(arr[cols[f"{h}_pred"]], dtype=np.float64)[sel]
-        act, c = actual[sel], close[sel]
-        err = (pred - act) / act * 100.0
-        batch = {"b_id": ids[sel].tolist(), "b_actual": act.tolist(), "b_err": err.tolist()}
-        if h == "next_day":
-            batch["b_dir"] = classify_direction(act, c, band).tolist()
-            batch["b_ok"] = (np.sign(pred - c) == np.sign(act - c)).tolist()
-        keys = list(batch)
-        updates[h] = [dict(zip(keys, vals, strict=True)) for vals in zip(*batch.values(), strict=True)]
     if dry_run:
+        with engine.connect() as conn:
+            rows = _pending(conn)
+        result.rows_pending = len(rows)
+        for r in rows:
+            for h in HORIZONS:
+                if getattr(r, f"{h}_open") and getattr(r, f"{h}_close") is not None:
+                    result.pending.append(
+                        PendingFill(
+                            r.id,
+                            r.ticker,
+                            r.run_date,
+                            h,
+                            getattr(r, f"{h}_date"),
+                            float(getattr(r, f"{h}_close")),
+                        )
+                    )
         result.pending.sort(key=lambda p: (p.ticker, p.run_date, HORIZONS.index(p.horizon)))
         return result
-
     now = dt.datetime.now(dt.UTC)
-
-    def work(conn) -> dict[str, int]:
-        return {h: _apply(conn, h, updates.get(h, []), now) for h in HORIZONS}
-
-    result.filled = run_in_transaction(engine, work)
+    result.filled = run_in_transaction(engine, lambda conn: _fill(conn, band, now))
     return result
 
 
-def _set_clause(h: str, src) -> dict:
-    out = {f"{h}_actual": src["b_actual"], f"{h}_pct_error": src["b_err"]}
-    if h == "next_day":
-        out["next_day_direction_actual"] = src["b_dir"]
-        out["next_day_direction_correct"] = src["b_ok"]
-    return out
+def _sign(expr):
+    return case((expr > 0, 1), (expr < 0, -1), else_=0)
 
 
-def _apply(conn, h: str, rows: list[dict], now: dt.datetime) -> int:
-    """Batched UPDATE of one horizon, only where its actual is still NULL; returns rows filled."""
-    if not rows:
-        return 0
+def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
+    """Fill all three horizons with ONE set-based UPDATE ... FROM (the pending join) and return counts.
+
+    Fillback runs are serialised (advisory lock / SQLite write lock), so the counts taken first are
+    exactly what the UPDATE writes. Each row is rewritten once, not once per horizon. A column that
+    already holds a value is kept as it is (CASE ... WHEN actual IS NULL), and rows with nothing left
+    to fill are not touched at all.
+    """
+    write_lock(conn, FILL_LOCK)
     s = snapshots.c
-    filled = 0
-    if is_postgres(conn):
-        # UPDATE ... FROM (VALUES ...): one statement per chunk instead of a round trip per row.
-        types = {"b_id": Integer, "b_actual": Float, "b_err": Float, "b_dir": String, "b_ok": Boolean}
-        keys = list(rows[0])
-        for part in chunked(rows, 5000):
-            v = sa_values(*(column(k, types[k]) for k in keys), name="v").data(
-                [tuple(r[k] for k in keys) for r in part]
-            )
-            stmt = (
-                update(snapshots)
-                .where(s.id == v.c.b_id, s[f"{h}_actual"].is_(None))
-                .values(**_set_clause(h, v.c), filled_at=now)
-            )
-            filled += conn.execute(stmt).rowcount
+    px = {h: aliased(prices, name=f"p_{h}") for h in HORIZONS}
+    frm = snapshots
+    for h in HORIZONS:
+        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    fillable = {h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None)) for h in HORIZONS}
+    counts = conn.execute(
+        select(*(func.coalesce(func.sum(case((fillable[h], 1), else_=0)), 0).label(h) for h in HORIZONS))
+        .select_from(frm)
+        .where(or_(*fillable.values()))
+    ).one()
+    filled = {h: int(getattr(counts, h)) for h in HORIZONS}
+    if not any(filled.values()):
         return filled
-    params = {k: bindparam(k) for k in rows[0]}
-    stmt = (
-        update(snapshots)
-        .where(s.id == bindparam("b_id"), s[f"{h}_actual"].is_(None))
-        .values(**_set_clause(h, params), filled_at=now)
+    v = (
+        select(s.id.label("sid"), *(px[h].c.close.label(f"c_{h}") for h in HORIZONS))
+        .select_from(frm)
+        .where(or_(*fillable.values()))
+        .subquery("v")
     )
-    return conn.execute(stmt, rows).rowcount
+    values: dict = {"filled_at": now}
+    for h in HORIZONS:
+        actual = v.c[f"c_{h}"]
+        fill = and_(s[f"{h}_actual"].is_(None), actual.is_not(None))
+        values[f"{h}_actual"] = case((fill, actual), else_=s[f"{h}_actual"])
+        values[f"{h}_pct_error"] = case(
+            (fill, (s[f"{h}_pred"] - actual) / actual * 100.0), else_=s[f"{h}_pct_error"]
+        )
+        if h == "next_day":
+            move_pct = (actual - s.run_date_close) / s.run_date_close * 100.0
+            direction = case((move_pct > band, "bullish"), (move_pct < -band, "bearish"), else_="neutral")
+            correct = _sign(s.next_day_pred - s.run_date_close) == _sign(actual - s.run_date_close)
+            values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
+            values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
+    conn.execute(update(snapshots).where(s.id == v.c.sid).values(values))
+    return filled

@@ -13,10 +13,12 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+from numpy.lib.stride_tricks import sliding_window_view
 from sqlalchemy import Connection, Engine, and_, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
@@ -24,16 +26,16 @@ from sqlalchemy.exc import IntegrityError
 from . import runlog
 from .audit import row_hash
 from .calendar import is_session, session_array, target_dates
-from .checkpoints import load_checkpoint
+from .checkpoints import load_checkpoint, sha256_file
 from .config import Settings
 from .db import is_postgres, run_in_transaction, write_lock
 from .errors import CheckpointError, InputError, NotFoundError
-from .features import CLOSE_INDEX, WARMUP_ROWS, compute_features
+from .features import CLOSE_INDEX, FEATURE_NAMES, RSI_PERIOD, SMA_PERIODS, WARMUP_ROWS, compute_features
 from .model import LDTM
-from .prices import latest_price_date, load_prices
+from .prices import latest_price_date
 from .registry import ModelRecord, serving_models
 from .samples import denormalise, normalise_windows
-from .schema import model_registry, snapshots
+from .schema import model_registry, prices, snapshots
 
 DIRECTIONS = ("bullish", "neutral", "bearish")
 CHAIN_LOCK = "ldtm:snapshots:chain"
@@ -125,11 +127,67 @@ def batched_forward(models: Sequence[LDTM], x: torch.Tensor) -> torch.Tensor:
 # --- inputs ---------------------------------------------------------------------------------------
 
 
+# RSI uses Wilder smoothing seeded at the start of the series, so a window's RSI depends (weakly) on
+# how far back the series starts. Training sees the whole history; inference loads this many extra
+# sessions so the seed's weight, (13/14)**250 ~ 1e-8, is far below float32 resolution.
+RSI_SETTLE_ROWS = 250
+PRICE_FIELDS = ("open", "high", "low", "close", "volume")
+
+
 def _start_for(run_date: dt.date, rows_needed: int) -> dt.date:
     """A date far enough back that `rows_needed` sessions up to run_date are included (plus slack)."""
     s = session_array()
     i = int(np.searchsorted(s, np.datetime64(run_date, "D"), "right")) - 1
     return pd.Timestamp(s[max(0, i - rows_needed - 10)]).date()
+
+
+def features_batch(o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """`features.compute_features` for T aligned series at once: [T, L] arrays -> [T, L - WARMUP_ROWS, 11].
+
+    Same formulas, vectorised over tickers (one numpy pass instead of T pandas calls); equality with
+    compute_features is checked in the tests. Rows are assumed complete (no NaN prices).
+    """
+    t_count, length = c.shape
+    nan = np.full((t_count, 1), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lr1 = np.concatenate([nan, np.log(c[:, 1:] / c[:, :-1])], axis=1)
+        lr5 = np.concatenate([np.full((t_count, 5), np.nan), np.log(c[:, 5:] / c[:, :-5])], axis=1)
+    delta = np.concatenate([nan, np.diff(c, axis=1)], axis=1)
+    gains, losses = np.clip(delta, 0, None), np.clip(-delta, 0, None)
+    p = RSI_PERIOD
+    alpha = 1.0 / p
+    avg_g = np.full((t_count, length), np.nan)
+    avg_l = np.full((t_count, length), np.nan)
+    if length > p:
+        g, lo_ = gains[:, 1 : p + 1].mean(axis=1), losses[:, 1 : p + 1].mean(axis=1)
+        avg_g[:, p], avg_l[:, p] = g, lo_
+        # pandas ewm(adjust=False) arithmetic, step by step: ((1-a)*prev + a*x) / ((1-a) + a)
+        old, new = 1.0 - alpha, alpha
+        for t in range(p + 1, length):
+            g = (old * g + new * gains[:, t]) / (old + new)
+            lo_ = (old * lo_ + new * losses[:, t]) / (old + new)
+            avg_g[:, t], avg_l[:, t] = g, lo_
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rsi = 100.0 - 100.0 / (1.0 + avg_g / avg_l)
+    rsi = np.where((avg_l == 0) & (avg_g > 0), 100.0, rsi)
+    rsi = np.where((avg_l == 0) & (avg_g == 0), 50.0, rsi)
+    rsi[:, :p] = np.nan
+    smas = []
+    for n in SMA_PERIODS:
+        mean = sliding_window_view(c, n, axis=1).mean(axis=-1)
+        smas.append(np.concatenate([np.full((t_count, n - 1), np.nan), c[:, n - 1 :] / mean], axis=1))
+    cols = {
+        "open": o,
+        "high": h,
+        "low": lo,
+        "close": c,
+        "volume": v,
+        "log_return_1d": lr1,
+        "log_return_5d": lr5,
+        "rsi_14": rsi,
+        **{f"close_sma_{n}": sma for n, sma in zip(SMA_PERIODS, smas, strict=True)},
+    }
+    return np.stack([cols[name] for name in FEATURE_NAMES], axis=2)[:, WARMUP_ROWS:, :]
 
 
 @dataclass
@@ -143,21 +201,93 @@ class _Input:
     prev_close: float | None
 
 
+def _normalised(values: np.ndarray) -> tuple[np.ndarray, float, float]:
+    x, lo, hi = normalise_windows(values[None, :, :])
+    return x[0], float(lo[0, CLOSE_INDEX]), float(hi[0, CLOSE_INDEX])
+
+
+def _short_reason(ticker: str, n_rows: int, run_date: dt.date, window: int) -> str:
+    return (
+        f"{ticker} has {n_rows} price rows up to {run_date}; the window needs {window + WARMUP_ROWS} "
+        f"({window} feature rows after {WARMUP_ROWS} warm-up rows)"
+    )
+
+
 def _window(ticker: str, frame: pd.DataFrame, run_date: dt.date, window: int) -> tuple | str:
-    """(x, close_min, close_max, close, prev_close) for the window ending at run_date, or a skip reason."""
+    """(x, close_min, close_max, close, prev_close) for the window ending at run_date, or a skip reason.
+
+    The per-ticker path (pandas compute_features): used for short histories and rows with gaps.
+    """
     if frame.empty or frame["date"].iloc[-1] != run_date:
         return f"no price for {ticker} on {run_date}"
     feats = compute_features(frame)
     if len(feats) < window:
-        return (
-            f"{ticker} has {len(frame)} price rows up to {run_date}; the window needs {window + WARMUP_ROWS} "
-            f"({window} feature rows after {WARMUP_ROWS} warm-up rows)"
-        )
-    values = feats.to_numpy(dtype=np.float64)[-window:][None, :, :]
-    x, lo, hi = normalise_windows(values)
+        return _short_reason(ticker, len(frame), run_date, window)
+    x, lo, hi = _normalised(feats.to_numpy(dtype=np.float64)[-window:])
     closes = frame["close"].to_numpy(dtype=np.float64)
     prev = float(closes[-2]) if len(closes) >= 2 else None
-    return x[0], float(lo[0, CLOSE_INDEX]), float(hi[0, CLOSE_INDEX]), float(closes[-1]), prev
+    return x, lo, hi, float(closes[-1]), prev
+
+
+def _load_price_arrays(engine: Engine, tickers: list[str], start: dt.date, end: dt.date) -> dict[str, dict]:
+    """One query for every ticker; {ticker: {'date': datetime64[D] array, 'open': ..., ...}} without pandas."""
+    cols = [prices.c.ticker, prices.c.date, *(prices.c[f] for f in PRICE_FIELDS)]
+    stmt = (
+        select(*cols)
+        .where(prices.c.ticker.in_(tickers), prices.c.date >= start, prices.c.date <= end)
+        .order_by(prices.c.ticker, prices.c.date)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    if not rows:
+        return {}
+    cols_t = list(zip(*rows, strict=True))
+    names = np.array(cols_t[0], dtype=object)
+    dates = np.array(cols_t[1], dtype="datetime64[D]")
+    values = {f: np.array(cols_t[i + 2], dtype=np.float64) for i, f in enumerate(PRICE_FIELDS)}
+    out = {}
+    bounds = np.flatnonzero(names[1:] != names[:-1]) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(names)], strict=True):
+        out[names[lo]] = {"date": dates[lo:hi], **{f: v[lo:hi] for f, v in values.items()}}
+    return out
+
+
+def _windows(
+    arrays: dict[str, dict], wanted: dict[str, int], run_date: dt.date, need_rows: int
+) -> tuple[dict[str, tuple], dict[str, str]]:
+    """Windows for {ticker: window}: tickers with `need_rows` gap-free rows go through features_batch
+    together; the rest through the per-ticker path. Returns ({ticker: window tuple}, {ticker: reason})."""
+    day = np.datetime64(run_date, "D")
+    out, skipped, batch = {}, {}, []
+    for t, window in wanted.items():
+        a = arrays.get(t)
+        if a is None or a["date"][-1] != day:
+            skipped[t] = f"no price for {t} on {run_date}"
+        elif len(a["date"]) >= need_rows:
+            batch.append(t)
+        else:
+            frame = pd.DataFrame({"date": pd.to_datetime(a["date"]).date, **{f: a[f] for f in PRICE_FIELDS}})
+            res = _window(t, frame, run_date, window)
+            (skipped if isinstance(res, str) else out)[t] = res
+    if batch:
+        stacked = {f: np.stack([arrays[t][f][-need_rows:] for t in batch]) for f in PRICE_FIELDS}
+        feats = features_batch(*(stacked[f] for f in PRICE_FIELDS))
+        for i, t in enumerate(batch):
+            w = wanted[t]
+            values = feats[i, -w:]
+            if not np.isfinite(values).all():  # a bad price: let the per-ticker path judge it
+                frame = pd.DataFrame(
+                    {
+                        "date": pd.to_datetime(arrays[t]["date"]).date,
+                        **{f: arrays[t][f] for f in PRICE_FIELDS},
+                    }
+                )
+                res = _window(t, frame, run_date, w)
+                (skipped if isinstance(res, str) else out)[t] = res
+                continue
+            x, lo, hi = _normalised(values)
+            out[t] = (x, lo, hi, float(stacked["close"][i, -1]), float(stacked["close"][i, -2]))
+    return out, skipped
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -211,7 +341,11 @@ def _write(conn: Connection, rows: list[dict]) -> tuple[int, int]:
     written = conn.execute(
         select(func.count())
         .select_from(snapshots)
-        .where(snapshots.c.run_date == run_date, snapshots.c.run_id.in_(run_ids))
+        .where(
+            snapshots.c.run_date == run_date,
+            snapshots.c.run_id.in_(run_ids),
+            snapshots.c.ticker.in_(tickers),
+        )
     ).scalar_one()
     return written, len(rows) - written
 
@@ -227,6 +361,44 @@ def write_rows(engine: Engine, rows: list[dict], attempts: int = 3) -> tuple[int
                 raise
             time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+# Verified models kept across runs in one process (a Dagster code server, a benchmark): (path, sha256)
+# -> module. The file on disk is re-hashed against the registry on every run, so a replaced or corrupted
+# checkpoint is still refused; only the unpickling and module construction are saved.
+_MODEL_CACHE: dict[tuple[str, str], LDTM] = {}
+_MODEL_CACHE_MAX = 2048
+
+
+def clear_model_cache() -> None:
+    _MODEL_CACHE.clear()
+
+
+def _load_model(rec: ModelRecord, ticker: str) -> LDTM:
+    key = (rec.load_path, rec.checkpoint_sha256)
+    model = _MODEL_CACHE.get(key)
+    if model is not None:
+        path = Path(rec.load_path)
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {path} (ticker {ticker}) is missing")
+        digest = sha256_file(path)
+        if digest != rec.checkpoint_sha256:
+            raise CheckpointError(
+                f"checkpoint {path} (ticker {ticker}) does not match the registry: "
+                f"sha256 {digest[:12]}… != {rec.checkpoint_sha256[:12]}…"
+            )
+        return model
+    ckpt = load_checkpoint(rec.load_path, expected_sha256=rec.checkpoint_sha256, ticker=ticker)
+    if ckpt.signature != rec.arch_signature:
+        raise CheckpointError(
+            f"checkpoint {rec.load_path} ({ticker}) has another architecture than its registry row"
+        )
+    if len(_MODEL_CACHE) >= _MODEL_CACHE_MAX:
+        _MODEL_CACHE.clear()
+    _MODEL_CACHE[key] = ckpt.model
+    return ckpt.model
 
 
 # --- predict --------------------------------------------------------------------------------------
@@ -297,33 +469,20 @@ def _predict(
     # load: one prices query, each checkpoint once
     loaded: dict[str, tuple[ModelRecord, LDTM]] = {}
     for t in todo:
-        rec = models[t]
         try:
-            ckpt = load_checkpoint(rec.load_path, expected_sha256=rec.checkpoint_sha256, ticker=t)
+            loaded[t] = (models[t], _load_model(models[t], t))
         except CheckpointError as exc:
             result.skipped[t] = str(exc)
-            continue
-        if ckpt.signature != rec.arch_signature:
-            result.skipped[t] = (
-                f"checkpoint {rec.load_path} ({t}) has another architecture than its registry row"
-            )
-            continue
-        loaded[t] = (rec, ckpt.model)
-    need = max((m.cfg.window for _, m in loaded.values()), default=0) + WARMUP_ROWS + 1
-    frames = (
-        load_prices(engine, list(loaded), start=_start_for(run_date, need), end=run_date) if loaded else {}
-    )
+    windows = {t: m.cfg.window for t, (_, m) in loaded.items()}
+    need = max(windows.values(), default=0) + WARMUP_ROWS + RSI_SETTLE_ROWS
+    arrays = _load_price_arrays(engine, list(loaded), _start_for(run_date, need), run_date) if loaded else {}
     t1 = time.perf_counter()
     result.phases["load"] = round(t1 - t0, 4)
 
     # features
-    inputs: list[_Input] = []
-    for t, (rec, model) in loaded.items():
-        win = _window(t, frames[t], run_date, model.cfg.window)
-        if isinstance(win, str):
-            result.skipped[t] = win
-            continue
-        inputs.append(_Input(t, rec, *win))
+    built, skipped = _windows(arrays, windows, run_date, need)
+    result.skipped.update(skipped)
+    inputs = [_Input(t, loaded[t][0], *built[t]) for t in loaded if t in built]
     t2 = time.perf_counter()
     result.phases["features"] = round(t2 - t1, 4)
 

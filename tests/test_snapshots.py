@@ -14,6 +14,7 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text
 
 from ldtm_core import registry
+from ldtm_core import snapshots as snapshots_mod
 from ldtm_core.audit import verify
 from ldtm_core.calendar import next_monday_session, next_session, sessions_after
 from ldtm_core.errors import InputError
@@ -21,7 +22,8 @@ from ldtm_core.features import compute_features
 from ldtm_core.model import LDTM, get_profile
 from ldtm_core.samples import build_samples
 from ldtm_core.schema import run_log, snapshots
-from ldtm_core.snapshots import batched_forward, classify_direction, predict
+from ldtm_core.snapshots import batched_forward, classify_direction, features_batch, predict
+from ldtm_core.synthetic import generate
 
 TICKERS = ["AAPL", "NVDA", "QQQ"]
 
@@ -228,3 +230,50 @@ def test_window_is_the_features_ending_at_run_date(engine, world):
     assert first.row_hash == second.row_hash
     feats = compute_features(df[(df.ticker == "AAPL") & (df.date <= d)].drop(columns="ticker"))
     assert first.run_date_close == pytest.approx(feats["close"].iloc[-1])
+
+
+def test_features_batch_equals_compute_features():
+    df = generate(["AAPL", "NVDA", "SQQQ"], "2023-01-03", "2024-03-28", seed=3)
+    frames = [g.drop(columns="ticker").reset_index(drop=True) for _, g in df.groupby("ticker")]
+    n = min(len(f) for f in frames)
+    frames = [f.iloc[-n:].reset_index(drop=True) for f in frames]
+    # a flat stretch (no gains, no losses) exercises the RSI special cases
+    frames[0].loc[100:130, ["open", "high", "low", "close"]] = 50.0
+    arrays = [
+        np.stack([f[c].to_numpy(np.float64) for f in frames])
+        for c in ("open", "high", "low", "close", "volume")
+    ]
+    got = features_batch(*arrays)
+    for i, f in enumerate(frames):
+        want = compute_features(f).to_numpy()
+        assert got[i].shape == want.shape
+        np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-12)
+
+
+def test_predict_input_equals_the_training_sample(engine, db_url, tmp_path, monkeypatch):
+    """Train/serve consistency: predict's window equals build_samples' row on the full history."""
+    settings = make_settings(tmp_path, db_url)
+    # AAPL: long history (the batched feature path); NVDA: ~120 rows only (the per-ticker path).
+    df = pd.concat(
+        [
+            ingest(engine, ["AAPL"], start="2021-01-04", end="2024-06-28"),
+            ingest(engine, ["NVDA"], start="2024-01-02", end="2024-06-28"),
+        ]
+    )
+    make_model(engine, settings, "AAPL")
+    make_model(engine, settings, "NVDA")
+    seen = {}
+    real = snapshots_mod.batched_forward
+
+    def spy(models, x):
+        seen["x"] = x.clone()
+        return real(models, x)
+
+    monkeypatch.setattr(snapshots_mod, "batched_forward", spy)
+    d = sorted(df["date"].unique())[-30]
+    res = predict(engine, settings, run_date=d)
+    assert res.tickers_predicted == ["AAPL", "NVDA"], res.skipped
+    for i, t in enumerate(["AAPL", "NVDA"]):
+        hist = df[(df.ticker == t) & (df.date <= d)].drop(columns="ticker")
+        want = build_samples(hist, 30).x[-1]
+        np.testing.assert_allclose(seen["x"][i].numpy(), want, atol=2e-6)
