@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .errors import CheckpointError
+from .faults import pause_point
 from .features import FEATURE_NAMES
 from .model import LDTM, ModelConfig
 
@@ -74,12 +75,14 @@ def checkpoint_payload(
 def write_atomic(path: Path, data: bytes) -> str:
     """Write bytes to `path` via temp file + fsync + rename; return the sha256 of what was written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
+    # The writer's pid in the name lets clean_temp_files tell a dead writer's leftovers from live work.
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        pause_point("checkpoint.before_rename")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -102,12 +105,29 @@ def save_checkpoint(
     return write_atomic(Path(path), buffer.getvalue())
 
 
+def _writer_alive(tmp: Path) -> bool:
+    pid = tmp.name[len(TEMP_PREFIX) :].split("-", 1)[0]
+    if not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():  # this process may be writing it on another thread
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def clean_temp_files(directory: Path) -> int:
-    """Remove temp files a killed writer left behind; they are never loaded or registered."""
+    """Remove temp files a killed writer left behind, in `directory` and below; they are never loaded
+    or registered. A temp file whose writer process is still running (a concurrent run) is kept."""
     removed = 0
-    for tmp in Path(directory).glob(f"{TEMP_PREFIX}*"):
-        tmp.unlink(missing_ok=True)
-        removed += 1
+    for tmp in Path(directory).rglob(f"{TEMP_PREFIX}*"):
+        if tmp.is_file() and not _writer_alive(tmp):
+            tmp.unlink(missing_ok=True)
+            removed += 1
     return removed
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import aliased
 
 from .config import Settings
 from .db import run_in_transaction, write_lock
+from .faults import pause_point
 from .schema import prices, snapshots
 
 HORIZONS = ("next_day", "next_monday", "one_month")
@@ -108,6 +109,7 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
     already holds a value is kept as it is (CASE ... WHEN actual IS NULL), and rows with nothing left
     to fill are not touched at all.
     """
+    pause_point("fillback.before_lock")
     write_lock(conn, FILL_LOCK)
     s = snapshots.c
     px = {h: aliased(prices, name=f"p_{h}") for h in HORIZONS}
@@ -144,4 +146,5 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
             values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
             values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
     conn.execute(update(snapshots).where(s.id == v.c.sid).values(values))
+    pause_point("fillback.before_commit")
     return filled

@@ -19,6 +19,7 @@ from .checkpoints import sha256_file, write_atomic
 from .config import Settings
 from .db import is_postgres, run_in_transaction, write_lock
 from .errors import CheckpointError, InputError, NotFoundError
+from .faults import pause_point
 from .model import ModelConfig
 from .schema import model_registry, registry_events
 
@@ -295,6 +296,7 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
         version = _version_for(conn, rec)
     dst = Path(settings.checkpoint_dir) / f"{rec.ticker}_ldtm_{version}.pt"
     _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256)
+    pause_point("promote.after_copy")
 
     def work(conn: Connection) -> PromoteResult:
         _lock_ticker(conn, rec.ticker)
@@ -326,6 +328,7 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
                 f"replaced by model {model_id}: {reason}",
                 now,
             )
+        pause_point("promote.after_retire")
         conn.execute(
             update(model_registry)
             .where(model_registry.c.id == model_id)

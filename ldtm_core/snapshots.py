@@ -30,6 +30,7 @@ from .checkpoints import load_checkpoint, sha256_file
 from .config import Settings
 from .db import is_postgres, run_in_transaction, write_lock
 from .errors import CheckpointError, InputError, NotFoundError
+from .faults import pause_point
 from .features import CLOSE_INDEX, FEATURE_NAMES, RSI_PERIOD, SMA_PERIODS, WARMUP_ROWS, compute_features
 from .model import LDTM
 from .prices import latest_price_date
@@ -336,6 +337,7 @@ def _write(conn: Connection, rows: list[dict]) -> tuple[int, int]:
             conn.execute(stmt, todo)
     except IntegrityError as exc:
         raise _ChainConflict(str(exc.orig)) from exc
+    pause_point("predict.before_commit")
     # Count what this run really inserted (executemany rowcounts are not reliable across drivers).
     run_ids = sorted({r["run_id"] for r in todo})
     written = conn.execute(
@@ -529,7 +531,9 @@ def _predict(
                 "created_at": now,
             }
         )
+    pause_point("predict.before_write")
     result.rows_written, result.rows_existing = write_rows(engine, rows)
+    pause_point("predict.after_commit")
     result.phases["write"] = round(time.perf_counter() - t3, 4)
     result.tickers_predicted = sorted(r["ticker"] for r in rows)
     result.cohort = {**dict.fromkeys(DIRECTIONS, 0), **Counter(r["direction_pred"] for r in rows)}

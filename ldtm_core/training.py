@@ -22,6 +22,7 @@ from torch import nn
 from .checkpoints import save_checkpoint
 from .config import Settings, mask_secrets
 from .errors import InputError, LDTMError
+from .faults import pause_point
 from .model import LDTM, ModelConfig
 from .samples import SampleSet, build_samples
 from .universe import validate_ticker
@@ -401,6 +402,7 @@ def train_ticker(
         }
         sha = save_checkpoint(path, result.model, cfg, ticker, trained_on, result.val_loss, metrics)
         written = path
+        pause_point("train.before_register")
         duration = time.perf_counter() - t0
         model_id = register_candidate(
             engine,

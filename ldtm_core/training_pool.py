@@ -14,6 +14,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from .checkpoints import clean_temp_files
 from .config import Settings, mask_secrets
 from .gpu_slots import SlotPlan, current_plan
 from .model import ModelConfig, get_profile
@@ -83,6 +84,8 @@ def train_many(
     tickers = [validate_ticker(t) for t in tickers]
     if not tickers:
         return []
+    # A run killed mid-write left temp files: remove them before any new checkpoint is written.
+    clean_temp_files(settings.checkpoint_dir)
     plan = plan or current_plan()
     slots = plan.total
     if plan.kind == "cuda":
