@@ -1,0 +1,65 @@
+"""Helpers for the Dagster tests: a fake NVML, tiny resources, the repo's instance config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+
+from ldtm_dagster.resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+
+REPO = Path(__file__).resolve().parents[2]
+MIB = 1024 * 1024
+# Three contiguous demo partitions (AAPL, NVDA, TSLA): a range run covers exactly these.
+TICKERS = "AAPL,NVDA,TSLA"
+
+
+class FakeNVML:
+    """The part of pynvml that gpu_slots.probe reads; `gpus` is [(name, total_mib, free_mib)]."""
+
+    def __init__(self, gpus, broken: bool = False):
+        self.gpus, self.broken = list(gpus), broken
+
+    def nvmlInit(self):
+        if self.broken:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        _, total, free = self.gpus[h]
+        return SimpleNamespace(total=total * MIB, free=free * MIB, used=(total - free) * MIB)
+
+    def nvmlDeviceGetName(self, h):
+        return self.gpus[h][0]
+
+
+FAKE_NVML = {"module": FakeNVML([], broken=True)}
+
+
+class FakeGpuProbe(GpuProbe):
+    """GpuProbe reading the test's fake NVML instead of the driver."""
+
+    def nvml_module(self):
+        return FAKE_NVML["module"]
+
+
+def repo_instance_config(path: str = "dagster.yaml") -> dict:
+    return yaml.safe_load((REPO / path).read_text())
+
+
+def tiny_resources(home: Path, url: str, universe: str = TICKERS, gpu: GpuProbe | None = None) -> dict:
+    return {
+        "store": ArtifactStore(home=str(home), universe=universe),
+        "database": AppDatabase(url=url),
+        "training": TrainingProfile(profile="demo", max_epochs=1),
+        "gpu": gpu or GpuProbe(),
+    }

@@ -1,0 +1,81 @@
+"""The code location loads, validates, and exposes the fixed asset keys, partitions and pools."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from dagster import AssetKey, Definitions
+from ldtm_dagster_helpers import REPO
+
+from ldtm_core.universe import load_universe
+from ldtm_dagster import defs
+from ldtm_dagster.partitions import evening_partitions, ticker_partitions
+
+ASSET_KEYS = {
+    "prices",
+    "checkpoints",
+    "backtests",
+    "promotions",
+    "onnx_exports",
+    "snapshots",
+    "fillbacks",
+    "leaderboard",
+}
+
+
+def _graph():
+    return defs.resolve_asset_graph()
+
+
+def test_definitions_are_loadable_with_fixed_asset_keys():
+    Definitions.validate_loadable(defs)
+    keys = {k.to_user_string() for k in _graph().get_all_asset_keys()}
+    assert keys == ASSET_KEYS
+
+
+def test_ticker_partitions_follow_the_universe_and_gpu_steps_use_the_gpu_pool():
+    graph = _graph()
+    assert ticker_partitions.get_partition_keys() == load_universe(os.environ.get("LDTM_UNIVERSE") or "demo")
+    for key in ("checkpoints", "backtests", "promotions", "onnx_exports"):
+        node = graph.get(AssetKey(key))
+        assert node.partitions_def == ticker_partitions
+        assert node.backfill_policy is not None and node.backfill_policy.max_partitions_per_run is None
+    assert graph.get(AssetKey("snapshots")).partitions_def == evening_partitions
+    pools = {k: graph.assets_def_for_key(AssetKey(k)).node_def.pool for k in ASSET_KEYS}
+    assert {k for k, p in pools.items() if p == "gpu"} == {"checkpoints", "backtests", "snapshots"}
+
+
+def test_checks_cover_price_quality_snapshots_audit_and_leakage():
+    checks = {(k.asset_key.to_user_string(), k.name) for k in _graph().asset_check_keys}
+    assert {
+        ("prices", "prices_ohlc_consistent"),
+        ("prices", "prices_sessions_complete"),
+        ("snapshots", "one_per_ticker"),
+        ("snapshots", "audit_chain_intact"),
+        ("backtests", "no_leakage"),
+    } <= checks
+
+
+def test_full_universe_gives_103_checkpoint_partitions():
+    code = "from ldtm_dagster.partitions import ticker_partitions as p; print(len(p.get_partition_keys()))"
+    env = {**os.environ, "LDTM_UNIVERSE": "full"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "103"
+
+
+def test_dagster_definitions_validate_passes_from_workspace_yaml(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    out = subprocess.run(
+        [dagster, "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "passed validation" in out.stdout + out.stderr

@@ -1,0 +1,151 @@
+"""The whole graph materialises through Dagster (the demo's path) on SQLite, and on PostgreSQL for
+both the application database and the Dagster instance storage."""
+
+import datetime as dt
+import os
+import uuid
+
+import pytest
+import yaml
+from dagster import AssetCheckKey, AssetKey, PartitionKeyRange, instance_for_test, materialize
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from ldtm_dagster_helpers import REPO, TICKERS, tiny_resources
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+
+from ldtm_core import calendar
+from ldtm_core.db import get_engine
+from ldtm_core.schema import backtest_folds, model_registry, snapshots
+from ldtm_dagster import assets
+from ldtm_dagster.demo import ALL_ASSETS, run_demo
+from ldtm_dagster.partitions import evening_partitions
+
+START, END, EVENINGS = "2023-01-03", "2024-12-31", 8
+CHECKS = [
+    ("prices", "prices_ohlc_consistent"),
+    ("backtests", "no_leakage"),
+    ("snapshots", "one_per_ticker"),
+    ("snapshots", "audit_chain_intact"),
+]
+
+
+def _latest_metadata(instance, key: str) -> dict:
+    record = instance.fetch_materializations(AssetKey(key), limit=1).records[0]
+    return record.asset_materialization.metadata
+
+
+def _materialized_partitions(instance, key: str) -> set:
+    return instance.get_materialized_partitions(AssetKey(key))
+
+
+def _run_whole_graph(instance, resources) -> None:
+    tickers = TICKERS.split(",")
+    table = run_demo(instance, resources, start=START, end=END, replay_sessions=EVENINGS, log=lambda _m: None)
+    engine = get_engine(resources["database"].resolved_url(resources["store"]))
+
+    # Dagster saw every asset; the ticker assets per partition, the evenings per partition.
+    for key in ("prices", "fillbacks", "leaderboard"):
+        assert instance.fetch_materializations(AssetKey(key), limit=1).records, key
+    for key in ("checkpoints", "backtests", "promotions", "onnx_exports"):
+        assert _materialized_partitions(instance, key) == set(tickers), key
+    # The range run covers every evening partition in it; weekday holidays record "no session".
+    partitions = sorted(_materialized_partitions(instance, "snapshots"))
+    evenings = [e for e in partitions if calendar.is_session(e)]
+    assert len(evenings) == EVENINGS
+    assert partitions == evening_partitions.get_partition_keys_in_range(
+        PartitionKeyRange(evenings[0], evenings[-1])
+    )
+    # Each multi-partition step ran as ONE run (single-run backfill policy).
+    assert (
+        len({r.run_id for r in instance.fetch_materializations(AssetKey("checkpoints"), limit=10).records})
+        == 1
+    )
+    for asset_key, name in CHECKS:
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [AssetCheckKey(AssetKey(asset_key), name)]
+        )[AssetCheckKey(AssetKey(asset_key), name)]
+        assert record.status == AssetCheckExecutionRecordStatus.SUCCEEDED, (asset_key, name)
+
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(model_registry)).scalar() == len(tickers)
+        assert conn.execute(select(func.sum(backtest_folds.c.leakage_rows))).scalar() == 0
+        rows = conn.execute(select(snapshots.c.ticker, snapshots.c.run_date, snapshots.c.mode)).all()
+    # One row per ticker per evening; every evening but the newest is a replay.
+    assert sorted((r.ticker, str(r.run_date)) for r in rows) == sorted(
+        (t, e) for t in tickers for e in evenings
+    )
+    assert {r.mode for r in rows if str(r.run_date) < evenings[-1]} == {"replay"}
+    assert {r.mode for r in rows if str(r.run_date) == evenings[-1]} == {"live"}
+
+    assert sorted(table["ticker"]) == sorted(tickers)
+    meta = _latest_metadata(instance, "leaderboard")
+    assert meta["tickers"].value == len(tickers)
+    assert "data:image/png;base64," in meta["plot"].value
+    assert meta["table"].value.records and "always_up_accuracy" in meta["table"].value.records[0].data
+    summary = _latest_metadata(instance, "checkpoints")["summary"].value.records
+    assert sorted(r.data["ticker"] for r in summary) == sorted(tickers)
+    assert {r.data["status"] for r in summary} == {"trained"}
+    assert all(r.data["epochs"] == 1 for r in summary)  # the resource's max_epochs override reached training
+    fills = _latest_metadata(instance, "fillbacks")
+    assert fills["filled_next_day"].value == len(tickers) * (EVENINGS - 1)
+
+    # A weekday holiday partition records "no session" and writes nothing.
+    holiday = "2024-12-25"
+    assert not calendar.is_session(holiday)
+    result = materialize(
+        ALL_ASSETS,
+        selection=[assets.snapshots],
+        partition_key=holiday,
+        instance=instance,
+        resources=resources,
+    )
+    assert result.success
+    runs = _latest_metadata(instance, "snapshots")["runs"].value.records
+    assert [(r.data["run_date"], r.data["status"], r.data["rows_written"]) for r in runs] == [
+        (holiday, "no session", 0)
+    ]
+    with engine.connect() as conn:
+        assert (
+            conn.execute(select(func.count()).where(snapshots.c.run_date == dt.date(2024, 12, 25))).scalar()
+            == 0
+        )
+
+
+@pytest.mark.timeout(300)
+def test_whole_graph_on_sqlite(dagster_instance, sqlite_url, tmp_path):
+    _run_whole_graph(dagster_instance, tiny_resources(tmp_path / "home", sqlite_url))
+
+
+@pytest.fixture
+def dagster_pg_env(pg_server_url, monkeypatch):
+    """A fresh PostgreSQL database for Dagster's instance storage, named by the DAGSTER_PG_* switch."""
+    admin = make_url(pg_server_url).set(database="postgres")
+    name = f"ldtm_dagster_{uuid.uuid4().hex[:10]}"
+    admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with admin_engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    monkeypatch.setenv("DAGSTER_PG_USERNAME", admin.username or "postgres")
+    monkeypatch.setenv("DAGSTER_PG_PASSWORD", admin.password or "")
+    monkeypatch.setenv("DAGSTER_PG_HOST", admin.host or "127.0.0.1")
+    monkeypatch.setenv("DAGSTER_PG_PORT", str(admin.port or 5432))
+    monkeypatch.setenv("DAGSTER_PG_DB", name)
+    yield name
+    with admin_engine.connect() as conn:
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
+        )
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+    admin_engine.dispose()
+
+
+@pytest.mark.timeout(300)
+def test_whole_graph_on_postgres_app_db_and_instance_storage(pg_url, dagster_pg_env, tmp_path):
+    config = yaml.safe_load((REPO / "deploy/postgres/dagster.yaml").read_text())
+    with instance_for_test(overrides=config) as instance:
+        storage = type(instance.event_log_storage).__name__
+        assert storage == "PostgresEventLogStorage", storage
+        _run_whole_graph(instance, tiny_resources(tmp_path / "home", pg_url))
+        # The runs really are in PostgreSQL.
+        pg = make_url(pg_url).set(database=os.environ["DAGSTER_PG_DB"])
+        with create_engine(pg).connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM runs")).scalar() >= 6

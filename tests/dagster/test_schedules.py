@@ -1,0 +1,52 @@
+"""The nightly and weekly schedules, evaluated with Dagster's schedule test context."""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+from dagster import build_schedule_context
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from ldtm_dagster.partitions import ticker_partitions
+from ldtm_dagster.schedules import nightly, weekly_retrain
+
+NY = ZoneInfo("America/New_York")
+
+
+def _requests(schedule, when: dt.datetime, instance):
+    context = build_schedule_context(instance=instance, scheduled_execution_time=when)
+    return schedule.evaluate_tick(context).run_requests
+
+
+def test_nightly_runs_weekdays_at_1815_new_york_for_that_evening(dagster_instance):
+    assert (nightly.cron_schedule, nightly.execution_timezone) == ("15 18 * * 1-5", "America/New_York")
+    assert nightly.job_name == "nightly_job"
+    # Tuesday 2025-03-11 (the first week of US daylight time) and a Friday.
+    for day in (dt.date(2025, 3, 11), dt.date(2025, 3, 14)):
+        [request] = _requests(nightly, dt.datetime.combine(day, dt.time(18, 15), NY), dagster_instance)
+        assert request.partition_key == day.isoformat()
+
+
+def test_nightly_job_covers_prices_to_leaderboard():
+    from ldtm_dagster import defs
+
+    job = defs.resolve_job_def("nightly_job")
+    keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
+    assert keys == {"prices", "snapshots", "fillbacks", "leaderboard"}
+    assert job.tags.get("ldtm/gpu") == "true"
+
+
+def test_weekly_retrain_is_one_range_run_over_every_ticker(dagster_instance):
+    assert weekly_retrain.execution_timezone == "America/New_York"
+    saturday = dt.datetime(2025, 3, 15, 2, 0, tzinfo=NY)
+    assert saturday.weekday() == 5
+    [request] = _requests(weekly_retrain, saturday, dagster_instance)
+    keys = ticker_partitions.get_partition_keys()
+    assert request.tags[ASSET_PARTITION_RANGE_START_TAG] == keys[0]
+    assert request.tags[ASSET_PARTITION_RANGE_END_TAG] == keys[-1]
+    assert request.partition_key is None
+    assert weekly_retrain.job_name == "retrain_job"
+    # A new key each week, so the daemon never drops a week as a duplicate.
+    [next_week] = _requests(weekly_retrain, saturday + dt.timedelta(days=7), dagster_instance)
+    assert next_week.run_key != request.run_key

@@ -1,0 +1,94 @@
+"""gpu_pool_sensor follows free VRAM on a real instance; promotion_gate_sensor fires once per
+backtest partition materialization."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import AssetKey, asset, build_sensor_context, materialize
+from ldtm_dagster_helpers import FakeGpuProbe, FakeNVML
+
+from ldtm_dagster import defs
+from ldtm_dagster.partitions import ticker_partitions
+from ldtm_dagster.pool import GPU_POOL
+from ldtm_dagster.sensors import gpu_pool_sensor, promotion_gate_sensor
+
+
+def _limit(instance) -> int:
+    info = instance.event_log_storage.get_concurrency_info(GPU_POOL)
+    assert not info.using_default_limit
+    return info.slot_count
+
+
+def _tick(instance):
+    return gpu_pool_sensor(build_sensor_context(instance=instance, resources={"gpu": FakeGpuProbe()}))
+
+
+def test_a_co_tenant_taking_memory_lowers_the_pool_on_the_next_tick(dagster_instance, fake_nvml):
+    # One 24 GiB card with 8 GiB free: floor((8192 - 1024) / 600) = 11 slots.
+    fake_nvml["module"] = FakeNVML([("RTX", 24576, 8192)])
+    _tick(dagster_instance)
+    assert _limit(dagster_instance) == 11
+    # Another tenant takes 5 GiB: floor((3072 - 1024) / 600) = 3.
+    fake_nvml["module"] = FakeNVML([("RTX", 24576, 3072)])
+    result = _tick(dagster_instance)
+    assert _limit(dagster_instance) == 3
+    assert "11 -> 3" in result.skip_message
+    # Two cards add up.
+    fake_nvml["module"] = FakeNVML([("A", 24576, 3072), ("B", 24576, 2224)])
+    _tick(dagster_instance)
+    assert _limit(dagster_instance) == 3 + 2
+
+
+@pytest.mark.parametrize("nvml", [FakeNVML([], broken=True), FakeNVML([]), FakeNVML([("RTX", 8192, 900)])])
+def test_without_a_usable_gpu_the_pool_is_sized_from_cores(dagster_instance, fake_nvml, nvml):
+    fake_nvml["module"] = nvml
+    result = _tick(dagster_instance)
+    assert _limit(dagster_instance) == 2  # cpu_count is 2 in these tests
+    assert "(cpu)" in result.skip_message
+
+
+# A stand-in with the real key and partitions: a materialization event like the real one, no training.
+@asset(key="backtests", partitions_def=ticker_partitions)
+def fake_backtests() -> None:
+    return None
+
+
+def _materialize(instance, ticker: str) -> None:
+    assert materialize([fake_backtests], partition_key=ticker, instance=instance).success
+
+
+def _evaluate(instance, cursor):
+    context = build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
+    result = promotion_gate_sensor(context)
+    return result.run_requests or [], result.cursor
+
+
+def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance):
+    tickers = ticker_partitions.get_partition_keys()[:3]
+    requests, cursor = _evaluate(dagster_instance, None)
+    assert requests == []
+
+    for t in tickers:  # three tickers land between two ticks
+        _materialize(dagster_instance, t)
+    requests, cursor = _evaluate(dagster_instance, cursor)
+    assert sorted(r.partition_key for r in requests) == sorted(tickers)
+    assert len({r.run_key for r in requests}) == 3
+    assert all(r.job_name in (None, "promotion_job") for r in requests)
+
+    again, cursor = _evaluate(dagster_instance, cursor)
+    assert again == []
+
+    _materialize(dagster_instance, tickers[1])
+    new, cursor = _evaluate(dagster_instance, cursor)
+    assert [r.partition_key for r in new] == [tickers[1]]
+    assert new[0].run_key not in {r.run_key for r in requests}
+
+
+def test_promotion_sensor_run_keys_dedupe_a_reevaluation_from_an_old_cursor(dagster_instance):
+    t = ticker_partitions.get_partition_keys()[0]
+    _materialize(dagster_instance, t)
+    first, _ = _evaluate(dagster_instance, None)
+    replay, _ = _evaluate(dagster_instance, None)  # e.g. a lost cursor: same keys, so the daemon skips them
+    assert [r.run_key for r in first] == [r.run_key for r in replay]
+    record = dagster_instance.fetch_materializations(AssetKey("backtests"), limit=1).records[0]
+    assert first[0].run_key == f"{t}:{record.storage_id}"
