@@ -16,6 +16,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from .schema import snapshots
+from .universe import validate_ticker
 
 HASHED_COLUMNS = (
     "ticker",
@@ -92,7 +93,7 @@ def verify(engine: Engine, tickers: Sequence[str] | None = None) -> AuditReport:
     ]
     stmt = select(*cols).order_by(snapshots.c.ticker, snapshots.c.id)
     if tickers:
-        stmt = stmt.where(snapshots.c.ticker.in_(list(tickers)))
+        stmt = stmt.where(snapshots.c.ticker.in_([validate_ticker(t) for t in tickers]))
     problems: list[AuditProblem] = []
     rows = 0
     seen: set[str] = set()

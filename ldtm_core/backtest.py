@@ -28,6 +28,7 @@ from .prices import load_ticker_prices
 from .registry import get_model, newest_candidate
 from .samples import SampleSet, build_samples
 from .schema import backtest_folds
+from .universe import validate_ticker
 
 DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
 
@@ -128,8 +129,11 @@ def run_backtest(
     they widen the training set past the cutoff or start the test block before it.
     """
     t0 = time.perf_counter()
+    ticker = validate_ticker(ticker)
     if folds < 1:
         raise InputError(f"folds must be >= 1, not {folds}")
+    if test_sessions is not None and test_sessions < 1:
+        raise InputError(f"test sessions per fold must be >= 1, not {test_sessions}")
     if model_id is None:
         cand = newest_candidate(engine, ticker)
         model_id = cand.id if cand else None

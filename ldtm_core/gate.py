@@ -21,6 +21,7 @@ from .db import run_in_transaction
 from .errors import InputError, NotFoundError
 from .registry import PromoteResult, get_model, newest_candidate, promote, record_event
 from .schema import backtest_folds
+from .universe import validate_ticker
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,31 @@ class GateThresholds:
     max_mean_abs_pct_error: float = 5.0  # percent
     max_leakage_rows: int = 0
     beat_always_up_margin: float | None = None  # fraction; None = not required
+
+    def validate(self) -> GateThresholds:
+        """Refuse thresholds no model could meet (or every model meets) when they come from a user:
+        the CLI, the environment, Dagster config. Tests may still build impossible ones directly."""
+        checks = [
+            (self.min_folds >= 1, f"min folds must be >= 1, not {self.min_folds}"),
+            # Above 100 % is allowed: it is how a test or an operator forces a candidate to fail.
+            (
+                self.min_direction_accuracy >= 0.0,
+                f"min direction accuracy must be >= 0 %, not {self.min_direction_accuracy * 100:g} %",
+            ),
+            (
+                self.max_mean_abs_pct_error >= 0,
+                f"max mean |pct error| must be >= 0 %, not {self.max_mean_abs_pct_error:g}",
+            ),
+            (self.max_leakage_rows >= 0, f"max leakage rows must be >= 0, not {self.max_leakage_rows}"),
+            (
+                self.beat_always_up_margin is None or -1.0 <= self.beat_always_up_margin <= 1.0,
+                f"always-up margin must be within -100..100 % points, not {self.beat_always_up_margin}",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InputError(message)
+        return self
 
     @classmethod
     def from_env(cls, **overrides) -> GateThresholds:
@@ -48,7 +74,7 @@ class GateThresholds:
                 except ValueError:
                     raise InputError(f"{var}={raw!r} is not a {kind.__name__}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls(**values).validate()
 
 
 @dataclass
@@ -182,6 +208,7 @@ def run_gate(
     model_id: int | None = None,
     thresholds: GateThresholds | None = None,
 ) -> GateReport:
+    ticker = validate_ticker(ticker)
     thresholds = thresholds or GateThresholds.from_env()
     if model_id is None:
         cand = newest_candidate(engine, ticker)

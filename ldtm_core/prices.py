@@ -9,6 +9,7 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 
 from .schema import prices
+from .universe import validate_ticker
 
 PRICE_COLUMNS = ["ticker", "date", "open", "high", "low", "close", "adj_close", "volume"]
 
@@ -25,7 +26,8 @@ def load_prices(
 ) -> dict[str, pd.DataFrame]:
     """Prices of every ticker in `tickers`, fetched with one query, as {ticker: frame sorted by date}."""
     cols = [prices.c[c] for c in PRICE_COLUMNS]
-    stmt = select(*cols).where(prices.c.ticker.in_(list(tickers)))
+    tickers = [validate_ticker(t) for t in tickers]
+    stmt = select(*cols).where(prices.c.ticker.in_(tickers))
     if start is not None:
         stmt = stmt.where(prices.c.date >= start)
     if end is not None:

@@ -22,6 +22,7 @@ from .errors import CheckpointError, InputError, NotFoundError
 from .faults import pause_point
 from .model import ModelConfig
 from .schema import model_registry, registry_events
+from .universe import validate_ticker
 
 
 def record_event(
@@ -202,13 +203,14 @@ def serving_models(
 def list_models(engine: Engine, ticker: str | None = None) -> list[ModelRecord]:
     stmt = select(*_COLS).order_by(model_registry.c.ticker, model_registry.c.id)
     if ticker is not None:
-        stmt = stmt.where(model_registry.c.ticker == ticker)
+        stmt = stmt.where(model_registry.c.ticker == validate_ticker(ticker))
     with engine.connect() as conn:
         return [ModelRecord.from_row(r) for r in conn.execute(stmt)]
 
 
 def history(engine: Engine, ticker: str) -> list[RegistryEvent]:
     cols = [registry_events.c[f] for f in RegistryEvent.__dataclass_fields__]
+    ticker = validate_ticker(ticker)
     with engine.connect() as conn:
         rows = conn.execute(
             select(*cols).where(registry_events.c.ticker == ticker).order_by(registry_events.c.id)
@@ -248,15 +250,14 @@ def _lock_ticker(conn: Connection, ticker: str) -> None:
         conn.execute(select(model_registry.c.id).where(model_registry.c.ticker == ticker).with_for_update())
 
 
-def _copy_verified(src: Path, dst: Path, expected_sha256: str) -> None:
+def _copy_verified(src: Path, dst: Path, expected_sha256: str, ticker: str = "") -> None:
     """Copy via temp file + rename, and check both ends against the registry's sha256."""
+    who = f"checkpoint {src}" + (f" (ticker {ticker})" if ticker else "")
     data = src.read_bytes() if src.is_file() else None
     if data is None:
-        raise CheckpointError(f"checkpoint {src} is missing; cannot promote")
+        raise CheckpointError(f"{who} is missing; cannot promote")
     if hashlib.sha256(data).hexdigest() != expected_sha256:
-        raise CheckpointError(
-            f"checkpoint {src} does not match the registry's sha256; refusing to promote it"
-        )
+        raise CheckpointError(f"{who} does not match the registry's sha256; refusing to promote it")
     if dst.is_file() and sha256_file(dst) == expected_sha256:
         return
     written = write_atomic(dst, data)
@@ -295,7 +296,7 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
     with engine.connect() as conn:
         version = _version_for(conn, rec)
     dst = Path(settings.checkpoint_dir) / f"{rec.ticker}_ldtm_{version}.pt"
-    _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256)
+    _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256, rec.ticker)
     pause_point("promote.after_copy")
 
     def work(conn: Connection) -> PromoteResult:
@@ -350,6 +351,7 @@ class RollbackResult:
 
 def rollback(engine: Engine, ticker: str, reason: str) -> RollbackResult:
     """Reactivate the most recently retired model of `ticker` and retire the current active one."""
+    ticker = validate_ticker(ticker)
 
     def work(conn: Connection) -> RollbackResult:
         _lock_ticker(conn, ticker)

@@ -37,6 +37,7 @@ from .prices import latest_price_date
 from .registry import ModelRecord, serving_models
 from .samples import denormalise, normalise_windows
 from .schema import model_registry, prices, snapshots
+from .universe import validate_ticker
 
 DIRECTIONS = ("bullish", "neutral", "bearish")
 CHAIN_LOCK = "ldtm:snapshots:chain"
@@ -421,9 +422,15 @@ def predict(
     if band < 0:
         raise InputError(f"neutral band must be >= 0 %, not {band}")
     t0 = time.perf_counter()
+    if tickers is not None:
+        tickers = list(dict.fromkeys(validate_ticker(t) for t in tickers))
     models = serving_models(engine, tickers)
     wanted = list(tickers) if tickers is not None else sorted(models)
-    latest = latest_price_date(engine, list(models) or None) if models else None
+    if not models:  # nothing could be predicted: refuse before recording a run
+        raise NotFoundError(
+            f"no active or candidate model for {', '.join(wanted) if wanted else 'any ticker'}: train models first"
+        )
+    latest = latest_price_date(engine, list(models))
     if run_date is None:
         if latest is None:
             raise NotFoundError("no prices for any ticker with a model: ingest prices and train models first")
@@ -432,6 +439,11 @@ def predict(
         run_date = run_date.date()
     if not is_session(run_date):
         raise InputError(f"run date {run_date} is not an XNYS trading session")
+    if latest is None or run_date > latest or not _has_prices_on(engine, list(models), run_date):
+        raise InputError(
+            f"run date {run_date} is outside the price data: no ticker with a model has a close on it"
+            + (f" (latest close {latest})" if latest else "")
+        )
     if mode is None:
         mode = "replay" if latest is not None and run_date < latest else "live"
     result = PredictResult(run_id=str(uuid.uuid4()), run_date=run_date, mode=mode)
@@ -452,6 +464,16 @@ def predict(
         tickers=result.tickers_predicted,
     )
     return result
+
+
+def _has_prices_on(engine: Engine, tickers: list[str], day: dt.date) -> bool:
+    with engine.connect() as conn:
+        return (
+            conn.execute(
+                select(prices.c.ticker).where(prices.c.ticker.in_(tickers), prices.c.date == day).limit(1)
+            ).first()
+            is not None
+        )
 
 
 def _predict(

@@ -17,11 +17,13 @@ from ldtm_core import registry
 from ldtm_core.checkpoints import save_checkpoint
 from ldtm_core.config import Settings
 from ldtm_core.db import get_engine
+from ldtm_core.fillback import fillback as run_fillback
 from ldtm_core.ingest import ingest_frame
 from ldtm_core.migrate import upgrade
 from ldtm_core.model import LDTM, get_profile
 from ldtm_core.registry import register_candidate
 from ldtm_core.schema import metadata, snapshots
+from ldtm_core.snapshots import predict as snapshots_predict
 from ldtm_core.synthetic import generate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,3 +220,87 @@ def pg_terminate_others(url: str) -> None:
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         )
+
+
+# --- gate worlds ----------------------------------------------------------------------------------
+
+
+def add_candidate(
+    url: str, settings: Settings, ticker: str, seed: int, trained_on=dt.date(2024, 3, 1)
+) -> int:
+    cfg = get_profile("demo")
+    torch.manual_seed(seed)
+    path = settings.checkpoint_dir / "candidates" / ticker / f"{ticker}_new{seed}.pt"
+    sha = save_checkpoint(path, LDTM(cfg).eval(), cfg, ticker, trained_on, 0.05)
+    return register_candidate(
+        get_engine(url),
+        ticker=ticker,
+        cfg=cfg,
+        profile="demo",
+        trained_on_date=trained_on,
+        checkpoint_path=str(path),
+        checkpoint_sha256=sha,
+        val_loss=0.05,
+    )
+
+
+def add_passing_backtest(url: str, model_id: int, ticker: str) -> None:
+    """Two folds that pass the default gate (60 % accuracy, 1 % error, no leakage)."""
+    from ldtm_core.schema import backtest_folds
+
+    now = dt.datetime.now(dt.UTC)
+    d = dt.date(2024, 2, 1)
+    rows = [
+        {
+            "backtest_id": f"bt-{model_id}",
+            "model_id": model_id,
+            "ticker": ticker,
+            "fold": i + 1,
+            "cutoff": d,
+            "train_start": d,
+            "train_end": d,
+            "test_start": d,
+            "test_end": d,
+            "n": 50,
+            "direction_accuracy": 0.6,
+            "always_up_accuracy": 0.5,
+            "mean_abs_pct_error": 1.0,
+            "leakage_rows": 0,
+            "created_at": now,
+        }
+        for i in range(2)
+    ]
+    with get_engine(url).begin() as conn:
+        conn.execute(backtest_folds.insert(), rows)
+
+
+def registry_state(url: str) -> tuple[list, list]:
+    """(models, events) without ids of events, paths' directories or timestamps."""
+    from ldtm_core.schema import model_registry, registry_events
+
+    with get_engine(url).connect() as conn:
+        models = [
+            (r.id, r.ticker, r.status, r.version, Path(r.promoted_path).name if r.promoted_path else None)
+            for r in conn.execute(select(model_registry).order_by(model_registry.c.id))
+        ]
+        events = [
+            (r.model_id, r.from_status, r.to_status)
+            for r in conn.execute(select(registry_events).order_by(registry_events.c.id))
+        ]
+    return models, events
+
+
+# --- fillback worlds ------------------------------------------------------------------------------
+
+RUN_DATES = [dt.date(2024, 4, 1), dt.date(2024, 4, 15), dt.date(2024, 5, 1)]
+
+
+def fillback_world(url, home):
+    """Predictions on 3 evenings, a first fillback with prices to mid-May, then the rest of the prices."""
+    settings = build_world(url, home, end="2024-05-15")
+    engine = get_engine(url)
+    for d in RUN_DATES:
+        snapshots_predict(engine, settings, d)
+    first = run_fillback(engine, neutral_band_pct=0.25)
+    ingest_frame(engine, generate(TICKERS, "2024-05-16", "2024-06-28", seed=11), "synthetic")
+    return settings, first

@@ -10,6 +10,7 @@ from rel_helpers import (
     TICKERS,
     build_world,
     cli_env,
+    fillback_world,
     pause_env,
     release,
     sigkill,
@@ -116,25 +117,12 @@ def test_predict_killed_leaves_all_or_none_and_rerun_equals_clean_run(
 
 # --- fillback -------------------------------------------------------------------------------------
 
-RUN_DATES = [dt.date(2024, 4, 1), dt.date(2024, 4, 15), dt.date(2024, 5, 1)]
-
-
-def _fillback_world(url, home):
-    """Predictions on 3 evenings, a first fillback with prices to mid-May, then the rest of the prices."""
-    settings = build_world(url, home, end="2024-05-15")
-    engine = get_engine(url)
-    for d in RUN_DATES:
-        predict(engine, settings, d)
-    first = fillback(engine, neutral_band_pct=0.25)
-    ingest_frame(engine, generate(TICKERS, "2024-05-16", "2024-06-28", seed=11), "synthetic")
-    return settings, first
-
 
 def test_fillback_killed_rerun_fills_the_rest_once_with_clean_run_values(
     db_url, tmp_path, pause_dir, twin_url
 ):
     home = tmp_path / "home"
-    _, first = _fillback_world(db_url, home)
+    _, first = fillback_world(db_url, home)
     assert first.total_filled > 0
     filled_before = {r[0:3]: r for r in snapshot_state(db_url)}
 
@@ -148,7 +136,7 @@ def test_fillback_killed_rerun_fills_the_rest_once_with_clean_run_values(
     assert second.total_filled > 0
     assert fillback(engine, neutral_band_pct=0.25).total_filled == 0  # nothing is filled twice
 
-    _fillback_world(twin_url, tmp_path / "twin")
+    fillback_world(twin_url, tmp_path / "twin")
     fillback(get_engine(twin_url), neutral_band_pct=0.25)
     after = snapshot_state(db_url)
     assert after == snapshot_state(twin_url)
