@@ -32,7 +32,7 @@ def pg_server_url():
     admin = make_url(_admin_url()).set(database="postgres")
     name = f"ldtm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
-        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT", pool_pre_ping=True)  # survives a restart
         with admin_engine.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # noqa: BLE001
