@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from ldtm_core import calendar
 from ldtm_core.db import get_engine
 from ldtm_core.schema import backtest_folds, model_registry, snapshots
-from ldtm_dagster import assets
+from ldtm_dagster import assets, defs
 from ldtm_dagster.demo import ALL_ASSETS, run_demo
 from ldtm_dagster.partitions import evening_partitions
 
@@ -112,8 +112,36 @@ def _run_whole_graph(instance, resources) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_whole_graph_on_sqlite(dagster_instance, sqlite_url, tmp_path):
-    _run_whole_graph(dagster_instance, tiny_resources(tmp_path / "home", sqlite_url))
+def test_whole_graph_on_sqlite_then_a_nightly_run(dagster_instance, sqlite_url, tmp_path):
+    resources = tiny_resources(tmp_path / "home", sqlite_url)
+    _run_whole_graph(dagster_instance, resources)
+
+    # The nightly job for the next evening (2025-01-02): prices through that day, live rows for it,
+    # and the previous evening's next-day actuals filled in.
+    evening = "2025-01-02"
+    job = defs.resolve_job_def("nightly_job")
+    result = job.execute_in_process(
+        instance=dagster_instance,
+        partition_key=evening,
+        resources=resources,
+        run_config={"ops": {"prices": {"config": {"start": START, "end": evening}}}},
+    )
+    assert result.success
+    assert result.dagster_run.tags.get("ldtm/gpu") == "true"
+    engine = get_engine(sqlite_url)
+    with engine.connect() as conn:
+        modes = (
+            conn.execute(select(snapshots.c.mode).where(snapshots.c.run_date == dt.date(2025, 1, 2)))
+            .scalars()
+            .all()
+        )
+        unfilled = conn.execute(
+            select(func.count()).where(
+                snapshots.c.run_date == dt.date(2024, 12, 31), snapshots.c.next_day_actual.is_(None)
+            )
+        ).scalar()
+    assert modes == ["live"] * len(TICKERS.split(","))
+    assert unfilled == 0
 
 
 @pytest.fixture
