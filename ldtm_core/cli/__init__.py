@@ -9,8 +9,9 @@ from functools import wraps
 import typer
 from rich.console import Console
 from rich.markup import escape
+from sqlalchemy.exc import SQLAlchemyError
 
-from ..config import Settings
+from ..config import Settings, mask_secrets, masked_url
 from ..errors import LDTMError
 
 app = typer.Typer(
@@ -46,6 +47,13 @@ def handle_errors(fn: Callable) -> Callable:
         except LDTMError as exc:
             # escape: messages quote user data such as "[low 9, high 11]", which is not rich markup.
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+        except SQLAlchemyError as exc:  # e.g. the server is unreachable while migrating: no traceback
+            url = settings().database_url
+            orig = getattr(exc, "orig", None) or exc
+            detail = mask_secrets(str(orig), url).strip().splitlines() or [type(exc).__name__]
+            message = f"database {masked_url(url)} failed: {detail[0]}"
+            err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
             sys.exit(2)
 
     return wrapper
