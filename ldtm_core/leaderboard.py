@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, select, text
 
 from .errors import InputError
+from .schema import snapshots
 
 MODES = ("all", "live", "replay")
 COLUMNS = [
@@ -70,3 +71,20 @@ def verdict(df: pd.DataFrame) -> str:
     if beat < len(df):
         return f"{beat} of {len(df)} models beat always-up; {len(df) - beat} do not."
     return f"All {len(df)} models beat always-up."
+
+
+def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:
+    """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
+    s = snapshots.c
+    stmt = (
+        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual)
+        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
+        .order_by(s.ticker, s.run_date, s.id)
+    )
+    with engine.connect() as conn:
+        df = pd.DataFrame(
+            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual"]
+        )
+    # One row per (ticker, evening): the newest model's when a rerun after a promotion added a second.
+    df = df.drop_duplicates(["ticker", "run_date"], keep="last")
+    return df.groupby("ticker", group_keys=False).tail(sessions)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
@@ -66,3 +68,41 @@ def latest_price_date(engine: Engine, tickers: Sequence[str] | None = None) -> d
     with engine.connect() as conn:
         value = conn.execute(stmt).scalar()
     return pd.Timestamp(value).date() if value is not None else None
+
+
+@dataclass
+class PriceQuality:
+    """Data-quality findings over stored prices: broken bars and sessions missing against XNYS."""
+
+    rows_checked: int = 0
+    bad_bars: dict[str, list[str]] = field(default_factory=dict)  # ticker -> first bad dates
+    missing_sessions: dict[str, list[str]] = field(default_factory=dict)  # ticker -> all missing dates
+
+    @property
+    def ohlc_ok(self) -> bool:
+        return not self.bad_bars
+
+    @property
+    def sessions_ok(self) -> bool:
+        return not self.missing_sessions
+
+
+def quality_report(engine: Engine, tickers: Sequence[str], examples: int = 5) -> PriceQuality:
+    """OHLC consistency (low <= open, close <= high, low > 0, finite) and, per ticker, every XNYS session
+    between its first and last row that has no price. Ingest refuses such rows; this guards against
+    data written by other means."""
+    from .calendar import sessions_between
+
+    report = PriceQuality()
+    for ticker, f in load_prices(engine, tickers).items():
+        if f.empty:
+            continue
+        report.rows_checked += len(f)
+        o, h, lo, c = (f[k].to_numpy(dtype=np.float64) for k in ("open", "high", "low", "close"))
+        broken = (lo > np.minimum(o, c)) | (h < np.maximum(o, c)) | (lo <= 0) | ~np.isfinite(o + h + lo + c)
+        if broken.any():
+            report.bad_bars[ticker] = [str(d) for d in f["date"][broken].head(examples)]
+        gap = sorted(set(sessions_between(f["date"].iloc[0], f["date"].iloc[-1])) - set(f["date"]))
+        if gap:
+            report.missing_sessions[ticker] = [str(d) for d in gap]
+    return report

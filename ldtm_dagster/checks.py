@@ -7,7 +7,6 @@ inference downstream in the same run. Missing sessions only warn: a late vendor 
 the nightly run should still predict for the tickers that are complete.
 """
 
-import numpy as np
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -16,35 +15,23 @@ from dagster import (
     asset_check,
 )
 
-from ldtm_core.calendar import sessions_between
-from ldtm_core.prices import load_prices
+from ldtm_core.prices import quality_report
 
 from .resources import AppDatabase, ArtifactStore
-
-
-def _frames(store: ArtifactStore, database: AppDatabase) -> dict:
-    return {t: f for t, f in load_prices(database.engine(store), store.tickers()).items() if len(f)}
 
 
 @asset_check(asset="prices", blocking=True, description="low <= open, close <= high and low > 0 on every row")
 def prices_ohlc_consistent(
     context: AssetCheckExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> AssetCheckResult:
-    bad: dict[str, list[str]] = {}
-    rows = 0
-    for ticker, f in _frames(store, database).items():
-        rows += len(f)
-        o, h, lo, c = (f[k].to_numpy(dtype=np.float64) for k in ("open", "high", "low", "close"))
-        broken = (lo > np.minimum(o, c)) | (h < np.maximum(o, c)) | (lo <= 0) | ~np.isfinite(o + h + lo + c)
-        if broken.any():
-            bad[ticker] = [str(d) for d in f["date"][broken].head(5)]
+    report = quality_report(database.engine(store), store.tickers())
     return AssetCheckResult(
-        passed=not bad,
+        passed=report.ohlc_ok,
         severity=AssetCheckSeverity.ERROR,
         metadata={
-            "rows_checked": rows,
-            "tickers_with_bad_rows": len(bad),
-            "first_bad_dates": MetadataValue.json(bad),
+            "rows_checked": report.rows_checked,
+            "tickers_with_bad_rows": len(report.bad_bars),
+            "first_bad_dates": MetadataValue.json(report.bad_bars),
         },
     )
 
@@ -53,20 +40,14 @@ def prices_ohlc_consistent(
 def prices_sessions_complete(
     context: AssetCheckExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> AssetCheckResult:
-    missing: dict[str, int] = {}
-    examples: dict[str, list[str]] = {}
-    for ticker, f in _frames(store, database).items():
-        expected = set(sessions_between(f["date"].iloc[0], f["date"].iloc[-1]))
-        gap = sorted(expected - set(f["date"]))
-        if gap:
-            missing[ticker] = len(gap)
-            examples[ticker] = [str(d) for d in gap[:5]]
+    report = quality_report(database.engine(store), store.tickers())
+    missing = report.missing_sessions
     return AssetCheckResult(
-        passed=not missing,
+        passed=report.sessions_ok,
         severity=AssetCheckSeverity.WARN,
         metadata={
-            "missing_sessions": sum(missing.values()),
+            "missing_sessions": sum(len(v) for v in missing.values()),
             "tickers_with_gaps": len(missing),
-            "examples": MetadataValue.json(examples),
+            "examples": MetadataValue.json({t: d[:5] for t, d in missing.items()}),
         },
     )

@@ -13,31 +13,13 @@ matplotlib.use("Agg")  # headless: code servers and run workers have no display
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from sqlalchemy import Engine, select  # noqa: E402
+from sqlalchemy import Engine  # noqa: E402
 
-from ldtm_core.schema import snapshots  # noqa: E402
+from ldtm_core.leaderboard import recent_next_day  # noqa: E402
 
 from .metadata import png_markdown  # noqa: E402
 
-SESSIONS = 30
 PANELS = 4
-
-
-def recent_next_day(engine: Engine, tickers: list[str], sessions: int = SESSIONS) -> pd.DataFrame:
-    """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
-    s = snapshots.c
-    stmt = (
-        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual)
-        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
-        .order_by(s.ticker, s.run_date, s.id)
-    )
-    with engine.connect() as conn:
-        df = pd.DataFrame(
-            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual"]
-        )
-    # One row per (ticker, evening): the newest model's when a rerun after a promotion added a second.
-    df = df.drop_duplicates(["ticker", "run_date"], keep="last")
-    return df.groupby("ticker", group_keys=False).tail(sessions)
 
 
 def leaderboard_figure_markdown(engine: Engine, table: pd.DataFrame) -> str | None:

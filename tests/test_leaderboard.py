@@ -225,3 +225,13 @@ def test_verdict_says_plainly_when_no_model_beats_always_up(engine):
 def test_bad_mode(engine):
     with pytest.raises(InputError, match="mode"):
         leaderboard(engine, "yesterday")
+
+
+def test_recent_next_day_keeps_filled_rows_of_the_last_sessions(engine):
+    from ldtm_core.leaderboard import recent_next_day
+
+    _build(engine)
+    recent = recent_next_day(engine, ["AAA"], sessions=10)
+    assert len(recent) == 10 and set(recent["ticker"]) == {"AAA"}
+    assert recent["actual"].notna().all()  # the unfilled newer row is not plotted
+    assert recent["run_date"].max() == LATEST and recent["run_date"].is_monotonic_increasing

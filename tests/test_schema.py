@@ -14,7 +14,7 @@ TABLES = {"prices", "snapshots", "model_registry", "registry_events", "backtest_
 
 def test_upgrade_creates_fixed_tables_and_view(db_url):
     insp = inspect(get_engine(db_url))
-    assert TABLES <= set(insp.get_table_names())
+    assert set(insp.get_table_names()) >= TABLES
     assert "accuracy_30d" in insp.get_view_names()
     assert insp.get_pk_constraint("prices")["constrained_columns"] == ["ticker", "date"]
 
