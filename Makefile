@@ -7,7 +7,7 @@ setup: .venv/.installed
 	touch .venv/.installed
 
 demo: setup
-	.venv/bin/python -m ldtm_core demo
+	.venv/bin/python -m ldtm_dagster.demo
 
 test: setup
 	.venv/bin/ruff check .
