@@ -27,10 +27,10 @@ def _wide(monkeypatch):
 @pytest.fixture
 def market(ldtm_env):
     engine = get_engine(ldtm_env["url"])
-    df = generate(["AAPL", "NVDA", "FER"], "2022-01-03", "2023-12-29", seed=4)
-    df = df[(df.ticker != "FER") | (df.index % 1000 < 90)]  # FER: too little history
-    fer = df[df.ticker == "FER"]
-    ingest_frame(engine, df[df.ticker != "FER"], "synthetic")
+    ingest_frame(engine, generate(["AAPL", "NVDA"], "2022-01-03", "2023-12-29", seed=4), "synthetic")
+    # FER listed in May 2024: 90 sessions are too little history to train on.
+    fer = generate(["FER"], "2024-01-02", "2024-12-31", seed=4)
+    assert len(fer) >= 90
     ingest_frame(engine, fer.head(90), "synthetic")
     return engine
 
