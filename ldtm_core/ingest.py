@@ -21,12 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from sqlalchemy import (
-    BigInteger,
     Column,
-    Date,
     DateTime,
     Engine,
-    Float,
     MetaData,
     String,
     Table,
@@ -39,7 +36,7 @@ from sqlalchemy.engine import Connection
 
 from .db import is_postgres, run_in_transaction
 from .errors import InputError, LDTMError
-from .schema import TICKER, prices
+from .schema import prices
 from .universe import validate_ticker
 
 VALUE_COLUMNS = ["open", "high", "low", "close", "adj_close", "volume"]
@@ -413,21 +410,16 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
 
 _stage_metadata = MetaData()
 # Dropped explicitly after the merge, and ON COMMIT DROP as a backstop; a rollback removes it too.
+_STAGE_COLUMNS = ("ticker", "date", "open", "high", "low", "close", "adj_close", "volume")
 _stage = Table(
     "ldtm_prices_stage",
     _stage_metadata,
-    Column("ticker", TICKER, nullable=False),
-    Column("date", Date, nullable=False),
-    Column("open", Float, nullable=False),
-    Column("high", Float, nullable=False),
-    Column("low", Float, nullable=False),
-    Column("close", Float, nullable=False),
-    Column("adj_close", Float),
-    Column("volume", BigInteger, nullable=False),
+    # Same names, types and nullability as `prices`, without its keys and checks.
+    *(Column(c, prices.c[c].type, nullable=prices.c[c].nullable) for c in _STAGE_COLUMNS),
     prefixes=["TEMPORARY"],
     postgresql_on_commit="DROP",
 )
-_COPY_SQL = "COPY ldtm_prices_stage (ticker, date, open, high, low, close, adj_close, volume) FROM STDIN WITH (FORMAT csv)"
+_COPY_SQL = f"COPY ldtm_prices_stage ({', '.join(_STAGE_COLUMNS)}) FROM STDIN WITH (FORMAT csv)"  # constants only
 
 
 def _copy_merge(conn: Connection, df: pd.DataFrame, source: str, now: dt.datetime) -> int:

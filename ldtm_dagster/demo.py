@@ -30,7 +30,7 @@ from dagster import DagsterInstance, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ldtm_core import calendar
-from ldtm_core.leaderboard import verdict
+from ldtm_core.cli.accountability import print_leaderboard
 
 from . import assets, checks
 from .partitions import evening_partitions
@@ -150,18 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         table = run_demo(
             instance, resources, start=args.start, end=args.end, replay_sessions=args.replay_sessions
         )
-    cols = [
-        "ticker",
-        "n",
-        "direction_accuracy",
-        "wilson_low",
-        "wilson_high",
-        "always_up_accuracy",
-        "persistence_accuracy",
-        "next_day_mape",
-    ]
-    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(verdict(table))
+    print_leaderboard(table)
     return 0
 
 

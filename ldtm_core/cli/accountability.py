@@ -115,9 +115,15 @@ def leaderboard_cmd(
     mode: str = typer.Option("all", "--mode", help="all, live or replay"),
 ) -> None:
     """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines."""
-    from ..leaderboard import leaderboard, verdict
+    from ..leaderboard import leaderboard
 
-    df = leaderboard(open_db(), mode)
+    print_leaderboard(leaderboard(open_db(), mode), mode)
+
+
+def print_leaderboard(df, mode: str = "all") -> None:
+    """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
+    from ..leaderboard import verdict
+
     title = f"accuracy_30d ({mode})"
     if not df.empty:
         title += f", {df['window_start'].min()} .. {df['window_end'].max()}"
