@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
 
 FEATURE_NAMES: tuple[str, ...] = (
     "open",
@@ -25,28 +26,58 @@ SMA_PERIODS = (5, 10, 20)
 WARMUP_ROWS = max(max(SMA_PERIODS) - 1, RSI_PERIOD, 5)
 
 
-def wilder_rsi(close: pd.Series, period: int = RSI_PERIOD) -> pd.Series:
-    """RSI with Wilder smoothing: the first average is the simple mean of `period` changes,
-    then avg_t = (avg_{t-1} * (period - 1) + x_t) / period. 100 when there are no losses,
-    50 when the price did not move at all."""
-    delta = close.diff().to_numpy()
-    gains, losses = np.clip(delta, 0, None), np.clip(-delta, 0, None)
+def _wilder_average(x: np.ndarray, period: int) -> np.ndarray:
+    """Wilder smoothing along axis 1 of [T, L]: the first average (at index `period`) is the mean of
+    x[1..period], then avg_t = (avg_{t-1} * (period - 1) + x_t) / period. NaN before the seed."""
+    seeded = np.full_like(x, np.nan)
+    if x.shape[1] > period:
+        seeded[:, period] = x[:, 1 : period + 1].mean(axis=1)
+        seeded[:, period + 1 :] = x[:, period + 1 :]
+    # ewm(adjust=False) from the seed is exactly Wilder's recursion with alpha = 1/period; pandas runs
+    # it in C over every column at once.
+    return pd.DataFrame(seeded.T).ewm(alpha=1.0 / period, adjust=False).mean().to_numpy().T
 
-    def smooth(x: np.ndarray) -> np.ndarray:
-        seeded = np.full_like(x, np.nan)
-        if len(x) > period:
-            seeded[period] = x[1 : period + 1].mean()
-            seeded[period + 1 :] = x[period + 1 :]
-        # adjust=False from the seed is exactly Wilder's recursion with alpha = 1/period.
-        return pd.Series(seeded).ewm(alpha=1.0 / period, adjust=False).mean().to_numpy()
 
-    avg_gain, avg_loss = smooth(gains), smooth(losses)
+def rsi_array(close: np.ndarray, period: int = RSI_PERIOD) -> np.ndarray:
+    """RSI with Wilder smoothing for [T, L] closes. 100 when there are no losses, 50 when flat."""
+    delta = np.concatenate([np.full((close.shape[0], 1), np.nan), np.diff(close, axis=1)], axis=1)
+    avg_gain = _wilder_average(np.clip(delta, 0, None), period)
+    avg_loss = _wilder_average(np.clip(-delta, 0, None), period)
     with np.errstate(divide="ignore", invalid="ignore"):
         rsi = 100.0 - 100.0 / (1.0 + avg_gain / avg_loss)
     rsi = np.where((avg_loss == 0) & (avg_gain > 0), 100.0, rsi)
     rsi = np.where((avg_loss == 0) & (avg_gain == 0), 50.0, rsi)
-    rsi[:period] = np.nan
-    return pd.Series(rsi, index=close.index)
+    rsi[:, :period] = np.nan
+    return rsi
+
+
+def wilder_rsi(close: pd.Series, period: int = RSI_PERIOD) -> pd.Series:
+    """RSI-14 of one close series (see rsi_array)."""
+    return pd.Series(rsi_array(close.to_numpy(dtype=np.float64)[None, :], period)[0], index=close.index)
+
+
+def _shifted_ratio(c: np.ndarray, lag: int) -> np.ndarray:
+    """ln(c_t / c_{t-lag}) along axis 1, NaN for the first `lag` columns."""
+    out = np.full_like(c, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[:, lag:] = np.log(c[:, lag:] / c[:, :-lag])
+    return out
+
+
+def feature_array(o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The 11 features for T aligned series at once: [T, L] arrays -> [T, L, 11] (NaN during warm-up).
+
+    The single implementation of SPEC §3: one ticker's training history and a whole universe's
+    inference windows both go through here.
+    """
+    smas = []
+    for n in SMA_PERIODS:
+        sma = np.full_like(c, np.nan)
+        if c.shape[1] >= n:
+            sma[:, n - 1 :] = c[:, n - 1 :] / sliding_window_view(c, n, axis=1).mean(axis=-1)
+        smas.append(sma)
+    columns = [o, h, lo, c, v, _shifted_ratio(c, 1), _shifted_ratio(c, 5), rsi_array(c), *smas]
+    return np.stack(columns, axis=2)
 
 
 def compute_features(prices: pd.DataFrame) -> pd.DataFrame:
@@ -55,20 +86,7 @@ def compute_features(prices: pd.DataFrame) -> pd.DataFrame:
     Rows without full history for every feature are dropped.
     """
     df = prices.sort_values("date").reset_index(drop=True)
-    close = df["close"].astype("float64")
-    out = pd.DataFrame(
-        {
-            "date": df["date"].to_numpy(),
-            "open": df["open"].astype("float64"),
-            "high": df["high"].astype("float64"),
-            "low": df["low"].astype("float64"),
-            "close": close,
-            "volume": df["volume"].astype("float64"),
-            "log_return_1d": np.log(close / close.shift(1)),
-            "log_return_5d": np.log(close / close.shift(5)),
-            "rsi_14": wilder_rsi(close),
-        }
-    )
-    for n in SMA_PERIODS:
-        out[f"close_sma_{n}"] = close / close.rolling(n).mean()
-    return out.iloc[WARMUP_ROWS:].dropna().set_index("date")[list(FEATURE_NAMES)]
+    arrays = [df[k].to_numpy(dtype=np.float64)[None, :] for k in ("open", "high", "low", "close", "volume")]
+    out = pd.DataFrame(feature_array(*arrays)[0], columns=list(FEATURE_NAMES))
+    out.index = pd.Index(df["date"].to_numpy(), name="date")
+    return out.iloc[WARMUP_ROWS:].dropna()

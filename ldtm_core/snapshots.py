@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from numpy.lib.stride_tricks import sliding_window_view
 from sqlalchemy import Connection, Engine, and_, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
@@ -31,7 +30,7 @@ from .config import Settings
 from .db import is_postgres, run_in_transaction, write_lock
 from .errors import CheckpointError, InputError, NotFoundError
 from .faults import pause_point
-from .features import CLOSE_INDEX, FEATURE_NAMES, RSI_PERIOD, SMA_PERIODS, WARMUP_ROWS, compute_features
+from .features import CLOSE_INDEX, WARMUP_ROWS, compute_features, feature_array
 from .model import LDTM
 from .prices import latest_price_date
 from .registry import ModelRecord, serving_models
@@ -144,52 +143,8 @@ def _start_for(run_date: dt.date, rows_needed: int) -> dt.date:
 
 
 def features_batch(o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """`features.compute_features` for T aligned series at once: [T, L] arrays -> [T, L - WARMUP_ROWS, 11].
-
-    Same formulas, vectorised over tickers (one numpy pass instead of T pandas calls); equality with
-    compute_features is checked in the tests. Rows are assumed complete (no NaN prices).
-    """
-    t_count, length = c.shape
-    nan = np.full((t_count, 1), np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lr1 = np.concatenate([nan, np.log(c[:, 1:] / c[:, :-1])], axis=1)
-        lr5 = np.concatenate([np.full((t_count, 5), np.nan), np.log(c[:, 5:] / c[:, :-5])], axis=1)
-    delta = np.concatenate([nan, np.diff(c, axis=1)], axis=1)
-    gains, losses = np.clip(delta, 0, None), np.clip(-delta, 0, None)
-    p = RSI_PERIOD
-    alpha = 1.0 / p
-    avg_g = np.full((t_count, length), np.nan)
-    avg_l = np.full((t_count, length), np.nan)
-    if length > p:
-        g, lo_ = gains[:, 1 : p + 1].mean(axis=1), losses[:, 1 : p + 1].mean(axis=1)
-        avg_g[:, p], avg_l[:, p] = g, lo_
-        # pandas ewm(adjust=False) arithmetic, step by step: ((1-a)*prev + a*x) / ((1-a) + a)
-        old, new = 1.0 - alpha, alpha
-        for t in range(p + 1, length):
-            g = (old * g + new * gains[:, t]) / (old + new)
-            lo_ = (old * lo_ + new * losses[:, t]) / (old + new)
-            avg_g[:, t], avg_l[:, t] = g, lo_
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rsi = 100.0 - 100.0 / (1.0 + avg_g / avg_l)
-    rsi = np.where((avg_l == 0) & (avg_g > 0), 100.0, rsi)
-    rsi = np.where((avg_l == 0) & (avg_g == 0), 50.0, rsi)
-    rsi[:, :p] = np.nan
-    smas = []
-    for n in SMA_PERIODS:
-        mean = sliding_window_view(c, n, axis=1).mean(axis=-1)
-        smas.append(np.concatenate([np.full((t_count, n - 1), np.nan), c[:, n - 1 :] / mean], axis=1))
-    cols = {
-        "open": o,
-        "high": h,
-        "low": lo,
-        "close": c,
-        "volume": v,
-        "log_return_1d": lr1,
-        "log_return_5d": lr5,
-        "rsi_14": rsi,
-        **{f"close_sma_{n}": sma for n, sma in zip(SMA_PERIODS, smas, strict=True)},
-    }
-    return np.stack([cols[name] for name in FEATURE_NAMES], axis=2)[:, WARMUP_ROWS:, :]
+    """Features of T aligned, gap-free series at once: [T, L] -> [T, L - WARMUP_ROWS, 11]."""
+    return feature_array(o, h, lo, c, v)[:, WARMUP_ROWS:, :]
 
 
 @dataclass
