@@ -57,7 +57,8 @@ def setup(url: str, home: Path, tickers: list[str]) -> tuple[Settings, list]:
     settings = Settings(home=home, database_url=url)
     settings.ensure_dirs()
     engine = get_engine(url)
-    df = generate(tickers, "2023-01-03", "2024-12-31", seed=5)
+    # Ends late enough that the most recent listing (FER, May 2024) has 250+ sessions to fill back.
+    df = generate(tickers, "2024-01-02", "2025-12-31", seed=5)
     ingest_frame(engine, df, "synthetic")
     cfg = get_profile("demo")
     for i, t in enumerate(tickers):
