@@ -92,13 +92,16 @@ def run_demo(
     ][-replay_sessions:]
     replay_start = evenings[0]
 
-    def run(step: str, selection: list, **kw) -> None:
+    def run(step: str, selection: list, run_config: dict | None = None, **kw) -> None:
         log(f"[demo] {step}")
+        # INFO keeps the assets' own messages (gate verdicts, skips) and drops Dagster's per-event DEBUG.
+        run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": "INFO"}}}}
         result = materialize(
             ALL_ASSETS + [checks.prices_ohlc_consistent, checks.prices_sessions_complete],
             selection=selection,
             instance=instance,
             resources=resources,
+            run_config=run_config,
             **kw,
         )
         assert result.success, f"demo step failed: {step}"

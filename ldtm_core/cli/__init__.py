@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -20,7 +21,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
+# Piped output (CI logs, `make demo | tee`) would otherwise be cut to 80 columns and squeeze tables.
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 err_console = Console(stderr=True)
 
 

@@ -77,6 +77,9 @@ def checkpoints(
         )
     except LDTMError as exc:
         raise Failure(f"checkpoints: {exc}") from None
+    for o in outcomes:
+        if o.status != "trained":
+            context.log.info(f"{o.ticker}: {o.status}: {o.reason}")
     rows = [
         {
             "ticker": o.ticker,
@@ -208,7 +211,8 @@ def promotions(
             report = gate.run_gate(engine, settings, ticker, model_id=candidate.id)
         except LDTMError as exc:
             raise Failure(f"promotions: {ticker}: {exc}") from None
-        context.log.info(report.summary())
+        if report.passed:  # a failure is logged by the gate's notification (the `ldtm` logger)
+            context.log.info(report.summary())
         rows.append(
             {
                 "ticker": ticker,
