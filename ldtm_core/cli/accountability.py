@@ -102,11 +102,7 @@ def fillback_cmd(
         console.print(table)
         console.print("dry run: nothing written")
         return
-    console.print(
-        "filled "
-        + ", ".join(f"{h} {n}" for h, n in res.filled.items())
-        + f" (from {res.rows_pending} pending rows)"
-    )
+    console.print("filled " + ", ".join(f"{h} {n}" for h, n in res.filled.items()))
 
 
 @app.command("leaderboard")
