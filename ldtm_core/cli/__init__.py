@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import Settings, mask_secrets, masked_url
-from ..errors import LDTMError
+from ..errors import InputError, LDTMError
 
 app = typer.Typer(
     help="LDTM: per-ticker LSTM forecasts, recorded, filled back, scored and gated.",
@@ -37,6 +38,16 @@ def open_db(cfg: Settings | None = None):
     cfg = cfg or settings()
     cfg.ensure_dirs()
     return upgrade(cfg.database_url)
+
+
+def parse_date(value: str | None, option: str) -> dt.date | None:
+    """A YYYY-MM-DD option value, or None when not given; anything else is a clean InputError."""
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value.strip())
+    except ValueError:
+        raise InputError(f"{option}: {value!r} is not a date (expected YYYY-MM-DD)") from None
 
 
 def handle_errors(fn: Callable) -> Callable:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import sys
 from typing import Annotated
@@ -10,22 +9,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..errors import InputError
-from . import app, console, err_console, handle_errors, open_db, settings
+from . import app, console, err_console, handle_errors, open_db, parse_date, settings
 
 audit_app = typer.Typer(help="Check the snapshot hash chain.", no_args_is_help=True)
 registry_app = typer.Typer(help="Model registry: list, history, rollback.", no_args_is_help=True)
 app.add_typer(audit_app, name="audit")
 app.add_typer(registry_app, name="registry")
-
-
-def _date(value: str | None, what: str) -> dt.date | None:
-    if value is None:
-        return None
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise InputError(f"{what} {value!r} is not a date (YYYY-MM-DD)") from None
 
 
 def _tickers(values: list[str] | None) -> list[str] | None:
@@ -63,7 +52,9 @@ def predict_cmd(
     from ..snapshots import predict
 
     cfg = settings()
-    res = predict(open_db(cfg), cfg, _date(run_date, "--run-date"), _tickers(tickers), mode, neutral_band)
+    res = predict(
+        open_db(cfg), cfg, parse_date(run_date, "--run-date"), _tickers(tickers), mode, neutral_band
+    )
     console.print(
         f"run {res.run_id} {res.run_date} ({res.mode}): {res.rows_written} rows written, "
         f"{res.rows_existing} already there; cohort "

@@ -13,7 +13,7 @@ from rich.table import Table
 from ..config import masked_url
 from ..errors import InputError
 from ..universe import load_universe, resolve_tickers
-from . import app, console, err_console, handle_errors, open_db, settings
+from . import app, console, err_console, handle_errors, open_db, parse_date, settings
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 prices_app = typer.Typer(help="Inspect stored prices.", no_args_is_help=True)
@@ -65,15 +65,6 @@ def prices_summary() -> None:
     console.print(table)
 
 
-def _parse_date(value: str | None, option: str) -> dt.date | None:
-    if value is None:
-        return None
-    try:
-        return dt.date.fromisoformat(value.strip())
-    except ValueError:
-        raise InputError(f"{option}: {value!r} is not a date (expected YYYY-MM-DD)") from None
-
-
 def _select_tickers(selection: str | None, universe: list[str], allow_new: bool) -> list[str]:
     """`N` = the first N tickers of the universe; a comma list; nothing = the whole universe."""
     if selection is not None and selection.strip().isdigit():
@@ -111,8 +102,8 @@ def ingest_synthetic_cmd(
 
     cfg = settings()
     selected = _select_tickers(tickers, load_universe(cfg.universe), allow_new)
-    end_d = _parse_date(end, "--end") or latest_session_on_or_before(dt.date.today())
-    start_d = _parse_date(start, "--start") or _years_before(end_d, 20)
+    end_d = parse_date(end, "--end") or latest_session_on_or_before(dt.date.today())
+    start_d = parse_date(start, "--start") or _years_before(end_d, 20)
     if start_d > end_d:
         raise InputError(f"--start {start_d} is after --end {end_d}")
     result = ingest_synthetic(open_db(cfg), selected, start_d, end_d, seed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..errors import InputError, NotFoundError
-from . import app, console, handle_errors, open_db, settings
+from ..errors import NotFoundError
+from . import app, console, handle_errors, open_db, parse_date, settings
 
 gpu_app = typer.Typer(help="GPU slots derived from free VRAM.", no_args_is_help=True)
 export_app = typer.Typer(help="Export models.", no_args_is_help=True)
@@ -19,15 +18,6 @@ bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 app.add_typer(gpu_app, name="gpu")
 app.add_typer(export_app, name="export")
 app.add_typer(bench_app, name="bench")
-
-
-def _parse_date(raw: str | None, option: str) -> dt.date | None:
-    if raw is None:
-        return None
-    try:
-        return dt.date.fromisoformat(raw)
-    except ValueError:
-        raise InputError(f"{option} {raw!r}: expected a date YYYY-MM-DD") from None
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -59,7 +49,7 @@ def train(
     cfg_settings = settings()
     parsed = parse_overrides(overrides)
     get_profile(profile, **parsed)  # refuse a bad profile/override before touching anything
-    when = _parse_date(as_of, "--as-of")
+    when = parse_date(as_of, "--as-of")
     universe = load_universe(cfg_settings.universe)
     selection = None if tickers.strip().lower() == "all" else tickers
     chosen = resolve_tickers(selection, universe, allow_new=allow_new)

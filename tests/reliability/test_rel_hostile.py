@@ -140,7 +140,7 @@ BAD_ARGS = [
     (["train", "-t", "AAPL", "-p", "nope"], "profile"),
     (["train", "-t", "AAPL", "-p", "demo", "--set", "max_epochs=0"], "max_epochs"),
     (["train", "-t", "AAPL", "-p", "demo", "--set", "hidden_size=big"], "expected a int"),
-    (["train", "-t", "AAPL", "-p", "demo", "--as-of", "yesterday"], "expected a date"),
+    (["train", "-t", "AAPL", "-p", "demo", "--as-of", "yesterday"], "is not a date"),
     (["train", "-t", "ZZZZ", "-p", "demo"], "not in the universe"),
     (["ingest", "synthetic", "-t", "0"], "give 1.."),
     (["ingest", "synthetic", "-t", "AAPL", "--start", "2024-02-01", "--end", "2024-01-01"], "after --end"),
