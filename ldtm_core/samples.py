@@ -48,6 +48,10 @@ class SampleSet:
         return ~np.isnan(self.y).any(axis=1)
 
     def denormalise(self, y_norm: np.ndarray) -> np.ndarray:
+        """Prices for predictions of every row of this set (use subset() first for fewer rows)."""
+        if len(y_norm) != len(self):
+            # numpy would broadcast a shorter array against the wrong windows without a word
+            raise ValueError(f"denormalise got {len(y_norm)} rows for a set of {len(self)}; subset() first")
         return denormalise(y_norm, self.close_min, self.close_max)
 
 

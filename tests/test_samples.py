@@ -141,3 +141,22 @@ def test_window_length_is_configurable(window):
     s = build_samples(px, window)
     assert s.x.shape == (len(px) - WARMUP_ROWS - window + 1, window, 11)
     assert s.dates[0] == np.datetime64(px["date"].iloc[WARMUP_ROWS + window - 1], "D")
+
+
+def test_denormalise_refuses_predictions_for_a_different_number_of_rows():
+    days = sessions_between("2024-01-02", "2024-06-28")
+    close = np.linspace(10.0, 20.0, len(days))
+    prices = pd.DataFrame(
+        {
+            "date": days,
+            "open": close,
+            "high": close * 1.01,
+            "low": close * 0.99,
+            "close": close,
+            "volume": 1000,
+        }
+    )
+    s = build_samples(prices, window=10)
+    assert s.denormalise(s.y).shape == s.y.shape
+    with pytest.raises(ValueError, match="subset"):
+        s.denormalise(s.y[:-1])
