@@ -77,6 +77,7 @@ def run_demo(
     end: str = "2024-12-31",
     replay_sessions: int = 30,
     folds: int = 2,
+    outcome_sessions: int = 0,
     log: Callable[[str], None] = print,
 ) -> pd.DataFrame:
     """Materialise the whole graph (steps in the module doc); returns the leaderboard table."""
@@ -91,6 +92,9 @@ def run_demo(
         if calendar.is_session(k)
     ][-replay_sessions:]
     replay_start = evenings[0]
+    # Prices this many sessions past the last replayed evening let fillback reach every horizon
+    # (one month = 21 sessions); with 0 the last evening is the newest data: a `live` row.
+    prices_end = calendar.sessions_after(end_day, outcome_sessions) if outcome_sessions else end_day
 
     def run(step: str, selection: list, run_config: dict | None = None, **kw) -> None:
         log(f"[demo] {step}")
@@ -111,9 +115,9 @@ def run_demo(
     log(f"[demo] gpu pool limit {before} -> {after} ({plan.kind}): {plan.reason}")
 
     run(
-        "prices",
+        f"prices {start}..{prices_end}",
         [assets.prices],
-        run_config={"ops": {"prices": {"config": {"start": start, "end": str(end_day)}}}},
+        run_config={"ops": {"prices": {"config": {"start": start, "end": str(prices_end)}}}},
     )
     run(
         f"checkpoints + backtests for {len(tickers)} tickers in one run (trained up to {replay_start})",
@@ -147,11 +151,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", default="2023-01-03")
     parser.add_argument("--end", default="2024-12-31")
     parser.add_argument("--replay-sessions", type=int, default=30)
+    parser.add_argument(
+        "--outcome-sessions",
+        type=int,
+        default=21,
+        help="sessions of prices after the last replayed evening, so every horizon can be filled back "
+        "(0: the last evening is the newest data and its row is live)",
+    )
     args = parser.parse_args(argv)
     resources = demo_resources(args.universe, args.profile, args.max_epochs)
     with demo_instance() as instance:
         table = run_demo(
-            instance, resources, start=args.start, end=args.end, replay_sessions=args.replay_sessions
+            instance,
+            resources,
+            start=args.start,
+            end=args.end,
+            replay_sessions=args.replay_sessions,
+            outcome_sessions=args.outcome_sessions,
         )
     print_leaderboard(table)
     return 0
