@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from pathlib import Path
 
 import torch
+from sqlalchemy import insert
 
 from ldtm_core.checkpoints import save_checkpoint
 from ldtm_core.config import Settings
 from ldtm_core.ingest import ingest_frame
 from ldtm_core.model import LDTM, get_profile
 from ldtm_core.registry import register_candidate
+from ldtm_core.schema import backtest_folds
 from ldtm_core.synthetic import generate
 
 
@@ -53,3 +56,38 @@ def make_model(
         checkpoint_sha256=sha,
         val_loss=0.1,
     )
+
+
+def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None):
+    """Backtest rows as a backtest would write them; returns the backtest id.
+
+    folds: list of (n, direction_accuracy, always_up_accuracy, mean_abs_pct_error, leakage_rows).
+    """
+    bid = backtest_id or str(uuid.uuid4())
+    now = dt.datetime.now(dt.UTC)
+    d = dt.date(2024, 1, 2)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(backtest_folds),
+            [
+                {
+                    "backtest_id": bid,
+                    "model_id": model_id,
+                    "ticker": ticker,
+                    "fold": i + 1,
+                    "cutoff": d,
+                    "train_start": d,
+                    "train_end": d,
+                    "test_start": d,
+                    "test_end": d,
+                    "n": n,
+                    "direction_accuracy": acc,
+                    "always_up_accuracy": up,
+                    "mean_abs_pct_error": err,
+                    "leakage_rows": leak,
+                    "created_at": now,
+                }
+                for i, (n, acc, up, err, leak) in enumerate(folds)
+            ],
+        )
+    return bid

@@ -6,12 +6,10 @@ import datetime as dt
 import json
 import logging
 import threading
-import uuid
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from accountability_helpers import make_model, make_settings
-from sqlalchemy import insert
+from accountability_helpers import add_backtest, make_model, make_settings
 from typer.testing import CliRunner
 
 from ldtm_core import registry
@@ -19,39 +17,6 @@ from ldtm_core.cli import app
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.gate import GateThresholds, run_gate
 from ldtm_core.notify import send
-from ldtm_core.schema import backtest_folds
-
-
-def add_backtest(engine, model_id, folds, ticker="AAPL"):
-    """folds: list of (n, direction_accuracy, always_up_accuracy, mean_abs_pct_error, leakage_rows)."""
-    bid = str(uuid.uuid4())
-    now = dt.datetime.now(dt.UTC)
-    d = dt.date(2024, 1, 2)
-    with engine.begin() as conn:
-        conn.execute(
-            insert(backtest_folds),
-            [
-                {
-                    "backtest_id": bid,
-                    "model_id": model_id,
-                    "ticker": ticker,
-                    "fold": i + 1,
-                    "cutoff": d,
-                    "train_start": d,
-                    "train_end": d,
-                    "test_start": d,
-                    "test_end": d,
-                    "n": n,
-                    "direction_accuracy": acc,
-                    "always_up_accuracy": up,
-                    "mean_abs_pct_error": err,
-                    "leakage_rows": leak,
-                    "created_at": now,
-                }
-                for i, (n, acc, up, err, leak) in enumerate(folds)
-            ],
-        )
-    return bid
 
 
 class Hook:

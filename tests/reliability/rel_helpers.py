@@ -245,33 +245,13 @@ def add_candidate(
 
 
 def add_passing_backtest(url: str, model_id: int, ticker: str) -> None:
-    """Two folds that pass the default gate (60 % accuracy, 1 % error, no leakage)."""
-    from ldtm_core.schema import backtest_folds
+    """Two folds that pass the default gate (60 % accuracy, 1 % error, no leakage); a fixed backtest
+    id so a clean run's registry reasons compare equal."""
+    from accountability_helpers import add_backtest
 
-    now = dt.datetime.now(dt.UTC)
-    d = dt.date(2024, 2, 1)
-    rows = [
-        {
-            "backtest_id": f"bt-{model_id}",
-            "model_id": model_id,
-            "ticker": ticker,
-            "fold": i + 1,
-            "cutoff": d,
-            "train_start": d,
-            "train_end": d,
-            "test_start": d,
-            "test_end": d,
-            "n": 50,
-            "direction_accuracy": 0.6,
-            "always_up_accuracy": 0.5,
-            "mean_abs_pct_error": 1.0,
-            "leakage_rows": 0,
-            "created_at": now,
-        }
-        for i in range(2)
-    ]
-    with get_engine(url).begin() as conn:
-        conn.execute(backtest_folds.insert(), rows)
+    add_backtest(
+        get_engine(url), model_id, [(50, 0.6, 0.5, 1.0, 0)] * 2, ticker, backtest_id=f"bt-{model_id}"
+    )
 
 
 def registry_state(url: str) -> tuple[list, list]:
