@@ -25,6 +25,7 @@ from .schema import snapshots
 MARKET_TZ = ZoneInfo("America/New_York")
 DEFAULT_DEADLINE = "21:00"
 ENV_DEADLINE = "LDTM_SNAPSHOT_DEADLINE"
+_EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_][\w]*\.)+[A-Z]\w*: ")
 _CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^/\s:@]*:)[^@\s/]*@", re.I)
 
 
@@ -39,8 +40,9 @@ def scrub(text: str, *, database_url: str | None = None, webhook_url: str | None
 
 
 def first_line(text: str | None) -> str:
+    """The first non-empty line, without a leading `package.module.ExceptionClass: `."""
     lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[0][:500] if lines else ""
+    return _EXCEPTION_PREFIX.sub("", lines[0])[:500] if lines else ""
 
 
 def run_failure_payload(
