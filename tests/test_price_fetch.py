@@ -152,3 +152,14 @@ def test_large_one_day_moves_are_flagged_with_an_explanation_hook(tmp_path):
     assert large_moves(engine, ["NVDA"], threshold_pct=95) == []
     recorded = {("NVDA", dt.date(2024, 6, 10))}
     assert large_moves(engine, ["NVDA"], threshold_pct=40, explained=lambda t, d, r: (t, d) in recorded) == []
+
+
+def test_a_source_down_for_every_ticker_is_reported_as_down(engine):
+    class Down(RecordingSource):
+        def fetch(self, tickers, start, end):
+            raise ConnectionError("connection refused")
+
+    report = fetch_prices(
+        engine, Down(), ["AAPL", "NVDA"], first_start=dt.date(2024, 1, 2), end=dt.date(2024, 1, 31)
+    )
+    assert report.source_down and [o.status for o in report.outcomes.values()] == ["failed", "failed"]
