@@ -72,6 +72,11 @@ class FetchReport:
         return [o for o in self.outcomes.values() if o.status == "ok"]
 
     @property
+    def rejected_files(self) -> list[dict]:
+        """Dropped files that stored nothing (unreadable, or every ticker in them refused)."""
+        return [f for f in self.files if f["status"] == "rejected"]
+
+    @property
     def rows(self) -> int:
         return sum(o.rows for o in self.outcomes.values())
 

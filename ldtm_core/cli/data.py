@@ -234,4 +234,7 @@ def ingest_fetch_cmd(
         err_console.print(
             f"{len(report.failed)} of {len(report.outcomes)} ticker(s) failed; nothing was stored for them"
         )
+    if report.rejected_files:
+        err_console.print(f"{len(report.rejected_files)} file(s) rejected; nothing was stored from them")
+    if report.failed or report.rejected_files:
         raise typer.Exit(1)

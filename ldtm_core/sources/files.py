@@ -172,7 +172,7 @@ def _raw_with_tickers(path: Path) -> pd.DataFrame | None:
     df.columns = renamed
     df["__line"] = lines
     df = df[df.drop(columns="__line").notna().any(axis=1) & df["ticker"].notna()]
-    if df["ticker"].nunique() < 2:
+    if df.empty:
         return None
     keep = [c for c in [*RAW_COLUMNS, "ticker", "__line"] if c in df.columns]
     return df[keep]

@@ -130,6 +130,8 @@ def prices(
         )
     for o in report.failed:
         context.log.warning(f"prices: {o.ticker} not stored: {o.reason}")
+    for f in report.rejected_files:
+        context.log.warning(f"prices: file {f['file']} rejected: {f['error']}")
     context.log.info(
         f"prices from {report.source}: {len(report.stored)} tickers stored ({report.rows} rows read, "
         f"{report.written} inserted or changed), {len(report.failed)} failed"

@@ -100,3 +100,15 @@ def test_an_unreadable_or_unknown_file_is_rejected_once_and_named(db_url, tmp_pa
     assert sorted(s for _, s in _ledger(engine)) == ["rejected", "rejected"]
     assert load_prices(engine, ["AAPL"])["AAPL"].empty
     assert _fetch(engine, drop).files == []  # not retried until the content changes
+
+
+def test_a_bad_one_ticker_long_file_names_its_ticker(db_url, tmp_path):
+    engine = get_engine(db_url)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    day = generate(["NVDA"], "2024-02-26", "2024-03-01")
+    day.loc[day.index[-1], "volume"] = -5
+    day.to_csv(drop / "2024-03-01.csv", index=False)
+    report = _fetch(engine, drop)
+    assert report.outcomes["NVDA"].status == "failed" and "volume -5 is negative" in report.outcomes["NVDA"].reason
+    assert [f["status"] for f in report.rejected_files] == ["rejected"]
