@@ -200,19 +200,20 @@ def _store_answer(
     clean: dict[str, pd.DataFrame] = {}
     for ticker, reason in answer.failures.items():
         _fail(report, ticker, reason, ticker in answer.transient)
+    candidates: dict[str, pd.DataFrame] = {}
     for ticker, raw in list(answer.frames.items()):
         if ticker not in accepted and not allow_new:
             reason = f"unknown symbol {ticker}: not in the universe (allow_new to accept it)"
         elif raw is None or raw.empty:
             reason = f"empty answer: {source.name} returned no bars"
         else:
-            try:
-                where = f"{source.name} {ticker}"
-                clean[ticker] = validate_prices(raw.reset_index(drop=True), where, default_ticker=ticker)
-                continue
-            except LDTMError as exc:
-                reason = str(exc)
+            candidates[ticker] = raw.reset_index(drop=True)
+            continue
         answer.failures[ticker] = reason  # the file receipt names it too
+        _fail(report, ticker, reason)
+    clean = _validate_all(candidates, source.name)
+    for ticker, reason in clean.pop(None, {}).items():
+        answer.failures[ticker] = reason
         _fail(report, ticker, reason)
 
     def work(conn) -> dict[str, int]:
@@ -242,6 +243,29 @@ def _store_answer(
                 or "; ".join(answer.failures.get(t, "") for t in receipt.tickers if t in answer.failures),
             }
         )
+
+
+def _validate_all(frames: dict[str, pd.DataFrame], source_name: str) -> dict:
+    """Clean frame per ticker, and under key None the reason per refused ticker.
+
+    Fast path: the whole answer validated at once (one call instead of one per ticker: ~30x less
+    overhead for a 103-ticker evening); only when it holds a bad ticker is each one validated alone.
+    """
+    if len(frames) > 1 and len({tuple(f.columns) for f in frames.values()}) == 1:
+        long = pd.concat([f.assign(ticker=t) for t, f in frames.items()], ignore_index=True)
+        try:
+            clean = validate_prices(long, source_name)
+        except LDTMError:
+            pass  # somewhere a bad ticker: find it below
+        else:
+            return {t: g.reset_index(drop=True) for t, g in clean.groupby("ticker", sort=False)}
+    out: dict = {None: {}}
+    for ticker, raw in frames.items():
+        try:
+            out[ticker] = validate_prices(raw, f"{source_name} {ticker}", default_ticker=ticker)
+        except LDTMError as exc:
+            out[None][ticker] = str(exc)
+    return out
 
 
 def _fail(report: FetchReport, ticker: str, reason: str, transient: bool = False) -> None:
