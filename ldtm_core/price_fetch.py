@@ -112,14 +112,19 @@ def sessions_before(day: dt.date, n: int) -> dt.date:
 
 
 def fetch_starts(
-    engine: Engine, tickers: Sequence[str], first_start: dt.date, overlap: int = DEFAULT_OVERLAP_SESSIONS
+    engine: Engine,
+    tickers: Sequence[str],
+    first_start: dt.date,
+    overlap: int = DEFAULT_OVERLAP_SESSIONS,
+    end: dt.date | None = None,
 ) -> dict[str, dt.date]:
-    """Per ticker: its last stored date minus `overlap` sessions, or `first_start` when it has none."""
+    """Per ticker: `overlap` sessions before its last stored date (or before `end`, when a past
+    evening is rerun and the ticker is already stored beyond it); `first_start` when it has none."""
     if overlap < 0:
         raise InputError(f"overlap must be >= 0 sessions, got {overlap}")
     last = last_stored_dates(engine, tickers)
     return {
-        t: (max(sessions_before(last[t], overlap), first_start) if t in last else first_start)
+        t: sessions_before(min(last[t], end) if end else last[t], overlap) if t in last else first_start
         for t in tickers
     }
 
@@ -144,7 +149,9 @@ def fetch_prices(
     report = FetchReport(source.describe(), end)
     source.prepare(engine)
     starts = (
-        {t: first_start for t in tickers} if refetch else fetch_starts(engine, tickers, first_start, overlap)
+        {t: first_start for t in tickers}
+        if refetch
+        else fetch_starts(engine, tickers, first_start, overlap, end)
     )
     for t in tickers:
         report.outcomes[t] = TickerOutcome(t, requested_from=starts[t])

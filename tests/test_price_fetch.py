@@ -163,3 +163,13 @@ def test_a_source_down_for_every_ticker_is_reported_as_down(engine):
         engine, Down(), ["AAPL", "NVDA"], first_start=dt.date(2024, 1, 2), end=dt.date(2024, 1, 31)
     )
     assert report.source_down and [o.status for o in report.outcomes.values()] == ["failed", "failed"]
+
+
+def test_rerunning_a_past_evening_refetches_up_to_that_evening_only(engine):
+    source = RecordingSource()
+    fetch_prices(engine, source, ["AAPL"], first_start=dt.date(2024, 1, 2), end=dt.date(2024, 3, 8))
+    source.requests.clear()
+    report = fetch_prices(engine, source, ["AAPL"], first_start=dt.date(2024, 1, 2), end=dt.date(2024, 2, 29))
+    assert report.outcomes["AAPL"].status == "ok"
+    [(_, start, end)] = source.requests
+    assert (start, end) == (sessions_between("2024-02-15", "2024-02-29")[-6], dt.date(2024, 2, 29))

@@ -49,3 +49,23 @@ def test_prices_retries_transient_failures_and_alert_sensors_are_loaded():
     assert assets.prices.op.retry_policy == PRICES_RETRY_POLICY and PRICES_RETRY_POLICY.max_retries == 3
     for name in ("run_failure_alert", "snapshots_freshness_alert"):
         assert defs.resolve_sensor_def(name).name == name
+
+
+def test_the_nightly_fetches_up_to_its_own_evening(dagster_instance, sqlite_url, tmp_path, monkeypatch):
+    monkeypatch.delenv("LDTM_PRICE_SOURCE", raising=False)
+    resources = tiny_resources(tmp_path / "home", sqlite_url)
+    result = materialize(
+        [assets.prices],
+        instance=dagster_instance,
+        resources=resources,
+        run_config={"ops": {"prices": {"config": {"start": "2024-01-02"}}}},
+        tags={"dagster/partition": "2024-03-08"},
+    )
+    assert result.success
+    meta = (
+        dagster_instance.fetch_materializations(AssetKey("prices"), limit=1)
+        .records[0]
+        .asset_materialization.metadata
+    )
+    assert meta["source"].value == "synthetic seed=0"
+    assert meta["end"].value == meta["last_date"].value == "2024-03-08"
