@@ -110,5 +110,8 @@ def test_a_bad_one_ticker_long_file_names_its_ticker(db_url, tmp_path):
     day.loc[day.index[-1], "volume"] = -5
     day.to_csv(drop / "2024-03-01.csv", index=False)
     report = _fetch(engine, drop)
-    assert report.outcomes["NVDA"].status == "failed" and "volume -5 is negative" in report.outcomes["NVDA"].reason
+    assert (
+        report.outcomes["NVDA"].status == "failed"
+        and "volume -5 is negative" in report.outcomes["NVDA"].reason
+    )
     assert [f["status"] for f in report.rejected_files] == ["rejected"]
