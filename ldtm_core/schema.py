@@ -1,7 +1,7 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, run_log, and the view accuracy_30d (created by a migration).
+backtest_folds, run_log, ingested_files, and the view accuracy_30d (created by a migration).
 """
 
 from __future__ import annotations
@@ -171,4 +171,22 @@ backtest_folds = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
+)
+
+# Price files the `files:<dir>` source has ingested, by path + content hash (written with their prices).
+ingested_files = Table(
+    "ingested_files",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("path", Text, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("status", String(12), nullable=False),
+    Column("tickers", Text),
+    Column("rows", Integer, nullable=False),
+    Column("written", Integer, nullable=False),
+    Column("error", Text),
+    Column("ingested_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("status IN ('ok','partial','rejected')", name="ck_ingested_files_status"),
+    UniqueConstraint("path", "sha256", name="uq_ingested_files_path_sha"),
 )

@@ -15,6 +15,7 @@ from dagster import (
     asset_check,
 )
 
+from ldtm_core.price_moves import large_moves, threshold_from_env
 from ldtm_core.prices import quality_report
 
 from .resources import AppDatabase, ArtifactStore
@@ -49,5 +50,27 @@ def prices_sessions_complete(
             "missing_sessions": sum(len(v) for v in missing.values()),
             "tickers_with_gaps": len(missing),
             "examples": MetadataValue.json({t: d[:5] for t, d in missing.items()}),
+        },
+    )
+
+
+@asset_check(
+    asset="prices",
+    description="no one-day close move beyond LDTM_MAX_DAILY_MOVE_PCT (default 40%) that no recorded "
+    "corporate action explains",
+)
+def prices_no_unexplained_jumps(
+    context: AssetCheckExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> AssetCheckResult:
+    # No corporate-actions table yet, so every such move is flagged (large_moves' `explained` hook).
+    threshold = threshold_from_env()
+    moves = large_moves(database.engine(store), store.tickers(), threshold_pct=threshold)
+    return AssetCheckResult(
+        passed=not moves,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "threshold_pct": threshold,
+            "flagged_moves": len(moves),
+            "moves": MetadataValue.json([m.describe() for m in moves[:50]]),
         },
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dagster import Definitions
 
 from . import assets, checks
+from .alerts import run_failure_alert, snapshots_freshness_alert
 from .jobs import nightly_job, promotion_job, retrain_job
 from .resources import resources_from_env
 from .schedules import nightly, weekly_retrain
@@ -12,9 +13,13 @@ from .sensors import gpu_pool_sensor, promotion_gate_sensor
 
 defs = Definitions(
     assets=[getattr(assets, name) for name in assets.__all__],
-    asset_checks=[checks.prices_ohlc_consistent, checks.prices_sessions_complete],
+    asset_checks=[
+        checks.prices_ohlc_consistent,
+        checks.prices_sessions_complete,
+        checks.prices_no_unexplained_jumps,
+    ],
     jobs=[nightly_job, retrain_job, promotion_job],
     schedules=[nightly, weekly_retrain],
-    sensors=[gpu_pool_sensor, promotion_gate_sensor],
+    sensors=[gpu_pool_sensor, promotion_gate_sensor, run_failure_alert, snapshots_freshness_alert],
     resources=resources_from_env(),
 )

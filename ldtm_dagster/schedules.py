@@ -14,6 +14,7 @@ from .partitions import MARKET_TZ, ticker_partitions
 from .pool import GPU_RUN_TAGS
 
 # Weekdays 18:15 New York (the evening partitions' own cron): targets the evening that just closed.
+# Its `prices` step fetches from LDTM_PRICE_SOURCE (synthetic | files:<dir> | yfinance | ib) up to that evening.
 nightly = build_schedule_from_partitioned_job(
     nightly_job, name="nightly", default_status=DefaultScheduleStatus.RUNNING
 )

@@ -147,3 +147,94 @@ def ingest_csv_cmd(
     if failed:
         err_console.print(f"{len(failed)} of {len(outcomes)} file(s) failed; nothing was stored from them")
         raise typer.Exit(1)
+
+
+@ingest_app.command("fetch")
+@handle_errors
+def ingest_fetch_cmd(
+    tickers: str = typer.Option(
+        None, "--tickers", "-t", help="N (first N of the universe) or T1,T2; default: the whole universe"
+    ),
+    start: str = typer.Option(
+        None, help="first date for a ticker with no stored prices (YYYY-MM-DD); default 20 years before --end"
+    ),
+    end: str = typer.Option(None, help="last date YYYY-MM-DD; default the latest XNYS session up to today"),
+    source: str = typer.Option(
+        None, "--source", "-s", help="synthetic | files:<dir> | yfinance | ib; default $LDTM_PRICE_SOURCE"
+    ),
+    overlap: int = typer.Option(5, help="sessions re-fetched before each ticker's last stored date"),
+    refetch: bool = typer.Option(False, "--refetch", help="fetch every ticker from --start"),
+    seed: int = typer.Option(0, help="synthetic source: random seed"),
+    allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+) -> None:
+    """Fetch prices from the configured source, incrementally, and store every ticker that passes
+    validation. Each ticker's outcome is listed; exit code 1 if any ticker failed."""
+    from ..calendar import latest_session_on_or_before
+    from ..price_fetch import fetch_prices
+    from ..price_moves import large_moves, threshold_from_env
+    from ..sources import configured_spec, make_source
+
+    cfg = settings()
+    universe = load_universe(cfg.universe)
+    selected = _select_tickers(tickers, universe, allow_new)
+    end_d = parse_date(end, "--end") or latest_session_on_or_before(dt.date.today())
+    start_d = parse_date(start, "--start") or _years_before(end_d, 20)
+    if start_d > end_d:
+        raise InputError(f"--start {start_d} is after --end {end_d}")
+    threshold = threshold_from_env()
+    source_obj = make_source(configured_spec(source), seed=seed)
+    engine = open_db(cfg)
+    report = fetch_prices(
+        engine,
+        source_obj,
+        selected,
+        first_start=start_d,
+        end=end_d,
+        overlap=overlap,
+        universe=universe,
+        allow_new=allow_new,
+        refetch=refetch,
+    )
+    table = Table(
+        "ticker",
+        "status",
+        "from",
+        "rows",
+        "written",
+        "last",
+        "reason",
+        title=f"fetch from {escape(report.source)} up to {end_d} into {masked_url(cfg.database_url)}",
+    )
+    for row in report.table():
+        status = row["status"] if row["status"] != "failed" else "[red]failed[/]"
+        table.add_row(
+            row["ticker"],
+            status,
+            row["from"],
+            str(row["rows"]),
+            str(row["written"]),
+            row["last"],
+            escape(row["reason"]),
+        )
+    console.print(table)
+    for f in report.files:
+        err = f" ({escape(f['error'])})" if f["error"] else ""
+        console.print(f"file {escape(f['file'])}: {f['status']}, {f['rows']} rows{err}")
+    fetched = [o for o in report.stored if o.first_date is not None]
+    if fetched:
+        since = min(o.first_date for o in fetched)
+        for move in large_moves(engine, [o.ticker for o in fetched], threshold_pct=threshold, since=since):
+            err_console.print(
+                f"[bold yellow]warning:[/] one-day move beyond {threshold:g}% not explained by a recorded "
+                f"corporate action: {escape(move.describe())}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    if report.failed:
+        err_console.print(
+            f"{len(report.failed)} of {len(report.outcomes)} ticker(s) failed; nothing was stored for them"
+        )
+    if report.rejected_files:
+        err_console.print(f"{len(report.rejected_files)} file(s) rejected; nothing was stored from them")
+    if report.failed or report.rejected_files:
+        raise typer.Exit(1)

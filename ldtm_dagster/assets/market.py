@@ -1,82 +1,174 @@
-"""Market data: the `prices` table."""
+"""Market data: the `prices` table, fetched from the configured price source."""
 
 import datetime as dt
-from typing import Literal
 
 import pandas as pd
-from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetExecutionContext,
+    Backoff,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    RetryPolicy,
+    asset,
+)
 from pydantic import Field
 
 from ldtm_core import ingest
-from ldtm_core.calendar import latest_session_on_or_before
+from ldtm_core.calendar import is_session, latest_session_on_or_before
 from ldtm_core.errors import LDTMError
+from ldtm_core.price_fetch import DEFAULT_OVERLAP_SESSIONS, fetch_prices
 from ldtm_core.prices import price_summary
+from ldtm_core.sources import SPEC_HELP, configured_spec, make_source
 from ldtm_core.universe import resolve_tickers
 
 from ..metadata import records_table
 from ..partitions import MARKET_TZ
 from ..resources import AppDatabase, ArtifactStore
 
+PARTITION_TAG = "dagster/partition"
+# Transient source failures (the vendor or gateway is down for every ticker): three more tries,
+# 2, 4, 8 minutes apart. Bad config and bad data fail with allow_retries=False.
+PRICES_RETRY_POLICY = RetryPolicy(max_retries=3, delay=120, backoff=Backoff.EXPONENTIAL)
+
 
 class PricesConfig(Config):
-    """Where prices come from. Synthetic (offline, deterministic) unless `source: files`."""
+    """Where prices come from: `source` as in LDTM_PRICE_SOURCE; empty = that variable, else synthetic."""
 
-    source: Literal["synthetic", "files"] = "synthetic"
+    source: str = Field("", description=f"{SPEC_HELP}; 'files' with `paths` ingests those files once")
     paths: list[str] = Field(default_factory=list, description="CSV/Parquet files when source is 'files'")
-    start: str = Field("2018-01-02", description="first date of the synthetic range (YYYY-MM-DD)")
-    end: str = Field("", description="last date of the synthetic range; empty = today in New York")
-    seed: int = 0
+    start: str = Field("2018-01-02", description="first date for a ticker with no stored prices (YYYY-MM-DD)")
+    end: str = Field(
+        "", description="last date; empty = the run's evening partition, else the latest session in New York"
+    )
+    seed: int = Field(0, description="synthetic source: random seed")
     tickers: list[str] = Field(default_factory=list, description="subset of the universe; empty = all")
-    allow_new: bool = Field(False, description="files: accept tickers outside the universe")
+    allow_new: bool = Field(False, description="accept tickers outside the universe")
+    overlap_sessions: int = Field(
+        DEFAULT_OVERLAP_SESSIONS, description="sessions re-fetched before each ticker's last stored date"
+    )
+    refetch: bool = Field(False, description="fetch every ticker from `start`, not incrementally")
 
 
 def _date(value: str, name: str) -> dt.date:
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
-        raise Failure(f"prices config: {name}={value!r} is not a date (YYYY-MM-DD)") from None
+        raise Failure(
+            f"prices config: {name}={value!r} is not a date (YYYY-MM-DD)", allow_retries=False
+        ) from None
 
 
-@asset(group_name="market", kinds={"sql"})
+def _end_date(context: AssetExecutionContext, config: PricesConfig) -> dt.date:
+    """The configured end, else the evening this run is for (nightly job), else today in New York."""
+    if config.end:
+        return _date(config.end, "end")
+    evening = context.run.tags.get(PARTITION_TAG, "") if context.run else ""
+    try:
+        day = dt.date.fromisoformat(evening)
+    except ValueError:
+        day = pd.Timestamp.now(tz=MARKET_TZ).date()
+    return day if is_session(day) else latest_session_on_or_before(day)
+
+
+@asset(group_name="market", kinds={"sql"}, retry_policy=PRICES_RETRY_POLICY)
 def prices(
     context: AssetExecutionContext, config: PricesConfig, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
-    """Daily OHLCV per (ticker, XNYS session), upserted idempotently: re-running changes nothing."""
+    """Daily OHLCV per (ticker, XNYS session), fetched incrementally and upserted idempotently.
+
+    Metadata carries the per-ticker outcome table: a ticker the source could not serve, or whose bars
+    fail validation, is named with its reason and nothing of it is stored; the others are stored.
+    """
     engine = database.engine(store)
+    spec = configured_spec(config.source)
     try:
-        tickers = resolve_tickers(config.tickers or None, store.tickers(), allow_new=config.allow_new)
-        if config.source == "files":
-            if not config.paths:
-                raise Failure("prices config: source 'files' needs at least one path in `paths`")
-            outcomes = ingest.ingest_files(engine, config.paths, tickers, allow_new=config.allow_new)
-            files = [
-                {"path": o.path, "rows": o.rows, "written": o.written, "error": o.error} for o in outcomes
-            ]
-            rows, written = sum(o.rows for o in outcomes), sum(o.written for o in outcomes)
-        else:
-            today = pd.Timestamp.now(tz=MARKET_TZ).date()
-            end = _date(config.end, "end") if config.end else latest_session_on_or_before(today)
-            start = _date(config.start, "start")
-            if start >= end:
-                raise Failure(f"prices config: start {start} must be before end {end}")
-            result = ingest.ingest_synthetic(engine, tickers, start, end, config.seed)
-            files, rows, written = [], result.rows, result.written
+        universe = store.tickers()
+        tickers = resolve_tickers(config.tickers or None, universe, allow_new=config.allow_new)
+        if spec == "files":  # explicit files named in run config, ingested as given
+            return _ingest_named_files(context, config, engine, tickers)
+        end = _end_date(context, config)
+        start = _date(config.start, "start")
+        if start >= end:
+            raise Failure(f"prices config: start {start} must be before end {end}", allow_retries=False)
+        source = make_source(spec, seed=config.seed)
+        report = fetch_prices(
+            engine,
+            source,
+            tickers,
+            first_start=start,
+            end=end,
+            overlap=config.overlap_sessions,
+            universe=universe,
+            allow_new=config.allow_new,
+            refetch=config.refetch,
+        )
     except LDTMError as exc:
-        raise Failure(f"prices: {exc}") from None
-    summary = price_summary(engine)
+        raise Failure(f"prices: {exc}", allow_retries=False) from None
+    outcome_rows = report.table()
     metadata = {
-        "source": config.source,
-        "rows_read": rows,
-        "rows_written": written,
+        "source": report.source,
+        "end": str(report.end),
+        "rows_read": report.rows,
+        "rows_written": report.written,
+        "tickers_ok": len(report.stored),
+        "tickers_failed": len(report.failed),
+        "outcomes": records_table(outcome_rows),
+        "outcomes_md": MetadataValue.md(
+            pd.DataFrame(outcome_rows).to_markdown(index=False) if outcome_rows else "_none_"
+        ),
+        **_summary_metadata(engine),
+    }
+    if report.files:
+        metadata["files"] = records_table(report.files)
+    if report.source_down:
+        # Nothing stored and every failure transient: worth the RetryPolicy's next attempt.
+        first = report.failed[0]
+        raise Failure(
+            f"prices: source {report.source} unavailable: {first.ticker}: {first.reason}", metadata=metadata
+        )
+    for o in report.failed:
+        context.log.warning(f"prices: {o.ticker} not stored: {o.reason}")
+    for f in report.rejected_files:
+        context.log.warning(f"prices: file {f['file']} rejected: {f['error']}")
+    context.log.info(
+        f"prices from {report.source}: {len(report.stored)} tickers stored ({report.rows} rows read, "
+        f"{report.written} inserted or changed), {len(report.failed)} failed"
+    )
+    return MaterializeResult(metadata=metadata)
+
+
+def _summary_metadata(engine) -> dict:
+    summary = price_summary(engine)
+    return {
         "tickers": len(summary),
         "last_date": str(summary["last_date"].max()) if len(summary) else "",
         "summary": MetadataValue.md(summary.to_markdown(index=False) if len(summary) else "_no prices_"),
     }
-    if files:
-        metadata["files"] = records_table(files)
+
+
+def _ingest_named_files(context, config: PricesConfig, engine, tickers: list[str]) -> MaterializeResult:
+    if not config.paths:
+        raise Failure("prices config: source 'files' needs at least one path in `paths`", allow_retries=False)
+    outcomes = ingest.ingest_files(engine, config.paths, tickers, allow_new=config.allow_new)
+    files = [{"path": o.path, "rows": o.rows, "written": o.written, "error": o.error} for o in outcomes]
+    metadata = {
+        "source": "files",
+        "rows_read": sum(o.rows for o in outcomes),
+        "rows_written": sum(o.written for o in outcomes),
+        "files": records_table(files),
+        **_summary_metadata(engine),
+    }
     bad = [f for f in files if f["error"]]
     if bad:
         # Good files are stored (each in its own transaction); the bad ones wrote nothing.
-        raise Failure(f"prices: {len(bad)} file(s) rejected; first: {bad[0]['error']}", metadata=metadata)
-    context.log.info(f"prices: {rows} rows read, {written} inserted or changed")
+        raise Failure(
+            f"prices: {len(bad)} file(s) rejected; first: {bad[0]['error']}",
+            metadata=metadata,
+            allow_retries=False,
+        )
+    context.log.info(
+        f"prices: {metadata['rows_read']} rows read, {metadata['rows_written']} inserted or changed"
+    )
     return MaterializeResult(metadata=metadata)

@@ -14,7 +14,7 @@ from ldtm_dagster.resources import TrainingProfile
 BAD = [
     ({"seed": "abc"}, DagsterInvalidConfigError, "seed"),
     ({"start": 20240101}, DagsterInvalidConfigError, "start"),
-    ({"source": "ftp"}, DagsterInvalidConfigError, "source"),
+    ({"source": "ftp"}, None, "unknown price source 'ftp'"),
     ({"start": "2024-13-01", "end": "2024-02-01"}, None, "not a date"),
     ({"start": "2024-03-01", "end": "2024-02-01"}, None, "must be before end"),
     ({"tickers": ["../x"], "start": "2024-01-02", "end": "2024-02-01"}, None, "invalid ticker"),

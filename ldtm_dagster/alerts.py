@@ -1,0 +1,74 @@
+"""Alerting sensors: every failed run, and missing snapshots at the evening deadline, go to the
+notification webhook (LDTM_NOTIFY_WEBHOOK_URL, the same one as gate failures). Nobody watches a
+console at 18:15."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from dagster import (
+    DefaultSensorStatus,
+    RunFailureSensorContext,
+    SensorEvaluationContext,
+    SkipReason,
+    run_failure_sensor,
+    sensor,
+)
+
+from ldtm_core import alerts
+
+from .resources import AppDatabase, ArtifactStore
+
+WEBHOOK_ENV = "LDTM_NOTIFY_WEBHOOK_URL"
+
+
+def _error_text(context: RunFailureSensorContext) -> str:
+    """The failing step's own error (what went wrong), else the run failure message."""
+    for event in context.get_step_failure_events():
+        error = getattr(event.event_specific_data, "error", None)
+        if error is not None and error.message:
+            return error.message
+    return context.failure_event.message or ""
+
+
+@run_failure_sensor(
+    name="run_failure_alert", default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30
+)
+def run_failure_alert(context: RunFailureSensorContext) -> None:
+    """Post job, partition, run id and the error's first line of every failed run (never a secret)."""
+    run = context.dagster_run
+    webhook = os.environ.get(WEBHOOK_ENV) or None
+    payload = alerts.run_failure_payload(
+        job=run.job_name,
+        partition=run.tags.get("dagster/partition")
+        or (
+            f"{run.tags['dagster/asset_partition_range_start']}...{run.tags['dagster/asset_partition_range_end']}"
+            if "dagster/asset_partition_range_start" in run.tags
+            else None
+        ),
+        run_id=run.run_id,
+        error=_error_text(context),
+        database_url=os.environ.get("LDTM_DATABASE_URL"),
+        webhook_url=webhook,
+    )
+    result = alerts.notify_run_failure(payload, webhook)
+    if webhook and not result.posted:
+        context.log.warning(f"run failure alert for {run.run_id} not delivered: {result.error}")
+
+
+@sensor(minimum_interval_seconds=600, default_status=DefaultSensorStatus.RUNNING)
+def snapshots_freshness_alert(
+    context: SensorEvaluationContext, store: ArtifactStore, database: AppDatabase
+) -> SkipReason:
+    """After the deadline (LDTM_SNAPSHOT_DEADLINE, default 21:00 New York), alert once per session
+    that has no snapshot row. The cursor is the last session alerted for."""
+    freshness = alerts.snapshot_freshness(database.engine(store), dt.datetime.now(dt.UTC))
+    if not freshness.stale:
+        return SkipReason(f"session {freshness.session}: {freshness.rows} snapshot rows")
+    if context.cursor == str(freshness.session):
+        return SkipReason(f"session {freshness.session}: no snapshots, already alerted")
+    result = alerts.notify_stale_snapshots(freshness, os.environ.get(WEBHOOK_ENV) or None)
+    context.update_cursor(str(freshness.session))
+    delivered = "posted" if result.posted else f"not posted ({result.error or 'no webhook configured'})"
+    return SkipReason(f"session {freshness.session}: no snapshots by the deadline; alert {delivered}")

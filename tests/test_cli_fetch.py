@@ -1,0 +1,49 @@
+"""`ldtm ingest fetch`: the configured source, one row per ticker, exit 1 when a ticker failed,
+and a warning for a one-day move beyond the threshold."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from typer.testing import CliRunner
+
+from ldtm_core.cli import app
+from ldtm_core.db import get_engine
+from ldtm_core.prices import load_prices
+from ldtm_core.synthetic import generate
+
+runner = CliRunner()
+
+
+def test_fetch_from_a_folder_names_failures_and_warns_about_a_split(ldtm_env, tmp_path, monkeypatch):
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    df = generate(["AAPL", "NVDA", "TSLA"], "2024-05-20", "2024-06-14", seed=2)
+    split = (df["ticker"] == "NVDA") & (df["date"] >= dt.date(2024, 6, 10))
+    df.loc[split, ["open", "high", "low", "close", "adj_close"]] /= 10.0
+    df.loc[(df["ticker"] == "TSLA") & (df["date"] == dt.date(2024, 6, 3)), "high"] = 0.5  # high < low
+    df.to_csv(drop / "week.csv", index=False)
+    monkeypatch.setenv("LDTM_PRICE_SOURCE", f"files:{drop}")
+
+    result = runner.invoke(app, ["ingest", "fetch", "--tickers", "AAPL,NVDA,TSLA"])
+    assert result.exit_code == 1, result.output
+    assert "1 of 3 ticker(s) failed" in result.output
+    assert "high 0.5 < low" in result.output.replace("\n", "")
+    assert (
+        "NVDA 2024-06-10" in result.output and "not explained by a recorded corporate action" in result.output
+    )
+    stored = load_prices(get_engine(ldtm_env["url"]), ["AAPL", "NVDA", "TSLA"])
+    assert len(stored["AAPL"]) == len(stored["NVDA"]) == 19 and stored["TSLA"].empty
+
+    again = runner.invoke(app, ["ingest", "fetch", "--tickers", "AAPL"])  # nothing new in the folder
+    assert again.exit_code == 0 and "no new data" in again.output
+
+
+def test_fetch_synthetic_is_incremental_and_an_unknown_source_is_a_clean_error(ldtm_env, monkeypatch):
+    monkeypatch.delenv("LDTM_PRICE_SOURCE", raising=False)
+    args = ["ingest", "fetch", "--tickers", "2", "--start", "2024-01-02"]
+    assert runner.invoke(app, [*args, "--end", "2024-02-29"]).exit_code == 0
+    result = runner.invoke(app, [*args, "--end", "2024-03-08"])
+    assert result.exit_code == 0 and "2024-02-22" in result.output  # 5 sessions before 2024-02-29
+    bad = runner.invoke(app, ["ingest", "fetch", "--source", "ftp"])
+    assert bad.exit_code == 2 and "unknown price source 'ftp'" in bad.output
