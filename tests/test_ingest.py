@@ -10,13 +10,8 @@ from sqlalchemy import select
 
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
-from ldtm_core.ingest import (
-    expand_paths,
-    ingest_files,
-    ingest_frame,
-    ingest_synthetic,
-    read_price_file,
-)
+from ldtm_core.ingest import ingest_files, ingest_frame, ingest_synthetic
+from ldtm_core.price_files import expand_paths, read_price_file
 from ldtm_core.schema import prices
 from ldtm_core.synthetic import generate
 
