@@ -15,10 +15,11 @@ from pathlib import Path
 import pandas as pd
 from sqlalchemy import Engine
 
+from .calendar import require_in_range
 from .db import run_in_transaction
 from .errors import InputError, LDTMError
 from .price_files import read_price_file
-from .price_validation import canonical_header, validate_prices
+from .price_validation import VALUE_COLUMNS, canonical_header, validate_prices
 from .price_writer import write_prices
 from .universe import validate_ticker
 
@@ -67,21 +68,65 @@ def ingest_files(
     engine: Engine, paths: Iterable[str | Path], universe: Iterable[str], allow_new: bool = False
 ) -> list[FileOutcome]:
     """Ingest each file in its own transaction. A bad file writes nothing and is reported in its
-    outcome; the other files still ingest."""
+    outcome; the other files still ingest. Files of one call that give different values for the same
+    (ticker, date) are all refused, each naming the other: which one is right is the user's call."""
     universe = list(universe)
-    outcomes = []
-    for path in map(Path, paths):
-        outcome = FileOutcome(str(path))
+    paths = list(map(Path, paths))
+    outcomes = [FileOutcome(str(path)) for path in paths]
+    frames: dict[int, pd.DataFrame] = {}
+    for i, path in enumerate(paths):
         try:
-            df = read_price_file(path, universe=universe, allow_new=allow_new)
-            outcome.tickers = sorted(df["ticker"].unique().tolist())
-            outcome.rows = len(df)
-            source = path.suffix.lower().lstrip(".")
-            outcome.written = _store(engine, df, source, str(path)).written
+            frames[i] = read_price_file(path, universe=universe, allow_new=allow_new)
+        except LDTMError as exc:
+            outcomes[i].error = str(exc)
+    conflicts = _conflicting_sources(frames, paths)
+    for i, df in frames.items():
+        outcome = outcomes[i]
+        outcome.tickers = sorted(df["ticker"].unique().tolist())
+        outcome.rows = len(df)
+        if i in conflicts:
+            outcome.error = conflicts[i]
+            continue
+        try:
+            source = paths[i].suffix.lower().lstrip(".")
+            outcome.written = _store(engine, df, source, str(paths[i])).written
         except LDTMError as exc:
             outcome.error = str(exc)
-        outcomes.append(outcome)
     return outcomes
+
+
+def _conflicting_sources(frames: dict[int, pd.DataFrame], paths: list[Path]) -> dict[int, str]:
+    """{file index: error} for files holding a (ticker, date) that another file gives other values for.
+    Rows with identical values in several files are no conflict (the upsert writes them once)."""
+    if len(frames) < 2:
+        return {}
+    rows = pd.concat([df.assign(_file=i) for i, df in frames.items()], ignore_index=True)
+    shared = rows[rows.duplicated(["ticker", "date"], keep=False)]
+    if shared.empty:
+        return {}
+    # drop_duplicates treats NaN as equal, so a missing adj_close in both files agrees.
+    distinct = shared.drop_duplicates(["ticker", "date", *VALUE_COLUMNS])
+    clash = distinct[distinct.duplicated(["ticker", "date"], keep=False)]
+    if clash.empty:
+        return {}
+    errors: dict[int, str] = {}
+    for i, mine in clash.groupby("_file", sort=True):
+        keys = mine.set_index(["ticker", "date"]).index
+        others = clash[(clash["_file"] != i) & clash.set_index(["ticker", "date"]).index.isin(keys)]
+        first = mine.iloc[0]
+        other = others[(others["ticker"] == first["ticker"]) & (others["date"] == first["date"])].iloc[0]
+        column = next(c for c in VALUE_COLUMNS if not _same(first[c], other[c]))
+        names = ", ".join(str(paths[j]) for j in sorted(others["_file"].unique()))
+        errors[int(i)] = (
+            f"{paths[i]}: {len(mine)} (ticker, date) row(s) differ from {names}: e.g. {first['ticker']} "
+            f"{first['date'].date()} {column} {first[column]:g} here, {other[column]:g} in {paths[other['_file']]}; "
+            "none of the conflicting files was stored (remove one source or make them agree)"
+        )
+    return errors
+
+
+def _same(a, b) -> bool:
+    return (pd.isna(a) and pd.isna(b)) or a == b
 
 
 def ingest_synthetic(
@@ -93,6 +138,9 @@ def ingest_synthetic(
     tickers = list(dict.fromkeys(validate_ticker(t) for t in tickers))
     if not tickers:
         raise InputError("no tickers given for synthetic ingest")
+    # Sessions past the calendar's range are unknown, not absent: refuse instead of silently stopping short.
+    require_in_range(start, "synthetic start")
+    require_in_range(end, "synthetic end")
     df = generate(tickers, start, end, seed)
     clean = validate_prices(df, f"synthetic seed={seed}")
     return _store(engine, clean, "synthetic", f"synthetic seed={seed}")

@@ -17,10 +17,21 @@ from .price_validation import canonical_header, validate_prices
 from .universe import validate_ticker
 
 FILE_SUFFIXES = (".csv", ".parquet")
+UNTERMINATED_LAST_LINE = (
+    "no line terminator at the end of the file: it may have been cut off inside this line, so the file "
+    "is refused (if the line is complete, end the file with a newline)"
+)
 
 
-def _read_raw(path: Path) -> tuple[pd.DataFrame, np.ndarray, str]:
-    """The file's rows with canonical headers, their line/row numbers, and the unit name."""
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, 2)
+        return fh.read(1) in (b"\n", b"\r")
+
+
+def _read_raw(path: Path) -> tuple[pd.DataFrame, np.ndarray, str, dict[int, list[str]]]:
+    """The file's rows with canonical headers, their line/row numbers, the unit name, and problems
+    found while reading ({row position: [message]})."""
     suffix = path.suffix.lower()
     if suffix not in FILE_SUFFIXES:
         raise InputError(
@@ -30,6 +41,7 @@ def _read_raw(path: Path) -> tuple[pd.DataFrame, np.ndarray, str]:
         raise InputError(f"{path}: file does not exist")
     if path.stat().st_size == 0:
         raise InputError(f"{path}: file is empty")
+    problems: dict[int, list[str]] = {}
     if suffix == ".csv":
         try:
             # Strings everywhere so that a bad cell is reported as written, not coerced.
@@ -44,6 +56,10 @@ def _read_raw(path: Path) -> tuple[pd.DataFrame, np.ndarray, str]:
         lines = np.arange(2, len(df) + 2)
         keep = ~df.isna().all(axis=1).to_numpy()
         df, lines, unit = df[keep], lines[keep], "line"
+        # A writer killed mid-file leaves a last line without its newline, and a value cut inside its
+        # last field (volume 33973585 -> 3397) still parses: such a line cannot be trusted.
+        if len(df) and not _ends_with_newline(path):
+            problems[len(df) - 1] = [UNTERMINATED_LAST_LINE]
     else:
         try:
             df = pd.read_parquet(path)
@@ -57,7 +73,7 @@ def _read_raw(path: Path) -> tuple[pd.DataFrame, np.ndarray, str]:
     if dupes:
         raise InputError(f"{path}: column(s) given more than once: {', '.join(dupes)}")
     df.columns = renamed
-    return df, lines, unit
+    return df, lines, unit, problems
 
 
 def read_price_file(
@@ -72,7 +88,7 @@ def read_price_file(
     file, the line (CSV, 1-based as in the file) or row (Parquet), the date and the problem.
     """
     path = Path(path)
-    df, lines, unit = _read_raw(path)
+    df, lines, unit, problems = _read_raw(path)
     default_ticker = None
     if "ticker" not in df.columns:
         try:
@@ -87,6 +103,7 @@ def read_price_file(
         default_ticker=default_ticker,
         universe=universe,
         allow_new=allow_new,
+        row_problems=problems,
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .calendar import closed_reason, session_array
 from .errors import InputError
 from .universe import validate_ticker
 
@@ -34,6 +35,12 @@ _HEADER_ALIASES = {
 }
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[ T].*)?$")
 MAX_REPORTED_ROWS = 5
+# Sane bounds: beyond them a value is a typo or a corrupt cell, never a price. BRK.A trades near 1e6, and
+# the busiest tickers trade ~1e10 shares a day. 1e15 is exact in float64 and far inside int64, so a volume
+# can never wrap around when it is stored as BIGINT.
+MAX_PRICE = 1e9
+MAX_VOLUME = 1e15
+_COMMA_DECIMAL = re.compile(r"^[+-]?\d+,\d+$")
 
 
 def canonical_header(name: object) -> str:
@@ -117,6 +124,24 @@ def _is_missing(raw: pd.Series) -> pd.Series:
     return missing
 
 
+def _delimiter_hint(raw: pd.DataFrame) -> str:
+    """Why the header was not split into columns, when the file used another delimiter."""
+    header = " ".join(str(c) for c in raw.columns)
+    for sep, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe")):
+        if sep in header:
+            return (
+                f": this looks like a {name}-delimited file; save it as comma-separated with '.' as the "
+                "decimal point (e.g. 'Date,Open,High,Low,Close,Adj Close,Volume' and 185.64, not 185,64)"
+            )
+    return ""
+
+
+def _decimal_hint(value) -> str:
+    if isinstance(value, str) and _COMMA_DECIMAL.match(value.strip()):
+        return " (a decimal comma? use '.' as the decimal point)"
+    return ""
+
+
 def validate_prices(
     raw: pd.DataFrame,
     where: str,
@@ -126,26 +151,30 @@ def validate_prices(
     default_ticker: str | None = None,
     universe: Iterable[str] | None = None,
     allow_new: bool = False,
+    row_problems: dict[int, list[str]] | None = None,
 ) -> pd.DataFrame:
     """Check a frame of raw price rows and return the clean long frame (FRAME_COLUMNS, sorted).
 
     `raw` has canonical column names (date, open, ..., optionally ticker/adj_close); values may be
     strings. `lines` numbers the rows as the source does (CSV line numbers); `where` names the source.
     Every problem is collected, and the first few are reported in one InputError naming the source,
-    the line/row, its date and what is wrong.
+    the line/row, its date and what is wrong. `row_problems` adds problems the reader found (by row
+    position), such as a last line without a terminator.
     """
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if "ticker" not in raw.columns and default_ticker is None:
         missing.append("ticker")
     if missing:
         found = ", ".join(str(c) for c in raw.columns) or "none"
-        raise InputError(f"{where}: missing column(s) {', '.join(missing)} (found: {found})")
+        raise InputError(
+            f"{where}: missing column(s) {', '.join(missing)} (found: {found}){_delimiter_hint(raw)}"
+        )
     if raw.empty:
         raise InputError(f"{where}: no data rows (empty or truncated file)")
     raw = raw.reset_index(drop=True)
     n = len(raw)
     line_no = np.asarray(lines if lines is not None else np.arange(1, n + 1))
-    problems: dict[int, list[str]] = {}
+    problems: dict[int, list[str]] = {i: list(msgs) for i, msgs in (row_problems or {}).items()}
 
     def flag(mask: pd.Series | np.ndarray, message) -> None:
         for i in np.flatnonzero(np.asarray(mask, dtype=bool)):
@@ -159,6 +188,13 @@ def validate_prices(
         dates.isna() & ~date_missing,
         lambda i: f"unparsable date {_fmt(raw['date'].iat[i])} (expected YYYY-MM-DD)",
     )
+
+    # Only exchange sessions: a weekend or holiday row would sit inside every training window after it.
+    day = dates.to_numpy().astype("datetime64[D]")
+    sessions = session_array()
+    pos = np.minimum(np.searchsorted(sessions, day), len(sessions) - 1)
+    off_calendar = dates.notna().to_numpy() & (sessions[pos] != day)
+    flag(off_calendar, lambda i: closed_reason(dates.iat[i]))
 
     # Tickers.
     if "ticker" in raw.columns:
@@ -200,8 +236,16 @@ def validate_prices(
         miss = _is_missing(r)
         if col != "adj_close":
             flag(miss, f"missing {col} (NaN, empty or incomplete row)")
-        flag(v.isna() & ~miss, lambda i, r=r, col=col: f"{col} {_fmt(r.iat[i])} is not a number")
+        flag(
+            v.isna() & ~miss,
+            lambda i, r=r, col=col: f"{col} {_fmt(r.iat[i])} is not a number{_decimal_hint(r.iat[i])}",
+        )
         flag(np.isinf(v), f"{col} is infinite")
+        limit = MAX_VOLUME if col == "volume" else MAX_PRICE
+        flag(
+            np.isfinite(v) & (v > limit),
+            lambda i, v=v, col=col, limit=limit: f"{col} {_fmt(v.iat[i])} is out of range (above {limit:g})",
+        )
         if col == "volume":
             flag(v < 0, lambda i, v=v: f"volume {_fmt(v.iat[i])} is negative")
             flag(
