@@ -38,6 +38,12 @@ DRIVER_PACKAGES = {
     "aiosqlite": "aiosqlite",
 }
 
+_MKDIR_REASONS = {
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied (read-only?)",
+    errno.EPERM: "permission denied (read-only?)",
+}
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -90,9 +96,7 @@ class Settings:
                     f"LDTM_HOME {home} cannot be created: a part of the path is a file, not a directory"
                 ) from None
             except OSError as exc:
-                why = "it is read-only" if exc.errno == errno.EROFS else "permission denied (read-only?)"
-                if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-                    why = exc.strerror or type(exc).__name__
+                why = _MKDIR_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
                 raise ConfigError(f"LDTM_HOME {home}: {d} cannot be created: {why}") from None
 
     def require_writable_sqlite(self) -> None:
