@@ -143,8 +143,11 @@ def run_backtest(
         if rec.ticker != ticker:
             raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
         cfg = cfg or rec.config
-    if cfg is None:
-        raise InputError(f"{ticker} has no candidate model and no config was given for the backtest")
+    if model_id is None:
+        # Folds without a model validate nothing the gate could promote.
+        raise NotFoundError(
+            f"{ticker} has no candidate model to backtest: train first (ldtm train --tickers {ticker})"
+        )
     prices = load_ticker_prices(engine, ticker)
     if prices.empty:
         raise NotFoundError(f"no prices for {ticker}")

@@ -69,6 +69,46 @@ def latest_session_on_or_before(day) -> dt.date:
     return _to_date(s[i])
 
 
+def range_problem(day) -> str | None:
+    """Why `day` is outside the calendar's range (None when inside it): the calendar knows sessions only
+    from CALENDAR_START to two years ahead, so a date past that is unknown, not a closed day."""
+    first, last = calendar_bounds()
+    d = pd.Timestamp(day).date()
+    if d < first:
+        return f"{d} is before the {CALENDAR_NAME} calendar's range, which starts at {first}"
+    if d > last:
+        return f"{d} is beyond the {CALENDAR_NAME} calendar's range, which ends at {last}"
+    return None
+
+
+def require_in_range(day, what: str) -> None:
+    """Raise InputError naming `what` when `day` lies outside the calendar's range."""
+    problem = range_problem(day)
+    if problem is not None:
+        raise InputError(f"{what}: {problem}")
+
+
+@lru_cache(maxsize=1)
+def _holiday_names() -> dict[dt.date, str]:
+    first, last = calendar_bounds()
+    names = _calendar().regular_holidays.holidays(pd.Timestamp(first), pd.Timestamp(last), return_name=True)
+    return {ts.date(): str(name) for ts, name in names.items()}
+
+
+def closed_reason(day) -> str:
+    """Why `day` is not a session: a weekend, a named holiday, another closure, or outside the range."""
+    problem = range_problem(day)
+    if problem is not None:
+        return problem
+    d = pd.Timestamp(day).date()
+    if d.weekday() >= 5:
+        return f"{d} is a {d.strftime('%A')}, not an {CALENDAR_NAME} session"
+    name = _holiday_names().get(d)
+    if name:
+        return f"{d} is an {CALENDAR_NAME} holiday ({name})"
+    return f"{d} is not an {CALENDAR_NAME} session (the exchange was closed)"
+
+
 def _scalar(result: np.datetime64, what: str, day) -> dt.date:
     if np.isnat(result):
         last = _to_date(session_array()[-1])

@@ -63,7 +63,7 @@ def checkpoint_payload(
         "ticker": ticker,
         "state_dict": state,
         "config": cfg.to_dict(),
-        "feature_names": list(cfg.features),
+        "feature_names": list(FEATURE_NAMES),
         "architecture": cfg.architecture,
         "signature": cfg.signature,
         "trained_on_date": trained_on_date.isoformat(),

@@ -7,11 +7,42 @@ Secrets only ever come from the environment; `masked_url` is what logs and error
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from .errors import ConfigError
+
+# The databases LDTM's schema, upserts and locks are written for.
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+# PostgreSQL drivers in order of preference when a URL names none (`postgresql://`, what everyone types):
+# SQLAlchemy 2.1 would pick psycopg (3), which this project does not install.
+POSTGRES_DRIVERS = ("psycopg2", "psycopg")
+# The pip package that provides a DB-API module, for the message when it is missing.
+DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "psycopg",
+    "asyncpg": "asyncpg",
+    "pg8000": "pg8000",
+    "MySQLdb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "mysql": "mysql-connector-python",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+    "oracledb": "oracledb",
+    "cx_Oracle": "cx_Oracle",
+    "aiosqlite": "aiosqlite",
+}
+
+_MKDIR_REASONS = {
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied (read-only?)",
+    errno.EPERM: "permission denied (read-only?)",
+}
 
 
 @dataclass(frozen=True)
@@ -49,8 +80,37 @@ class Settings:
         )
 
     def ensure_dirs(self) -> None:
-        for d in (self.home, self.checkpoint_dir, self.export_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        """Create the home and its folders, or raise one ConfigError saying why they cannot be.
+
+        Folders that already exist are left alone, so a read-only home whose folders exist still serves
+        commands that only read (a PostgreSQL database); what needs to write then fails with 'read-only'.
+        """
+        home = self.home
+        if home.exists() and not home.is_dir():
+            raise ConfigError(f"LDTM_HOME {home} is a file, not a directory: point LDTM_HOME at a directory")
+        for d in (home, self.checkpoint_dir, self.export_dir):
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise ConfigError(
+                    f"LDTM_HOME {home} cannot be created: a part of the path is a file, not a directory"
+                ) from None
+            except OSError as exc:
+                why = _MKDIR_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
+                raise ConfigError(f"LDTM_HOME {home}: {d} cannot be created: {why}") from None
+
+    def require_writable_sqlite(self) -> None:
+        """A SQLite database needs its folder writable (its journal files live beside it), even to read."""
+        url = engine_url(self.database_url)
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return
+        folder = Path(url.database).resolve().parent
+        if folder.is_dir() and not os.access(folder, os.W_OK):
+            where = f"LDTM_HOME {folder}" if folder == self.home else f"the folder {folder}"
+            raise ConfigError(
+                f"{where} is read-only: the SQLite database {url.database} needs a writable folder, even "
+                "to read (point LDTM_HOME elsewhere, or use a PostgreSQL LDTM_DATABASE_URL)"
+            )
 
 
 def masked_url(url: str) -> str:
@@ -71,3 +131,63 @@ def mask_secrets(text: str, url: str) -> str:
     except Exception:
         return text
     return text.replace(str(password), "***") if password else text
+
+
+def _import_dbapi(dialect_cls) -> str | None:
+    """None when the dialect's DB-API module imports; else the name of the missing module."""
+    try:
+        dialect_cls.import_dbapi()
+    except ImportError as exc:
+        return exc.name or str(exc)
+    return None
+
+
+def _module_installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def engine_url(url: str | URL) -> URL:
+    """The URL to open: a bare `postgresql://` gets the installed driver, and a URL LDTM cannot open
+    (unparsable, another database, a driver that is not installed) raises one ConfigError naming it."""
+    shown = masked_url(str(url)) if isinstance(url, str) else url.render_as_string(hide_password=True)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(
+            f"database URL {shown!r} is not a URL (expected sqlite:///path/to/ldtm.db or "
+            "postgresql://user@host:5432/dbname)"
+        ) from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        driver = next((d for d in POSTGRES_DRIVERS if _module_installed(d)), None)
+        if driver is None:
+            raise ConfigError(
+                f"database URL {shown}: no PostgreSQL driver is installed (pip install psycopg2-binary)"
+            )
+        parsed = parsed.set(drivername=f"postgresql+{driver}")
+    try:
+        dialect_cls = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise ConfigError(
+            f"database URL {shown}: unknown database kind {parsed.drivername!r} "
+            f"(LDTM runs on {' or '.join(SUPPORTED_BACKENDS)})"
+        ) from None
+    missing = _import_dbapi(dialect_cls)
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        also = (
+            f"; its driver package {DRIVER_PACKAGES.get(missing, missing)} is not installed either"
+            if missing
+            else ""
+        )
+        raise ConfigError(
+            f"database URL {shown}: {backend} is not supported (LDTM runs on {' or '.join(SUPPORTED_BACKENDS)}){also}"
+        )
+    if missing:
+        package = DRIVER_PACKAGES.get(missing, missing)
+        raise ConfigError(
+            f"database URL {shown} needs the Python package {package} (module {missing}), which is not "
+            f"installed: pip install {package}, or use postgresql:// to pick the installed driver"
+        )
+    return parsed

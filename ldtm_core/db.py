@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from .config import mask_secrets, masked_url
+from .config import engine_url, mask_secrets, masked_url
 from .errors import LDTMError
 
 T = TypeVar("T")
@@ -26,9 +26,11 @@ class DatabaseError(LDTMError):
 
 @lru_cache(maxsize=16)
 def get_engine(url: str) -> Engine:
-    """One pooled engine per URL. pre_ping replaces connections a restarted server has dropped."""
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60})
+    """One pooled engine per URL. pre_ping replaces connections a restarted server has dropped.
+    `postgresql://` opens with the installed driver; a URL that cannot be opened raises ConfigError."""
+    resolved = engine_url(url)
+    if resolved.get_backend_name() == "sqlite":
+        engine = create_engine(resolved, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):
@@ -39,7 +41,7 @@ def get_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    return create_engine(resolved, pool_pre_ping=True, pool_size=5, max_overflow=5)
 
 
 def is_postgres(engine_or_conn: Engine | Connection) -> bool:

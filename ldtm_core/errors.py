@@ -15,3 +15,7 @@ class CheckpointError(LDTMError):
 
 class NotFoundError(LDTMError):
     """A ticker, model or date the command needs is not in the database."""
+
+
+class ConfigError(LDTMError):
+    """A setting (an environment variable, a database URL, a path) cannot be used as given."""

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 from importlib import resources
+from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine
+from filelock import FileLock, Timeout
+from sqlalchemy import Engine, text
 
-from .db import get_engine
+from .config import masked_url
+from .db import DatabaseError, get_engine
 
 
 def alembic_config(url: str) -> Config:
@@ -18,18 +22,39 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+MIGRATION_LOCK_TIMEOUT_S = 300
+
+
+def _sqlite_lock(engine: Engine) -> contextlib.AbstractContextManager:
+    """A file lock beside a SQLite database file (nothing to lock for an in-memory database).
+
+    SQLite's own locks do not cover alembic's read-then-create: two first commands on a fresh home both
+    see no tables and the second CREATE TABLE fails. The lock makes the second wait and find the head.
+    """
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return contextlib.nullcontext()
+    return FileLock(f"{Path(database).resolve()}.migrate.lock", timeout=MIGRATION_LOCK_TIMEOUT_S)
+
+
 def upgrade(url: str, revision: str = "head") -> Engine:
-    """Bring the database at `url` to `revision` and return its engine."""
+    """Bring the database at `url` to `revision` and return its engine. Concurrent callers are
+    serialised (an advisory lock on PostgreSQL, a file lock on SQLite); the later ones find the head."""
     engine = get_engine(url)
     cfg = alembic_config(url)
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            # Two processes upgrading one fresh database at once would race on CREATE TABLE.
-            from sqlalchemy import text
-
-            conn.execute(text("SELECT pg_advisory_xact_lock(7400123)"))
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    is_sqlite = engine.dialect.name == "sqlite"
+    try:
+        with _sqlite_lock(engine) if is_sqlite else contextlib.nullcontext(), engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Two processes upgrading one fresh database at once would race on CREATE TABLE.
+                conn.execute(text("SELECT pg_advisory_xact_lock(7400123)"))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except Timeout:
+        raise DatabaseError(
+            f"database {masked_url(url)}: another process held the migration lock for "
+            f"{MIGRATION_LOCK_TIMEOUT_S} s; is an `ldtm db upgrade` stuck?"
+        ) from None
     return engine
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 from torch import nn
@@ -19,7 +19,12 @@ from .samples import HORIZONS
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture and training hyper-parameters. Every field can be overridden by name."""
+    """Architecture and training hyper-parameters. Every field can be overridden by name.
+
+    The inputs are always the 11 features of SPEC §3 (FEATURE_NAMES) and the heads always the three
+    horizons, because every snapshot row records all three; `horizons` is kept as a field so that a
+    value outside that vocabulary is refused by name instead of training a model predict cannot use.
+    """
 
     input_size: int = len(FEATURE_NAMES)
     hidden_size: int = 128
@@ -39,7 +44,6 @@ class ModelConfig:
     amp: str = "auto"  # auto (bf16/fp16 on CUDA, off on CPU) | fp16 | bf16 | off
     compile: bool = False
     seed: int = 0
-    features: tuple[str, ...] = field(default=FEATURE_NAMES)
 
     def __post_init__(self):
         checks = {
@@ -55,11 +59,18 @@ class ModelConfig:
             "val_fraction": 0.0 < self.val_fraction < 0.9,
             "lr": self.lr > 0,
             "amp": self.amp in ("auto", "fp16", "bf16", "off"),
-            "input_size": self.input_size == len(self.features),
+            "input_size": self.input_size == len(FEATURE_NAMES),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise InputError(f"invalid model config: {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}")
+        if tuple(self.horizons) != HORIZONS:
+            unknown = [h for h in self.horizons if h not in HORIZONS]
+            what = f"unknown horizon(s) {', '.join(map(repr, unknown))}; " if unknown else ""
+            raise InputError(
+                f"invalid model config: horizons={','.join(map(str, self.horizons)) or '(none)'}: {what}"
+                f"horizons must be {','.join(HORIZONS)} (every snapshot records all three)"
+            )
 
     @property
     def architecture(self) -> dict:
@@ -70,7 +81,7 @@ class ModelConfig:
             "window": self.window,
             "input_size": self.input_size,
             "head_hidden": self.head_hidden,
-            "features": list(self.features),
+            "features": list(FEATURE_NAMES),
             "horizons": list(self.horizons),
         }
 
@@ -81,19 +92,18 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["horizons"], d["features"] = list(self.horizons), list(self.features)
+        d["horizons"] = list(self.horizons)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise InputError(f"unknown model config field(s): {', '.join(sorted(unknown))}")
         d = dict(d)
-        for key in ("horizons", "features"):
-            if key in d:
-                d[key] = tuple(d[key])
+        # Configs stored before `features` was removed carry it; only the fixed list is consistent.
+        if "features" in d and tuple(d.pop("features")) != FEATURE_NAMES:
+            raise InputError("model config lists other features than the 11 this code builds")
+        _refuse_unknown(d)
+        if "horizons" in d:
+            d["horizons"] = tuple(d["horizons"])
         return cls(**d)
 
 
@@ -116,13 +126,21 @@ PROFILES: dict[str, ModelConfig] = {
 }
 
 
+def _refuse_unknown(values: dict) -> None:
+    if "features" in values:
+        raise InputError(
+            "features is not configurable: the model always uses the 11 features of SPEC §3 "
+            f"({', '.join(FEATURE_NAMES)})"
+        )
+    unknown = set(values) - {f.name for f in fields(ModelConfig)}
+    if unknown:
+        raise InputError(f"unknown model config field(s): {', '.join(sorted(unknown))}")
+
+
 def get_profile(name: str, **overrides) -> ModelConfig:
     if name not in PROFILES:
         raise InputError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
-    known = {f.name for f in fields(ModelConfig)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise InputError(f"unknown model config field(s): {', '.join(sorted(unknown))}")
+    _refuse_unknown(overrides)
     return replace(PROFILES[name], **overrides)
 
 

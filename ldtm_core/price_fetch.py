@@ -5,7 +5,7 @@ overlap (default 5 sessions, so late revisions are picked up); a ticker with no 
 asked from `first_start`. Tickers that share a start date go to the source together, in batches of
 the source's `batch_size`.
 
-Every ticker's answer is validated with the ingest rules (`ingest.validate_prices`): NaN, zero or
+Every ticker's answer is validated with the ingest rules (`price_validation.validate_prices`): NaN, zero or
 negative prices, high < low, duplicate dates or a symbol outside the universe refuse THAT ticker,
 with the reason, and store nothing for it; the other tickers are stored. Each answer unit (one per
 dropped file for the files source) is written in one transaction.
@@ -24,7 +24,8 @@ from sqlalchemy import Engine, func, select
 from .calendar import latest_session_on_or_before, session_array
 from .db import run_in_transaction
 from .errors import InputError, LDTMError
-from .ingest import validate_prices, write_prices
+from .price_validation import validate_prices
+from .price_writer import write_prices
 from .schema import ingested_files, prices
 from .sources.base import FileReceipt, PriceSource, SourceAnswer, first_line
 

@@ -70,6 +70,15 @@ def latest_price_date(engine: Engine, tickers: Sequence[str] | None = None) -> d
     return pd.Timestamp(value).date() if value is not None else None
 
 
+def earliest_price_date(engine: Engine, tickers: Sequence[str] | None = None) -> dt.date | None:
+    stmt = select(func.min(prices.c.date))
+    if tickers:
+        stmt = stmt.where(prices.c.ticker.in_(list(tickers)))
+    with engine.connect() as conn:
+        value = conn.execute(stmt).scalar()
+    return pd.Timestamp(value).date() if value is not None else None
+
+
 @dataclass
 class PriceQuality:
     """Data-quality findings over stored prices: broken bars and sessions missing against XNYS."""

@@ -34,7 +34,7 @@ from .features import CLOSE_INDEX, WARMUP_ROWS, compute_features, feature_array
 from .model import LDTM
 from .prices import latest_price_date
 from .registry import ModelRecord, serving_models
-from .samples import denormalise, normalise_windows
+from .samples import HORIZONS, denormalise, normalise_windows
 from .schema import model_registry, prices, snapshots
 from .universe import validate_ticker
 
@@ -452,6 +452,8 @@ def _predict(
             loaded[t] = (models[t], _load_model(models[t], t))
         except CheckpointError as exc:
             result.skipped[t] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - one model that cannot load must not stop the others
+            result.skipped[t] = _cannot_run(models[t], t, exc)
     windows = {t: m.cfg.window for t, (_, m) in loaded.items()}
     need = max(windows.values(), default=0) + WARMUP_ROWS + RSI_SETTLE_ROWS
     arrays = _load_price_arrays(engine, list(loaded), _start_for(run_date, need), run_date) if loaded else {}
@@ -471,12 +473,10 @@ def _predict(
         groups[inp.model.arch_signature].append(inp)
     preds: dict[str, np.ndarray] = {}
     for group in groups.values():
-        x = torch.from_numpy(np.stack([g.x for g in group]))
-        y = batched_forward([loaded[g.ticker][1] for g in group], x).numpy()
-        lo = np.array([g.close_min for g in group])
-        hi = np.array([g.close_max for g in group])
-        for g, row in zip(group, denormalise(y, lo, hi), strict=True):
-            preds[g.ticker] = row
+        group_preds, failed = _forward_isolated(group, loaded)
+        preds.update(group_preds)
+        result.skipped.update(failed)
+    inputs = [inp for inp in inputs if inp.ticker in preds]
     t3 = time.perf_counter()
     result.phases["forward"] = round(t3 - t2, 4)
 
@@ -515,6 +515,44 @@ def _predict(
     result.tickers_predicted = sorted(r["ticker"] for r in rows)
     result.cohort = {**dict.fromkeys(DIRECTIONS, 0), **Counter(r["direction_pred"] for r in rows)}
     result.used_candidate = sorted(r["ticker"] for r in rows if r["model_status"] == "candidate")
+
+
+def _cannot_run(rec: ModelRecord, ticker: str, exc: BaseException) -> str:
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"model {rec.id} ({ticker}) cannot run: {type(exc).__name__}" + (f": {detail}" if detail else "")
+
+
+def _forward_isolated(
+    group: list[_Input], loaded: dict[str, tuple[ModelRecord, LDTM]]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Prices per ticker for one same-architecture group, and {ticker: reason} for models that cannot run.
+
+    The batched pass runs first; if it fails or yields anything but one finite value per horizon, each
+    model is run alone so only the broken ones are skipped (a bad model must not take the evening down).
+    """
+
+    def run(members: list[_Input]) -> np.ndarray:
+        x = torch.from_numpy(np.stack([g.x for g in members]))
+        y = batched_forward([loaded[g.ticker][1] for g in members], x).numpy()
+        if y.shape != (len(members), len(HORIZONS)):
+            raise ValueError(f"output shape {tuple(y.shape)}, expected ({len(members)}, {len(HORIZONS)})")
+        if not np.isfinite(y).all():
+            raise ValueError("non-finite prediction")
+        lo = np.array([g.close_min for g in members])
+        hi = np.array([g.close_max for g in members])
+        return denormalise(y, lo, hi)
+
+    try:
+        return {g.ticker: row for g, row in zip(group, run(group), strict=True)}, {}
+    except Exception:  # noqa: BLE001, S110 - one bad model spoils the batch: run each alone below
+        pass
+    preds, failed = {}, {}
+    for g in group:
+        try:
+            preds[g.ticker] = run([g])[0]
+        except Exception as exc:  # noqa: BLE001 - reported per model in the summary and run_log
+            failed[g.ticker] = _cannot_run(g.model, g.ticker, exc)
+    return preds, failed
 
 
 def latest_rows(engine: Engine, run_date: dt.date) -> pd.DataFrame:

@@ -287,6 +287,10 @@ def parse_overrides(pairs: list[str] | None) -> dict:
         if "=" not in pair:
             raise InputError(f"--set {pair!r}: expected key=value")
         key, raw = (s.strip() for s in pair.split("=", 1))
+        if key == "features":
+            raise InputError(
+                f"--set {key}: not configurable; the model always uses the 11 features of SPEC §3"
+            )
         if key not in types:
             raise InputError(f"--set {key}: unknown model config field; known: {', '.join(types)}")
         current = getattr(defaults, key)

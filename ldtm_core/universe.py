@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from importlib import resources
 from pathlib import Path
@@ -41,17 +42,35 @@ def _read_list(text: str, source: str) -> list[str]:
 
 
 def load_universe(spec: str = "demo") -> list[str]:
-    """Resolve `demo`, `full`, a comma list (`AAPL,NVDA`) or a path to a file of tickers."""
+    """Resolve `demo`, `full` (any case), a comma list (`AAPL,NVDA`) or a path to a file of tickers.
+
+    A single word that is not upper case and is close to a keyword (`Ful`, `dmeo`) is refused as a
+    likely typo instead of becoming a one-ticker universe; upper case (`FUL`) is taken as a ticker.
+    """
     spec = (spec or "demo").strip()
-    if spec in NAMED_UNIVERSES:
-        text = resources.files("ldtm_core").joinpath("universe", f"{spec}.txt").read_text()
-        return _read_list(text, f"universe {spec}")
+    if spec.lower() in NAMED_UNIVERSES:
+        name = spec.lower()
+        text = resources.files("ldtm_core").joinpath("universe", f"{name}.txt").read_text()
+        return _read_list(text, f"universe {name}")
     path = Path(spec)
     if path.suffix or "/" in spec or path.exists():
         if not path.is_file():
             raise InputError(f"universe file {spec} does not exist")
         return _read_list(path.read_text(), str(path))
-    return _read_list(spec, "LDTM_UNIVERSE")
+    if "," not in spec and not spec.isupper():
+        close = difflib.get_close_matches(spec.lower(), NAMED_UNIVERSES, n=1, cutoff=0.6)
+        if close:
+            raise InputError(
+                f"universe {spec!r} is neither a keyword ({', '.join(NAMED_UNIVERSES)}), a file, nor a ticker "
+                f"list: did you mean {close[0]!r}? (write a one-ticker universe in upper case)"
+            )
+    try:
+        return _read_list(spec, "LDTM_UNIVERSE")
+    except InputError as exc:
+        raise InputError(
+            f"universe {spec!r} is neither a keyword ({', '.join(NAMED_UNIVERSES)}), an existing file, nor a "
+            f"comma list of valid tickers: {exc}"
+        ) from None
 
 
 def resolve_tickers(

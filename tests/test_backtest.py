@@ -14,7 +14,7 @@ from ldtm_core import backtest as bt
 from ldtm_core import training
 from ldtm_core.calendar import next_session
 from ldtm_core.cli import app
-from ldtm_core.errors import InputError
+from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.model import get_profile
 from ldtm_core.schema import backtest_folds
 
@@ -121,3 +121,14 @@ def test_cli_backtest(engine, world, ldtm_env, stub_fit):
     assert "leakage 0" in out.output
     bad = CliRunner().invoke(app, ["backtest", "--ticker", "ZZZZ"])
     assert bad.exit_code == 2
+
+
+def test_backtest_before_any_training_is_refused_and_writes_no_folds(engine, db_url, tmp_path, stub_fit):
+    """Issue 10: it used to write folds with model_id NULL, which no gate can ever use."""
+    s = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL"], start="2022-01-03", end="2024-06-28")
+    with pytest.raises(NotFoundError, match=r"AAPL has no candidate model to backtest: train first"):
+        bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=25)
+    assert stub_fit == []  # refused before any fold was trained
+    with engine.connect() as conn:
+        assert conn.execute(select(backtest_folds)).first() is None

@@ -55,7 +55,7 @@ def test_train_then_export(market, ldtm_env):
     (row,) = _rows(market)
     assert row["ticker"] == "AAPL" and row["epochs"] == 2 and row["status"] == "candidate"
 
-    r = runner.invoke(app, ["export", "onnx", "--ticker", "AAPL"])
+    r = runner.invoke(app, ["export", "onnx", "--ticker", "AAPL", "--candidate"])
     assert r.exit_code == 0, r.output
     exported = list((ldtm_env["home"] / "exports").glob("*.onnx"))
     assert len(exported) == 1 and exported[0].name.startswith("AAPL_")
@@ -135,3 +135,54 @@ def test_bench_train_small():
         assert label in r.output
     r = runner.invoke(app, ["bench", "train", "--samples", "10"])
     assert r.exit_code == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 10: misuse a new user tried.
+
+
+def _candidate(ldtm_env, engine, ticker: str = "AAPL") -> int:
+    from accountability_helpers import make_model, make_settings
+
+    settings = make_settings(ldtm_env["home"].parent, ldtm_env["url"])
+    return make_model(engine, settings, ticker)
+
+
+def test_train_with_nothing_trained_exits_non_zero(ldtm_env):
+    r = runner.invoke(app, ["train", "--tickers", "TSLA", "--profile", "demo", "--workers", "1"])
+    assert r.exit_code == 1, r.output
+    assert "skipped" in _line(r.output, "TSLA") and "no prices" in _line(r.output, "TSLA")
+    assert "nothing was trained" in r.output
+
+
+def test_export_of_a_candidate_needs_the_candidate_flag(ldtm_env):
+    engine = get_engine(ldtm_env["url"])
+    model_id = _candidate(ldtm_env, engine)
+    exports = ldtm_env["home"] / "exports"
+
+    r = runner.invoke(app, ["export", "onnx", "--ticker", "AAPL"])
+    assert r.exit_code == 2, r.output
+    assert f"only candidate model {model_id}, which has not passed the gate" in r.output
+    assert "--candidate" in r.output
+    assert not list(exports.glob("*.onnx"))
+
+    r = runner.invoke(app, ["export", "onnx", "--ticker", "AAPL", "--candidate"])
+    assert r.exit_code == 0, r.output
+    assert f"exported candidate model {model_id}: it has not passed the gate" in r.output
+    assert len(list(exports.glob("*.onnx"))) == 1
+
+
+def test_export_out_into_a_missing_folder_fails_and_creates_nothing(ldtm_env, tmp_path):
+    engine = get_engine(ldtm_env["url"])
+    _candidate(ldtm_env, engine)
+    missing = tmp_path / "nonexistent" / "dir"
+
+    r = runner.invoke(
+        app, ["export", "onnx", "--ticker", "AAPL", "--candidate", "--out", str(missing / "x.onnx")]
+    )
+    assert r.exit_code == 2, r.output
+    assert f"the folder {missing} does not exist" in " ".join(r.output.split())
+    assert not (tmp_path / "nonexistent").exists()
+
+    r = runner.invoke(app, ["export", "onnx", "--ticker", "AAPL", "--candidate", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "is a directory" in r.output

@@ -10,13 +10,8 @@ from sqlalchemy import select
 
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
-from ldtm_core.ingest import (
-    expand_paths,
-    ingest_files,
-    ingest_frame,
-    ingest_synthetic,
-    read_price_file,
-)
+from ldtm_core.ingest import ingest_files, ingest_frame, ingest_synthetic
+from ldtm_core.price_files import expand_paths, read_price_file
 from ldtm_core.schema import prices
 from ldtm_core.synthetic import generate
 
@@ -199,6 +194,69 @@ def case_ticker_outside_universe(tmp):
     return p, [line_of(0), df.loc[0, "date"], "MSFT is not in the universe", "--allow-new"]
 
 
+# Issue 10: what a careless user fed in and got stored.
+
+
+def case_volume_beyond_int64(tmp):
+    df = yahoo(frame())
+    p = tmp / "AAPL.csv"
+    write_csv(p, _set(_set(df, 3, "Volume", "1e19"), 4, "Volume", "1e20"))
+    return p, [line_of(3), df.loc[3, "Date"], "volume 1e+19 is out of range", line_of(4), "volume 1e+20"]
+
+
+def case_price_beyond_sane_bound(tmp):
+    df = yahoo(frame())
+    df = _set(df, 5, "High", "1e300")
+    p = tmp / "AAPL.csv"
+    write_csv(p, _set(df, 6, "Adj Close", "2e9"))
+    return p, [line_of(5), "high 1e+300 is out of range (above 1e+09)", line_of(6), "adj_close 2000000000"]
+
+
+def case_cut_inside_last_field(tmp):
+    df = yahoo(frame())
+    df.loc[len(df) - 1, "Volume"] = 33973585
+    text = df.to_csv(index=False).rstrip("\n")
+    p = tmp / "AAPL.csv"
+    p.write_text(text[:-4])  # "...,33973585" cut to "...,3397", no final newline
+    return p, [line_of(len(df) - 1), df.iloc[-1]["Date"], "no line terminator", "cut off"]
+
+
+def case_weekend_row(tmp):
+    df = yahoo(frame())
+    df.loc[4, "Date"] = "2024-01-06"
+    p = tmp / "AAPL.csv"
+    write_csv(p, df)
+    return p, [line_of(4), "2024-01-06 is a Saturday, not an XNYS session"]
+
+
+def case_holiday_row(tmp):
+    df = yahoo(frame())
+    df.loc[9, "Date"] = "2024-01-15"
+    p = tmp / "AAPL.csv"
+    write_csv(p, df)
+    return p, [line_of(9), "2024-01-15 is an XNYS holiday (Dr. Martin Luther King Jr. Day)"]
+
+
+def case_semicolon_delimited(tmp):
+    p = tmp / "AAPL.csv"
+    p.write_text(yahoo(frame()).to_csv(index=False, sep=";"))
+    return p, ["missing column", "semicolon-delimited", "'.' as the decimal point"]
+
+
+def case_semicolon_comma_decimal(tmp):
+    p = tmp / "AAPL.csv"
+    p.write_text(yahoo(frame()).to_csv(index=False, sep=";", decimal=","))
+    return p, ["semicolon-delimited", "185,64"]
+
+
+def case_comma_decimal_quoted(tmp):
+    df = yahoo(frame()).astype({"Close": object})
+    df.loc[2, "Close"] = str(df.loc[2, "Close"]).replace(".", ",")
+    p = tmp / "AAPL.csv"
+    write_csv(p, df)
+    return p, [line_of(2), "is not a number (a decimal comma? use '.' as the decimal point)"]
+
+
 BAD_CASES = [
     case_missing_column,
     case_unparsable_date,
@@ -219,6 +277,14 @@ BAD_CASES = [
     case_invalid_ticker_file_name,
     case_invalid_ticker_in_column,
     case_ticker_outside_universe,
+    case_volume_beyond_int64,
+    case_price_beyond_sane_bound,
+    case_cut_inside_last_field,
+    case_weekend_row,
+    case_holiday_row,
+    case_semicolon_delimited,
+    case_semicolon_comma_decimal,
+    case_comma_decimal_quoted,
 ]
 
 
@@ -404,3 +470,55 @@ def test_ingest_synthetic_is_idempotent(db_url):
     assert again.written == 0 and table_rows(db_url) == rows
     other_seed = ingest_synthetic(engine, ["AAPL"], "2023-01-01", "2023-12-31", seed=4)
     assert other_seed.written == 250  # different prices replace every AAPL row
+
+
+def test_two_sources_with_different_values_for_one_day_are_both_refused(db_url, tmp_path):
+    """TSLA.csv and tsla.csv in one call: the last one read used to win silently."""
+    engine = get_engine(db_url)
+    ingest_frame(engine, frame("TSLA", n=20, seed=9), "seed")
+    before = table_rows(db_url)
+    upper, lower, other = tmp_path / "TSLA.csv", tmp_path / "tsla.csv", tmp_path / "AAPL.csv"
+    df = yahoo(frame("TSLA", n=20, seed=1))
+    write_csv(upper, df)
+    revised = df.copy()
+    revised.loc[7, "Close"] = revised.loc[7, "Low"]
+    write_csv(lower, revised)
+    write_csv(other, yahoo(frame("AAPL", n=10)))
+
+    outcomes = ingest_files(engine, [upper, lower, other], UNIVERSE)
+
+    assert [o.ok for o in outcomes] == [False, False, True]
+    assert str(lower) in outcomes[0].error and str(upper) in outcomes[1].error
+    for o in outcomes[:2]:
+        assert f"TSLA {df.loc[7, 'Date']} close" in o.error and "1 (ticker, date) row(s) differ" in o.error
+        assert o.written == 0
+    stored = table_rows(db_url)
+    assert [r for r in stored if r[0] == "TSLA"] == before  # the seeded TSLA rows are untouched
+    assert sum(r[0] == "AAPL" for r in stored) == 10
+
+
+def test_two_sources_that_agree_are_both_stored_once(db_url, tmp_path):
+    engine = get_engine(db_url)
+    a, b = tmp_path / "TSLA.csv", tmp_path / "long.csv"
+    write_csv(a, yahoo(frame("TSLA", n=15)))
+    write_csv(b, frame("TSLA", n=20))  # a long file overlapping the first 15 days with equal values
+
+    outcomes = ingest_files(engine, [a, b], UNIVERSE)
+
+    assert [o.ok for o in outcomes] == [True, True]
+    assert [o.written for o in outcomes] == [15, 5]
+    assert len(table_rows(db_url)) == 20
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [
+        ("2030-01-02", "2030-03-29", "synthetic start: 2030-01-02 is beyond the XNYS calendar's range"),
+        ("2024-01-02", "2031-01-02", "synthetic end: 2031-01-02 is beyond the XNYS calendar's range"),
+        ("1985-01-02", "2024-01-02", "synthetic start: 1985-01-02 is before the XNYS calendar's range"),
+    ],
+)
+def test_synthetic_range_past_the_calendar_is_refused_by_name(db_url, start, end, message):
+    with pytest.raises(InputError, match=message):
+        ingest_synthetic(get_engine(db_url), ["AAPL"], start, end)
+    assert table_rows(db_url) == []

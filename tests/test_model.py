@@ -93,3 +93,22 @@ def test_parse_overrides_types_and_errors():
 def test_config_roundtrip_through_dict():
     cfg = get_profile("upgrade", seed=7)
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_fixed_vocabulary_fields_are_refused_by_name():
+    """Issue 10: `--set horizons=1` trained a 1-head model that predict could not use."""
+    with pytest.raises(InputError, match=r"unknown horizon\(s\) '1'"):
+        ModelConfig(horizons=("1",))
+    with pytest.raises(InputError, match="horizons must be next_day,next_monday,one_month"):
+        ModelConfig(horizons=("one_month", "next_day", "next_monday"))
+    with pytest.raises(InputError, match="features is not configurable"):
+        get_profile("demo", features=("open",))
+    with pytest.raises(InputError, match="--set features: not configurable"):
+        parse_overrides(["features=rsi_14,made_up"])
+
+
+def test_configs_stored_with_the_features_list_still_load():
+    stored = {**get_profile("upgrade").to_dict(), "features": list(FEATURE_NAMES)}
+    assert ModelConfig.from_dict(stored) == get_profile("upgrade")
+    with pytest.raises(InputError, match="other features"):
+        ModelConfig.from_dict({**stored, "features": ["open", "made_up"]})

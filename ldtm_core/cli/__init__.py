@@ -37,6 +37,7 @@ def open_db(cfg: Settings | None = None):
 
     cfg = cfg or settings()
     cfg.ensure_dirs()
+    cfg.require_writable_sqlite()
     return upgrade(cfg.database_url)
 
 

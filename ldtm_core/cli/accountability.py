@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..errors import InputError
 from . import app, console, err_console, handle_errors, open_db, parse_date, settings
 
 audit_app = typer.Typer(help="Check the snapshot hash chain.", no_args_is_help=True)
@@ -52,9 +53,11 @@ def predict_cmd(
     from ..snapshots import predict
 
     cfg = settings()
-    res = predict(
-        open_db(cfg), cfg, parse_date(run_date, "--run-date"), _tickers(tickers), mode, neutral_band
-    )
+    when, chosen = parse_date(run_date, "--run-date"), _tickers(tickers)
+    engine = open_db(cfg)
+    if when is not None:
+        _check_run_date(engine, when, chosen)
+    res = predict(engine, cfg, when, chosen, mode, neutral_band)
     console.print(
         f"run {res.run_id} {res.run_date} ({res.mode}): {res.rows_written} rows written, "
         f"{res.rows_existing} already there; cohort "
@@ -67,6 +70,21 @@ def predict_cmd(
         err_console.print(f"[yellow]skipped {t}:[/] {why}", highlight=False, soft_wrap=True)
     if res.skipped and not res.tickers_predicted:
         sys.exit(1)
+
+
+def _check_run_date(engine, when, tickers: list[str] | None) -> None:
+    """Name the real problem with a --run-date: past the calendar's range, or before any stored close."""
+    from ..calendar import is_session, require_in_range
+    from ..prices import earliest_price_date
+
+    require_in_range(when, "--run-date")
+    if not is_session(when):
+        return  # predict says it is not a session
+    earliest = earliest_price_date(engine, tickers)
+    if earliest is not None and when < earliest:
+        raise InputError(
+            f"run date {when} is outside the price data: it is before the earliest close ({earliest})"
+        )
 
 
 @app.command("fillback")

@@ -131,7 +131,8 @@ def ingest_csv_cmd(
     headers (Date, Open, High, Low, Close, Adj Close, Volume) in any case. A bad file stores nothing and
     is reported; the other files are still stored. Exit code 1 if any file failed.
     """
-    from ..ingest import expand_paths, ingest_files
+    from ..ingest import ingest_files
+    from ..price_files import expand_paths
 
     cfg = settings()
     files = expand_paths(paths)

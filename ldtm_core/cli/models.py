@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..errors import NotFoundError
-from . import app, console, handle_errors, open_db, parse_date, settings
+from ..errors import InputError, NotFoundError
+from . import app, console, err_console, handle_errors, open_db, parse_date, settings
 
 gpu_app = typer.Typer(help="GPU slots derived from free VRAM.", no_args_is_help=True)
 export_app = typer.Typer(help="Export models.", no_args_is_help=True)
@@ -73,7 +73,9 @@ def train(
     console.print(table)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("trained", "skipped", "failed")}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
-    if counts["failed"]:
+    if not counts["trained"]:
+        err_console.print("[bold red]error:[/] nothing was trained", highlight=False)
+    if counts["failed"] or not counts["trained"]:
         sys.exit(1)
 
 
@@ -100,22 +102,34 @@ def gpu_slots_cmd(
     console.print(f"pool limit: {plan.total} ({plan.kind}) - {plan.reason}")
 
 
-def _model_checkpoint(engine, ticker: str) -> tuple[str, str]:
-    """(path, sha256) of the active model for `ticker`, else its newest candidate."""
+def _model_checkpoint(engine, ticker: str, candidate: bool) -> tuple[str, str, int]:
+    """(path, sha256, model id) of the active model for `ticker`; with `candidate`, of its newest
+    candidate. A ticker whose only model is a candidate is refused without `candidate`: a model that
+    has not passed the gate is never exported by accident."""
     from sqlalchemy import select
 
     from ..schema import model_registry as mr
 
-    with engine.connect() as conn:
-        for status in ("active", "candidate"):
-            row = conn.execute(
-                select(mr.c.checkpoint_path, mr.c.checkpoint_sha256)
+    def newest(status: str):
+        with engine.connect() as conn:
+            return conn.execute(
+                select(mr.c.id, mr.c.checkpoint_path, mr.c.checkpoint_sha256)
                 .where(mr.c.ticker == ticker, mr.c.status == status)
                 .order_by(mr.c.created_at.desc(), mr.c.id.desc())
                 .limit(1)
             ).first()
-            if row is not None:
-                return row.checkpoint_path, row.checkpoint_sha256
+
+    row = newest("candidate" if candidate else "active")
+    if row is not None:
+        return row.checkpoint_path, row.checkpoint_sha256, row.id
+    if candidate:
+        raise NotFoundError(f"no candidate model registered for ticker {ticker}; run `ldtm train` first")
+    cand = newest("candidate")
+    if cand is not None:
+        raise InputError(
+            f"{ticker} has no active model, only candidate model {cand.id}, which has not passed the gate; "
+            "pass --candidate to export it anyway"
+        )
     raise NotFoundError(
         f"no active or candidate model registered for ticker {ticker}; run `ldtm train` first"
     )
@@ -129,27 +143,50 @@ def export_onnx_cmd(
         Path | None, typer.Option("--checkpoint", help="a checkpoint file (default: the registry's model)")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="output .onnx path (default: LDTM_HOME/exports/...)")
+        Path | None,
+        typer.Option(
+            "--out", help="output .onnx path; its folder must exist (default: LDTM_HOME/exports/...)"
+        ),
     ] = None,
     opset: int = typer.Option(17, "--opset"),
+    candidate: bool = typer.Option(
+        False,
+        "--candidate",
+        help="export the newest candidate (not yet through the gate) instead of the active model",
+    ),
 ) -> None:
-    """Export a model to ONNX and verify it against PyTorch."""
+    """Export a model (the active one by default) to ONNX and verify it against PyTorch."""
     from ..checkpoints import load_checkpoint
     from ..export import export_onnx
     from ..universe import validate_ticker
 
     ticker = validate_ticker(ticker)
     cfg = settings()
+    if out is not None:
+        _require_output_folder(out)
+    model_id = None
     if checkpoint is None:
-        path, sha = _model_checkpoint(open_db(cfg), ticker)
+        path, sha, model_id = _model_checkpoint(open_db(cfg), ticker, candidate)
         ckpt = load_checkpoint(path, expected_sha256=sha, ticker=ticker)
     else:
         ckpt = load_checkpoint(checkpoint, ticker=ticker)
+    if out is None:
+        cfg.ensure_dirs()  # the default folder is ours to create
     target = out or cfg.export_dir / f"{Path(ckpt.path).stem}.onnx"
     result = export_onnx(ckpt, target, opset=opset)
     console.print(
         f"wrote {result.path} (opset {result.opset}, dynamic batch, max |onnx - torch| = {result.max_abs_diff:.2e})"
     )
+    if candidate and model_id is not None:
+        err_console.print(f"[yellow]exported candidate model {model_id}: it has not passed the gate[/]")
+
+
+def _require_output_folder(out: Path) -> None:
+    """Like cp or tar: the folder of --out must exist; a typo must not create a directory tree."""
+    if out.is_dir():
+        raise InputError(f"--out {out} is a directory; give a file name such as {out / 'model.onnx'}")
+    if not out.parent.is_dir():
+        raise InputError(f"--out {out}: the folder {out.parent} does not exist")
 
 
 @bench_app.command("train")

@@ -6,7 +6,7 @@ The ledger lives in the application database, written in the same transaction as
 prices: a crash can never mark a file done without its rows, and every run container sees the
 same ledger (a manifest file beside the data could promise neither).
 
-Files are read with the ingest rules (`ingest.read_price_file`). When a file with several tickers
+Files are read with the ingest rules (`price_files.read_price_file`). When a file with several tickers
 fails validation, its tickers are validated one by one, so one bad ticker is refused with its
 reason and the others are stored. A file that cannot be read at all is recorded as rejected and
 is not retried until its content changes. Newer files win over older ones for the same
@@ -26,7 +26,8 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ..errors import InputError, LDTMError
-from ..ingest import FILE_SUFFIXES, read_price_file, validate_prices
+from ..price_files import FILE_SUFFIXES, read_price_file
+from ..price_validation import validate_prices
 from ..schema import ingested_files
 from ..universe import validate_ticker
 from .base import RAW_COLUMNS, FileReceipt, PriceSource, SourceAnswer

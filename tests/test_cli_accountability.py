@@ -1,0 +1,57 @@
+"""predict and backtest through the CLI: run dates and steps in the wrong order (issue 10)."""
+
+from __future__ import annotations
+
+import pytest
+from accountability_helpers import ingest, make_model, make_settings
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from ldtm_core.calendar import calendar_bounds
+from ldtm_core.cli import app
+from ldtm_core.schema import backtest_folds, run_log, snapshots
+
+runner = CliRunner()
+
+
+def _count(engine, table) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+@pytest.fixture
+def one_model(ldtm_env, engine, tmp_path):
+    settings = make_settings(tmp_path, ldtm_env["url"])
+    ingest(engine, ["AAPL"], start="2023-01-03", end="2024-06-28")
+    make_model(engine, settings, "AAPL")
+    return engine
+
+
+def test_predict_beyond_the_calendar_says_so(one_model):
+    last = calendar_bounds()[1]
+    r = runner.invoke(app, ["predict", "--run-date", "2030-01-02"])
+    assert r.exit_code == 2, r.output
+    assert f"2030-01-02 is beyond the XNYS calendar's range, which ends at {last}" in " ".join(
+        r.output.split()
+    )
+    assert "not an XNYS trading session" not in r.output
+    assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0
+
+
+def test_predict_before_the_data_quotes_the_earliest_close(one_model):
+    r = runner.invoke(app, ["predict", "--run-date", "2022-06-01"])
+    assert r.exit_code == 2, r.output
+    msg = " ".join(r.output.split())
+    assert (
+        "run date 2022-06-01 is outside the price data: it is before the earliest close (2023-01-03)" in msg
+    )
+    assert "latest close" not in msg
+    assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0
+
+
+def test_backtest_before_training_says_train_first(ldtm_env, engine):
+    ingest(engine, ["AAPL"], start="2022-01-03", end="2024-06-28")
+    r = runner.invoke(app, ["backtest", "--ticker", "AAPL", "--profile", "demo", "--folds", "2"])
+    assert r.exit_code == 2, r.output
+    assert "AAPL has no candidate model to backtest: train first" in r.output
+    assert _count(engine, backtest_folds) == 0

@@ -1,0 +1,112 @@
+"""First-use migration: concurrent first commands on a fresh database all succeed (issue 10)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
+
+from ldtm_core.db import get_engine
+from ldtm_core.migrate import current_revision
+from ldtm_core.schema import metadata
+
+REPO = Path(__file__).resolve().parents[1]
+# Each process imports first, then waits for the same instant, so the migrations really overlap.
+RACER = """
+import sys, time
+from ldtm_core.migrate import upgrade, current_revision
+go = float(sys.argv[2])
+time.sleep(max(0.0, go - time.time()))
+upgrade(sys.argv[1])
+print(current_revision(sys.argv[1]))
+"""
+
+
+def _race(url: str, n: int) -> list[subprocess.CompletedProcess]:
+    go = time.time() + 4.0  # after every interpreter has imported alembic and sqlalchemy
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, url, str(go)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out
+
+
+def _assert_all_migrated(url: str, results: list[subprocess.CompletedProcess]) -> None:
+    for r in results:
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.strip() == "0004", r.stdout
+    names = set(inspect(get_engine(url)).get_table_names())
+    assert {t.name for t in metadata.sorted_tables} <= names
+    assert current_revision(url) == "0004"
+
+
+def test_concurrent_first_migrations_on_a_fresh_sqlite_file_all_succeed(tmp_path):
+    for trial in range(2):
+        url = f"sqlite:///{tmp_path / f'trial{trial}' / 'ldtm.db'}"
+        (tmp_path / f"trial{trial}").mkdir()
+        _assert_all_migrated(url, _race(url, 3))
+
+
+@pytest.mark.postgres
+def test_concurrent_first_migrations_on_a_fresh_postgres_database_all_succeed(pg_server_url):
+    admin = create_engine(make_url(pg_server_url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    name = f"ldtm_test_migrate_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(pg_server_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        _assert_all_migrated(url, _race(url, 3))
+    finally:
+        get_engine(url).dispose()
+        get_engine.cache_clear()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_two_first_cli_ingests_on_a_fresh_sqlite_home_both_succeed(tmp_path):
+    """What the user ran: two `ldtm ingest csv` at once on a home that does not exist yet."""
+    from test_ingest import frame, write_csv, yahoo
+
+    home = tmp_path / "home"
+    files = []
+    for ticker in ("AAPL", "NVDA"):
+        path = tmp_path / f"{ticker}.csv"
+        write_csv(path, yahoo(frame(ticker, n=15)))
+        files.append(path)
+    env = {**os.environ, "LDTM_HOME": str(home), "LDTM_UNIVERSE": "demo"}
+    env.pop("LDTM_DATABASE_URL", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ldtm_core", "ingest", "csv", str(f)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for f in files
+    ]
+    for p in procs:
+        _, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr[-2000:]
+    with get_engine(f"sqlite:///{home / 'ldtm.db'}").connect() as conn:
+        counts = dict(conn.execute(text("SELECT ticker, COUNT(*) FROM prices GROUP BY ticker")).all())
+    assert counts == {"AAPL": 15, "NVDA": 15}
