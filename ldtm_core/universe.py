@@ -40,9 +40,9 @@ def _read_list(text: str, source: str) -> list[str]:
     return list(dict.fromkeys(tickers))
 
 
-def load_universe(spec: str = "demo") -> list[str]:
+def load_universe(spec: str = "full") -> list[str]:
     """Resolve `demo`, `full`, a comma list (`AAPL,NVDA`) or a path to a file of tickers."""
-    spec = (spec or "demo").strip()
+    spec = (spec or "full").strip()
     if spec in NAMED_UNIVERSES:
         text = resources.files("ldtm_core").joinpath("universe", f"{spec}.txt").read_text()
         return _read_list(text, f"universe {spec}")
@@ -54,16 +54,37 @@ def load_universe(spec: str = "demo") -> list[str]:
     return _read_list(spec, "LDTM_UNIVERSE")
 
 
+EMPTY_TICKERS = (
+    "--tickers is empty: name the tickers (e.g. AAPL,NVDA), or leave the option out "
+    "(`train`: --tickers all) for the whole universe"
+)
+
+
+def parse_ticker_list(values: str | list[str] | None) -> list[str] | None:
+    """A `--tickers` value (a comma list, or repeated options) as validated tickers; None when not given.
+
+    One rule for every command: an explicitly empty value (`--tickers ""`, `--tickers ,`) is an error,
+    never a silent "all".
+    """
+    if values is None:
+        return None
+    items = [values] if isinstance(values, str) else list(values)
+    tickers = [validate_ticker(t) for v in items for t in str(v).split(",") if t.strip()]
+    if not tickers:
+        raise InputError(EMPTY_TICKERS)
+    return list(dict.fromkeys(tickers))
+
+
 def resolve_tickers(
     selection: str | list[str] | None, universe: list[str], allow_new: bool = False
 ) -> list[str]:
-    """Tickers from a CLI/config selection; all of the universe when empty. Unknown ones are refused."""
-    if selection is None or selection == "" or selection == []:
+    """Tickers from a CLI/config selection; all of the universe when None (or an empty config list).
+
+    An explicitly empty string is refused (see `parse_ticker_list`). Unknown tickers are refused.
+    """
+    if selection is None or (isinstance(selection, list) and not selection):
         return list(universe)
-    items = selection.split(",") if isinstance(selection, str) else list(selection)
-    tickers = [validate_ticker(t) for t in items if str(t).strip()]
-    if not tickers:
-        raise InputError("no tickers given")
+    tickers = parse_ticker_list(selection)
     unknown = [t for t in tickers if t not in universe]
     if unknown and not allow_new:
         raise InputError(
