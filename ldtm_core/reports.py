@@ -17,6 +17,7 @@ from sqlalchemy import Engine, func, select
 from .audit import verify
 from .fillback import fillback
 from .gate import GateThresholds, evaluate, newest_backtest
+from .gate import _fmt as format_criterion
 from .registry import history, list_models
 from .schema import registry_events, run_log, snapshots
 from .skill import SkillTest, discordant_counts
@@ -167,6 +168,18 @@ class GateView:
     backtest_id: str | None
     figures: dict = field(default_factory=dict)
     criteria: list = field(default_factory=list)
+
+    def criteria_table(self) -> list[dict]:
+        """Each criterion as the gate prints it: value, what it needs, and whether it is met."""
+        return [
+            {
+                "criterion": c.name,
+                "value": format_criterion(c.name, c.value),
+                "needs": f"{c.op} {format_criterion(c.name, c.threshold)}",
+                "ok": c.passed,
+            }
+            for c in self.criteria
+        ]
 
 
 def last_gate_report(engine: Engine, ticker: str) -> GateView | None:
