@@ -4,14 +4,15 @@ from pathlib import Path
 
 import streamlit as st
 
-PAGES = Path(__file__).resolve().parent / "pages"
+# Not `pages/`: that name would switch on Streamlit's file-based navigation beside st.navigation.
+VIEWS = Path(__file__).resolve().parent / "views"
 
 st.set_page_config(page_title="LDTM forecasts", layout="wide")
 page = st.navigation(
     [
-        st.Page(PAGES / "leaderboard.py", title="Leaderboard", url_path="leaderboard", default=True),
-        st.Page(PAGES / "ticker.py", title="Ticker", url_path="ticker"),
-        st.Page(PAGES / "runs.py", title="Runs", url_path="runs"),
+        st.Page(VIEWS / "leaderboard.py", title="Leaderboard", url_path="leaderboard", default=True),
+        st.Page(VIEWS / "ticker.py", title="Ticker", url_path="ticker"),
+        st.Page(VIEWS / "runs.py", title="Runs", url_path="runs"),
     ]
 )
 page.run()

@@ -12,7 +12,7 @@ from ldtm_core.leaderboard import leaderboard
 from ldtm_core.reports import recent_runs, ticker_predictions
 from ldtm_dashboard import APP
 
-PAGES = APP.parent / "pages"
+PAGES = APP.parent / "views"
 TIMEOUT = 120  # the first run imports torch via ldtm_core; the box is shared
 
 

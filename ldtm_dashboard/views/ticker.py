@@ -21,6 +21,7 @@ from ldtm_dashboard.charts import (
 )
 from ldtm_dashboard.data import database_caption, engine, ticker_from_query
 
+MIN_ROLLING_N = 5
 HORIZONS = {"next_day": "Next day", "next_monday": "Next Monday", "one_month": "One month"}
 
 st.title("Ticker")
@@ -64,10 +65,12 @@ for tab, (horizon, label) in zip(st.tabs(list(HORIZONS.values())), HORIZONS.item
 
 st.header("Rolling 30-day next-day accuracy")
 rolling = rolling_accuracy(predictions)
+rolling = rolling[rolling["n"] >= MIN_ROLLING_N]  # a window of 1-4 evenings is noise, not accuracy
 if rolling.empty:
-    st.info("No filled next-day predictions in this range yet.")
+    st.info(f"Fewer than {MIN_ROLLING_N} filled next-day predictions in any 30-day window of this range.")
 else:
     st.altair_chart(rolling_accuracy_chart(rolling), width="stretch")
+    st.caption(f"Each point: the 30 calendar days ending that evening (at least {MIN_ROLLING_N} evenings).")
 
 st.header("Cohort of each evening")
 st.altair_chart(cohort_chart(evening_cohorts(db, start, end)), width="stretch")
