@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -41,8 +41,7 @@ def dashboard_cmd(ctx: typer.Context) -> None:
     Every argument goes to Streamlit, e.g. `ldtm dashboard --server.port 8600 --server.headless true`.
     """
     command = dashboard_command(list(ctx.args))
-    try:
-        code = subprocess.call(command)
-    except KeyboardInterrupt:
-        code = 0
-    raise typer.Exit(code)
+    sys.stdout.flush()
+    # Become Streamlit (no child process): a signal to `ldtm dashboard` (Ctrl-C, `docker stop`, a
+    # test's terminate) reaches the server itself instead of orphaning it.
+    os.execv(command[0], command)
