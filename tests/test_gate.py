@@ -152,6 +152,8 @@ def test_cli_gate_exit_codes_and_thresholds(engine, s, ldtm_env):
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--min-accuracy", "60"])
     assert out.exit_code == 1 and "direction_accuracy" in out.output and "60.00%" in out.output
     assert registry.get_model(engine, mid).status == "candidate"
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--max-p-value", "0.05"])
+    assert out.exit_code == 1 and "skill_p_value" in out.output and "unknown" in out.output
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--beat-always-up", "1"])
     assert out.exit_code == 0, out.output
     assert (

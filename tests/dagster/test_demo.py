@@ -45,7 +45,9 @@ def test_the_demos_instance_holds_a_materialisation_of_every_asset(tmp_path, mon
         leaderboard = instance.fetch_materializations(
             next(k for k in graph.get_all_asset_keys() if k.to_user_string() == "leaderboard"), limit=1
         ).records[0]
-        assert "plot" in leaderboard.asset_materialization.metadata
+        board = leaderboard.asset_materialization.metadata
+        assert "plot" in board and "beats_always_up_p_le_0_05" in board
+        assert "skill_p_value" in {c.name for c in board["table"].schema.columns}
         checks = list(graph.asset_check_keys)
         latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(checks)
         ran = {k for k, r in latest.items() if r.status == AssetCheckExecutionRecordStatus.SUCCEEDED}
