@@ -12,11 +12,11 @@ from ldtm_core.gate import GateThresholds, run_gate
 from ldtm_core.replay import predict_range
 
 TICKERS = ["AAPL", "NVDA"]
-FIRST_EVENING, LAST_EVENING = dt.date(2024, 4, 15), dt.date(2024, 6, 14)
+FIRST_EVENING, LAST_EVENING = dt.date(2024, 5, 13), dt.date(2024, 6, 14)
 
 
 def seed(tmp_path, url: str):
-    """Prices, one gated model per ticker (AAPL promoted, NVDA held), ~40 replayed evenings, filled back."""
+    """Prices, one gated model per ticker (AAPL promoted, NVDA held), 24 replayed evenings, filled back."""
     settings = make_settings(tmp_path, url)
     engine = get_engine(url)
     ingest(engine, TICKERS)
