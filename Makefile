@@ -1,4 +1,9 @@
-.PHONY: setup demo test lint dev
+.PHONY: setup demo test lint dev dashboard
+
+# One Dagster instance for `make demo` and `make dev`, so the UI shows what the demo materialised.
+DAGSTER_HOME_DIR = $${DAGSTER_HOME:-$(CURDIR)/.dagster_home}
+# The product serves the 103-ticker `full` universe by default; these local targets use `demo`.
+DEMO_UNIVERSE = $${LDTM_UNIVERSE:-demo}
 
 setup: .venv/.installed
 
@@ -7,7 +12,8 @@ setup: .venv/.installed
 	touch .venv/.installed
 
 demo: setup
-	.venv/bin/python -m ldtm_dagster.demo
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) ./scripts/dagster_home.sh && \
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) LDTM_UNIVERSE=$(DEMO_UNIVERSE) .venv/bin/python -m ldtm_dagster.demo
 
 test: setup
 	.venv/bin/ruff check .
@@ -17,5 +23,9 @@ lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
 dev: setup
-	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.dagster_home} ./scripts/dagster_home.sh && \
-	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.dagster_home} .venv/bin/dagster dev -w workspace.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) ./scripts/dagster_home.sh && \
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) LDTM_UNIVERSE=$(DEMO_UNIVERSE) .venv/bin/dagster dev -w workspace.yaml
+
+# The forecast dashboard on http://localhost:8501; Streamlit flags via DASHBOARD_ARGS="--server.port 8600".
+dashboard: setup
+	.venv/bin/ldtm dashboard $(DASHBOARD_ARGS)

@@ -28,6 +28,7 @@ from .prices import load_ticker_prices
 from .registry import get_model, newest_candidate
 from .samples import SampleSet, build_samples
 from .schema import backtest_folds
+from .skill import SkillTest, discordant_counts, pooled
 from .universe import validate_ticker
 
 DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
@@ -50,6 +51,12 @@ class FoldResult:
     leakage_rows: int
     n_train: int
     n_val: int
+    model_only_hits: int = 0  # discordant rows vs always-up (ldtm_core.skill)
+    up_only_hits: int = 0
+
+    @property
+    def skill(self) -> SkillTest:
+        return SkillTest(self.model_only_hits, self.up_only_hits)
 
 
 @dataclass
@@ -80,6 +87,11 @@ class BacktestResult:
     def leakage_rows(self) -> int:
         return sum(f.leakage_rows for f in self.folds)
 
+    @property
+    def skill(self) -> SkillTest | None:
+        """The exact test of "the model beats always-up" on all test rows of all folds."""
+        return pooled([f.skill for f in self.folds])
+
 
 def _d(value) -> dt.date:
     return pd.Timestamp(value).date()
@@ -91,6 +103,12 @@ def score(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> tuple[int,
     up = int((actual > close).sum())
     mape = float(np.mean(np.abs(pred - actual) / actual * 100.0)) if len(actual) else float("nan")
     return hits, up, mape
+
+
+def skill_test(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> SkillTest:
+    """Discordant rows of the model's next-day direction vs always-up (same rule as `score`)."""
+    model_right = np.sign(pred - close) == np.sign(actual - close)
+    return discordant_counts(model_right, actual > close)
 
 
 def count_leakage(samples: SampleSet, train_idx: np.ndarray, test_idx: np.ndarray, cutoff) -> int:
@@ -187,6 +205,7 @@ def run_backtest(
         test = samples.subset(test_idx)
         pred = _predict_next_day(fit.model, test)
         hits, up, mape = score(pred, test.target_close[:, 0], test.close)
+        skill = skill_test(pred, test.target_close[:, 0], test.close)
         used = np.concatenate([train_idx, val_idx])
         result.folds.append(
             FoldResult(
@@ -205,6 +224,8 @@ def run_backtest(
                 leakage_rows=count_leakage(samples, used, test_idx, cutoff),
                 n_train=len(train_idx),
                 n_val=len(val_idx),
+                model_only_hits=skill.model_only,
+                up_only_hits=skill.up_only,
             )
         )
     now = dt.datetime.now(dt.UTC)
@@ -224,6 +245,8 @@ def run_backtest(
             "always_up_accuracy": f.always_up_accuracy,
             "mean_abs_pct_error": f.mean_abs_pct_error,
             "leakage_rows": f.leakage_rows,
+            "model_only_hits": f.model_only_hits,
+            "up_only_hits": f.up_only_hits,
             "created_at": now,
         }
         for f in result.folds

@@ -49,7 +49,7 @@ _MKDIR_REASONS = {
 class Settings:
     home: Path
     database_url: str
-    universe: str = "demo"
+    universe: str = "full"  # the 103 tickers; the demo and the tests choose `demo` explicitly
     notify_webhook_url: str | None = None
     neutral_band_pct: float = 0.25
     extra: dict = field(default_factory=dict)
@@ -68,7 +68,7 @@ class Settings:
         url = overrides.pop("database_url", None) or os.environ.get("LDTM_DATABASE_URL")
         if not url:
             url = f"sqlite:///{home / 'ldtm.db'}"
-        universe = overrides.pop("universe", None) or os.environ.get("LDTM_UNIVERSE") or "demo"
+        universe = overrides.pop("universe", None) or os.environ.get("LDTM_UNIVERSE") or "full"
         band = float(os.environ.get("LDTM_NEUTRAL_BAND_PCT", "0.25"))
         return cls(
             home=home,

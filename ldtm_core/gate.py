@@ -2,7 +2,8 @@
 
 Criteria (seed defaults, overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
-always-up by a margin. Every report states the accuracy beside always-up on the same folds.
+always-up by a margin or a p-value at most `max_p_value` in the exact test of "the model beats always-up"
+(ldtm_core.skill). Every report states the accuracy beside always-up on the same folds, with that p-value.
 Pass -> registry.promote. Fail -> the model stays candidate and a notification lists each failing
 criterion with its value and threshold.
 """
@@ -21,6 +22,7 @@ from .db import run_in_transaction
 from .errors import InputError, NotFoundError
 from .registry import PromoteResult, get_model, newest_candidate, promote, record_event
 from .schema import backtest_folds
+from .skill import SkillTest, format_p_value, pooled
 from .universe import validate_ticker
 
 
@@ -31,6 +33,7 @@ class GateThresholds:
     max_mean_abs_pct_error: float = 5.0  # percent
     max_leakage_rows: int = 0
     beat_always_up_margin: float | None = None  # fraction; None = not required
+    max_p_value: float | None = None  # exact skill test vs always-up; None = not required
 
     def validate(self) -> GateThresholds:
         """Refuse thresholds no model could meet (or every model meets) when they come from a user:
@@ -51,6 +54,10 @@ class GateThresholds:
                 self.beat_always_up_margin is None or -1.0 <= self.beat_always_up_margin <= 1.0,
                 f"always-up margin must be within -100..100 % points, not {self.beat_always_up_margin}",
             ),
+            (
+                self.max_p_value is None or 0.0 < self.max_p_value <= 1.0,
+                f"max p-value must be within (0, 1], not {self.max_p_value}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -64,6 +71,7 @@ class GateThresholds:
             "min_direction_accuracy": ("LDTM_GATE_MIN_ACCURACY", float),
             "max_mean_abs_pct_error": ("LDTM_GATE_MAX_ERROR_PCT", float),
             "beat_always_up_margin": ("LDTM_GATE_BEAT_ALWAYS_UP", float),
+            "max_p_value": ("LDTM_GATE_MAX_P_VALUE", float),
         }
         values = {}
         for name, (var, kind) in env.items():
@@ -80,7 +88,7 @@ class GateThresholds:
 @dataclass
 class Criterion:
     name: str
-    value: float | int
+    value: float | int | str  # 'unknown' for a p-value the backtest did not record
     op: str  # '>=' or '<=' or '>'
     threshold: float | int
     passed: bool
@@ -92,6 +100,8 @@ class Criterion:
 
 
 def _fmt(name: str, v) -> str:
+    if name == "skill_p_value":
+        return format_p_value(v) if isinstance(v, float) else "unknown"
     if isinstance(v, float) and ("accuracy" in name or "margin" in name):
         return f"{v * 100:.2f}%"
     if isinstance(v, float):
@@ -110,6 +120,7 @@ class GateReport:
     always_up_accuracy: float
     mean_abs_pct_error: float
     leakage_rows: int
+    skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
     criteria: list[Criterion] = field(default_factory=list)
     passed: bool = False
     promoted: PromoteResult | None = None
@@ -123,7 +134,8 @@ class GateReport:
         head = f"gate {'PASSED' if self.passed else 'FAILED'} for {self.ticker} model {self.model_id}"
         base = (
             f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
-            f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds"
+            f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
+            + (self.skill.describe() if self.skill else "skill test unknown (backtest predates it)")
         )
         if self.passed:
             return f"{head}: {base}"
@@ -142,6 +154,9 @@ class GateReport:
             "always_up_accuracy": self.always_up_accuracy,
             "mean_abs_pct_error": self.mean_abs_pct_error,
             "leakage_rows": self.leakage_rows,
+            "skill_model_only": self.skill.model_only if self.skill else None,
+            "skill_up_only": self.skill.up_only if self.skill else None,
+            "skill_p_value": self.skill.p_value if self.skill else None,
             "criteria": [asdict(c) for c in self.criteria],
             "failing": [asdict(c) for c in self.failing],
             "summary": self.summary(),
@@ -155,6 +170,12 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
     up = sum(f["always_up_accuracy"] * f["n"] for f in folds) / n if n else 0.0
     err = sum(f["mean_abs_pct_error"] * f["n"] for f in folds) / n if n else float("inf")
     leak = int(sum(f["leakage_rows"] for f in folds))
+    skill = pooled(
+        [
+            None if f.get("model_only_hits") is None else SkillTest(f["model_only_hits"], f["up_only_hits"])
+            for f in folds
+        ]
+    )
     t = thresholds
     criteria = [
         Criterion("folds", len(folds), ">=", t.min_folds, len(folds) >= t.min_folds),
@@ -173,7 +194,20 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
                 margin > t.beat_always_up_margin,
             )
         )
+    if t.max_p_value is not None:
+        # Unknown (a backtest written before the counts were stored) fails: rerun the backtest.
+        p = skill.p_value if skill else None
+        criteria.append(
+            Criterion(
+                "skill_p_value",
+                p if p is not None else "unknown",
+                "<=",
+                t.max_p_value,
+                p is not None and p <= t.max_p_value,
+            )
+        )
     figures = {
+        "skill": skill,
         "n": n,
         "direction_accuracy": acc,
         "always_up_accuracy": up,
@@ -237,6 +271,7 @@ def run_gate(
         always_up_accuracy=fig["always_up_accuracy"],
         mean_abs_pct_error=fig["mean_abs_pct_error"],
         leakage_rows=fig["leakage"],
+        skill=fig["skill"],
         criteria=criteria,
         passed=all(c.passed for c in criteria),
     )

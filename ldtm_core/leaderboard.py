@@ -9,8 +9,10 @@ from sqlalchemy import Engine, select, text
 
 from .errors import InputError
 from .schema import snapshots
+from .skill import SkillTest, discordant_counts
 
 MODES = ("all", "live", "replay")
+SIGNIFICANCE = 0.05  # the p-value the verdict calls evidence of beating always-up
 COLUMNS = [
     "ticker",
     "mode",
@@ -58,7 +60,46 @@ def leaderboard(engine: Engine, mode: str = "all") -> pd.DataFrame:
         df[c] = pd.to_datetime(df[c]).dt.date
     df["beats_always_up"] = df["direction_accuracy"] > df["always_up_accuracy"]
     df["beats_persistence"] = df["direction_accuracy"] > df["persistence_accuracy"]
+    tests = skill_by_ticker(engine, mode, df)
+    df["model_only"] = [tests[t].model_only for t in df["ticker"]]
+    df["up_only"] = [tests[t].up_only for t in df["ticker"]]
+    df["skill_p_value"] = [tests[t].p_value for t in df["ticker"]]
     return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+
+
+def skill_by_ticker(engine: Engine, mode: str, board: pd.DataFrame) -> dict[str, SkillTest]:
+    """The exact test of "the model beats always-up" per ticker, on the rows the view scored.
+
+    The view's window per ticker (window_start..window_end) picks the rows; computed here in Python
+    from the stored direction flags (a view cannot run an exact binomial tail on both databases).
+    """
+    tests = {t: SkillTest(0, 0) for t in board["ticker"]}
+    if board.empty:
+        return tests
+    s = snapshots.c
+    stmt = select(
+        s.ticker, s.run_date, s.next_day_direction_correct, s.next_day_actual, s.run_date_close
+    ).where(
+        s.ticker.in_(list(tests)),
+        s.next_day_actual.is_not(None),
+        s.run_date >= board["window_start"].min(),
+        s.run_date <= board["window_end"].max(),
+    )
+    if mode != "all":
+        stmt = stmt.where(s.mode == mode)
+    with engine.connect() as conn:
+        rows = pd.DataFrame(
+            conn.execute(stmt).all(), columns=["ticker", "run_date", "right", "actual", "close"]
+        )
+    rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
+    spans = board.set_index("ticker")[["window_start", "window_end"]]
+    for ticker, group in rows.groupby("ticker"):
+        start, end = spans.loc[ticker]
+        inside = group[(group["run_date"] >= start) & (group["run_date"] <= end)]
+        tests[ticker] = discordant_counts(
+            inside["right"].astype(bool).to_numpy(), (inside["actual"] > inside["close"]).to_numpy()
+        )
+    return tests
 
 
 def verdict(df: pd.DataFrame) -> str:
@@ -68,9 +109,12 @@ def verdict(df: pd.DataFrame) -> str:
     beat = int(df["beats_always_up"].sum())
     if beat == 0:
         return f"No model beats the always-up baseline ({len(df)} tickers scored)."
+    # A higher accuracy on 30 days is often luck: say how many the exact test supports.
+    significant = int((df["skill_p_value"] <= SIGNIFICANCE).sum()) if "skill_p_value" in df else 0
+    tested = f" ({significant} with p <= {SIGNIFICANCE:g} in the exact test)"
     if beat < len(df):
-        return f"{beat} of {len(df)} models beat always-up; {len(df) - beat} do not."
-    return f"All {len(df)} models beat always-up."
+        return f"{beat} of {len(df)} models beat always-up{tested}; {len(df) - beat} do not."
+    return f"All {len(df)} models beat always-up{tested}."
 
 
 def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:

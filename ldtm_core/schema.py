@@ -169,6 +169,9 @@ backtest_folds = Table(
     Column("mean_abs_pct_error", Float, nullable=False),
     Column("leakage_rows", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # Discordant rows vs always-up for the exact skill test (ldtm_core.skill); NULL before revision 0013.
+    Column("model_only_hits", Integer),
+    Column("up_only_hits", Integer),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
 )

@@ -41,13 +41,13 @@ def _read_list(text: str, source: str) -> list[str]:
     return list(dict.fromkeys(tickers))
 
 
-def load_universe(spec: str = "demo") -> list[str]:
+def load_universe(spec: str = "full") -> list[str]:
     """Resolve `demo`, `full` (any case), a comma list (`AAPL,NVDA`) or a path to a file of tickers.
 
     A single word that is not upper case and is close to a keyword (`Ful`, `dmeo`) is refused as a
     likely typo instead of becoming a one-ticker universe; upper case (`FUL`) is taken as a ticker.
     """
-    spec = (spec or "demo").strip()
+    spec = (spec or "full").strip()
     if spec.lower() in NAMED_UNIVERSES:
         name = spec.lower()
         text = resources.files("ldtm_core").joinpath("universe", f"{name}.txt").read_text()
@@ -73,16 +73,37 @@ def load_universe(spec: str = "demo") -> list[str]:
         ) from None
 
 
+EMPTY_TICKERS = (
+    "--tickers is empty: name the tickers (e.g. AAPL,NVDA), or leave the option out "
+    "(`train`: --tickers all) for the whole universe"
+)
+
+
+def parse_ticker_list(values: str | list[str] | None) -> list[str] | None:
+    """A `--tickers` value (a comma list, or repeated options) as validated tickers; None when not given.
+
+    One rule for every command: an explicitly empty value (`--tickers ""`, `--tickers ,`) is an error,
+    never a silent "all".
+    """
+    if values is None:
+        return None
+    items = [values] if isinstance(values, str) else list(values)
+    tickers = [validate_ticker(t) for v in items for t in str(v).split(",") if t.strip()]
+    if not tickers:
+        raise InputError(EMPTY_TICKERS)
+    return list(dict.fromkeys(tickers))
+
+
 def resolve_tickers(
     selection: str | list[str] | None, universe: list[str], allow_new: bool = False
 ) -> list[str]:
-    """Tickers from a CLI/config selection; all of the universe when empty. Unknown ones are refused."""
-    if selection is None or selection == "" or selection == []:
+    """Tickers from a CLI/config selection; all of the universe when None (or an empty config list).
+
+    An explicitly empty string is refused (see `parse_ticker_list`). Unknown tickers are refused.
+    """
+    if selection is None or (isinstance(selection, list) and not selection):
         return list(universe)
-    items = selection.split(",") if isinstance(selection, str) else list(selection)
-    tickers = [validate_ticker(t) for t in items if str(t).strip()]
-    if not tickers:
-        raise InputError("no tickers given")
+    tickers = parse_ticker_list(selection)
     unknown = [t for t in tickers if t not in universe]
     if unknown and not allow_new:
         raise InputError(

@@ -11,7 +11,9 @@ Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforce
   5. fillbacks, leaderboard
 
 The app database is SQLite under LDTM_HOME (default ./.ldtm) unless LDTM_DATABASE_URL is set. The
-Dagster instance is $DAGSTER_HOME when set (runs then show in `make dev`), else a temporary one.
+Dagster instance is the persistent one in $DAGSTER_HOME (default `.dagster_home` in the repository, the
+instance `make dev` serves), so every run, materialisation, check and plot shows in the UI afterwards.
+The universe is `demo` unless --universe or LDTM_UNIVERSE says otherwise (the product default is `full`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import argparse
 import datetime as dt
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,22 +39,27 @@ from .pool import GPU_RUN_TAGS, sync_pool_limit
 from .resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 ALL_ASSETS = [getattr(assets, name) for name in assets.__all__]
-REPO_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+REPO = Path(__file__).resolve().parent.parent
+REPO_YAML = REPO / "dagster.yaml"
+
+
+def dagster_home() -> Path:
+    """$DAGSTER_HOME, else the repository's `.dagster_home`: the same default as `make dev`."""
+    return Path(os.environ.get("DAGSTER_HOME") or REPO / ".dagster_home").resolve()
 
 
 @contextmanager
 def demo_instance():
-    """$DAGSTER_HOME's instance, else a temporary one with the repo's dagster.yaml (pools need one)."""
-    if os.environ.get("DAGSTER_HOME"):
-        yield DagsterInstance.get()
-        return
-    with tempfile.TemporaryDirectory(prefix="ldtm_dagster_") as home:
-        shutil.copy(REPO_YAML, Path(home) / "dagster.yaml")
-        instance = DagsterInstance.from_config(home)
-        try:
-            yield instance
-        finally:
-            instance.dispose()
+    """The persistent instance `make dev` serves; a fresh home gets the repo's dagster.yaml (pools)."""
+    home = dagster_home()
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():  # scripts/dagster_home.sh (make dev/demo) writes it too
+        shutil.copy(REPO_YAML, home / "dagster.yaml")
+    instance = DagsterInstance.from_config(str(home))
+    try:
+        yield instance
+    finally:
+        instance.dispose()
 
 
 def demo_resources(universe: str = "demo", profile: str = "demo", max_epochs: int | None = None) -> dict:
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     resources = demo_resources(args.universe, args.profile, args.max_epochs)
     with demo_instance() as instance:
+        print(f"[demo] Dagster instance: {dagster_home()} (`make dev` shows these runs)")
         table = run_demo(
             instance,
             resources,

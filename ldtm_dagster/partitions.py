@@ -21,7 +21,7 @@ NIGHTLY_CRON = "15 18 * * 1-5"
 MARKET_TZ = "America/New_York"
 EVENINGS_START = "2020-01-01"
 
-UNIVERSE_SPEC = os.environ.get("LDTM_UNIVERSE") or "demo"
+UNIVERSE_SPEC = os.environ.get("LDTM_UNIVERSE") or "full"
 
 ticker_partitions = StaticPartitionsDefinition(load_universe(UNIVERSE_SPEC))
 

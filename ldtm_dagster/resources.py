@@ -30,7 +30,7 @@ class ArtifactStore(ConfigurableResource):
     """Where checkpoints, exports and the default SQLite database live, and which universe is served."""
 
     home: str = ".ldtm"
-    universe: str = "demo"
+    universe: str = "full"
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         try:
@@ -143,7 +143,7 @@ def _env(name: str, default):
 def resources_from_env() -> dict:
     """The resources of the code location, fed by LDTM_* environment variables; defaults need nothing."""
     return {
-        "store": ArtifactStore(home=_env("LDTM_HOME", ".ldtm"), universe=_env("LDTM_UNIVERSE", "demo")),
+        "store": ArtifactStore(home=_env("LDTM_HOME", ".ldtm"), universe=_env("LDTM_UNIVERSE", "full")),
         "database": AppDatabase(url=_env("LDTM_DATABASE_URL", "")),
         "training": TrainingProfile(
             profile=_env("LDTM_PROFILE", "reference"),

@@ -61,7 +61,8 @@ def make_model(
 def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None):
     """Backtest rows as a backtest would write them; returns the backtest id.
 
-    folds: list of (n, direction_accuracy, always_up_accuracy, mean_abs_pct_error, leakage_rows).
+    folds: list of (n, direction_accuracy, always_up_accuracy, mean_abs_pct_error, leakage_rows), each
+    optionally followed by (model_only_hits, up_only_hits), the discordant rows of the skill test.
     """
     bid = backtest_id or str(uuid.uuid4())
     now = dt.datetime.now(dt.UTC)
@@ -85,9 +86,11 @@ def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None):
                     "always_up_accuracy": up,
                     "mean_abs_pct_error": err,
                     "leakage_rows": leak,
+                    "model_only_hits": skill[0] if skill else None,
+                    "up_only_hits": skill[1] if skill else None,
                     "created_at": now,
                 }
-                for i, (n, acc, up, err, leak) in enumerate(folds)
+                for i, (n, acc, up, err, leak, *skill) in enumerate(folds)
             ],
         )
     return bid

@@ -15,9 +15,13 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from ldtm_core.db import get_engine
-from ldtm_core.migrate import upgrade
-from ldtm_core.schema import metadata
+# The product serves the 103-ticker `full` universe by default; the tests choose the small `demo` one
+# explicitly, before any module (the Dagster partitions) reads it at import.
+os.environ["LDTM_UNIVERSE"] = "demo"
+
+from ldtm_core.db import get_engine  # noqa: E402
+from ldtm_core.migrate import upgrade  # noqa: E402
+from ldtm_core.schema import metadata  # noqa: E402
 
 DEFAULT_PG = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 
@@ -32,7 +36,9 @@ def pg_server_url():
     admin = make_url(_admin_url()).set(database="postgres")
     name = f"ldtm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
-        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT", pool_pre_ping=True)  # survives a restart
+        admin_engine = create_engine(
+            admin, isolation_level="AUTOCOMMIT", pool_pre_ping=True
+        )  # survives a restart
         with admin_engine.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # noqa: BLE001
@@ -43,7 +49,9 @@ def pg_server_url():
     yield url
     get_engine.cache_clear()
     with admin_engine.connect() as conn:
-        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name})
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
+        )
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
     admin_engine.dispose()
 
@@ -112,6 +120,10 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and item.get_closest_marker("postgres") and os.environ.get("LDTM_REQUIRE_POSTGRES") == "1":
+    if (
+        report.skipped
+        and item.get_closest_marker("postgres")
+        and os.environ.get("LDTM_REQUIRE_POSTGRES") == "1"
+    ):
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid}: a PostgreSQL test was skipped while LDTM_REQUIRE_POSTGRES=1"

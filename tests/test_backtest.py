@@ -74,6 +74,9 @@ def test_folds_purge_and_scores(engine, world, stub_fit):
         up = [closes[dates[dates.index(d) + 1]] > closes[d] for d in test_days]
         assert f.always_up_accuracy == pytest.approx(np.mean(up))
         assert f.direction_accuracy == pytest.approx(np.mean(up))
+        # A model that always says up never disagrees with always-up: no evidence either way.
+        assert (f.model_only_hits, f.up_only_hits) == (0, 0)
+    assert res.skill.discordant == 0 and res.skill.p_value == 1.0
     assert res.folds[0].cutoff < res.folds[1].cutoff < res.folds[2].cutoff
     assert res.folds[2].test_end == dates[-2]  # the last session with a next-day answer
     with engine.connect() as conn:
@@ -84,6 +87,7 @@ def test_folds_purge_and_scores(engine, world, stub_fit):
     assert rows["model_id"].tolist() == [mid] * 3
     assert rows["direction_accuracy"].tolist() == pytest.approx([f.direction_accuracy for f in res.folds])
     assert rows["leakage_rows"].tolist() == [0, 0, 0]
+    assert rows["model_only_hits"].tolist() == [0, 0, 0] and rows["up_only_hits"].tolist() == [0, 0, 0]
 
 
 def test_a_planted_leak_is_counted(engine, world, stub_fit):
@@ -119,6 +123,7 @@ def test_cli_backtest(engine, world, ldtm_env, stub_fit):
     out = CliRunner().invoke(app, ["backtest", "--ticker", "AAPL", "--folds", "2", "--test-sessions", "25"])
     assert out.exit_code == 0, out.output
     assert "leakage 0" in out.output
+    assert "one-sided p = 1.000" in " ".join(out.output.split())  # the skill test beside the accuracy
     bad = CliRunner().invoke(app, ["backtest", "--ticker", "ZZZZ"])
     assert bad.exit_code == 2
 

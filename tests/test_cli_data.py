@@ -142,3 +142,29 @@ def test_db_upgrade_and_universe(ldtm_env):
     uni = invoke("universe")
     assert uni.exit_code == 0
     assert uni.stdout.startswith("6 tickers: AAPL NVDA")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ingest", "synthetic", "--tickers", ""],
+        ["ingest", "synthetic", "--tickers", " , "],
+        ["train", "--tickers", "", "--profile", "demo"],
+        ["predict", "--tickers", ""],
+        ["audit", "verify", "--tickers", ""],
+    ],
+)
+def test_an_explicitly_empty_ticker_list_is_an_error_in_every_command(ldtm_env, args):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert "--tickers is empty" in result.stderr
+    assert counts(ldtm_env["url"]) == {}
+
+
+def test_the_product_default_universe_is_full_so_goog_csv_is_accepted(ldtm_env, tmp_path, monkeypatch):
+    monkeypatch.delenv("LDTM_UNIVERSE")
+    yahoo_csv(tmp_path / "GOOG.csv", "GOOG", 12)
+    result = invoke("ingest", "csv", str(tmp_path / "GOOG.csv"))
+    assert result.exit_code == 0, result.output
+    assert counts(ldtm_env["url"]) == {"GOOG": 12}
+    assert invoke("universe").stdout.startswith("103 tickers:")

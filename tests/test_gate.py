@@ -152,9 +152,47 @@ def test_cli_gate_exit_codes_and_thresholds(engine, s, ldtm_env):
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--min-accuracy", "60"])
     assert out.exit_code == 1 and "direction_accuracy" in out.output and "60.00%" in out.output
     assert registry.get_model(engine, mid).status == "candidate"
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--max-p-value", "0.05"])
+    assert out.exit_code == 1 and "skill_p_value" in out.output and "unknown" in out.output
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--beat-always-up", "1"])
     assert out.exit_code == 0, out.output
     assert (
         "always-up 51.00%" in " ".join(out.output.split())
         and registry.get_model(engine, mid).status == "active"
     )
+
+
+def test_skill_p_value_is_reported_and_can_be_required(engine, s, monkeypatch):
+    """Pooled discordant rows 30 vs 18 of 48: p = P(X >= 30), X ~ Bin(48, 1/2) ~ 0.056."""
+    from scipy.stats import binomtest
+
+    folds = [(100, 0.56, 0.50, 1.0, 0, 16, 10), (100, 0.54, 0.52, 1.0, 0, 14, 8)]
+    expected = binomtest(30, 48, 0.5, alternative="greater").pvalue
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, folds)
+    report = run_gate(engine, s, "AAPL", thresholds=GateThresholds(max_p_value=0.05))
+    assert not report.passed and {c.name for c in report.failing} == {"skill_p_value"}
+    assert report.skill.p_value == pytest.approx(expected)
+    assert report.to_dict()["skill_p_value"] == pytest.approx(expected)
+    assert "one-sided p = 0.056" in report.summary()
+    # Off by default: the seed's gate promotes the same backtest, and still states the p-value.
+    monkeypatch.delenv("LDTM_GATE_MAX_P_VALUE", raising=False)
+    report = run_gate(engine, s, "AAPL")
+    assert report.passed and "p = 0.056" in report.summary()
+
+
+def test_skill_p_value_from_the_environment_and_unknown_on_old_backtests(engine, s, monkeypatch):
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, [(100, 0.60, 0.50, 1.0, 0, 20, 10), (100, 0.60, 0.50, 1.0, 0, 20, 10)])
+    monkeypatch.setenv("LDTM_GATE_MAX_P_VALUE", "0.1")
+    assert GateThresholds.from_env().max_p_value == 0.1
+    assert run_gate(engine, s, "AAPL").passed  # 40 vs 20: p ~ 0.006
+    other = make_model(engine, s, "NVDA")
+    add_backtest(engine, other, [(100, 0.60, 0.50, 1.0, 0), (100, 0.60, 0.50, 1.0, 0)], ticker="NVDA")
+    report = run_gate(engine, s, "NVDA")
+    assert report.skill is None and not report.passed
+    assert [c.describe() for c in report.failing] == ["skill_p_value = unknown (needs <= 0.100)"]
+    for bad in ("0", "1.5", "x"):
+        monkeypatch.setenv("LDTM_GATE_MAX_P_VALUE", bad)
+        with pytest.raises(InputError, match="LDTM_GATE_MAX_P_VALUE|p-value"):
+            GateThresholds.from_env()

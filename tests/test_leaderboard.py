@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from scipy.stats import binomtest
 from sqlalchemy import insert
 
 from ldtm_core.errors import InputError
@@ -130,7 +131,11 @@ def _expected(rows):
         return (today > 0 and tomorrow > 0) or (today < 0 and tomorrow < 0) or (today == 0 and tomorrow == 0)
 
     om = [abs(r["one_month_pct_error"]) for r in rows if r["one_month_pct_error"] is not None]
+    went_up = [r["next_day_actual"] > r["run_date_close"] for r in rows]
+    right = [bool(r["next_day_direction_correct"]) for r in rows]
     return {
+        "model_only": sum(m and not u for m, u in zip(right, went_up, strict=True)),
+        "up_only": sum(u and not m for m, u in zip(right, went_up, strict=True)),
         "n": n,
         "hits": hits,
         "direction_accuracy": hits / n,
@@ -168,6 +173,11 @@ def test_every_number_matches_a_direct_computation(engine, mode):
             assert got[c] == pytest.approx(exp[c]), c
         assert got["window_end"] == exp["window_end"] and got["window_start"] == exp["window_start"]
         assert bool(got["beats_always_up"]) == (exp["direction_accuracy"] > exp["always_up_accuracy"])
+        # The exact skill test on the same rows: discordant counts, and scipy's one-sided binomial tail.
+        assert (got["model_only"], got["up_only"]) == (exp["model_only"], exp["up_only"])
+        assert got["model_only"] - got["up_only"] == got["hits"] - round(got["always_up_accuracy"] * got["n"])
+        b, c = exp["model_only"], exp["up_only"]
+        assert got["skill_p_value"] == pytest.approx(binomtest(b, b + c, 0.5, alternative="greater").pvalue)
     if mode == "all":
         assert board["n"].tolist() == [30, 30]
 
@@ -200,7 +210,11 @@ def test_small_known_case_and_verdict(engine):
     assert (got["wilson_low"], got["wilson_high"]) == pytest.approx((lo, hi))
     assert lo == pytest.approx(0.3006, abs=1e-4)  # the textbook value for 3/4
     assert bool(got["beats_always_up"])
-    assert "All 1 models beat always-up" in verdict(leaderboard(engine))
+    # Discordant rows: row 2 (model down, price down: model only) and row 4 (the same); row 3 is
+    # concordant (both wrong), row 1 concordant (both right). p = P(X >= 2 | n=2) = 1/4.
+    assert (got["model_only"], got["up_only"]) == (2, 0)
+    assert got["skill_p_value"] == 0.25
+    assert "All 1 models beat always-up (0 with p <= 0.05 in the exact test)" in verdict(leaderboard(engine))
     assert leaderboard(engine, "replay").empty
     assert "nothing to score" in verdict(leaderboard(engine, "replay"))
 

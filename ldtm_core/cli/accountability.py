@@ -19,11 +19,10 @@ app.add_typer(registry_app, name="registry")
 
 
 def _tickers(values: list[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    from ..universe import validate_ticker
+    from ..universe import parse_ticker_list
 
-    return [validate_ticker(t) for v in values for t in v.split(",") if t.strip()]
+    # Not given: None (every ticker); given but empty (`--tickers ""`): refused by parse_ticker_list.
+    return parse_ticker_list(values) if values else None
 
 
 def _pct(v) -> str:
@@ -48,16 +47,50 @@ def predict_cmd(
     neutral_band: float = typer.Option(
         None, "--neutral-band", help="Neutral band in % (default LDTM_NEUTRAL_BAND_PCT or 0.25)"
     ),
+    start: str = typer.Option(
+        None, "--start", help="Replay every session from this date (with --end; one process, one model load)"
+    ),
+    end: str = typer.Option(None, "--end", help="Last session of the --start range (inclusive)"),
 ) -> None:
     """Predict three horizons per ticker and record hash-chained snapshot rows (rerun = no-op)."""
+    from ..errors import InputError
     from ..snapshots import predict
 
     cfg = settings()
-    when, chosen = parse_date(run_date, "--run-date"), _tickers(tickers)
+    chosen = _tickers(tickers)
+    if start is not None or end is not None:
+        if start is None or end is None or run_date is not None:
+            raise InputError("--start and --end go together, and not with --run-date")
+        from ..replay import predict_range
+
+        results = predict_range(
+            open_db(cfg),
+            cfg,
+            parse_date(start, "--start"),
+            parse_date(end, "--end"),
+            chosen,
+            mode,
+            neutral_band,
+            on_session=_print_predict,
+        )
+        written = sum(r.rows_written for r in results)
+        console.print(
+            f"replayed {len(results)} sessions {results[0].run_date}..{results[-1].run_date}: {written} rows written"
+        )
+        if all(r.skipped and not r.tickers_predicted for r in results):
+            sys.exit(1)
+        return
+    when = parse_date(run_date, "--run-date")
     engine = open_db(cfg)
     if when is not None:
         _check_run_date(engine, when, chosen)
     res = predict(engine, cfg, when, chosen, mode, neutral_band)
+    _print_predict(res)
+    if res.skipped and not res.tickers_predicted:
+        sys.exit(1)
+
+
+def _print_predict(res) -> None:
     console.print(
         f"run {res.run_id} {res.run_date} ({res.mode}): {res.rows_written} rows written, "
         f"{res.rows_existing} already there; cohort "
@@ -68,8 +101,6 @@ def predict_cmd(
         console.print(f"[yellow]candidate models used (no active model):[/] {' '.join(res.used_candidate)}")
     for t, why in sorted(res.skipped.items()):
         err_console.print(f"[yellow]skipped {t}:[/] {why}", highlight=False, soft_wrap=True)
-    if res.skipped and not res.tickers_predicted:
-        sys.exit(1)
 
 
 def _check_run_date(engine, when, tickers: list[str] | None) -> None:
@@ -128,6 +159,7 @@ def leaderboard_cmd(
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
     from ..leaderboard import verdict
+    from ..skill import format_p_value
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
@@ -140,6 +172,7 @@ def print_leaderboard(df, mode: str = "all") -> None:
         "always-up",
         "persistence",
         "beats up",
+        "p (beats up)",
         "|err| 1d",
         "|err| Mon",
         "|err| 1m",
@@ -154,6 +187,7 @@ def print_leaderboard(df, mode: str = "all") -> None:
             _pct(r.always_up_accuracy),
             _pct(r.persistence_accuracy),
             "yes" if r.beats_always_up else "[red]no[/]",
+            format_p_value(r.skill_p_value),
             _num(r.next_day_mape),
             _num(r.next_monday_mape),
             _num(r.one_month_mape),
@@ -203,6 +237,7 @@ def backtest_cmd(
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
     from ..backtest import run_backtest
     from ..model import get_profile
+    from ..skill import format_p_value
     from ..universe import validate_ticker
 
     cfg = settings()
@@ -223,6 +258,8 @@ def backtest_cmd(
         "n",
         "dir acc",
         "always-up",
+        "model/up only",
+        "p (beats up)",
         "|err| 1d",
         "leakage",
         title=f"backtest {res.backtest_id}",
@@ -236,6 +273,8 @@ def backtest_cmd(
             str(f.n),
             _pct(f.direction_accuracy),
             _pct(f.always_up_accuracy),
+            f"{f.model_only_hits}/{f.up_only_hits}",
+            format_p_value(f.skill.p_value),
             _num(f.mean_abs_pct_error),
             str(f.leakage_rows),
         )
@@ -244,6 +283,8 @@ def backtest_cmd(
         f"{res.ticker} model {res.model_id}: accuracy {_pct(res.direction_accuracy)} vs always-up "
         f"{_pct(res.always_up_accuracy)}, mean |err| {_num(res.mean_abs_pct_error)}%, leakage {res.leakage_rows}"
     )
+    if res.skill is not None:
+        console.print(f"skill test vs always-up: {res.skill.describe()}")
 
 
 @registry_app.command("list")
@@ -312,6 +353,11 @@ def gate_cmd(
     beat_always_up: float = typer.Option(
         None, "--beat-always-up", help="Also require accuracy above always-up by this many % points"
     ),
+    max_p_value: float = typer.Option(
+        None,
+        "--max-p-value",
+        help="Also require the exact test of 'beats always-up' at p <= this (default LDTM_GATE_MAX_P_VALUE; off)",
+    ),
 ) -> None:
     """Judge a candidate on its newest backtest: promote on pass; exit 1 and notify on fail."""
     from ..gate import GateThresholds, run_gate
@@ -322,6 +368,7 @@ def gate_cmd(
         min_direction_accuracy=None if min_accuracy is None else min_accuracy / 100.0,
         max_mean_abs_pct_error=max_error,
         beat_always_up_margin=None if beat_always_up is None else beat_always_up / 100.0,
+        max_p_value=max_p_value,
     )
     cfg = settings()
     report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds)

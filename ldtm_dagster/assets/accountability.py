@@ -150,6 +150,8 @@ def leaderboard(
         "verdict": board.verdict(table),
         "tickers": len(rows),
         "beats_always_up": int(table["beats_always_up"].sum()) if rows else 0,
+        # The exact one-sided test of "beats always-up" (ldtm_core.skill) at the 5 % level.
+        "beats_always_up_p_le_0_05": int((table["skill_p_value"] <= 0.05).sum()) if rows else 0,
         "mean_direction_accuracy": float(table["direction_accuracy"].mean()) if rows else 0.0,
         "table": records_table(rows),
         "leaderboard": MetadataValue.md(

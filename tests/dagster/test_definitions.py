@@ -37,7 +37,7 @@ def test_definitions_are_loadable_with_fixed_asset_keys():
 
 def test_ticker_partitions_follow_the_universe_and_gpu_steps_use_the_gpu_pool():
     graph = _graph()
-    assert ticker_partitions.get_partition_keys() == load_universe(os.environ.get("LDTM_UNIVERSE") or "demo")
+    assert ticker_partitions.get_partition_keys() == load_universe(os.environ["LDTM_UNIVERSE"])
     for key in ("checkpoints", "backtests", "promotions", "onnx_exports"):
         node = graph.get(AssetKey(key))
         assert node.partitions_def == ticker_partitions

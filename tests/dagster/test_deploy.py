@@ -26,8 +26,21 @@ def _dockerfile(service: dict):
 
 
 def test_compose_has_the_deploy_docker_layout():
-    assert {"ldtm_postgres", "ldtm_user_code", "ldtm_webserver", "ldtm_daemon"} == set(SERVICES)
+    assert {"ldtm_postgres", "ldtm_user_code", "ldtm_webserver", "ldtm_daemon", "ldtm_dashboard"} == set(
+        SERVICES
+    )
     assert "healthcheck" in SERVICES["ldtm_postgres"]
+    dashboard = SERVICES["ldtm_dashboard"]
+    assert dashboard["command"][:2] == ["ldtm", "dashboard"]  # Streamlit flags after it
+    port = dashboard["command"][dashboard["command"].index("--server.port") + 1]
+    assert (
+        dashboard["ports"] == [f"{port}:{port}"] and dashboard["image"] == SERVICES["ldtm_user_code"]["image"]
+    )
+    assert dashboard["depends_on"]["ldtm_postgres"]["condition"] == "service_healthy"
+    assert (
+        dashboard["environment"]["LDTM_DATABASE_URL"]
+        == SERVICES["ldtm_user_code"]["environment"]["LDTM_DATABASE_URL"]
+    )
     for name in ("ldtm_webserver", "ldtm_daemon"):
         assert "/var/run/docker.sock:/var/run/docker.sock" in SERVICES[name]["volumes"]
         assert SERVICES[name]["depends_on"]["ldtm_postgres"]["condition"] == "service_healthy"

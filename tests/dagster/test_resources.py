@@ -41,7 +41,7 @@ def test_environment_feeds_the_resources(monkeypatch):
     for var in ("LDTM_HOME", "LDTM_DATABASE_URL", "LDTM_UNIVERSE", "LDTM_PROFILE", "LDTM_MAX_EPOCHS"):
         monkeypatch.delenv(var, raising=False)
     defaults = resources_from_env()
-    assert (defaults["store"].home, defaults["store"].universe) == (".ldtm", "demo")
+    assert (defaults["store"].home, defaults["store"].universe) == (".ldtm", "full")
     assert defaults["database"].url == "" and defaults["training"].profile == "reference"
     monkeypatch.setenv("LDTM_DATABASE_URL", "postgresql+psycopg2://u:pw@db/ldtm")
     monkeypatch.setenv("LDTM_MAX_EPOCHS", "2")

@@ -1,0 +1,89 @@
+"""Leaderboard: every ticker's 30-day next-day accuracy beside always-up, persistence and the skill test."""
+
+import streamlit as st
+
+from ldtm_core.leaderboard import MODES, SIGNIFICANCE, leaderboard, verdict
+from ldtm_dashboard.charts import leaderboard_chart
+from ldtm_dashboard.data import database_caption, engine
+
+COLUMNS = [
+    "ticker",
+    "n",
+    "direction_accuracy",
+    "wilson_low",
+    "wilson_high",
+    "always_up_accuracy",
+    "persistence_accuracy",
+    "model_only",
+    "up_only",
+    "skill_p_value",
+    "next_day_mape",
+    "next_monday_mape",
+    "one_month_mape",
+    "beats_always_up",
+    "window_start",
+    "window_end",
+]
+PCT = st.column_config.NumberColumn
+COLUMN_CONFIG = {
+    "n": PCT("n", help="filled evenings in the 30-day window"),
+    "direction_accuracy": PCT("accuracy", format="percent", help="next-day direction accuracy"),
+    "wilson_low": PCT("95% low", format="percent", help="Wilson interval, lower end"),
+    "wilson_high": PCT("95% high", format="percent", help="Wilson interval, upper end"),
+    "always_up_accuracy": PCT(
+        "always-up", format="percent", help="accuracy of 'up every day' on the same rows"
+    ),
+    "persistence_accuracy": PCT("persistence", format="percent", help="tomorrow's sign = today's sign"),
+    "model_only": PCT("model only", help="rows where the model was right and always-up wrong"),
+    "up_only": PCT("up only", help="rows where always-up was right and the model wrong"),
+    "skill_p_value": PCT(
+        "p (beats up)",
+        format="%.3f",
+        help="one-sided exact sign test on the discordant rows: small = evidence the model beats always-up",
+    ),
+    "next_day_mape": PCT("|err| 1d %", format="%.2f"),
+    "next_monday_mape": PCT("|err| Mon %", format="%.2f"),
+    "one_month_mape": PCT("|err| 1m %", format="%.2f"),
+    "beats_always_up": st.column_config.CheckboxColumn("beats up"),
+}
+
+st.title("Leaderboard")
+st.caption(database_caption())
+mode = st.radio("Snapshots", MODES, horizontal=True, help="live evenings, history replays, or both")
+board = leaderboard(engine(), mode)
+
+if board.empty:
+    st.info(
+        f"No filled snapshots ({mode}) in the database yet, so there is nothing to score. "
+        "Run `make demo`, or `ldtm predict` and later `ldtm fillback`, then reload."
+    )
+    st.stop()
+
+st.markdown(f"**{verdict(board)}**")
+st.caption(
+    f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
+    f"snapshots ending at the newest). p is the one-sided exact test of 'right more often than always-up' "
+    f"on the rows where the two disagree; p <= {SIGNIFICANCE:g} is evidence, a higher accuracy alone is not."
+)
+left, mid, right = st.columns(3)
+left.metric("tickers scored", len(board))
+mid.metric("beat always-up", int(board["beats_always_up"].sum()))
+right.metric(f"with p <= {SIGNIFICANCE:g}", int((board["skill_p_value"] <= SIGNIFICANCE).sum()))
+
+with st.expander("Filter", expanded=False):
+    needle = st.text_input("Ticker contains", "").strip().upper()
+    only_beating = st.checkbox("Only models that beat always-up")
+    min_n = st.slider("At least n evenings", 0, int(board["n"].max()), 0)
+shown = board
+if needle:
+    shown = shown[shown["ticker"].str.contains(needle, regex=False)]
+if only_beating:
+    shown = shown[shown["beats_always_up"]]
+shown = shown[shown["n"] >= min_n]
+
+st.dataframe(shown[COLUMNS], hide_index=True, column_config=COLUMN_CONFIG)
+if shown.empty:
+    st.info("No ticker matches the filter.")
+else:
+    st.subheader("Accuracy with its 95% interval; the orange tick is always-up")
+    st.altair_chart(leaderboard_chart(shown), width="stretch")

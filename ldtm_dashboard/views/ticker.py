@@ -1,0 +1,109 @@
+"""Ticker: predictions against what happened, rolling accuracy against always-up, cohorts, models, gate."""
+
+import streamlit as st
+
+from ldtm_core.reports import (
+    evening_cohorts,
+    last_gate_report,
+    model_timeline,
+    rolling_accuracy,
+    snapshot_range,
+    ticker_predictions,
+    ticker_skill,
+    tickers_with_snapshots,
+)
+from ldtm_core.skill import format_p_value
+from ldtm_dashboard.charts import (
+    cohort_chart,
+    predicted_vs_actual_chart,
+    rolling_accuracy_chart,
+    timeline_chart,
+)
+from ldtm_dashboard.data import database_caption, engine, ticker_from_query
+
+MIN_ROLLING_N = 5
+HORIZONS = {"next_day": "Next day", "next_monday": "Next Monday", "one_month": "One month"}
+
+st.title("Ticker")
+st.caption(database_caption())
+db = engine()
+requested = ticker_from_query(None)  # refused (page stops) when the address carries a bad ticker
+known = tickers_with_snapshots(db)
+if not known:
+    st.info("No snapshots in the database yet: `make demo` (or `ldtm predict`) records the first evenings.")
+    st.stop()
+if requested is not None and requested not in known:
+    st.warning(f"{requested} has no snapshots; showing {known[0]} instead.")
+    requested = None
+ticker = st.selectbox("Ticker", known, index=known.index(requested) if requested else 0)
+st.query_params["ticker"] = ticker  # the address names what is shown, so it can be shared
+
+first, last = snapshot_range(db, ticker)
+picked = st.date_input("Evenings", value=(first, last), min_value=first, max_value=last)
+start, end = (picked[0], picked[-1]) if isinstance(picked, tuple | list) and picked else (first, last)
+predictions = ticker_predictions(db, ticker, start, end)
+filled = predictions[predictions["next_day_actual"].notna()]
+skill = ticker_skill(predictions)
+
+cols = st.columns(4)
+cols[0].metric("evenings", len(predictions))
+cols[1].metric("next-day filled", len(filled))
+if len(filled):
+    cols[2].metric(
+        "direction accuracy",
+        f"{filled['correct'].astype(bool).mean():.1%}",
+        f"{filled['correct'].astype(bool).mean() - filled['went_up'].astype(bool).mean():+.1%} vs always-up",
+    )
+cols[3].metric("p (beats always-up)", format_p_value(skill.p_value) if len(filled) else "—")
+st.caption(f"Skill test over the chosen evenings: {skill.describe()}.")
+
+st.header("Predicted vs actual close")
+for tab, (horizon, label) in zip(st.tabs(list(HORIZONS.values())), HORIZONS.items(), strict=True):
+    with tab:
+        st.altair_chart(predicted_vs_actual_chart(predictions, horizon), width="stretch")
+        st.caption(f"{label}: each point is a target date; the actual line appears as closes arrive.")
+
+st.header("Rolling 30-day next-day accuracy")
+rolling = rolling_accuracy(predictions)
+rolling = rolling[rolling["n"] >= MIN_ROLLING_N]  # a window of 1-4 evenings is noise, not accuracy
+if rolling.empty:
+    st.info(f"Fewer than {MIN_ROLLING_N} filled next-day predictions in any 30-day window of this range.")
+else:
+    st.altair_chart(rolling_accuracy_chart(rolling), width="stretch")
+    st.caption(f"Each point: the 30 calendar days ending that evening (at least {MIN_ROLLING_N} evenings).")
+
+st.header("Cohort of each evening")
+st.altair_chart(cohort_chart(evening_cohorts(db, start, end)), width="stretch")
+calls = predictions[
+    ["run_date", "direction_pred", "model_version", "mode", "next_day_pred", "next_day_actual"]
+]
+st.caption(f"{ticker}'s own call each evening")
+st.dataframe(calls, hide_index=True)
+
+st.header("Models and registry events")
+models, events = model_timeline(db, ticker)
+if not events.empty:
+    st.altair_chart(timeline_chart(events), width="stretch")
+st.dataframe(models, hide_index=True)
+st.dataframe(events, hide_index=True)
+
+st.header("Last gate report")
+gate = last_gate_report(db, ticker)
+if gate is None:
+    st.info(f"The gate has not judged a model of {ticker} yet.")
+else:
+    st.markdown(f"Model **{gate.model_id}**, {str(gate.at)[:19]}: {gate.decision}")
+    if gate.criteria:
+        st.caption(f"backtest {gate.backtest_id}, judged with today's thresholds")
+        st.dataframe(gate.criteria_table(), hide_index=True)
+        fig = gate.figures
+        sk = fig.get("skill")
+        st.markdown(
+            f"accuracy **{fig['direction_accuracy']:.1%}** vs always-up **{fig['always_up_accuracy']:.1%}** "
+            f"on {fig['n']} test rows; "
+            + (
+                f"one-sided p = **{format_p_value(sk.p_value)}**"
+                if sk
+                else "skill test unknown (old backtest)"
+            )
+        )

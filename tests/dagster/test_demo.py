@@ -1,0 +1,56 @@
+"""`make demo` materialises into the persistent instance `make dev` serves, so the UI shows it all."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from dagster import DagsterInstance
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from ldtm_dagster_helpers import REPO
+
+from ldtm_dagster import defs, demo
+
+
+def test_make_demo_and_make_dev_use_one_dagster_home(monkeypatch):
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "LDTM_UNIVERSE")}
+    out = subprocess.run(["make", "-n", "demo", "dev"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    homes = set(re.findall(r"DAGSTER_HOME=(\S+)", out.stdout))
+    assert homes == {f"${{DAGSTER_HOME:-{REPO}/.dagster_home}}"}
+    # Both targets serve the demo universe unless told otherwise (the product default is `full`).
+    assert out.stdout.count("LDTM_UNIVERSE=${LDTM_UNIVERSE:-demo}") == 2
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert demo.dagster_home() == REPO / ".dagster_home"  # `python -m ldtm_dagster.demo` too
+
+
+def test_the_demos_instance_holds_a_materialisation_of_every_asset(tmp_path, monkeypatch):
+    home = tmp_path / "dagster_home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "ldtm"))
+    monkeypatch.delenv("LDTM_DATABASE_URL", raising=False)
+    args = ["--universe", "AAPL,NVDA", "--max-epochs", "1", "--replay-sessions", "3"]
+    args += ["--end", "2024-06-28"]
+    assert demo.main(args) == 0
+
+    # What `make dev` opens afterwards: a new instance on the same directory.
+    instance = DagsterInstance.from_config(str(home))
+    try:
+        graph = defs.resolve_asset_graph()
+        for key in graph.get_all_asset_keys():
+            records = instance.fetch_materializations(key, limit=1).records
+            assert records, f"{key.to_user_string()}: no materialisation in the demo's instance"
+            assert records[0].asset_materialization.metadata, key  # tables, verdicts, plots
+        leaderboard = instance.fetch_materializations(
+            next(k for k in graph.get_all_asset_keys() if k.to_user_string() == "leaderboard"), limit=1
+        ).records[0]
+        board = leaderboard.asset_materialization.metadata
+        assert "plot" in board and "beats_always_up_p_le_0_05" in board
+        assert "skill_p_value" in {c.name for c in board["table"].schema.columns}
+        checks = list(graph.asset_check_keys)
+        latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(checks)
+        ran = {k for k, r in latest.items() if r.status == AssetCheckExecutionRecordStatus.SUCCEEDED}
+        assert ran == set(checks), set(checks) - ran  # every check ran and passed
+    finally:
+        instance.dispose()

@@ -1,0 +1,63 @@
+"""`ldtm dashboard` runs `streamlit run ldtm_dashboard/app.py` and passes Streamlit's flags through."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from ldtm_core.cli import app
+from ldtm_core.cli.dashboard import dashboard_command
+from ldtm_dashboard import APP
+
+
+class Exec(Exception):
+    pass
+
+
+def _fake_exec(calls):
+    def execv(path, argv):
+        calls.append((path, argv))
+        raise Exec  # the real one never returns
+
+    return execv
+
+
+def test_flags_pass_through_and_usage_stats_stay_off_unless_asked(monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "execv", _fake_exec(calls))
+    out = CliRunner().invoke(app, ["dashboard", "--server.port", "8600", "--server.headless", "true"])
+    assert isinstance(out.exception, Exec), out.output
+    assert [argv for _, argv in calls] == [
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(APP),
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.port",
+            "8600",
+            "--server.headless",
+            "true",
+        ]
+    ]
+    own = dashboard_command(["--browser.gatherUsageStats=true"])
+    assert own[-1] == "--browser.gatherUsageStats=true" and own.count("false") == 0
+
+    assert calls[0][0] == sys.executable  # the process becomes Streamlit: signals reach the server
+
+
+def test_missing_streamlit_is_one_clear_line(monkeypatch):
+    import importlib.util
+
+    import ldtm_core.cli.dashboard as dash
+    from ldtm_core.errors import InputError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(dash, "find_spec", lambda name: None if name == "streamlit" else real(name))
+    with pytest.raises(InputError, match="streamlit is not installed"):
+        dash.dashboard_command([])

@@ -1,0 +1,126 @@
+"""Every dashboard page through streamlit.testing.v1.AppTest, on a seeded and an empty database (SQLite
+and PostgreSQL): the values shown are ldtm_core's, empty databases say so, hostile addresses are refused."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from dashboard_helpers import FIRST_EVENING, LAST_EVENING, TICKERS, seed
+from streamlit.testing.v1 import AppTest
+
+from ldtm_core.leaderboard import leaderboard
+from ldtm_core.reports import recent_runs, ticker_predictions
+from ldtm_dashboard import APP
+
+PAGES = APP.parent / "views"
+TIMEOUT = 120  # the first run imports torch via ldtm_core; the box is shared
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path, db_url):
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LDTM_DATABASE_URL", db_url)
+    return db_url
+
+
+@pytest.fixture
+def seeded(env, tmp_path):
+    return seed(tmp_path, env)[1]
+
+
+def page(name: str, **query) -> AppTest:
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=TIMEOUT)
+    at.query_params.update(query)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at: AppTest) -> list:
+    return at.get("vega_lite_chart")
+
+
+def test_leaderboard_shows_the_leaderboards_values(seeded):
+    at = page("leaderboard")
+    expected = leaderboard(seeded).set_index("ticker")
+    shown = at.dataframe[0].value.set_index("ticker")
+    assert sorted(shown.index) == TICKERS
+    for column in (
+        "n",
+        "direction_accuracy",
+        "wilson_low",
+        "always_up_accuracy",
+        "model_only",
+        "up_only",
+        "skill_p_value",
+        "next_day_mape",
+        "one_month_mape",
+    ):
+        pd.testing.assert_series_equal(shown[column], expected.loc[shown.index, column], check_names=False)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["tickers scored"] == "2"
+    assert metrics["beat always-up"] == str(int(expected["beats_always_up"].sum()))
+    assert any("always-up" in m.value for m in at.markdown)  # the verdict
+    assert len(charts(at)) == 1
+    # Filters: a ticker substring narrows the table.
+    at.text_input[0].input("nvd").run()
+    assert at.dataframe[0].value["ticker"].tolist() == ["NVDA"]
+    # Mode live: the seeded evenings are replays, so the live board is empty and says so.
+    at.radio[0].set_value("live").run()
+    assert "No filled snapshots (live)" in at.info[0].value
+
+
+def test_ticker_page_from_the_address(seeded):
+    at = page("ticker", ticker="NVDA")
+    assert at.selectbox[0].value == "NVDA"
+    preds = ticker_predictions(seeded, "NVDA")
+    assert preds["run_date"].min() == FIRST_EVENING and preds["run_date"].max() == LAST_EVENING
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["evenings"] == str(len(preds))
+    filled = preds[preds["next_day_actual"].notna()]
+    assert metrics["next-day filled"] == str(len(filled))
+    assert metrics["direction accuracy"] == f"{filled['correct'].astype(bool).mean():.1%}"
+    # 3 horizons + rolling accuracy + cohorts + registry timeline.
+    assert len(charts(at)) == 6
+    assert any("gate FAILED for NVDA" in m.value for m in at.markdown)  # the held model's report
+    at.selectbox[0].set_value("AAPL").run()
+    assert at.query_params["ticker"] in ("AAPL", ["AAPL"])  # the address follows the choice
+    assert any("gate passed (backtest" in m.value for m in at.markdown)  # the promotion event
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["../../etc/passwd", "<script>alert(1)</script>", "AAPL' OR '1'='1", "![x](http://e.vil/x.png)"],
+)
+def test_a_hostile_ticker_in_the_address_is_refused(env, hostile):
+    at = page("ticker", ticker=hostile)
+    assert len(at.error) == 1 and "Refused the ticker in the address" in at.error[0].value
+    assert hostile not in at.error[0].value  # never echoed into the page
+    assert not at.selectbox and not at.dataframe and not charts(at)
+
+
+def test_runs_page(seeded):
+    at = page("runs")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["evening"] == str(LAST_EVENING) and metrics["tickers"] == "2"
+    runs = recent_runs(seeded)
+    shown = at.dataframe[0].value
+    assert len(shown) == len(runs) and set(shown["kind"]) == {"predict"}
+    assert at.success[0].value.startswith("All 2 chains intact")
+
+
+@pytest.mark.parametrize("name", ["leaderboard", "ticker", "runs"])
+def test_an_empty_database_gives_a_clear_empty_state(env, name):
+    at = page(name)
+    assert at.info, f"{name}: no empty-state message"
+    assert any("make demo" in i.value for i in at.info)
+    assert not charts(at)
+
+
+def test_navigation_serves_the_three_pages(env):
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    assert at.title[0].value == "Leaderboard"
+    for name, title in (("ticker", "Ticker"), ("runs", "Runs")):
+        at.switch_page(str(PAGES / f"{name}.py")).run()
+        assert not at.exception and at.title[0].value == title
