@@ -271,7 +271,7 @@ def _bind_study_attrs(
         if attrs.get(key) != value:
             raise InputError(
                 f"study {study.study_name} was started with {key.removeprefix('ldtm_')}={attrs.get(key)!r}, "
-                f"not {value!r}; use the same settings or another study"
+                f"not {value!r}; tune it with the same settings (`ldtm tune show` lists them)"
             )
     stored = {t: dt.date.fromisoformat(d) for t, d in attrs[ATTR_HOLDOUT].items()}
     for t, d in holdout.items():
