@@ -20,7 +20,7 @@ from pathlib import Path
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
-from .config import masked_url
+from .config import mask_secrets, masked_url
 from .errors import InputError, NotFoundError
 from .model import ModelConfig, get_profile
 from .universe import validate_ticker
@@ -94,17 +94,31 @@ def get_storage(database_url: str):
 
     from .db import get_engine
 
-    if make_url(database_url).get_backend_name() == "postgresql":
-        with get_engine(database_url).begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(7400124)"))  # two first-time creators at once
-            conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{OPTUNA_SCHEMA}"'))
-    try:
-        storage = optuna.storages.RDBStorage(
+    def create():
+        return optuna.storages.RDBStorage(
             optuna_url(database_url), engine_kwargs=_engine_kwargs(database_url)
         )
+
+    try:
+        if make_url(database_url).get_backend_name() == "postgresql":
+            # Two processes creating the storage at once would race on Optuna's CREATE TABLEs: a
+            # session lock (held across the commit of the schema) makes the second wait for the first.
+            with get_engine(database_url).connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(7400124)"))
+                try:
+                    conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{OPTUNA_SCHEMA}"'))
+                    conn.commit()
+                    storage = create()
+                finally:
+                    conn.rollback()
+                    conn.execute(text("SELECT pg_advisory_unlock(7400124)"))
+                    conn.commit()
+        else:
+            storage = create()
     except Exception as exc:  # noqa: BLE001 - the driver's message may carry the DSN
         raise InputError(
-            f"cannot open the study storage on {masked_url(database_url)}: {type(exc).__name__}"
+            f"cannot open the study storage on {masked_url(database_url)}: {type(exc).__name__}: "
+            f"{mask_secrets(str(exc), database_url).splitlines()[0] if str(exc) else ''}"
         ) from exc
     _STORAGES[database_url] = storage
     return storage
