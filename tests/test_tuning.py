@@ -233,3 +233,21 @@ def test_a_second_run_with_other_fixed_settings_is_refused(engine, studies_url, 
     with pytest.raises(InputError, match="started with fixed"):
         _tune(settings, trials=1, fixed={**FIXED, "max_epochs": 3})
     assert tuning_store.load_study(studies_url, "AAPL").user_attrs[tuning_store.ATTR_SEED] == 0
+
+
+def test_a_shared_study_scores_every_ticker_and_tunes_each_without_its_own(sqlite_url, tmp_path):
+    ingest(get_engine(sqlite_url), ["AAPL", "NVDA"], start=START, end=END)
+    settings = make_settings(tmp_path, sqlite_url)
+    result = _tune(settings, tickers=("NVDA", "AAPL"), trials=2, seed=2)
+    assert result.study_name == "ldtm:shared:AAPL+NVDA" and set(result.holdout) == {"AAPL", "NVDA"}
+    study = tuning_store.load_study(sqlite_url, "NVDA")
+    for t in study.get_trials():
+        # One value per ticker, the objective their mean; each ticker's epochs are their own pruning steps.
+        per_ticker = [t.user_attrs["val_error_AAPL"], t.user_attrs["val_error_NVDA"]]
+        assert t.value == pytest.approx(np.mean(per_ticker))
+        assert sorted(t.intermediate_values) == [1, 2, 3, 4]
+    chosen = tuning_store.ticker_settings(sqlite_url, ["AAPL", "NVDA", "TSLA"], "tuned")
+    assert chosen["AAPL"].cfg == chosen["NVDA"].cfg == ModelConfig.from_dict(result.best_config)
+    assert chosen["AAPL"].provenance["tuned_study"] == "ldtm:shared:AAPL+NVDA"
+    assert chosen["TSLA"].profile == "reference" and chosen["TSLA"].cfg == get_profile("reference")
+    tuning_store._STORAGES.pop(sqlite_url, None)

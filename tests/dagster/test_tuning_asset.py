@@ -41,3 +41,18 @@ def test_hpo_studies_is_in_the_gpu_pool_and_no_scheduled_job():
     for job in defs.resolve_all_job_defs():
         if not job.name.startswith("__"):
             assert AssetKey("hpo_studies") not in job.asset_layer.selected_asset_keys, job.name
+
+
+def test_training_profile_accepts_tuned_and_refuses_unknown_profiles():
+    from dagster import Failure, build_init_resource_context
+
+    from ldtm_core.model import get_profile
+    from ldtm_dagster.resources import TrainingProfile
+
+    assert TrainingProfile(profile="tuned", max_epochs=3).config() == get_profile("reference", max_epochs=3)
+    try:
+        TrainingProfile(profile="tunned").setup_for_execution(build_init_resource_context())
+    except Failure as exc:
+        assert "tunned" in str(exc)
+    else:
+        raise AssertionError("an unknown profile must fail the run")
