@@ -87,7 +87,7 @@ def suggest_config(trial: optuna.Trial, base: ModelConfig, fixed: dict) -> Model
     return ModelConfig.from_dict(d)
 
 
-def candidate_windows(base: ModelConfig, fixed: dict) -> tuple[int, ...]:
+def candidate_windows(fixed: dict) -> tuple[int, ...]:
     return (int(fixed["window"]),) if "window" in fixed else WINDOWS
 
 
@@ -316,7 +316,7 @@ def tune(
     base = get_profile(base_profile)
     engine = engine or get_engine(settings.database_url)
     data = {t: TickerData(engine, t) for t in tickers}
-    windows = candidate_windows(base, fixed)
+    windows = candidate_windows(fixed)
     holdout = {t: d.holdout(windows, folds, test_sessions) for t, d in data.items()}
 
     storage = get_storage(settings.database_url)

@@ -151,7 +151,7 @@ class StudyInfo:
 
 
 def list_studies(database_url: str) -> list[StudyInfo]:
-    """Every LDTM study in the storage with its best finished trial (one storage round trip per study)."""
+    """Every LDTM study in the storage with its best finished trial."""
     if not studies_exist(database_url):
         return []
     import optuna
