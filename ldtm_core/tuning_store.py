@@ -114,7 +114,13 @@ def get_storage(database_url: str):
                     conn.execute(text("SELECT pg_advisory_unlock(7400124)"))
                     conn.commit()
         else:
-            storage = create()
+            import fcntl
+
+            # Same race on one SQLite file: serialise the first creation with a lock file beside it.
+            db_path = Path(make_url(optuna_url(database_url)).database)
+            with open(db_path.with_name(db_path.name + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                storage = create()
     except Exception as exc:  # noqa: BLE001 - the driver's message may carry the DSN
         raise InputError(
             f"cannot open the study storage on {masked_url(database_url)}: {type(exc).__name__}: "
