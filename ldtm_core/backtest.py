@@ -32,6 +32,7 @@ from .skill import SkillTest, discordant_counts, pooled
 from .universe import validate_ticker
 
 DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
+DEFAULT_FOLDS = 3
 
 
 @dataclass
@@ -118,6 +119,37 @@ def count_leakage(samples: SampleSet, train_idx: np.ndarray, test_idx: np.ndarra
     return int((samples.dates[test_idx] <= c).sum()) + late_targets
 
 
+@dataclass(frozen=True)
+class FoldSpan:
+    """Where one fold tests: rows `test_idx` of the samples; `cutoff` is the session before them."""
+
+    start: int  # position in `evaluable` of the fold's first test row
+    test_idx: np.ndarray
+    cutoff: np.datetime64
+
+
+def fold_spans(
+    samples: SampleSet, folds: int, test_sessions: int | None = None, ticker: str = ""
+) -> tuple[np.ndarray, list[FoldSpan]]:
+    """(evaluable rows, each fold's span, oldest first): the one fold geometry of the backtest.
+
+    The hyper-parameter search (`tuning`) reads its hold-out cutoff from here too, so the two can
+    never disagree about where the backtest's first fold begins.
+    """
+    evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]))
+    block = test_sessions or max(10, min(DEFAULT_TEST_SESSIONS, len(evaluable) // (2 * folds + 2)))
+    if block * folds >= len(evaluable):
+        raise InputError(
+            f"{ticker}: {len(evaluable)} evaluable samples cannot hold {folds} folds of {block} test sessions"
+        )
+    spans = []
+    for k in range(folds):
+        start = len(evaluable) - (folds - k) * block
+        test_idx = evaluable[start : start + block]
+        spans.append(FoldSpan(start, test_idx, samples.dates[test_idx[0] - 1]))
+    return evaluable, spans
+
+
 @torch.no_grad()
 def _predict_next_day(model, samples: SampleSet) -> np.ndarray:
     y = np.concatenate(
@@ -131,7 +163,7 @@ def run_backtest(
     settings: Settings,
     ticker: str,
     cfg: ModelConfig | None = None,
-    folds: int = 3,
+    folds: int = DEFAULT_FOLDS,
     model_id: int | None = None,
     test_sessions: int | None = None,
     *,
@@ -170,22 +202,15 @@ def run_backtest(
     if prices.empty:
         raise NotFoundError(f"no prices for {ticker}")
     samples = build_samples(prices, cfg.window)
-    evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]))
-    block = test_sessions or max(10, min(DEFAULT_TEST_SESSIONS, len(evaluable) // (2 * folds + 2)))
-    if block * folds >= len(evaluable):
-        raise InputError(
-            f"{ticker}: {len(evaluable)} evaluable samples cannot hold {folds} folds of {block} test sessions"
-        )
+    evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
     sessions = samples.dates
     labeled = np.flatnonzero(samples.labeled)
     latest_target = samples.target_dates.max(axis=1)
     result = BacktestResult(str(uuid.uuid4()), ticker, model_id)
-    for k in range(folds):
-        start = len(evaluable) - (folds - k) * block
-        test_idx = evaluable[start : start + block]
-        cutoff = sessions[test_idx[0] - 1]  # the last session before the test block
+    for k, span in enumerate(spans):
+        test_idx, cutoff = span.test_idx, span.cutoff
         if _leak_test_rows:
-            test_idx = evaluable[start - _leak_test_rows : start + block]
+            test_idx = evaluable[span.start - _leak_test_rows : span.start + len(span.test_idx)]
         allowed = cutoff
         if _leak_train_sessions:
             pos = int(np.searchsorted(sessions, cutoff))

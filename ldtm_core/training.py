@@ -12,6 +12,7 @@ import datetime as dt
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -205,8 +206,13 @@ def fit(
     cfg: ModelConfig,
     device: str | None = None,
     threads: int | None = None,
+    on_epoch: Callable[[int, float, nn.Module], None] | None = None,
 ) -> FitResult:
-    """Train with AdamW + cosine LR and early stopping on val loss; returns the best model on CPU."""
+    """Train with AdamW + cosine LR and early stopping on val loss; returns the best model on CPU.
+
+    `on_epoch(epoch, val_loss, model)` runs after each epoch's validation (the model is in eval mode
+    on the training device); an exception it raises stops training (the search's pruner uses this).
+    """
     t0 = time.perf_counter()
     dev = resolve_device(device)
     setup_device(dev, threads)
@@ -242,6 +248,8 @@ def fit(
         history.append((train_loss, val_loss))
         if not (math.isfinite(train_loss) and math.isfinite(val_loss)):
             raise TrainingError(f"training diverged at epoch {epoch} (train {train_loss}, val {val_loss})")
+        if on_epoch is not None:
+            on_epoch(epoch, val_loss, runner)
         if val_loss < best_loss:
             best_loss, best_epoch, best_train, stale = val_loss, epoch, train_loss, 0
             # Best-only: a copy in memory; the caller writes one checkpoint at the end.
@@ -330,6 +338,7 @@ class TrainOutcome:
     val_loss: float | None = None
     reason: str = ""
     checkpoint_path: str | None = None
+    profile: str | None = None  # the settings it was trained with: 'tuned' or the named profile
 
 
 def min_labeled_samples(cfg: ModelConfig) -> int:
@@ -350,8 +359,12 @@ def train_ticker(
     as_of: dt.date | None = None,
     device: str | None = None,
     threads: int | None = None,
+    provenance: dict | None = None,
 ) -> TrainOutcome:
-    """Prices up to `as_of` -> samples -> fit -> checkpoint -> candidate row. Never raises for one ticker."""
+    """Prices up to `as_of` -> samples -> fit -> checkpoint -> candidate row. Never raises for one ticker.
+
+    `provenance` (e.g. the study and trial a tuned config came from) is recorded in the row's metrics.
+    """
     from .prices import load_ticker_prices
     from .registry import register_candidate
 
@@ -403,6 +416,7 @@ def train_ticker(
             "n_val": result.n_val,
             "samples_per_s": result.samples_per_s,
             "first_val_date": str(samples.dates[val_idx[0]]),
+            **(provenance or {}),
         }
         sha = save_checkpoint(path, result.model, cfg, ticker, trained_on, result.val_loss, metrics)
         written = path
@@ -432,6 +446,7 @@ def train_ticker(
             epochs=result.epochs,
             val_loss=result.val_loss,
             checkpoint_path=str(path),
+            profile=profile,
         )
     except Exception as exc:  # noqa: BLE001 - one ticker's failure is reported, never raised
         message = mask_secrets(

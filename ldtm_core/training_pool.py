@@ -17,16 +17,15 @@ from dataclasses import dataclass
 from .checkpoints import clean_temp_files
 from .config import Settings, mask_secrets
 from .gpu_slots import SlotPlan, current_plan
-from .model import ModelConfig, get_profile
 from .training import TrainOutcome, train_ticker
+from .tuning_store import TickerSettings, ticker_settings
 from .universe import validate_ticker
 
 
 @dataclass(frozen=True)
 class _Job:
     settings: Settings
-    cfg: ModelConfig
-    profile: str
+    per_ticker: dict[str, TickerSettings]
     as_of: dt.date | None
 
 
@@ -49,15 +48,17 @@ def _init_worker(job: _Job, devices) -> None:
 def _train_in_worker(ticker: str) -> TrainOutcome:
     job: _Job = _WORKER["job"]
     device = _WORKER["device"]
+    chosen = job.per_ticker[ticker]
     return train_ticker(
         _WORKER["engine"],
         job.settings,
         ticker,
-        job.cfg,
-        job.profile,
+        chosen.cfg,
+        chosen.profile,
         as_of=job.as_of,
         device=device,
         threads=1,
+        provenance=chosen.provenance,
     )
 
 
@@ -79,9 +80,12 @@ def train_many(
     plan: SlotPlan | None = None,
     max_workers: int | None = None,
 ) -> list[TrainOutcome]:
-    """Train every ticker; outcomes in the order given. Bad profile/overrides raise before any work."""
-    cfg = get_profile(profile, **(overrides or {}))
+    """Train every ticker; outcomes in the order given. Bad profile/overrides raise before any work.
+
+    Profile `tuned` gives each ticker the best settings of its study, `reference` where it has none.
+    """
     tickers = [validate_ticker(t) for t in tickers]
+    per_ticker = ticker_settings(settings.database_url, tickers, profile, overrides)
     if not tickers:
         return []
     # A run killed mid-write left temp files: remove them before any new checkpoint is written.
@@ -106,7 +110,17 @@ def train_many(
         # In-process: the one job may use every core it was given (capped by max_workers).
         threads = max(1, min(slots, max_workers or slots))
         return [
-            train_ticker(engine, settings, t, cfg, profile, as_of=as_of, device=devices[0], threads=threads)
+            train_ticker(
+                engine,
+                settings,
+                t,
+                per_ticker[t].cfg,
+                per_ticker[t].profile,
+                as_of=as_of,
+                device=devices[0],
+                threads=threads,
+                provenance=per_ticker[t].provenance,
+            )
             for t in tickers
         ]
 
@@ -114,7 +128,7 @@ def train_many(
     queue = ctx.Queue()
     for d in devices:
         queue.put(d)
-    job = _Job(settings=settings, cfg=cfg, profile=profile, as_of=as_of)
+    job = _Job(settings=settings, per_ticker=per_ticker, as_of=as_of)
     outcomes: list[TrainOutcome] = []
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(job, queue)

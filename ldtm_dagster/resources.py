@@ -20,7 +20,8 @@ from ldtm_core.config import Settings, masked_url
 from ldtm_core.db import get_engine
 from ldtm_core.errors import LDTMError
 from ldtm_core.migrate import upgrade
-from ldtm_core.model import ModelConfig, get_profile
+from ldtm_core.model import ModelConfig
+from ldtm_core.tuning_store import check_profile
 from ldtm_core.universe import load_universe
 
 _MIGRATED: set[str] = set()
@@ -83,7 +84,10 @@ class AppDatabase(ConfigurableResource):
 
 
 class TrainingProfile(ConfigurableResource):
-    """The model profile (reference / upgrade / demo) and optional overrides used for training."""
+    """The model profile (reference / upgrade / demo / tuned) and optional overrides used for training.
+
+    `tuned` trains each ticker with its study's best settings (`hpo_studies`), `reference` without one.
+    """
 
     profile: str = "reference"
     max_epochs: int | None = None
@@ -101,7 +105,7 @@ class TrainingProfile(ConfigurableResource):
         return {"max_epochs": self.max_epochs} if self.max_epochs is not None else {}
 
     def config(self) -> ModelConfig:
-        return get_profile(self.profile, **self.overrides())
+        return check_profile(self.profile, self.overrides())
 
 
 class GpuProbe(ConfigurableResource):

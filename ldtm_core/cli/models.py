@@ -30,7 +30,12 @@ def train(
     tickers: str = typer.Option(
         ..., "--tickers", "-t", help="comma list of tickers, or 'all' for the universe"
     ),
-    profile: str = typer.Option("reference", "--profile", "-p", help="demo | reference | upgrade"),
+    profile: str = typer.Option(
+        "reference",
+        "--profile",
+        "-p",
+        help="demo | reference | upgrade | tuned (per ticker, from `ldtm tune`)",
+    ),
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override a model config field: key=value")
     ] = None,
@@ -41,14 +46,14 @@ def train(
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
 ) -> None:
     """Train, checkpoint and register a candidate model per ticker."""
-    from ..model import get_profile
     from ..training import parse_overrides
     from ..training_pool import train_many
+    from ..tuning_store import check_profile
     from ..universe import load_universe, resolve_tickers
 
     cfg_settings = settings()
     parsed = parse_overrides(overrides)
-    get_profile(profile, **parsed)  # refuse a bad profile/override before touching anything
+    check_profile(profile, parsed)  # refuse a bad profile/override before touching anything
     when = parse_date(as_of, "--as-of")
     universe = load_universe(cfg_settings.universe)
     selection = None if tickers.strip().lower() == "all" else tickers
@@ -57,12 +62,21 @@ def train(
     outcomes = train_many(cfg_settings, chosen, profile, overrides=parsed, as_of=when, max_workers=workers)
 
     table = Table(
-        "ticker", "device", "duration", "epochs", "status", "val_loss", "reason", title=f"train ({profile})"
+        "ticker",
+        "settings",
+        "device",
+        "duration",
+        "epochs",
+        "status",
+        "val_loss",
+        "reason",
+        title=f"train ({profile})",
     )
     colour = {"trained": "green", "skipped": "yellow", "failed": "red"}
     for o in outcomes:
         table.add_row(
             o.ticker,
+            o.profile or "",
             o.device or "",
             f"{o.duration_s:.1f}s",
             "" if o.epochs is None else str(o.epochs),

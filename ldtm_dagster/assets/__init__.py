@@ -3,6 +3,7 @@
 from .accountability import fillbacks, leaderboard, snapshots
 from .market import prices
 from .models import backtests, checkpoints, onnx_exports, promotions
+from .tuning import hpo_studies
 
 __all__ = [
     "prices",
@@ -13,4 +14,5 @@ __all__ = [
     "snapshots",
     "fillbacks",
     "leaderboard",
+    "hpo_studies",
 ]

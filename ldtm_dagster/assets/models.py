@@ -83,6 +83,7 @@ def checkpoints(
     rows = [
         {
             "ticker": o.ticker,
+            "settings": o.profile or "",  # with profile `tuned`: tuned, or reference where no study
             "device": o.device or "",
             "duration_s": round(o.duration_s, 2),
             "epochs": o.epochs,

@@ -22,6 +22,7 @@ ASSET_KEYS = {
     "snapshots",
     "fillbacks",
     "leaderboard",
+    "hpo_studies",
 }
 
 
@@ -44,7 +45,12 @@ def test_ticker_partitions_follow_the_universe_and_gpu_steps_use_the_gpu_pool():
         assert node.backfill_policy is not None and node.backfill_policy.max_partitions_per_run is None
     assert graph.get(AssetKey("snapshots")).partitions_def == evening_partitions
     pools = {k: graph.assets_def_for_key(AssetKey(k)).node_def.pool for k in ASSET_KEYS}
-    assert {k for k, p in pools.items() if p == "gpu"} == {"checkpoints", "backtests", "snapshots"}
+    assert {k for k, p in pools.items() if p == "gpu"} == {
+        "checkpoints",
+        "backtests",
+        "snapshots",
+        "hpo_studies",
+    }
 
 
 def test_checks_cover_price_quality_snapshots_audit_and_leakage():

@@ -1,0 +1,58 @@
+"""The `hpo_studies` asset: one study per ticker partition, in the gpu pool, outside the weekly job."""
+
+from __future__ import annotations
+
+from dagster import AssetKey, materialize
+from ldtm_dagster_helpers import tiny_resources
+
+from ldtm_core import tuning_store
+from ldtm_core.ingest import ingest_frame
+from ldtm_core.migrate import upgrade
+from ldtm_core.synthetic import generate
+from ldtm_dagster import defs
+from ldtm_dagster.assets import hpo_studies
+
+FIXED = ["hidden_size=16", "num_layers=1", "head_hidden=8", "patience=2"]
+
+
+def test_hpo_studies_materialises_a_ticker_study_with_its_metadata(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    ingest_frame(upgrade(url), generate(["AAPL"], "2021-01-04", "2023-12-29", seed=7), "synthetic")
+    result = materialize(
+        [hpo_studies],
+        partition_key="AAPL",
+        resources=tiny_resources(tmp_path / "home", url),  # TrainingProfile max_epochs=1 caps each trial
+        run_config={"ops": {"hpo_studies": {"config": {"trials": 2, "fixed": FIXED, "seed": 1}}}},
+    )
+    assert result.success
+    meta = result.asset_materializations_for_node("hpo_studies")[0].metadata
+    assert meta["trials"].value == 2 and meta["pruned"].value == 0
+    assert meta["best_value"].value > 0
+    settings = meta["settings"].value["AAPL"]
+    assert {"window", "dropout", "lr", "batch_size", "weight_decay"} == set(settings)
+    best = tuning_store.list_studies(url)
+    assert [s.name for s in best] == ["ldtm:AAPL"] and best[0].best_config["max_epochs"] == 1
+    tuning_store._STORAGES.pop(url, None)
+
+
+def test_hpo_studies_is_in_the_gpu_pool_and_no_scheduled_job():
+    graph = defs.resolve_asset_graph()
+    assert graph.assets_def_for_key(AssetKey("hpo_studies")).node_def.pool == "gpu"
+    for job in defs.resolve_all_job_defs():
+        if not job.name.startswith("__"):
+            assert AssetKey("hpo_studies") not in job.asset_layer.selected_asset_keys, job.name
+
+
+def test_training_profile_accepts_tuned_and_refuses_unknown_profiles():
+    from dagster import Failure, build_init_resource_context
+
+    from ldtm_core.model import get_profile
+    from ldtm_dagster.resources import TrainingProfile
+
+    assert TrainingProfile(profile="tuned", max_epochs=3).config() == get_profile("reference", max_epochs=3)
+    try:
+        TrainingProfile(profile="tunned").setup_for_execution(build_init_resource_context())
+    except Failure as exc:
+        assert "tunned" in str(exc)
+    else:
+        raise AssertionError("an unknown profile must fail the run")
