@@ -104,7 +104,10 @@ def test_no_trial_sees_a_date_on_or_after_the_backtests_first_cutoff(
 
     monkeypatch.setattr(training, "fit", stub_fit)
     for cfg, train, val in seen:
-        cutoff = np.datetime64(bt.run_backtest(engine, settings, "AAPL", cfg, folds=3).folds[0].cutoff, "D")
+        # A backtest needs a candidate of the same settings (the gate trusts only its own config's folds).
+        model_id = training.train_ticker(engine, settings, "AAPL", cfg, "reference").model_id
+        result_bt = bt.run_backtest(engine, settings, "AAPL", cfg, folds=3, model_id=model_id)
+        cutoff = np.datetime64(result_bt.folds[0].cutoff, "D")
         for part in (train, val):
             assert len(part) > 0
             assert part.dates.max() < cutoff
