@@ -24,7 +24,7 @@ from .config import Settings
 from .db import run_in_transaction
 from .errors import InputError, NotFoundError
 from .model import ModelConfig
-from .prices import load_ticker_prices
+from .feature_store import prices_and_features
 from .registry import get_model, newest_candidate
 from .samples import SampleSet, build_samples
 from .schema import backtest_folds
@@ -59,6 +59,7 @@ class BacktestResult:
     model_id: int | None
     folds: list[FoldResult] = field(default_factory=list)
     duration_s: float = 0.0
+    features: str = ""  # "stored" or "recomputed (why)"
 
     @property
     def n(self) -> int:
@@ -145,10 +146,11 @@ def run_backtest(
         cfg = cfg or rec.config
     if cfg is None:
         raise InputError(f"{ticker} has no candidate model and no config was given for the backtest")
-    prices = load_ticker_prices(engine, ticker)
+    prices, feats = prices_and_features(engine, ticker)
     if prices.empty:
         raise NotFoundError(f"no prices for {ticker}")
-    samples = build_samples(prices, cfg.window)
+    samples = build_samples(prices, cfg.window, features=feats.frame)
+    result_features = feats.describe()
     evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]))
     block = test_sessions or max(10, min(DEFAULT_TEST_SESSIONS, len(evaluable) // (2 * folds + 2)))
     if block * folds >= len(evaluable):
@@ -158,7 +160,7 @@ def run_backtest(
     sessions = samples.dates
     labeled = np.flatnonzero(samples.labeled)
     latest_target = samples.target_dates.max(axis=1)
-    result = BacktestResult(str(uuid.uuid4()), ticker, model_id)
+    result = BacktestResult(str(uuid.uuid4()), ticker, model_id, features=result_features)
     for k in range(folds):
         start = len(evaluable) - (folds - k) * block
         test_idx = evaluable[start : start + block]

@@ -326,6 +326,7 @@ class TrainOutcome:
     val_loss: float | None = None
     reason: str = ""
     checkpoint_path: str | None = None
+    features: str = ""  # "stored" or "recomputed (why)": see feature_store.prices_and_features
 
 
 def min_labeled_samples(cfg: ModelConfig) -> int:
@@ -348,14 +349,14 @@ def train_ticker(
     threads: int | None = None,
 ) -> TrainOutcome:
     """Prices up to `as_of` -> samples -> fit -> checkpoint -> candidate row. Never raises for one ticker."""
-    from .prices import load_ticker_prices
+    from .feature_store import prices_and_features
     from .registry import register_candidate
 
     t0 = time.perf_counter()
     written: Path | None = None
     try:
         ticker = validate_ticker(ticker)
-        prices = load_ticker_prices(engine, ticker, end=as_of)
+        prices, feats = prices_and_features(engine, ticker, end=as_of)
         if prices.empty:
             return TrainOutcome(
                 ticker,
@@ -363,7 +364,7 @@ def train_ticker(
                 reason="no prices" + (f" up to {as_of}" if as_of else ""),
                 duration_s=time.perf_counter() - t0,
             )
-        samples = build_samples(prices, cfg.window)
+        samples = build_samples(prices, cfg.window, features=feats.frame)
         n_labeled = int(samples.labeled.sum())
         need = min_labeled_samples(cfg)
         if n_labeled < need:
@@ -428,6 +429,7 @@ def train_ticker(
             epochs=result.epochs,
             val_loss=result.val_loss,
             checkpoint_path=str(path),
+            features=feats.describe(),
         )
     except Exception as exc:  # noqa: BLE001 - one ticker's failure is reported, never raised
         message = mask_secrets(

@@ -1,0 +1,503 @@
+"""Stored features (SPEC §3): the `features` table, the fingerprint of the prices they came from, and
+the rule every reader follows.
+
+One source of truth: each ticker's stored feature rows carry (in `feature_sets`) the fingerprint of the
+prices they were computed from. A reader uses the stored rows only when that fingerprint equals the
+fingerprint of the prices as they are now; otherwise it recomputes from prices and says why (the
+`reason` of a FeatureRead, and the `ldtm.features` logger). `fingerprint()` and
+`corporate_actions_applied()` are the one place that defines "the same prices": extend them there.
+
+Storage is a table in the application database rather than Parquet in the artifact store: the rows and
+their fingerprint are replaced in one transaction (a reader never sees half a rebuild), inference reads
+every ticker's window with one query, and backups cover it. Measured in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, Engine, delete, insert, select
+
+from .db import is_postgres, run_in_transaction
+from .features import FEATURE_NAMES, WARMUP_ROWS, compute_features
+from .prices import load_prices
+from .schema import FEATURE_COLUMNS, feature_sets, features
+from .universe import validate_ticker
+
+log = logging.getLogger("ldtm.features")
+
+# Stored rows are only valid for the feature code that wrote them: a change of names or warm-up
+# (bump the number for any change of a formula) makes every stored set stale.
+FEATURE_DEFINITION = f"ldtm-features-1:{','.join(FEATURE_NAMES)}:warmup={WARMUP_ROWS}"
+NO_ACTIONS = "none"
+BAR_FIELDS = ("open", "high", "low", "close", "volume")
+assert tuple(FEATURE_COLUMNS) == FEATURE_NAMES, "schema.FEATURE_COLUMNS must follow features.FEATURE_NAMES"
+
+
+# --- the fingerprint ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PriceFingerprint:
+    """What a ticker's feature rows were computed from: row count, first/last date, a hash of the bars,
+    and the corporate actions applied to the series."""
+
+    rows: int
+    first_date: dt.date | None
+    last_date: dt.date | None
+    bars_sha256: str
+    corporate_actions: str = NO_ACTIONS
+
+    @property
+    def token(self) -> str:
+        return (
+            f"rows={self.rows};first={self.first_date};last={self.last_date};"
+            f"bars={self.bars_sha256};ca={self.corporate_actions}"
+        )
+
+    @property
+    def short(self) -> str:
+        return f"{self.rows} rows to {self.last_date}, bars {self.bars_sha256[:12]}, actions {self.corporate_actions}"
+
+    @classmethod
+    def from_token(cls, token: str) -> PriceFingerprint:
+        parts = dict(p.split("=", 1) for p in token.split(";"))
+
+        def day(value: str) -> dt.date | None:
+            return None if value == "None" else dt.date.fromisoformat(value)
+
+        return cls(
+            rows=int(parts["rows"]),
+            first_date=day(parts["first"]),
+            last_date=day(parts["last"]),
+            bars_sha256=parts["bars"],
+            corporate_actions=parts["ca"],
+        )
+
+
+def fingerprint(prices: pd.DataFrame, corporate_actions: Sequence[tuple] = ()) -> PriceFingerprint:
+    """The fingerprint of one ticker's price frame (date, open, high, low, close, volume).
+
+    The hash covers the dates and all five bar fields, not only closes: every one of them is a feature,
+    so a revised volume makes stored features stale as surely as a revised close. `corporate_actions`
+    are the actions applied to the series (see corporate_actions_applied); none today.
+    """
+    df = prices.sort_values("date") if len(prices) else prices
+    digest = hashlib.sha256()
+    if len(df):
+        days = pd.to_datetime(df["date"]).to_numpy().astype("datetime64[D]").astype("<i8")
+        bars = np.ascontiguousarray(
+            np.stack([df[f].to_numpy(dtype=np.float64) for f in BAR_FIELDS], 1), "<f8"
+        )
+        digest.update(days.tobytes())
+        digest.update(bars.tobytes())
+    actions = NO_ACTIONS
+    if corporate_actions:
+        actions = hashlib.sha256(repr(sorted(map(tuple, corporate_actions))).encode()).hexdigest()[:16]
+    first = pd.Timestamp(df["date"].iloc[0]).date() if len(df) else None
+    last = pd.Timestamp(df["date"].iloc[-1]).date() if len(df) else None
+    return PriceFingerprint(len(df), first, last, digest.hexdigest(), actions)
+
+
+def corporate_actions_applied(conn_or_engine: Connection | Engine, ticker: str) -> tuple[tuple, ...]:
+    """The corporate actions applied to `ticker`'s price series, as (ex_date, factor, kind) tuples.
+
+    Empty until a `corporate_actions` table exists; when it does, read the ticker's rows here and every
+    stored feature set whose series was re-based becomes stale through its fingerprint.
+    """
+    return ()
+
+
+def current_fingerprint(engine: Engine, ticker: str, prices: pd.DataFrame) -> PriceFingerprint:
+    return fingerprint(prices, corporate_actions_applied(engine, ticker))
+
+
+# --- stored sets ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredSet:
+    ticker: str
+    fingerprint: PriceFingerprint
+    definition: str
+    price_rows: int
+    rows: int
+    warmup_rows: int
+    first_date: dt.date | None
+    last_date: dt.date | None
+    built_at: dt.datetime
+
+
+def stored_sets(engine: Engine, tickers: Sequence[str] | None = None) -> dict[str, StoredSet]:
+    stmt = select(feature_sets)
+    if tickers is not None:
+        stmt = stmt.where(feature_sets.c.ticker.in_([validate_ticker(t) for t in tickers]))
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).mappings().all()
+    return {
+        r["ticker"]: StoredSet(
+            ticker=r["ticker"],
+            fingerprint=PriceFingerprint.from_token(r["fingerprint"]),
+            definition=r["definition"],
+            price_rows=r["price_rows"],
+            rows=r["rows"],
+            warmup_rows=r["warmup_rows"],
+            first_date=r["first_date"],
+            last_date=r["last_date"],
+            built_at=r["built_at"],
+        )
+        for r in rows
+    }
+
+
+def stale_reason(stored: StoredSet | None, current: PriceFingerprint) -> str | None:
+    """None when the stored set was computed from exactly these prices by this feature code; else why not."""
+    if stored is None:
+        return "no stored features"
+    if stored.definition != FEATURE_DEFINITION:
+        return f"stored features come from another feature definition ({stored.definition})"
+    was = stored.fingerprint
+    if was == current:
+        return None
+    if (was.rows, was.last_date) != (current.rows, current.last_date):
+        return (
+            f"prices changed since the features were built: {was.rows} rows to {was.last_date}, "
+            f"now {current.rows} rows to {current.last_date}"
+        )
+    if was.corporate_actions != current.corporate_actions:
+        return f"corporate actions changed ({was.corporate_actions} -> {current.corporate_actions})"
+    return f"a stored bar was revised since the features were built (bars hash {was.bars_sha256[:12]} -> {current.bars_sha256[:12]})"
+
+
+def read_stored(
+    engine: Engine, ticker: str, start: dt.date | None = None, end: dt.date | None = None
+) -> pd.DataFrame:
+    """Stored feature rows of one ticker as a frame indexed by date (like compute_features)."""
+    ticker = validate_ticker(ticker)
+    stmt = select(features.c.date, *(features.c[c] for c in FEATURE_COLUMNS)).where(
+        features.c.ticker == ticker
+    )
+    if start is not None:
+        stmt = stmt.where(features.c.date >= start)
+    if end is not None:
+        stmt = stmt.where(features.c.date <= end)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt.order_by(features.c.date)).all()
+    frame = pd.DataFrame(rows, columns=["date", *FEATURE_COLUMNS])
+    dates = pd.to_datetime(frame["date"]).dt.date if len(frame) else frame["date"]
+    out = frame[list(FEATURE_COLUMNS)].astype(np.float64)
+    out.index = pd.Index(dates.to_numpy(), name="date")
+    return out
+
+
+# --- the read rule -------------------------------------------------------------------------------------
+
+
+@dataclass
+class FeatureRead:
+    """The features a reader got and where they came from: `store`, or `recomputed` with the reason."""
+
+    ticker: str
+    frame: pd.DataFrame
+    source: str
+    reason: str = ""
+    fingerprint: PriceFingerprint | None = None
+
+    def describe(self) -> str:
+        return "stored" if self.source == "store" else f"recomputed ({self.reason})"
+
+
+def prices_and_features(
+    engine: Engine, ticker: str, end: dt.date | None = None
+) -> tuple[pd.DataFrame, FeatureRead]:
+    """One ticker's prices up to `end` and its features: stored when the fingerprint of the whole price
+    series matches the stored set's, else recomputed from these prices (logged with the reason).
+
+    Features at t use nothing after t, so stored rows up to `end` equal a recomputation on the prices
+    up to `end`; the fingerprint is always taken over the whole series.
+    """
+    ticker = validate_ticker(ticker)
+    whole = load_prices(engine, [ticker])[ticker]
+    current = current_fingerprint(engine, ticker, whole)
+    prices = whole if end is None else whole[whole["date"] <= end].reset_index(drop=True)
+    reason = stale_reason(stored_sets(engine, [ticker]).get(ticker), current)
+    if reason is None:
+        return prices, FeatureRead(ticker, read_stored(engine, ticker, end=end), "store", "", current)
+    log.info("%s: features recomputed from prices: %s", ticker, reason)
+    return prices, FeatureRead(ticker, compute_features(prices), "recomputed", reason, current)
+
+
+def stored_windows(
+    engine: Engine, arrays: dict[str, dict], run_date: dt.date, windows: dict[str, int]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Inference's read: ({ticker: [W, 11] stored feature rows ending at run_date}, {ticker: why not}).
+
+    Inference loads only the recent bars of each ticker (`arrays`, as snapshots._load_price_arrays
+    returns them), so it checks the stored rows against exactly those bars instead of hashing twenty
+    years per ticker every evening (2 s for 103 tickers on PostgreSQL): the stored set must come from
+    this feature code, and every loaded bar must equal the OHLCV stored on its row. That covers all a
+    window's values depend on (SMA/returns look back 20 sessions; RSI's weight of a bar 250 sessions
+    back is below 1e-8).
+    """
+    tickers = [t for t in windows if t in arrays]
+    if not tickers:
+        return {}, {}
+    day = np.datetime64(run_date, "D")
+    start = min(pd.Timestamp(arrays[t]["date"][0]).date() for t in tickers)
+    sets = stored_sets(engine, tickers)
+    stmt = (
+        select(features.c.ticker, features.c.date, *(features.c[c] for c in FEATURE_COLUMNS))
+        .where(features.c.ticker.in_(tickers), features.c.date >= start, features.c.date <= run_date)
+        .order_by(features.c.ticker, features.c.date)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    by_ticker: dict[str, list] = {}
+    for r in rows:
+        by_ticker.setdefault(r[0], []).append(r[1:])
+    out, why = {}, {}
+    for t in tickers:
+        a, w, s = arrays[t], windows[t], sets.get(t)
+        if s is None or s.definition != FEATURE_DEFINITION:
+            why[t] = "no stored features" if s is None else "stored features come from another definition"
+            continue
+        stored = by_ticker.get(t, [])
+        dates = np.array([r[0] for r in stored], dtype="datetime64[D]")
+        values = np.array([r[1:] for r in stored], dtype=np.float64).reshape(
+            len(stored), len(FEATURE_COLUMNS)
+        )
+        loaded = a["date"] <= day
+        bars = np.stack([a[f][loaded] for f in BAR_FIELDS], axis=1)
+        if len(stored) != int(loaded.sum()) or not np.array_equal(dates, a["date"][loaded]):
+            why[t] = f"stored features do not cover the {int(loaded.sum())} sessions up to {run_date}"
+        elif not np.array_equal(values[:, : len(BAR_FIELDS)], bars):
+            first = dates[(values[:, : len(BAR_FIELDS)] != bars).any(axis=1)][0]
+            why[t] = f"a bar was revised since the features were built (first on {first})"
+        elif len(stored) < w:
+            why[t] = f"only {len(stored)} stored rows up to {run_date}, the window needs {w}"
+        else:
+            out[t] = values[-w:]
+    for t, reason in why.items():
+        log.info("%s: features recomputed from prices for %s: %s", t, run_date, reason)
+    return out, why
+
+
+# --- building -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BuildOutcome:
+    """One ticker's `features` build: `built` (replaced), `appended` (new sessions only), `current`
+    (nothing to do) or `no prices`."""
+
+    ticker: str
+    status: str
+    fingerprint: PriceFingerprint | None = None
+    rows: int = 0
+    rows_written: int = 0
+    price_rows: int = 0
+    warmup_rows: int = 0
+    first_date: dt.date | None = None
+    last_date: dt.date | None = None
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    reason: str = ""
+
+
+def feature_stats(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per feature: min / mean / max over the stored rows."""
+    if frame.empty:
+        return {}
+    return {
+        c: {"min": float(frame[c].min()), "mean": float(frame[c].mean()), "max": float(frame[c].max())}
+        for c in FEATURE_COLUMNS
+    }
+
+
+def _copy_sql() -> str:
+    return f"COPY features (ticker, date, {', '.join(FEATURE_COLUMNS)}) FROM STDIN WITH (FORMAT csv)"
+
+
+def _insert_rows(conn: Connection, ticker: str, frame: pd.DataFrame) -> None:
+    if frame.empty:
+        return
+    if is_postgres(conn):
+        # COPY: 10-20x faster than INSERT for thousands of rows; repr floats parse back to the same doubles.
+        out = frame.copy()
+        out.insert(0, "date", [d.isoformat() for d in frame.index])
+        out.insert(0, "ticker", ticker)
+        buf = io.StringIO()
+        out.to_csv(buf, header=False, index=False)
+        buf.seek(0)
+        with conn.connection.driver_connection.cursor() as cur:
+            cur.copy_expert(_copy_sql(), buf)
+        return
+    values = frame.to_numpy(dtype=np.float64).tolist()
+    conn.execute(
+        insert(features),
+        [
+            {"ticker": ticker, "date": d, **dict(zip(FEATURE_COLUMNS, v, strict=True))}
+            for d, v in zip(frame.index, values, strict=True)
+        ],
+    )
+
+
+def _write_set(conn: Connection, outcome: BuildOutcome, new_rows: pd.DataFrame, replace: bool) -> None:
+    """Rows and fingerprint of one ticker in the caller's transaction: readers see the old set or the new."""
+    t = outcome.ticker
+    if replace:
+        conn.execute(delete(features).where(features.c.ticker == t))
+    _insert_rows(conn, t, new_rows)
+    conn.execute(delete(feature_sets).where(feature_sets.c.ticker == t))
+    conn.execute(
+        insert(feature_sets).values(
+            ticker=t,
+            fingerprint=outcome.fingerprint.token,
+            definition=FEATURE_DEFINITION,
+            price_rows=outcome.price_rows,
+            rows=outcome.rows,
+            warmup_rows=outcome.warmup_rows,
+            first_date=outcome.first_date,
+            last_date=outcome.last_date,
+            built_at=dt.datetime.now(dt.UTC),
+        )
+    )
+
+
+def _remove_set(conn: Connection, ticker: str) -> None:
+    conn.execute(delete(features).where(features.c.ticker == ticker))
+    conn.execute(delete(feature_sets).where(feature_sets.c.ticker == ticker))
+
+
+def build_features(engine: Engine, tickers: Sequence[str], force: bool = False) -> list[BuildOutcome]:
+    """Compute and store the features of `tickers` (one prices query; one transaction per ticker).
+
+    A ticker whose stored set already matches its prices is left alone (`current`); one whose stored
+    prices are an unchanged prefix of today's (the nightly case: one new session) gets only the new
+    rows (`appended`); anything else is replaced (`built`). `force` replaces every set.
+    """
+    tickers = [validate_ticker(t) for t in tickers]
+    all_prices = load_prices(engine, tickers)
+    sets = stored_sets(engine, tickers)
+    outcomes = []
+    for t in tickers:
+        prices = all_prices[t]
+        stored = sets.get(t)
+        if prices.empty:
+            if stored is not None:
+                run_in_transaction(engine, lambda conn, t=t: _remove_set(conn, t))
+            outcomes.append(BuildOutcome(t, "no prices", reason="no prices stored for this ticker"))
+            continue
+        actions = corporate_actions_applied(engine, t)
+        fp = fingerprint(prices, actions)
+        frame = compute_features(prices)
+        outcome = BuildOutcome(
+            t,
+            "built",
+            fingerprint=fp,
+            rows=len(frame),
+            price_rows=len(prices),
+            warmup_rows=len(prices) - len(frame),
+            first_date=frame.index[0] if len(frame) else None,
+            last_date=frame.index[-1] if len(frame) else None,
+            stats=feature_stats(frame),
+        )
+        reason = stale_reason(stored, fp)
+        if reason is None and not force:
+            outcome.status, outcome.reason = "current", "stored features match the prices"
+        elif (
+            not force
+            and stored is not None
+            and stored.definition == FEATURE_DEFINITION
+            and stored.price_rows < len(prices)
+            and fingerprint(prices.iloc[: stored.price_rows], actions) == stored.fingerprint
+        ):
+            # Features at t use nothing after t: the stored rows stay right, only new sessions are added.
+            new = frame[frame.index > stored.last_date] if stored.last_date is not None else frame
+            outcome.status, outcome.rows_written, outcome.reason = "appended", len(new), reason or ""
+            run_in_transaction(engine, lambda conn, o=outcome, n=new: _write_set(conn, o, n, replace=False))
+        else:
+            outcome.rows_written, outcome.reason = len(frame), ("forced" if force else reason or "")
+            run_in_transaction(engine, lambda conn, o=outcome, f=frame: _write_set(conn, o, f, replace=True))
+        outcomes.append(outcome)
+    return outcomes
+
+
+# --- checks (the asset checks' core) --------------------------------------------------------------------
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    problems: dict[str, str] = field(default_factory=dict)  # ticker -> what is wrong
+    checked: int = 0
+
+
+def check_current(engine: Engine, tickers: Sequence[str]) -> CheckResult:
+    """Every ticker with prices has a stored set with the same last date and fingerprint as its prices."""
+    all_prices = load_prices(engine, tickers)
+    sets = stored_sets(engine, tickers)
+    result = CheckResult(True)
+    for t, prices in all_prices.items():
+        if prices.empty:
+            continue
+        result.checked += 1
+        reason = stale_reason(sets.get(t), current_fingerprint(engine, t, prices))
+        if reason:
+            result.problems[t] = reason
+    result.passed = not result.problems
+    return result
+
+
+def check_values(engine: Engine, tickers: Sequence[str]) -> dict[str, CheckResult]:
+    """Value checks over the stored rows: `finite` (no NaN/inf after the warm-up), `rsi_in_range`."""
+    finite, rsi = CheckResult(True), CheckResult(True)
+    for t in tickers:
+        frame = read_stored(engine, t)
+        if frame.empty:
+            continue
+        finite.checked += len(frame)
+        rsi.checked += len(frame)
+        bad = ~np.isfinite(frame.to_numpy()).all(axis=1)
+        if bad.any():
+            finite.problems[t] = f"{int(bad.sum())} rows with NaN/inf, first on {frame.index[bad][0]}"
+        r = frame["rsi_14"].to_numpy()
+        out = (r < 0) | (r > 100)
+        if out.any():
+            rsi.problems[t] = f"{int(out.sum())} RSI values outside [0, 100], first on {frame.index[out][0]}"
+    finite.passed, rsi.passed = not finite.problems, not rsi.problems
+    return {"finite": finite, "rsi_in_range": rsi}
+
+
+def check_recomputation(
+    engine: Engine, tickers: Sequence[str], sample_rows: int = 50, seed: int = 0, rtol: float = 1e-12
+) -> CheckResult:
+    """Stored values equal a fresh recomputation from prices on a random sample of rows per ticker."""
+    rng = np.random.default_rng(seed)
+    all_prices = load_prices(engine, tickers)
+    result = CheckResult(True)
+    for t in tickers:
+        stored = read_stored(engine, t)
+        if stored.empty:
+            continue
+        fresh = compute_features(all_prices[t])
+        picks = stored.index[rng.choice(len(stored), size=min(sample_rows, len(stored)), replace=False)]
+        result.checked += len(picks)
+        missing = [d for d in picks if d not in fresh.index]
+        if missing:
+            result.problems[t] = f"stored row {missing[0]} has no price-derived counterpart"
+            continue
+        a, b = stored.loc[picks].to_numpy(), fresh.loc[picks].to_numpy()
+        if not np.allclose(a, b, rtol=rtol, atol=0.0):
+            i, j = np.argwhere(~np.isclose(a, b, rtol=rtol, atol=0.0))[0]
+            result.problems[t] = (
+                f"{FEATURE_COLUMNS[j]} on {picks[i]}: stored {a[i, j]!r}, recomputed {b[i, j]!r}"
+            )
+    result.passed = not result.problems
+    return result
