@@ -23,8 +23,8 @@ from . import training
 from .config import Settings
 from .db import run_in_transaction
 from .errors import InputError, NotFoundError
-from .model import ModelConfig
 from .feature_store import prices_and_features
+from .model import ModelConfig
 from .registry import get_model, newest_candidate
 from .samples import SampleSet, build_samples
 from .schema import backtest_folds
