@@ -5,16 +5,16 @@ from __future__ import annotations
 from dagster import Definitions
 
 from . import assets, checks
-from .jobs import nightly_job, promotion_job, retrain_job
+from .jobs import nightly_job, nightly_market_job, promotion_job, retrain_job
 from .resources import resources_from_env
 from .schedules import nightly, weekly_retrain
-from .sensors import gpu_pool_sensor, promotion_gate_sensor
+from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
 
 defs = Definitions(
     assets=[getattr(assets, name) for name in assets.__all__],
     asset_checks=[checks.prices_ohlc_consistent, checks.prices_sessions_complete],
-    jobs=[nightly_job, retrain_job, promotion_job],
+    jobs=[nightly_market_job, nightly_job, retrain_job, promotion_job],
     schedules=[nightly, weekly_retrain],
-    sensors=[gpu_pool_sensor, promotion_gate_sensor],
+    sensors=[gpu_pool_sensor, promotion_gate_sensor, nightly_after_market],
     resources=resources_from_env(),
 )

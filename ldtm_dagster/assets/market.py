@@ -1,21 +1,33 @@
-"""Market data: the `prices` table."""
+"""Market data: the `prices` table and the `features` computed from it (per ticker, fingerprinted)."""
 
 import datetime as dt
 from typing import Literal
 
 import pandas as pd
-from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 from pydantic import Field
 
-from ldtm_core import ingest
+from ldtm_core import feature_store, ingest
 from ldtm_core.calendar import latest_session_on_or_before
 from ldtm_core.errors import LDTMError
 from ldtm_core.prices import price_summary
 from ldtm_core.universe import resolve_tickers
 
 from ..metadata import records_table
-from ..partitions import MARKET_TZ
+from ..partitions import MARKET_TZ, ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
+from ..steps import failing_as
 
 
 class PricesConfig(Config):
@@ -80,3 +92,88 @@ def prices(
         raise Failure(f"prices: {len(bad)} file(s) rejected; first: {bad[0]['error']}", metadata=metadata)
     context.log.info(f"prices: {rows} rows read, {written} inserted or changed")
     return MaterializeResult(metadata=metadata)
+
+
+FEATURE_CHECKS = {
+    "features_current": "same last date and price fingerprint as the ticker's prices now",
+    "features_finite": "no NaN or inf in any stored row (the warm-up rows are not stored)",
+    "features_rsi_in_range": "RSI-14 within [0, 100] on every stored row",
+    "features_match_recomputation": "stored values equal a fresh recomputation from prices on a sample of rows",
+}
+
+
+@asset(
+    partitions_def=ticker_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[prices],
+    group_name="market",
+    kinds={"sql"},
+    check_specs=[AssetCheckSpec(name, asset="features", blocking=True) for name in FEATURE_CHECKS],
+)
+def features(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """The 11 features per (ticker, session) in the `features` table, with the fingerprint of the prices
+    they came from. Training, backtests and inference use them only while that fingerprint still
+    matches the prices; a ticker whose prices did not change is left as it is, one with only new
+    sessions gets just those rows."""
+    engine = database.engine(store)
+    tickers = list(context.partition_keys)
+    with failing_as("features"):
+        outcomes = feature_store.build_features(engine, tickers)
+        current = feature_store.check_current(engine, tickers)
+        values = feature_store.check_values(engine, tickers)
+        recomputed = feature_store.check_recomputation(engine, tickers)
+    for o in outcomes:
+        context.add_asset_metadata(_partition_metadata(o), partition_key=o.ticker)
+        if o.status in ("built", "no prices") and o.reason:
+            context.log.info(f"features {o.ticker}: {o.status}: {o.reason}")
+    summary = [
+        {
+            "ticker": o.ticker,
+            "status": o.status,
+            "rows": o.rows,
+            "rows_written": o.rows_written,
+            "first_date": str(o.first_date or ""),
+            "last_date": str(o.last_date or ""),
+            "reason": o.reason,
+        }
+        for o in outcomes
+    ]
+    results = {
+        "features_current": current,
+        "features_finite": values["finite"],
+        "features_rsi_in_range": values["rsi_in_range"],
+        "features_match_recomputation": recomputed,
+    }
+    return MaterializeResult(
+        metadata={
+            "summary": records_table(summary),
+            **{s: sum(o.status == s for o in outcomes) for s in ("built", "appended", "current")},
+            "rows_written": sum(o.rows_written for o in outcomes),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name=name,
+                passed=r.passed,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"checked": r.checked, "problems": MetadataValue.json(r.problems)},
+                description=FEATURE_CHECKS[name],
+            )
+            for name, r in results.items()
+        ],
+    )
+
+
+def _partition_metadata(o: feature_store.BuildOutcome) -> dict:
+    stats = [{"feature": name, **s} for name, s in o.stats.items()]
+    return {
+        "status": o.status,
+        "rows": o.rows,
+        "first_date": str(o.first_date or ""),
+        "last_date": str(o.last_date or ""),
+        "warmup_rows": o.warmup_rows,
+        "price_rows": o.price_rows,
+        "fingerprint": o.fingerprint.token if o.fingerprint else "",
+        "feature_stats": records_table(stats),
+    }
