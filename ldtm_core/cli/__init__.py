@@ -73,4 +73,4 @@ def handle_errors(fn: Callable) -> Callable:
 
 
 # Importing the command modules registers their commands on `app`.
-from . import accountability, data, models  # noqa: E402,F401
+from . import accountability, data, features, models  # noqa: E402,F401
