@@ -191,26 +191,50 @@ def test_inference_uses_stored_windows_and_recomputes_a_revised_one(engine, db_u
 def test_checks_catch_a_tampered_value(engine):
     ingest(engine, TICKERS)
     fs.build_features(engine, TICKERS)
-    assert fs.check_current(engine, TICKERS).passed
-    assert all(r.passed for r in fs.check_values(engine, TICKERS).values())
-    assert fs.check_recomputation(engine, TICKERS, sample_rows=10_000).passed
+    checks = fs.check_features(engine, TICKERS, sample_rows=10_000)
+    assert all(r.passed for r in checks.values()), {k: r.problems for k, r in checks.items()}
+    assert (
+        checks["current"].checked == 2 and checks["match_recomputation"].checked == checks["finite"].checked
+    )
 
     stored = fs.read_stored(engine, "NVDA")
     day = stored.index[40]
     with engine.begin() as conn:
         conn.execute(
             text(
-                "UPDATE features SET rsi_14 = 101.5, close_sma_5 = close_sma_5 + 1e-6 WHERE ticker = 'NVDA' AND date = :d"
+                "UPDATE features SET rsi_14 = 101.5, close_sma_5 = close_sma_5 + 1e-6 "
+                "WHERE ticker = 'NVDA' AND date = :d"
             ),
             {"d": day},
         )
-    values = fs.check_values(engine, TICKERS)
-    assert not values["rsi_in_range"].passed and str(day) in values["rsi_in_range"].problems["NVDA"]
-    assert values["finite"].passed
-    recomputed = fs.check_recomputation(engine, TICKERS, sample_rows=10_000)
-    assert list(recomputed.problems) == ["NVDA"] and str(day) in recomputed.problems["NVDA"]
+    checks = fs.check_features(engine, TICKERS, sample_rows=10_000)
+    assert not checks["rsi_in_range"].passed and str(day) in checks["rsi_in_range"].problems["NVDA"]
+    assert checks["finite"].passed
+    assert list(checks["match_recomputation"].problems) == ["NVDA"]
+    assert str(day) in checks["match_recomputation"].problems["NVDA"]
     # The fingerprint is about prices: tampering with stored values is what the recomputation check is for.
-    assert fs.check_current(engine, TICKERS).passed
+    assert checks["current"].passed
+    # An infinity planted in a stored row fails `finite` (SQLite turns NaN into NULL, which NOT NULL refuses).
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE features SET log_return_1d = :inf WHERE ticker = 'AAPL' AND date = :d"),
+            {"inf": float("inf"), "d": day},
+        )
+    checks = fs.check_features(engine, TICKERS, sample_rows=5)
+    assert list(checks["finite"].problems) == ["AAPL"] and str(day) in checks["finite"].problems["AAPL"]
+
+
+def test_bulk_reads_equal_the_plain_reads(engine):
+    ingest(engine, TICKERS)
+    fs.build_features(engine, TICKERS)
+    bulk_prices = fs.load_prices_bulk(engine, [*TICKERS, "TSLA"])
+    bulk_stored = fs.load_stored_bulk(engine, [*TICKERS, "TSLA"])
+    assert bulk_prices["TSLA"].empty and bulk_stored["TSLA"].empty
+    for t in TICKERS:
+        plain = load_ticker_prices(engine, t)
+        assert fs.fingerprint(bulk_prices[t]) == fs.fingerprint(plain)
+        assert list(bulk_prices[t]["date"]) == list(plain["date"])
+        pd.testing.assert_frame_equal(bulk_stored[t], fs.read_stored(engine, t))
 
 
 def test_a_ticker_whose_prices_are_gone_loses_its_stored_set(engine):

@@ -121,9 +121,7 @@ def features(
     tickers = list(context.partition_keys)
     with failing_as("features"):
         outcomes = feature_store.build_features(engine, tickers)
-        current = feature_store.check_current(engine, tickers)
-        values = feature_store.check_values(engine, tickers)
-        recomputed = feature_store.check_recomputation(engine, tickers)
+        checks = feature_store.check_features(engine, tickers)
     for o in outcomes:
         context.add_asset_metadata(_partition_metadata(o), partition_key=o.ticker)
         if o.status in ("built", "no prices") and o.reason:
@@ -140,12 +138,7 @@ def features(
         }
         for o in outcomes
     ]
-    results = {
-        "features_current": current,
-        "features_finite": values["finite"],
-        "features_rsi_in_range": values["rsi_in_range"],
-        "features_match_recomputation": recomputed,
-    }
+    results = {f"features_{name}": r for name, r in checks.items()}
     return MaterializeResult(
         metadata={
             "summary": records_table(summary),
