@@ -3,20 +3,28 @@
     .venv/bin/python benchmarks/features.py --database-url postgresql+psycopg2://postgres@127.0.0.1:5432/SCRATCH_DB
 
 The database must already hold prices (e.g. `LDTM_DATABASE_URL=... ldtm ingest synthetic --tickers 103`
-with the full universe, 20 years). Times, in one process, interleaved `--repeat` times:
-  table    feature_store.build_features(force=True): one prices query, features, fingerprint, and per
-           ticker one transaction that deletes the old rows, COPYs (PostgreSQL) the new ones and
-           writes the fingerprint row
-  parquet  the same prices query, features and fingerprint, then one Parquet file per ticker in a
+with the full universe, 20 years). It DELETES the stored features of that database: use a scratch one.
+Times, in one process, interleaved `--repeat` times:
+  first    feature_store.build_features into an empty store (the first materialisation): one prices
+           read, features, fingerprints, and one transaction that COPYs (binary, PostgreSQL) every
+           row and writes the fingerprint rows
+  rebuild  the same with force=True (every set deleted and rewritten)
+  parquet  the same prices read, features and fingerprints, then one Parquet file per ticker in a
            temporary artifact directory (temp file + rename, fingerprint in the file's metadata)
-plus the no-op rebuild (every set current), the per-ticker read that training does, and the
-window read that inference adds for every ticker.
+  no-op    build_features when every set is current (what a nightly costs before its new rows)
+then the per-ticker read that training does and the window read that inference adds for every ticker.
+
+The box is shared, so next to wall time each build reports the CPU seconds it cost: this process
+(getrusage) plus its PostgreSQL backend (/proc/<pid>/stat of the one pooled connection; the server must
+run on this host). On an idle machine the wall time of this sequential work is about their sum.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -28,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy.pool import StaticPool  # noqa: E402
 
 from ldtm_core import feature_store as fs  # noqa: E402
 from ldtm_core.config import masked_url  # noqa: E402
@@ -41,6 +51,23 @@ def timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
+
+
+def _backend_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def costed(fn, backend_pid: int):
+    """(wall s, client CPU s, server CPU s, result)."""
+    c0, s0, t0 = _own_cpu(), _backend_cpu(backend_pid), time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, _own_cpu() - c0, _backend_cpu(backend_pid) - s0, out
 
 
 def build_parquet(engine, tickers: list[str], root: Path) -> int:
@@ -64,23 +91,33 @@ def main() -> int:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    engine = upgrade(args.database_url)
+    upgrade(args.database_url)
+    # One connection for everything, so its server process's CPU time is the whole server-side cost.
+    engine = create_engine(args.database_url, poolclass=StaticPool)
+    with engine.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
     summary = price_summary(engine)
     tickers = list(summary["ticker"])
     print(
         f"{masked_url(args.database_url)}: {len(tickers)} tickers, {int(summary['rows'].sum())} price rows, "
-        f"{summary['first_date'].min()}..{summary['last_date'].max()}"
+        f"{summary['first_date'].min()}..{summary['last_date'].max()}; load {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs"
     )
-    table_s, parquet_s, noop_s = [], [], []
+    costs: dict[str, list[tuple[float, float, float]]] = {"first": [], "table": [], "parquet": [], "noop": []}
     with tempfile.TemporaryDirectory(prefix="ldtm_features_") as tmp:
         root = Path(tmp)
         for _ in range(args.repeat):
-            t, outcomes = timed(lambda: fs.build_features(engine, tickers, force=True))
-            table_s.append(t)
-            t, parquet_rows = timed(lambda: build_parquet(engine, tickers, root))
-            parquet_s.append(t)
-            t, again = timed(lambda: fs.build_features(engine, tickers))
-            noop_s.append(t)
+            with engine.begin() as conn:  # an empty store: the first materialisation
+                conn.execute(text("DELETE FROM features"))
+                conn.execute(text("DELETE FROM feature_sets"))
+            *c, outcomes = costed(lambda: fs.build_features(engine, tickers), pid)
+            costs["first"].append(tuple(c))
+            *c, _ = costed(lambda: fs.build_features(engine, tickers, force=True), pid)
+            costs["table"].append(tuple(c))
+            *c, parquet_rows = costed(lambda: build_parquet(engine, tickers, root), pid)
+            costs["parquet"].append(tuple(c))
+            *c, again = costed(lambda: fs.build_features(engine, tickers), pid)
+            costs["noop"].append(tuple(c))
         size = sum(p.stat().st_size for p in root.glob("*.parquet"))
     rows = sum(o.rows for o in outcomes)
     assert rows == parquet_rows and {o.status for o in again} == {"current"}
@@ -102,17 +139,22 @@ def main() -> int:
     stored, why = fs.stored_windows(engine, arrays, run_date, windows)
     assert not why, why
 
-    def med(xs):
-        return f"{statistics.median(xs):.2f} s (runs: {', '.join(f'{x:.2f}' for x in xs)})"
+    def med(name: str) -> str:
+        wall, cpu, server = (statistics.median(x[i] for x in costs[name]) for i in range(3))
+        return (
+            f"wall {wall:6.2f} s | CPU client {cpu:5.2f} s + server {server:5.2f} s = {cpu + server:5.2f} s"
+        )
+
+    def cpu_total(name: str) -> float:
+        return statistics.median(x[1] + x[2] for x in costs[name])
 
     print(f"feature rows: {rows} ({len(tickers)} tickers); parquet on disk {size / 2**20:.1f} MiB")
-    print(f"prices query alone                         {t_load:.2f} s")
-    print(f"table   build (force, COPY per ticker)     {med(table_s)}")
-    print(f"parquet build (file per ticker)            {med(parquet_s)}")
-    print(
-        f"ratio table / parquet                      {statistics.median(table_s) / statistics.median(parquet_s):.2f}"
-    )
-    print(f"no-op rebuild (all current)                {med(noop_s)}")
+    print(f"prices read alone (COPY)                     {t_load:.2f} s")
+    print(f"table   first build (empty store)            {med('first')}")
+    print(f"table   rebuild (force: delete + COPY)       {med('table')}")
+    print(f"parquet build (file per ticker)              {med('parquet')}")
+    print(f"no-op rebuild (every set current)            {med('noop')}")
+    print(f"CPU ratio table first build / parquet        {cpu_total('first') / cpu_total('parquet'):.2f}")
     print(
         f"training read, stored, per ticker          {t_read * 1000:.1f} ms (recompute: {t_recompute * 1000:.1f} ms)"
     )

@@ -229,20 +229,29 @@ def load_prices_bulk(engine: Engine, tickers: Sequence[str]) -> dict[str, pd.Dat
     return _split(df, tickers, ["date", *BAR_FIELDS])
 
 
-def load_stored_bulk(engine: Engine, tickers: Sequence[str]) -> dict[str, pd.DataFrame]:
-    """Stored feature rows of many tickers with one read: {ticker: frame indexed by date}."""
+def load_stored_bulk(
+    engine: Engine, tickers: Sequence[str], start: dt.date | None = None, end: dt.date | None = None
+) -> dict[str, pd.DataFrame]:
+    """Stored feature rows of many tickers (dates within [start, end]) with one read: {ticker: frame
+    indexed by date}, through COPY on PostgreSQL."""
     tickers = [validate_ticker(t) for t in tickers]
     columns = ["ticker", "date", *FEATURE_COLUMNS]
     if is_postgres(engine) and tickers:
-        query = (
-            f"SELECT {', '.join(columns)} FROM features WHERE ticker = ANY(%(tickers)s) ORDER BY ticker, date"  # noqa: S608 - column names are constants
-        )
+        query = f"SELECT {', '.join(columns)} FROM features WHERE ticker = ANY(%(tickers)s)"  # noqa: S608 - constant column names
+        query += " AND date >= %(start)s" if start is not None else ""
+        query += " AND date <= %(end)s" if end is not None else ""
         with engine.connect() as conn:
-            buf = _copy_out(conn, query, {"tickers": tickers})
+            buf = _copy_out(
+                conn, query + " ORDER BY ticker, date", {"tickers": tickers, "start": start, "end": end}
+            )
         df = pd.read_csv(buf, names=columns, dtype={"ticker": str}, keep_default_na=False)
         df["date"] = df["date"].to_numpy(dtype="datetime64[D]").astype(object)
     else:
         stmt = select(*(features.c[c] for c in columns)).where(features.c.ticker.in_(tickers))
+        if start is not None:
+            stmt = stmt.where(features.c.date >= start)
+        if end is not None:
+            stmt = stmt.where(features.c.date <= end)
         with engine.connect() as conn:
             df = pd.DataFrame(
                 conn.execute(stmt.order_by(features.c.ticker, features.c.date)).all(), columns=columns
@@ -312,27 +321,16 @@ def stored_windows(
     day = np.datetime64(run_date, "D")
     start = min(pd.Timestamp(arrays[t]["date"][0]).date() for t in tickers)
     sets = stored_sets(engine, tickers)
-    stmt = (
-        select(features.c.ticker, features.c.date, *(features.c[c] for c in FEATURE_COLUMNS))
-        .where(features.c.ticker.in_(tickers), features.c.date >= start, features.c.date <= run_date)
-        .order_by(features.c.ticker, features.c.date)
-    )
-    with engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-    by_ticker: dict[str, list] = {}
-    for r in rows:
-        by_ticker.setdefault(r[0], []).append(r[1:])
+    stored_by_ticker = load_stored_bulk(engine, tickers, start=start, end=run_date)
     out, why = {}, {}
     for t in tickers:
         a, w, s = arrays[t], windows[t], sets.get(t)
         if s is None or s.definition != FEATURE_DEFINITION:
             why[t] = "no stored features" if s is None else "stored features come from another definition"
             continue
-        stored = by_ticker.get(t, [])
-        dates = np.array([r[0] for r in stored], dtype="datetime64[D]")
-        values = np.array([r[1:] for r in stored], dtype=np.float64).reshape(
-            len(stored), len(FEATURE_COLUMNS)
-        )
+        stored = stored_by_ticker[t]
+        dates = np.asarray(stored.index, dtype="datetime64[D]")
+        values = stored.to_numpy(dtype=np.float64)
         loaded = a["date"] <= day
         bars = np.stack([a[f][loaded] for f in BAR_FIELDS], axis=1)
         if len(stored) != int(loaded.sum()) or not np.array_equal(dates, a["date"][loaded]):
