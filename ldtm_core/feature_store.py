@@ -229,14 +229,13 @@ def load_prices_bulk(engine: Engine, tickers: Sequence[str]) -> dict[str, pd.Dat
     return _split(df, tickers, ["date", *BAR_FIELDS])
 
 
-def load_stored_bulk(
-    engine: Engine, tickers: Sequence[str], start: dt.date | None = None, end: dt.date | None = None
-) -> dict[str, pd.DataFrame]:
-    """Stored feature rows of many tickers (dates within [start, end]) with one read: {ticker: frame
-    indexed by date}, through COPY on PostgreSQL."""
-    tickers = [validate_ticker(t) for t in tickers]
+def _stored_arrays(
+    engine: Engine, tickers: list[str], start: dt.date | None, end: dt.date | None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{ticker: (dates datetime64[D], values [N, 11])} of stored rows within [start, end]; one read, no
+    per-ticker pandas work (inference calls this every evening for the whole universe)."""
     columns = ["ticker", "date", *FEATURE_COLUMNS]
-    if is_postgres(engine) and tickers:
+    if is_postgres(engine):
         query = f"SELECT {', '.join(columns)} FROM features WHERE ticker = ANY(%(tickers)s)"  # noqa: S608 - constant column names
         query += " AND date >= %(start)s" if start is not None else ""
         query += " AND date <= %(end)s" if end is not None else ""
@@ -245,7 +244,8 @@ def load_stored_bulk(
                 conn, query + " ORDER BY ticker, date", {"tickers": tickers, "start": start, "end": end}
             )
         df = pd.read_csv(buf, names=columns, dtype={"ticker": str}, keep_default_na=False)
-        df["date"] = df["date"].to_numpy(dtype="datetime64[D]").astype(object)
+        names, dates = df["ticker"].to_numpy(), df["date"].to_numpy(dtype="datetime64[D]")
+        values = df[list(FEATURE_COLUMNS)].to_numpy(dtype=np.float64)
     else:
         stmt = select(*(features.c[c] for c in columns)).where(features.c.ticker.in_(tickers))
         if start is not None:
@@ -253,16 +253,32 @@ def load_stored_bulk(
         if end is not None:
             stmt = stmt.where(features.c.date <= end)
         with engine.connect() as conn:
-            df = pd.DataFrame(
-                conn.execute(stmt.order_by(features.c.ticker, features.c.date)).all(), columns=columns
-            )
-        if len(df):
-            df["date"] = pd.to_datetime(df["date"]).to_numpy(dtype="datetime64[D]").astype(object)
+            rows = conn.execute(stmt.order_by(features.c.ticker, features.c.date)).all()
+        names = np.array([r[0] for r in rows], dtype=object)
+        dates = np.array([r[1] for r in rows], dtype="datetime64[D]")
+        values = np.array([r[2:] for r in rows], dtype=np.float64).reshape(len(rows), len(FEATURE_COLUMNS))
     out = {}
-    for t, f in _split(df, tickers, ["date", *FEATURE_COLUMNS]).items():
-        frame = f[list(FEATURE_COLUMNS)].astype(np.float64)
-        frame.index = pd.Index(f["date"].to_numpy(), name="date")
-        out[t] = frame
+    bounds = np.flatnonzero(names[1:] != names[:-1]) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(names)], strict=True):
+        if hi > lo:
+            out[str(names[lo])] = (dates[lo:hi], values[lo:hi])
+    return out
+
+
+def load_stored_bulk(
+    engine: Engine, tickers: Sequence[str], start: dt.date | None = None, end: dt.date | None = None
+) -> dict[str, pd.DataFrame]:
+    """Stored feature rows of many tickers (dates within [start, end]) with one read: {ticker: frame
+    indexed by date objects, like read_stored}."""
+    tickers = [validate_ticker(t) for t in tickers]
+    arrays = _stored_arrays(engine, tickers, start, end) if tickers else {}
+    empty = (np.empty(0, "datetime64[D]"), np.empty((0, len(FEATURE_COLUMNS))))
+    out = {}
+    for t in tickers:
+        dates, values = arrays.get(t, empty)
+        out[t] = pd.DataFrame(
+            values, columns=list(FEATURE_COLUMNS), index=pd.Index(dates.astype(object), name="date")
+        )
     return out
 
 
@@ -321,25 +337,24 @@ def stored_windows(
     day = np.datetime64(run_date, "D")
     start = min(pd.Timestamp(arrays[t]["date"][0]).date() for t in tickers)
     sets = stored_sets(engine, tickers)
-    stored_by_ticker = load_stored_bulk(engine, tickers, start=start, end=run_date)
+    stored_by_ticker = _stored_arrays(engine, tickers, start, run_date)
+    empty = (np.empty(0, "datetime64[D]"), np.empty((0, len(FEATURE_COLUMNS))))
     out, why = {}, {}
     for t in tickers:
         a, w, s = arrays[t], windows[t], sets.get(t)
         if s is None or s.definition != FEATURE_DEFINITION:
             why[t] = "no stored features" if s is None else "stored features come from another definition"
             continue
-        stored = stored_by_ticker[t]
-        dates = np.asarray(stored.index, dtype="datetime64[D]")
-        values = stored.to_numpy(dtype=np.float64)
+        dates, values = stored_by_ticker.get(t, empty)
         loaded = a["date"] <= day
         bars = np.stack([a[f][loaded] for f in BAR_FIELDS], axis=1)
-        if len(stored) != int(loaded.sum()) or not np.array_equal(dates, a["date"][loaded]):
+        if len(dates) != int(loaded.sum()) or not np.array_equal(dates, a["date"][loaded]):
             why[t] = f"stored features do not cover the {int(loaded.sum())} sessions up to {run_date}"
         elif not np.array_equal(values[:, : len(BAR_FIELDS)], bars):
             first = dates[(values[:, : len(BAR_FIELDS)] != bars).any(axis=1)][0]
             why[t] = f"a bar was revised since the features were built (first on {first})"
-        elif len(stored) < w:
-            why[t] = f"only {len(stored)} stored rows up to {run_date}, the window needs {w}"
+        elif len(dates) < w:
+            why[t] = f"only {len(dates)} stored rows up to {run_date}, the window needs {w}"
         else:
             out[t] = values[-w:]
     for t, reason in why.items():
