@@ -309,12 +309,13 @@ def prices_and_features(
     up to `end`; the fingerprint is always taken over the whole series.
     """
     ticker = validate_ticker(ticker)
-    whole = load_prices(engine, [ticker])[ticker]
+    whole = load_prices(engine, [ticker])[ticker]  # every price column, as callers had it before
     current = current_fingerprint(engine, ticker, whole)
     prices = whole if end is None else whole[whole["date"] <= end].reset_index(drop=True)
     reason = stale_reason(stored_sets(engine, [ticker]).get(ticker), current)
     if reason is None:
-        return prices, FeatureRead(ticker, read_stored(engine, ticker, end=end), "store", "", current)
+        stored = load_stored_bulk(engine, [ticker], end=end)[ticker]
+        return prices, FeatureRead(ticker, stored, "store", "", current)
     log.info("%s: features recomputed from prices: %s", ticker, reason)
     return prices, FeatureRead(ticker, compute_features(prices), "recomputed", reason, current)
 
