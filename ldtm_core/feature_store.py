@@ -316,6 +316,9 @@ def prices_and_features(
     if reason is None:
         stored = load_stored_bulk(engine, [ticker], end=end)[ticker]
         return prices, FeatureRead(ticker, stored, "store", "", current)
+    if prices.empty:  # nothing to compute from; the caller reports "no prices"
+        empty = pd.DataFrame(columns=list(FEATURE_COLUMNS), dtype=np.float64)
+        return prices, FeatureRead(ticker, empty, "recomputed", "no prices", current)
     log.info("%s: features recomputed from prices: %s", ticker, reason)
     return prices, FeatureRead(ticker, compute_features(prices), "recomputed", reason, current)
 
@@ -587,6 +590,9 @@ def check_features(
             res["rsi_in_range"].problems[t] = (
                 f"{int(out.sum())} RSI values outside [0, 100], first on {stored.index[out][0]}"
             )
+        if prices.empty:
+            res["match_recomputation"].problems[t] = "stored rows but no prices to recompute them from"
+            continue
         fresh = compute_features(prices)
         picks = stored.index[rng.choice(len(stored), size=min(sample_rows, len(stored)), replace=False)]
         res["match_recomputation"].checked += len(picks)
