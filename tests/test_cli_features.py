@@ -47,7 +47,8 @@ def test_build_then_show_then_stale_after_a_revised_close(ldtm_env):
     stale = invoke("features", "show", "AAPL")
     assert stale.exit_code == 0
     assert "stale" in stale.stderr and "revised" in stale.stderr
-    assert sum(line.startswith("│ 2024-") for line in stale.stdout.splitlines()) == 20  # the last 20 by default
+    rows = [line for line in stale.stdout.splitlines() if line.startswith("│ 2024-")]
+    assert len(rows) == 20  # the last 20 rows by default
     assert "built" in invoke("features", "build", "--tickers", "AAPL").stdout
 
 
