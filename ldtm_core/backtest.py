@@ -23,8 +23,8 @@ from . import training
 from .config import Settings
 from .db import run_in_transaction
 from .errors import InputError, NotFoundError
+from .feature_store import prices_and_features
 from .model import ModelConfig
-from .prices import load_ticker_prices
 from .registry import get_model, newest_candidate
 from .samples import SampleSet, build_samples
 from .schema import backtest_folds
@@ -67,6 +67,7 @@ class BacktestResult:
     model_id: int | None
     folds: list[FoldResult] = field(default_factory=list)
     duration_s: float = 0.0
+    features: str = ""  # "stored" or "recomputed (why)"
 
     @property
     def n(self) -> int:
@@ -198,15 +199,15 @@ def run_backtest(
         raise NotFoundError(
             f"{ticker} has no candidate model to backtest: train first (ldtm train --tickers {ticker})"
         )
-    prices = load_ticker_prices(engine, ticker)
+    prices, feats = prices_and_features(engine, ticker)
     if prices.empty:
         raise NotFoundError(f"no prices for {ticker}")
-    samples = build_samples(prices, cfg.window)
+    samples = build_samples(prices, cfg.window, features=feats.frame)
     evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
     sessions = samples.dates
     labeled = np.flatnonzero(samples.labeled)
     latest_target = samples.target_dates.max(axis=1)
-    result = BacktestResult(str(uuid.uuid4()), ticker, model_id)
+    result = BacktestResult(str(uuid.uuid4()), ticker, model_id, features=feats.describe())
     for k, span in enumerate(spans):
         test_idx, cutoff = span.test_idx, span.cutoff
         if _leak_test_rows:

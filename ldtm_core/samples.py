@@ -80,10 +80,17 @@ def normalise_windows(windows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def build_samples(
-    prices: pd.DataFrame, window: int = 30, month_sessions: int = ONE_MONTH_SESSIONS
+    prices: pd.DataFrame,
+    window: int = 30,
+    month_sessions: int = ONE_MONTH_SESSIONS,
+    features: pd.DataFrame | None = None,
 ) -> SampleSet:
-    """All samples of one ticker from its price frame (date, open, high, low, close, volume)."""
-    feats = compute_features(prices)
+    """All samples of one ticker from its price frame (date, open, high, low, close, volume).
+
+    `features`: the ticker's feature frame when the caller has it already (the feature store's read);
+    computed from `prices` otherwise. Targets always come from `prices`.
+    """
+    feats = compute_features(prices) if features is None else features
     values = feats.to_numpy(dtype=np.float64)
     dates = feats.index.to_numpy().astype("datetime64[D]")
     n_feat = values.shape[1]

@@ -1,7 +1,7 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, run_log, ingested_files, and the view accuracy_30d (created by a migration).
+backtest_folds, run_log, ingested_files, features, feature_sets, and the view accuracy_30d (created by a migration).
 """
 
 from __future__ import annotations
@@ -192,4 +192,43 @@ ingested_files = Table(
     Column("ingested_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("status IN ('ok','partial','rejected')", name="ck_ingested_files_status"),
     UniqueConstraint("path", "sha256", name="uq_ingested_files_path_sha"),
+)
+
+# The 11 features of SPEC §3 per (ticker, session), in ldtm_core.features.FEATURE_NAMES order. Rows are
+# only ever replaced together with their ticker's `feature_sets` row, in one transaction.
+FEATURE_COLUMNS = (
+    "open",
+    "high",
+    "low",
+    "close",
+    "volume",
+    "log_return_1d",
+    "log_return_5d",
+    "rsi_14",
+    "close_sma_5",
+    "close_sma_10",
+    "close_sma_20",
+)
+
+features = Table(
+    "features",
+    metadata,
+    Column("ticker", TICKER, primary_key=True),
+    Column("date", Date, primary_key=True),
+    *(Column(name, Float, nullable=False) for name in FEATURE_COLUMNS),
+)
+
+# One row per ticker: what its stored features were computed from (ldtm_core.feature_store).
+feature_sets = Table(
+    "feature_sets",
+    metadata,
+    Column("ticker", TICKER, primary_key=True),
+    Column("fingerprint", String(255), nullable=False),
+    Column("definition", String(255), nullable=False),
+    Column("price_rows", Integer, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("warmup_rows", Integer, nullable=False),
+    Column("first_date", Date),
+    Column("last_date", Date),
+    Column("built_at", DateTime(timezone=True), nullable=False),
 )

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine, and_, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
-from . import runlog
+from . import feature_store, runlog
 from .audit import row_hash
 from .calendar import is_session, session_array, target_dates
 from .checkpoints import load_checkpoint, sha256_file
@@ -64,6 +64,7 @@ class PredictResult:
     cohort: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     phases: dict[str, float] = field(default_factory=dict)
     used_candidate: list[str] = field(default_factory=list)
+    features_recomputed: dict[str, str] = field(default_factory=dict)  # ticker -> why stored were not used
 
     def summary(self) -> dict:
         return {
@@ -75,6 +76,7 @@ class PredictResult:
             "cohort": self.cohort,
             "skipped": self.skipped,
             "used_candidate": self.used_candidate,
+            "features_recomputed": self.features_recomputed,
         }
 
 
@@ -463,6 +465,10 @@ def _predict(
     # features
     built, skipped = _windows(arrays, windows, run_date, need)
     result.skipped.update(skipped)
+    # The stored features (what training saw) replace the recomputed window where they are current.
+    stored, why = feature_store.stored_windows(engine, arrays, run_date, windows)
+    built.update({t: (*_normalised(v), *built[t][3:]) for t, v in stored.items() if t in built})
+    result.features_recomputed = {t: reason for t, reason in why.items() if t in built}
     inputs = [_Input(t, loaded[t][0], *built[t]) for t in loaded if t in built]
     t2 = time.perf_counter()
     result.phases["features"] = round(t2 - t1, 4)

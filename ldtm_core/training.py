@@ -339,6 +339,7 @@ class TrainOutcome:
     reason: str = ""
     checkpoint_path: str | None = None
     profile: str | None = None  # the settings it was trained with: 'tuned' or the named profile
+    features: str = ""  # "stored" or "recomputed (why)": see feature_store.prices_and_features
 
 
 def min_labeled_samples(cfg: ModelConfig) -> int:
@@ -365,14 +366,14 @@ def train_ticker(
 
     `provenance` (e.g. the study and trial a tuned config came from) is recorded in the row's metrics.
     """
-    from .prices import load_ticker_prices
+    from .feature_store import prices_and_features
     from .registry import register_candidate
 
     t0 = time.perf_counter()
     written: Path | None = None
     try:
         ticker = validate_ticker(ticker)
-        prices = load_ticker_prices(engine, ticker, end=as_of)
+        prices, feats = prices_and_features(engine, ticker, end=as_of)
         if prices.empty:
             return TrainOutcome(
                 ticker,
@@ -380,7 +381,7 @@ def train_ticker(
                 reason="no prices" + (f" up to {as_of}" if as_of else ""),
                 duration_s=time.perf_counter() - t0,
             )
-        samples = build_samples(prices, cfg.window)
+        samples = build_samples(prices, cfg.window, features=feats.frame)
         n_labeled = int(samples.labeled.sum())
         need = min_labeled_samples(cfg)
         if n_labeled < need:
@@ -447,6 +448,7 @@ def train_ticker(
             val_loss=result.val_loss,
             checkpoint_path=str(path),
             profile=profile,
+            features=feats.describe(),
         )
     except Exception as exc:  # noqa: BLE001 - one ticker's failure is reported, never raised
         message = mask_secrets(

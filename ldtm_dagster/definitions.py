@@ -6,10 +6,10 @@ from dagster import Definitions
 
 from . import assets, checks
 from .alerts import run_failure_alert, snapshots_freshness_alert
-from .jobs import nightly_job, promotion_job, retrain_job
+from .jobs import nightly_job, nightly_market_job, promotion_job, retrain_job
 from .resources import resources_from_env
 from .schedules import nightly, weekly_retrain
-from .sensors import gpu_pool_sensor, promotion_gate_sensor
+from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
 
 defs = Definitions(
     assets=[getattr(assets, name) for name in assets.__all__],
@@ -18,8 +18,14 @@ defs = Definitions(
         checks.prices_sessions_complete,
         checks.prices_no_unexplained_jumps,
     ],
-    jobs=[nightly_job, retrain_job, promotion_job],
+    jobs=[nightly_market_job, nightly_job, retrain_job, promotion_job],
     schedules=[nightly, weekly_retrain],
-    sensors=[gpu_pool_sensor, promotion_gate_sensor, run_failure_alert, snapshots_freshness_alert],
+    sensors=[
+        gpu_pool_sensor,
+        promotion_gate_sensor,
+        nightly_after_market,
+        run_failure_alert,
+        snapshots_freshness_alert,
+    ],
     resources=resources_from_env(),
 )

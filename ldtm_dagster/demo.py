@@ -4,7 +4,8 @@
 
 Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforced):
   1. prices                 synthetic market for the universe
-  2. checkpoints, backtests one single-run backfill over every ticker partition, trained on data up
+  2. features, checkpoints, backtests
+                            one single-run backfill over every ticker partition, trained on data up
                             to the replay start only, so the replayed evenings are out of sample
   3. promotions, onnx_exports  the gate per ticker (what promotion_gate_sensor launches)
   4. snapshots              a single-run backfill of the last evenings: `replay` rows
@@ -131,8 +132,8 @@ def run_demo(
         run_config={"ops": {"prices": {"config": {"start": start, "end": str(prices_end)}}}},
     )
     run(
-        f"checkpoints + backtests for {len(tickers)} tickers in one run (trained up to {replay_start})",
-        [assets.checkpoints, assets.backtests],
+        f"features + checkpoints + backtests for {len(tickers)} tickers in one run (trained up to {replay_start})",
+        [assets.features, assets.checkpoints, assets.backtests],
         tags={**_range_tags(tickers), **GPU_RUN_TAGS},
         run_config={
             "ops": {

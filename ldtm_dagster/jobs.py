@@ -1,4 +1,11 @@
-"""Jobs: what the schedules and sensors launch. Checks of the selected assets run with them."""
+"""Jobs: what the schedules and sensors launch. Checks of the selected assets run with them.
+
+The evening is two runs because one Dagster run covers one partition key or range of ONE partitions
+definition: `features` is partitioned by ticker, `snapshots` by evening. The nightly schedule launches
+`nightly_market_job` (prices, then the features of every ticker, one run), and its success launches
+`nightly_job` for that evening (sensors.nightly_after_market), so features always sit between prices
+and snapshots.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from dagster import AssetSelection, define_asset_job
 from .assets import (
     backtests,
     checkpoints,
+    features,
     fillbacks,
     leaderboard,
     onnx_exports,
@@ -17,20 +25,27 @@ from .assets import (
 from .partitions import evening_partitions, ticker_partitions
 from .pool import GPU_RUN_TAGS
 
+nightly_market_job = define_asset_job(
+    "nightly_market_job",
+    selection=AssetSelection.assets(prices, features),
+    partitions_def=ticker_partitions,
+    description="Evening, first run: prices -> features of every ticker; its success launches nightly_job.",
+)
+
 nightly_job = define_asset_job(
     "nightly_job",
-    selection=AssetSelection.assets(prices, snapshots, fillbacks, leaderboard),
+    selection=AssetSelection.assets(snapshots, fillbacks, leaderboard),
     partitions_def=evening_partitions,
     tags=GPU_RUN_TAGS,
-    description="Evening run: prices -> snapshots for that evening -> fillbacks -> leaderboard.",
+    description="Evening, second run: snapshots for that evening -> fillbacks -> leaderboard.",
 )
 
 retrain_job = define_asset_job(
     "retrain_job",
-    selection=AssetSelection.assets(checkpoints, backtests),
+    selection=AssetSelection.assets(features, checkpoints, backtests),
     partitions_def=ticker_partitions,
     tags=GPU_RUN_TAGS,
-    description="Train candidates and backtest them; each backtest partition fires the promotion gate.",
+    description="Refresh features, train candidates and backtest them; each backtest partition fires the gate.",
 )
 
 promotion_job = define_asset_job(

@@ -19,6 +19,9 @@ from ldtm_core.universe import load_universe
 
 NIGHTLY_CRON = "15 18 * * 1-5"
 MARKET_TZ = "America/New_York"
+# The evening a nightly market run (prices -> features) is for; its `prices` step fetches up to it and
+# sensors.nightly_after_market launches that evening's nightly_job.
+EVENING_TAG = "ldtm/evening"
 EVENINGS_START = "2020-01-01"
 
 UNIVERSE_SPEC = os.environ.get("LDTM_UNIVERSE") or "full"

@@ -1,18 +1,22 @@
-"""Sensors: keep the `gpu` pool sized to free VRAM, and run the promotion gate per backtest."""
+"""Sensors: keep the `gpu` pool sized to free VRAM, run the promotion gate per backtest, and start an
+evening's snapshots once its prices and features have landed."""
 
 from dagster import (
     AssetKey,
     AssetRecordsFilter,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunStatusSensorContext,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    run_status_sensor,
     sensor,
 )
 
-from .jobs import promotion_job
-from .partitions import ticker_partitions
+from .jobs import nightly_job, nightly_market_job, promotion_job
+from .partitions import EVENING_TAG, ticker_partitions
 from .pool import sync_pool_limit
 from .resources import GpuProbe
 
@@ -54,3 +58,20 @@ def promotion_gate_sensor(context: SensorEvaluationContext) -> SensorResult:
         requests.append(RunRequest(run_key=f"{key}:{record.storage_id}", partition_key=key))
     cursor = str(records[-1].storage_id) if records else context.cursor
     return SensorResult(run_requests=requests, cursor=cursor)
+
+
+@run_status_sensor(
+    run_status=DagsterRunStatus.SUCCESS,
+    monitored_jobs=[nightly_market_job],
+    request_job=nightly_job,
+    default_status=DefaultSensorStatus.RUNNING,
+)
+def nightly_after_market(context: RunStatusSensorContext) -> RunRequest | SkipReason:
+    """The evening's `nightly_job` (snapshots, fillbacks, leaderboard) once its market run (prices ->
+    features) succeeded: the second half of the nightly, which Dagster cannot run in the same run
+    because `snapshots` is partitioned by evening and `features` by ticker."""
+    run = context.dagster_run
+    evening = run.tags.get(EVENING_TAG)
+    if not evening:
+        return SkipReason(f"market run {run.run_id} has no {EVENING_TAG} tag (started by hand): no snapshots")
+    return RunRequest(run_key=f"nightly:{evening}:{run.run_id}", partition_key=evening)

@@ -17,6 +17,8 @@ TABLES = {
     "backtest_folds",
     "run_log",
     "ingested_files",
+    "features",
+    "feature_sets",
 }
 
 

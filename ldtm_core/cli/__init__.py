@@ -74,4 +74,4 @@ def handle_errors(fn: Callable) -> Callable:
 
 
 # Importing the command modules registers their commands on `app`.
-from . import accountability, dashboard, data, models, tuning  # noqa: E402,F401
+from . import accountability, dashboard, data, features, models, tuning  # noqa: E402,F401

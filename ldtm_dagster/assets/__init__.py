@@ -1,12 +1,13 @@
 """Software-defined assets, by area: market data, models, accountability."""
 
 from .accountability import fillbacks, leaderboard, snapshots
-from .market import prices
+from .market import features, prices
 from .models import backtests, checkpoints, onnx_exports, promotions
 from .tuning import hpo_studies
 
 __all__ = [
     "prices",
+    "features",
     "checkpoints",
     "backtests",
     "promotions",

@@ -10,7 +10,6 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     BackfillPolicy,
-    Failure,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -20,21 +19,25 @@ from ldtm_core import audit, fillback
 from ldtm_core import leaderboard as board
 from ldtm_core import snapshots as snaps
 from ldtm_core.calendar import is_session
-from ldtm_core.errors import LDTMError
 
 from ..metadata import records_table
 from ..partitions import evening_partitions
 from ..plots import leaderboard_figure_markdown
 from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore
+from ..steps import failing_as, for_each_partition
 
 
 @asset(
     partitions_def=evening_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     pool=GPU_POOL,
-    # Every evening reads the serving model of every ticker: all `promotions` partitions.
-    deps=["prices", AssetDep("promotions", partition_mapping=AllPartitionMapping())],
+    # Every evening reads the serving model and the stored features of every ticker: all partitions.
+    deps=[
+        "prices",
+        AssetDep("features", partition_mapping=AllPartitionMapping()),
+        AssetDep("promotions", partition_mapping=AllPartitionMapping()),
+    ],
     group_name="accountability",
     check_specs=[
         AssetCheckSpec("one_per_ticker", asset="snapshots", blocking=True),
@@ -49,36 +52,36 @@ def snapshots(
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
     engine, settings = database.engine(store), database.settings(store)
-    runs, duplicates, sessions = [], {}, 0
-    for key in context.partition_keys:
+    duplicates: dict[str, int] = {}
+
+    def one(key: str) -> dict:
         day = dt.date.fromisoformat(key)
         if not is_session(day):
-            runs.append({"run_date": key, "status": "no session", "rows_written": 0})
-            continue
-        sessions += 1
-        try:
-            result = snaps.predict(engine, settings, run_date=day, tickers=store.tickers())
-        except LDTMError as exc:
-            raise Failure(f"snapshots {key}: {exc}") from None
-        runs.append(
-            {
-                "run_date": key,
-                "status": result.mode,
-                "rows_written": result.rows_written,
-                "rows_existing": result.rows_existing,
-                "predicted": len(result.tickers_predicted),
-                "bullish": result.cohort.get("bullish", 0),
-                "neutral": result.cohort.get("neutral", 0),
-                "bearish": result.cohort.get("bearish", 0),
-                "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
-                "used_candidate": ",".join(result.used_candidate),
-            }
-        )
+            return {"run_date": key, "status": "no session", "rows_written": 0}
+        result = snaps.predict(engine, settings, run_date=day, tickers=store.tickers())
         counts = snaps.latest_rows(engine, day).groupby("ticker").size() if result.tickers_predicted else None
         if counts is not None:
             duplicates.update({f"{t} {key}": int(n) for t, n in counts.items() if n != 1})
         missing = set(result.tickers_predicted) - set(counts.index if counts is not None else [])
         duplicates.update({f"{t} {key}": 0 for t in missing})
+        for t, why in result.features_recomputed.items():
+            context.log.info(f"snapshots {key} {t}: features recomputed from prices: {why}")
+        return {
+            "run_date": key,
+            "status": result.mode,
+            "rows_written": result.rows_written,
+            "rows_existing": result.rows_existing,
+            "predicted": len(result.tickers_predicted),
+            "bullish": result.cohort.get("bullish", 0),
+            "neutral": result.cohort.get("neutral", 0),
+            "bearish": result.cohort.get("bearish", 0),
+            "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
+            "used_candidate": ",".join(result.used_candidate),
+            "features_recomputed": "; ".join(f"{t}: {why}" for t, why in result.features_recomputed.items()),
+        }
+
+    runs = for_each_partition(context, "snapshots", one)
+    sessions = sum(r["status"] != "no session" for r in runs)
     report = audit.verify(engine)
     last = runs[-1] if runs else {}
     return MaterializeResult(
@@ -122,10 +125,8 @@ def fillbacks(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
     """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched)."""
-    try:
+    with failing_as("fillbacks"):
         result = fillback.fillback(database.engine(store))
-    except LDTMError as exc:
-        raise Failure(f"fillbacks: {exc}") from None
     return MaterializeResult(
         metadata={
             "rows_pending": result.rows_pending,
@@ -141,10 +142,8 @@ def leaderboard(
 ) -> MaterializeResult:
     """Per-ticker accuracy over the last 30 days of filled snapshots, beside always-up and persistence."""
     engine = database.engine(store)
-    try:
+    with failing_as("leaderboard"):
         table = board.leaderboard(engine, mode="all")
-    except LDTMError as exc:
-        raise Failure(f"leaderboard: {exc}") from None
     rows = table.to_dict("records")
     metadata = {
         "verdict": board.verdict(table),

@@ -1,10 +1,15 @@
-"""Market data: the `prices` table, fetched from the configured price source."""
+"""Market data: the `prices` table, fetched from the configured price source, and the `features`
+computed from it (per ticker, fingerprinted)."""
 
 import datetime as dt
 
 import pandas as pd
 from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
     AssetExecutionContext,
+    BackfillPolicy,
     Backoff,
     Config,
     Failure,
@@ -15,7 +20,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from ldtm_core import ingest
+from ldtm_core import feature_store, ingest
 from ldtm_core.calendar import is_session, latest_session_on_or_before
 from ldtm_core.errors import LDTMError
 from ldtm_core.price_fetch import DEFAULT_OVERLAP_SESSIONS, fetch_prices
@@ -24,8 +29,9 @@ from ldtm_core.sources import SPEC_HELP, configured_spec, make_source
 from ldtm_core.universe import resolve_tickers
 
 from ..metadata import records_table
-from ..partitions import MARKET_TZ
+from ..partitions import EVENING_TAG, MARKET_TZ, ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
+from ..steps import failing_as
 
 PARTITION_TAG = "dagster/partition"
 # Transient source failures (the vendor or gateway is down for every ticker): three more tries,
@@ -61,10 +67,12 @@ def _date(value: str, name: str) -> dt.date:
 
 
 def _end_date(context: AssetExecutionContext, config: PricesConfig) -> dt.date:
-    """The configured end, else the evening this run is for (nightly job), else today in New York."""
+    """The configured end, else the evening this run is for (the nightly market run's tag, or an
+    evening partition), else today in New York."""
     if config.end:
         return _date(config.end, "end")
-    evening = context.run.tags.get(PARTITION_TAG, "") if context.run else ""
+    tags = context.run.tags if context.run else {}
+    evening = tags.get(EVENING_TAG) or tags.get(PARTITION_TAG, "")
     try:
         day = dt.date.fromisoformat(evening)
     except ValueError:
@@ -172,3 +180,81 @@ def _ingest_named_files(context, config: PricesConfig, engine, tickers: list[str
         f"prices: {metadata['rows_read']} rows read, {metadata['rows_written']} inserted or changed"
     )
     return MaterializeResult(metadata=metadata)
+
+
+FEATURE_CHECKS = {
+    "features_current": "same last date and price fingerprint as the ticker's prices now",
+    "features_finite": "no NaN or inf in any stored row (the warm-up rows are not stored)",
+    "features_rsi_in_range": "RSI-14 within [0, 100] on every stored row",
+    "features_match_recomputation": "stored values equal a fresh recomputation from prices on a sample of rows",
+}
+
+
+@asset(
+    partitions_def=ticker_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[prices],
+    group_name="market",
+    kinds={"sql"},
+    check_specs=[AssetCheckSpec(name, asset="features", blocking=True) for name in FEATURE_CHECKS],
+)
+def features(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """The 11 features per (ticker, session) in the `features` table, with the fingerprint of the prices
+    they came from. Training, backtests and inference use them only while that fingerprint still
+    matches the prices; a ticker whose prices did not change is left as it is, one with only new
+    sessions gets just those rows."""
+    engine = database.engine(store)
+    tickers = list(context.partition_keys)
+    with failing_as("features"):
+        outcomes = feature_store.build_features(engine, tickers)
+        checks = feature_store.check_features(engine, tickers)
+    for o in outcomes:
+        context.add_asset_metadata(_partition_metadata(o), partition_key=o.ticker)
+        if o.status in ("built", "no prices") and o.reason:
+            context.log.info(f"features {o.ticker}: {o.status}: {o.reason}")
+    summary = [
+        {
+            "ticker": o.ticker,
+            "status": o.status,
+            "rows": o.rows,
+            "rows_written": o.rows_written,
+            "first_date": str(o.first_date or ""),
+            "last_date": str(o.last_date or ""),
+            "reason": o.reason,
+        }
+        for o in outcomes
+    ]
+    results = {f"features_{name}": r for name, r in checks.items()}
+    return MaterializeResult(
+        metadata={
+            "summary": records_table(summary),
+            **{s: sum(o.status == s for o in outcomes) for s in ("built", "appended", "current")},
+            "rows_written": sum(o.rows_written for o in outcomes),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name=name,
+                passed=r.passed,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"checked": r.checked, "problems": MetadataValue.json(r.problems)},
+                description=FEATURE_CHECKS[name],
+            )
+            for name, r in results.items()
+        ],
+    )
+
+
+def _partition_metadata(o: feature_store.BuildOutcome) -> dict:
+    stats = [{"feature": name, **s} for name, s in o.stats.items()]
+    return {
+        "status": o.status,
+        "rows": o.rows,
+        "first_date": str(o.first_date or ""),
+        "last_date": str(o.last_date or ""),
+        "warmup_rows": o.warmup_rows,
+        "price_rows": o.price_rows,
+        "fingerprint": o.fingerprint.token if o.fingerprint else "",
+        "feature_stats": records_table(stats),
+    }

@@ -2,10 +2,8 @@
 
 All four are partitioned by ticker and accept multi-partition (single-run) backfills: the bodies read
 `context.partition_keys` and write to the database and the artifact store themselves (no IO manager).
-
-`features` is not a separate asset: the 11 features and the 30-day windows are recomputed from
-`prices` inside training, backtests and inference (milliseconds per ticker, SPEC §3-4), so storing
-them would add a copy that could drift from the prices without making anything faster.
+Training and backtests read the stored `features` of each ticker while their price fingerprint still
+matches, and recompute (saying so in the metadata's `features` column) when it does not.
 """
 
 import datetime as dt
@@ -30,6 +28,7 @@ from ..metadata import records_table
 from ..partitions import ticker_partitions
 from ..pool import GPU_POOL, step_workers
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+from ..steps import for_each_partition
 
 SINGLE_RUN = BackfillPolicy.single_run()
 
@@ -46,7 +45,7 @@ class BacktestsConfig(Config):
     partitions_def=ticker_partitions,
     backfill_policy=SINGLE_RUN,
     pool=GPU_POOL,
-    deps=["prices"],
+    deps=["features"],
     group_name="models",
     kinds={"pytorch"},
 )
@@ -91,6 +90,7 @@ def checkpoints(
             "val_loss": o.val_loss,
             "model_id": o.model_id,
             "reason": o.reason,
+            "features": o.features,
         }
         for o in outcomes
     ]
@@ -127,7 +127,7 @@ def _as_of(value: str) -> dt.date | None:
     partitions_def=ticker_partitions,
     backfill_policy=SINGLE_RUN,
     pool=GPU_POOL,
-    deps=[checkpoints],
+    deps=[checkpoints, "features"],
     group_name="models",
     kinds={"pytorch"},
     check_specs=[AssetCheckSpec("no_leakage", asset="backtests", blocking=True)],
@@ -143,36 +143,33 @@ def backtests(
     """Walk-forward backtest folds (rows of `backtest_folds`) of each ticker's newest candidate."""
     engine, settings = database.engine(store), database.settings(store)
     threads = step_workers(context, gpu.plan(), training.max_workers)
-    rows, leakage = [], 0
-    for ticker in context.partition_keys:
+
+    def one(ticker: str) -> dict:
         candidate = registry.newest_candidate(engine, ticker)
         if candidate is None:
-            rows.append({"ticker": ticker, "status": "no candidate"})
-            continue
-        try:
-            result = backtest.run_backtest(
-                engine, settings, ticker, folds=config.folds, model_id=candidate.id, threads=threads
-            )
-        except LDTMError as exc:
-            raise Failure(f"backtests: {ticker}: {exc}") from None
-        leakage += result.leakage_rows
-        rows.append(
-            {
-                "ticker": ticker,
-                "status": "ok",
-                "model_id": candidate.id,
-                "folds": len(result.folds),
-                "n": result.n,
-                "direction_accuracy": result.direction_accuracy,
-                "always_up_accuracy": result.always_up_accuracy,
-                "skill_model_only": result.skill.model_only,
-                "skill_up_only": result.skill.up_only,
-                "skill_p_value": result.skill.p_value,
-                "mean_abs_pct_error": result.mean_abs_pct_error,
-                "leakage_rows": result.leakage_rows,
-                "duration_s": round(result.duration_s, 2),
-            }
+            return {"ticker": ticker, "status": "no candidate"}
+        result = backtest.run_backtest(
+            engine, settings, ticker, folds=config.folds, model_id=candidate.id, threads=threads
         )
+        return {
+            "ticker": ticker,
+            "status": "ok",
+            "model_id": candidate.id,
+            "folds": len(result.folds),
+            "n": result.n,
+            "direction_accuracy": result.direction_accuracy,
+            "always_up_accuracy": result.always_up_accuracy,
+            "skill_model_only": result.skill.model_only,
+            "skill_up_only": result.skill.up_only,
+            "skill_p_value": result.skill.p_value,
+            "mean_abs_pct_error": result.mean_abs_pct_error,
+            "leakage_rows": result.leakage_rows,
+            "duration_s": round(result.duration_s, 2),
+            "features": result.features,
+        }
+
+    rows = for_each_partition(context, "backtests", one)
+    leakage = sum(r.get("leakage_rows", 0) for r in rows)
     return MaterializeResult(
         metadata={"summary": records_table(rows), "leakage_rows": leakage, "tickers": len(rows)},
         check_results=[
@@ -202,35 +199,29 @@ def promotions(
     model's accuracy beside always-up on the same folds; a failing candidate stays a candidate.
     """
     engine, settings = database.engine(store), database.settings(store)
-    rows = []
-    for ticker in context.partition_keys:
+
+    def one(ticker: str) -> dict:
         candidate = registry.newest_candidate(engine, ticker)
         if candidate is None:
             active = registry.active_model(engine, ticker)
-            rows.append(
-                {"ticker": ticker, "decision": "no candidate", "active_version": active and active.version}
-            )
-            continue
-        try:
-            report = gate.run_gate(engine, settings, ticker, model_id=candidate.id)
-        except LDTMError as exc:
-            raise Failure(f"promotions: {ticker}: {exc}") from None
+            return {"ticker": ticker, "decision": "no candidate", "active_version": active and active.version}
+        report = gate.run_gate(engine, settings, ticker, model_id=candidate.id)
         if report.passed:  # a failure is logged by the gate's notification (the `ldtm` logger)
             context.log.info(report.summary())
-        rows.append(
-            {
-                "ticker": ticker,
-                "decision": "promoted" if report.passed else "held",
-                "model_id": report.model_id,
-                "active_version": report.promoted.version if report.promoted else None,
-                "direction_accuracy": report.direction_accuracy,
-                "always_up_accuracy": report.always_up_accuracy,
-                "skill_p_value": report.skill.p_value if report.skill else None,
-                "mean_abs_pct_error": report.mean_abs_pct_error,
-                "leakage_rows": report.leakage_rows,
-                "failing": "; ".join(c.describe() for c in report.failing),
-            }
-        )
+        return {
+            "ticker": ticker,
+            "decision": "promoted" if report.passed else "held",
+            "model_id": report.model_id,
+            "active_version": report.promoted.version if report.promoted else None,
+            "direction_accuracy": report.direction_accuracy,
+            "always_up_accuracy": report.always_up_accuracy,
+            "skill_p_value": report.skill.p_value if report.skill else None,
+            "mean_abs_pct_error": report.mean_abs_pct_error,
+            "leakage_rows": report.leakage_rows,
+            "failing": "; ".join(c.describe() for c in report.failing),
+        }
+
+    rows = for_each_partition(context, "promotions", one)
     return MaterializeResult(
         metadata={
             "summary": records_table(rows),
@@ -252,27 +243,23 @@ def onnx_exports(
 ) -> MaterializeResult:
     """ONNX (opset 17, dynamic batch) of each ticker's active model, verified against PyTorch."""
     engine, settings = database.engine(store), database.settings(store)
-    rows = []
-    for ticker in context.partition_keys:
+
+    def one(ticker: str) -> dict:
         model = registry.active_model(engine, ticker)
         if model is None:
-            rows.append({"ticker": ticker, "status": "no active model"})
-            continue
+            return {"ticker": ticker, "status": "no active model"}
         out = settings.export_dir / f"{ticker}_ldtm_{model.version or model.id}.onnx"
-        try:
-            result = export.export_onnx(model.promoted_path or model.checkpoint_path, out)
-        except LDTMError as exc:
-            raise Failure(f"onnx_exports: {ticker}: {exc}") from None
-        rows.append(
-            {
-                "ticker": ticker,
-                "status": "exported",
-                "model_id": model.id,
-                "path": str(result.path),
-                "opset": result.opset,
-                "max_abs_diff": result.max_abs_diff,
-            }
-        )
+        result = export.export_onnx(model.promoted_path or model.checkpoint_path, out)
+        return {
+            "ticker": ticker,
+            "status": "exported",
+            "model_id": model.id,
+            "path": str(result.path),
+            "opset": result.opset,
+            "max_abs_diff": result.max_abs_diff,
+        }
+
+    rows = for_each_partition(context, "onnx_exports", one)
     return MaterializeResult(
         metadata={"summary": records_table(rows), "exported": sum(r["status"] == "exported" for r in rows)}
     )

@@ -15,6 +15,7 @@ from ldtm_dagster.partitions import evening_partitions, ticker_partitions
 
 ASSET_KEYS = {
     "prices",
+    "features",
     "checkpoints",
     "backtests",
     "promotions",
@@ -38,8 +39,8 @@ def test_definitions_are_loadable_with_fixed_asset_keys():
 
 def test_ticker_partitions_follow_the_universe_and_gpu_steps_use_the_gpu_pool():
     graph = _graph()
-    assert ticker_partitions.get_partition_keys() == load_universe(os.environ["LDTM_UNIVERSE"])
-    for key in ("checkpoints", "backtests", "promotions", "onnx_exports"):
+    assert ticker_partitions.get_partition_keys() == load_universe(os.environ.get("LDTM_UNIVERSE") or "demo")
+    for key in ("features", "checkpoints", "backtests", "promotions", "onnx_exports"):
         node = graph.get(AssetKey(key))
         assert node.partitions_def == ticker_partitions
         assert node.backfill_policy is not None and node.backfill_policy.max_partitions_per_run is None
@@ -61,7 +62,24 @@ def test_checks_cover_price_quality_snapshots_audit_and_leakage():
         ("snapshots", "one_per_ticker"),
         ("snapshots", "audit_chain_intact"),
         ("backtests", "no_leakage"),
+        ("features", "features_current"),
+        ("features", "features_finite"),
+        ("features", "features_rsi_in_range"),
+        ("features", "features_match_recomputation"),
     } <= checks
+
+
+def test_lineage_runs_prices_features_models_and_features_snapshots():
+    graph = _graph()
+
+    def parents(key: str) -> set[str]:
+        return {k.to_user_string() for k in graph.get(AssetKey(key)).parent_keys}
+
+    assert parents("features") == {"prices"}
+    assert parents("checkpoints") == {"features"}
+    assert parents("backtests") == {"checkpoints", "features"}
+    assert parents("promotions") == {"backtests"}
+    assert {"features", "promotions"} <= parents("snapshots")
 
 
 def test_full_universe_gives_103_checkpoint_partitions():

@@ -7,31 +7,55 @@ import uuid
 
 import pytest
 import yaml
-from dagster import AssetCheckKey, AssetKey, PartitionKeyRange, instance_for_test, materialize
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetRecordsFilter,
+    PartitionKeyRange,
+    build_run_status_sensor_context,
+    instance_for_test,
+    materialize,
+)
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from ldtm_dagster_helpers import REPO, TICKERS, tiny_resources
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
 from ldtm_core import calendar
 from ldtm_core.db import get_engine
-from ldtm_core.schema import backtest_folds, model_registry, snapshots
+from ldtm_core.schema import backtest_folds, model_registry, prices, snapshots
 from ldtm_dagster import assets, defs
 from ldtm_dagster.demo import ALL_ASSETS, run_demo
 from ldtm_dagster.partitions import evening_partitions
+from ldtm_dagster.partitions import EVENING_TAG
+from ldtm_dagster.sensors import nightly_after_market
 
 START, END, EVENINGS = "2023-01-03", "2024-12-31", 8
 CHECKS = [
     ("prices", "prices_ohlc_consistent"),
+    ("features", "features_current"),
+    ("features", "features_finite"),
+    ("features", "features_rsi_in_range"),
+    ("features", "features_match_recomputation"),
     ("backtests", "no_leakage"),
     ("snapshots", "one_per_ticker"),
     ("snapshots", "audit_chain_intact"),
 ]
 
 
+def _range_tags(keys: list[str]) -> dict:
+    return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
+
+
 def _latest_metadata(instance, key: str) -> dict:
     record = instance.fetch_materializations(AssetKey(key), limit=1).records[0]
     return record.asset_materialization.metadata
+
+
+def conn_count(engine, ticker: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).where(prices.c.ticker == ticker)).scalar()
 
 
 def _materialized_partitions(instance, key: str) -> set:
@@ -46,7 +70,7 @@ def _run_whole_graph(instance, resources) -> None:
     # Dagster saw every asset; the ticker assets per partition, the evenings per partition.
     for key in ("prices", "fillbacks", "leaderboard"):
         assert instance.fetch_materializations(AssetKey(key), limit=1).records, key
-    for key in ("checkpoints", "backtests", "promotions", "onnx_exports"):
+    for key in ("features", "checkpoints", "backtests", "promotions", "onnx_exports"):
         assert _materialized_partitions(instance, key) == set(tickers), key
     # The range run covers every evening partition in it; weekday holidays record "no session".
     partitions = sorted(_materialized_partitions(instance, "snapshots"))
@@ -86,6 +110,22 @@ def _run_whole_graph(instance, resources) -> None:
     assert sorted(r.data["ticker"] for r in summary) == sorted(tickers)
     assert {r.data["status"] for r in summary} == {"trained"}
     assert all(r.data["epochs"] == 1 for r in summary)  # the resource's max_epochs override reached training
+    # Training, backtests and inference read the stored features (prices unchanged since the build).
+    assert {r.data["features"] for r in summary} == {"stored"}
+    backtested = _latest_metadata(instance, "backtests")["summary"].value.records
+    assert {r.data["features"] for r in backtested} == {"stored"}
+    evenings_run = _latest_metadata(instance, "snapshots")["runs"].value.records
+    assert {r.data["features_recomputed"] for r in evenings_run if r.data["status"] != "no session"} == {""}
+    # Per-partition metadata of the features asset.
+    record = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey("features"), asset_partitions=[tickers[0]]), limit=1
+    ).records[0]
+    meta = record.asset_materialization.metadata
+    prices_rows = conn_count(engine, tickers[0])
+    assert meta["rows"].value + meta["warmup_rows"].value == meta["price_rows"].value == prices_rows
+    assert meta["fingerprint"].value.startswith(f"rows={prices_rows};")
+    rsi = next(r.data for r in meta["feature_stats"].value.records if r.data["feature"] == "rsi_14")
+    assert 0 <= rsi["min"] <= rsi["mean"] <= rsi["max"] <= 100
     fills = _latest_metadata(instance, "fillbacks")
     assert fills["filled_next_day"].value == len(tickers) * (EVENINGS - 1)
 
@@ -116,18 +156,35 @@ def test_whole_graph_on_sqlite_then_a_nightly_run(dagster_instance, sqlite_url, 
     resources = tiny_resources(tmp_path / "home", sqlite_url)
     _run_whole_graph(dagster_instance, resources)
 
-    # The nightly job for the next evening (2025-01-02): prices through that day, live rows for it,
-    # and the previous evening's next-day actuals filled in.
+    # The nightly for the next evening (2025-01-02): one run of prices through that day and the features
+    # of every ticker; its success launches nightly_job for the evening: live rows for it, and the
+    # previous evening's next-day actuals filled in.
     evening = "2025-01-02"
-    job = defs.resolve_job_def("nightly_job")
-    result = job.execute_in_process(
+    market = defs.resolve_job_def("nightly_market_job").execute_in_process(
         instance=dagster_instance,
-        partition_key=evening,
         resources=resources,
+        tags={**_range_tags(TICKERS.split(",")), EVENING_TAG: evening},
         run_config={"ops": {"prices": {"config": {"start": START, "end": evening}}}},
+    )
+    assert market.success
+    features_meta = _latest_metadata(dagster_instance, "features")
+    assert features_meta["appended"].value == len(TICKERS.split(","))  # one new session each
+    request = nightly_after_market(
+        build_run_status_sensor_context(
+            sensor_name="nightly_after_market",
+            dagster_event=market.get_run_success_event(),
+            dagster_instance=dagster_instance,
+            dagster_run=market.dagster_run,
+        )
+    )
+    assert request.partition_key == evening
+    result = defs.resolve_job_def("nightly_job").execute_in_process(
+        instance=dagster_instance, partition_key=request.partition_key, resources=resources
     )
     assert result.success
     assert result.dagster_run.tags.get("ldtm/gpu") == "true"
+    [run] = _latest_metadata(dagster_instance, "snapshots")["runs"].value.records
+    assert run.data["features_recomputed"] == ""  # the evening read the features the market run stored
     engine = get_engine(sqlite_url)
     with engine.connect() as conn:
         modes = (

@@ -1,6 +1,7 @@
 """Done-when of issue 11: LDTM_PRICE_SOURCE=files:<dir> drives the nightly cycle through Dagster.
 
-Drop a file, run the nightly job for that evening: prices ingested, snapshots written. Next evening's
+Drop a file, run the nightly for that evening (its market run: prices -> features, then its
+nightly_job: snapshots -> fillbacks -> leaderboard): prices ingested, snapshots written. Next evening's
 file arrives: its nightly run writes that evening's snapshots and fills the previous ones back.
 """
 
@@ -18,6 +19,7 @@ from ldtm_core.schema import ingested_files, snapshots
 from ldtm_core.synthetic import generate
 from ldtm_dagster import assets, defs
 from ldtm_dagster.demo import _range_tags
+from ldtm_dagster.partitions import EVENING_TAG
 
 TICKER_LIST = TICKERS.split(",")
 EVENING_1, EVENING_2 = "2024-12-31", "2025-01-02"
@@ -56,12 +58,23 @@ def test_files_source_drives_two_nightly_runs(dagster_instance, sqlite_url, tmp_
         [assets.checkpoints], instance=dagster_instance, resources=resources, tags=_range_tags(TICKER_LIST)
     ).success
 
-    nightly = defs.resolve_job_def("nightly_job")
+    market_job, evening_job = defs.resolve_job_def("nightly_market_job"), defs.resolve_job_def("nightly_job")
+
+    def nightly(evening: str):
+        """What the schedule + nightly_after_market do: the market run, then the evening's run."""
+        market = market_job.execute_in_process(
+            instance=dagster_instance,
+            resources=resources,
+            tags={**_range_tags(TICKER_LIST), EVENING_TAG: evening},
+        )
+        assert market.success
+        return evening_job.execute_in_process(
+            instance=dagster_instance, partition_key=evening, resources=resources
+        )
+
     # Evening 1: its bar is dropped, the nightly job for that evening runs on the files source.
     _drop(drop, "2024-12-31.csv", EVENING_1, EVENING_1)
-    assert nightly.execute_in_process(
-        instance=dagster_instance, partition_key=EVENING_1, resources=resources
-    ).success
+    assert nightly(EVENING_1).success
     first = _snapshot_rows(engine, EVENING_1)
     assert sorted(r.ticker for r in first) == sorted(TICKER_LIST)
     assert {r.mode for r in first} == {"live"} and all(r.next_day_actual is None for r in first)
@@ -79,9 +92,7 @@ def test_files_source_drives_two_nightly_runs(dagster_instance, sqlite_url, tmp_
 
     # Evening 2: the next file fills evening 1 back and gets its own snapshots.
     _drop(drop, "2025-01-02.csv", EVENING_2, EVENING_2)
-    assert nightly.execute_in_process(
-        instance=dagster_instance, partition_key=EVENING_2, resources=resources
-    ).success
+    assert nightly(EVENING_2).success
     assert sorted(r.ticker for r in _snapshot_rows(engine, EVENING_2)) == sorted(TICKER_LIST)
     filled = _snapshot_rows(engine, EVENING_1)
     assert all(r.next_day_actual is not None for r in filled)
@@ -92,7 +103,5 @@ def test_files_source_drives_two_nightly_runs(dagster_instance, sqlite_url, tmp_
         assert conn.execute(select(func.count()).select_from(ingested_files)).scalar() == 3
 
     # A rerun of evening 2 with no new file is a no-op: nothing re-ingested, no duplicate rows.
-    assert nightly.execute_in_process(
-        instance=dagster_instance, partition_key=EVENING_2, resources=resources
-    ).success
+    assert nightly(EVENING_2).success
     assert len(_snapshot_rows(engine, EVENING_2)) == len(TICKER_LIST)

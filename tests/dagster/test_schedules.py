@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from dagster import build_schedule_context
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from ldtm_dagster.partitions import ticker_partitions
+from ldtm_dagster.partitions import EVENING_TAG, ticker_partitions
 from ldtm_dagster.schedules import nightly, weekly_retrain
 
 NY = ZoneInfo("America/New_York")
@@ -21,20 +21,33 @@ def _requests(schedule, when: dt.datetime, instance):
 
 def test_nightly_runs_weekdays_at_1815_new_york_for_that_evening(dagster_instance):
     assert (nightly.cron_schedule, nightly.execution_timezone) == ("15 18 * * 1-5", "America/New_York")
-    assert nightly.job_name == "nightly_job"
+    assert nightly.job_name == "nightly_market_job"
+    keys = ticker_partitions.get_partition_keys()
     # Tuesday 2025-03-11 (the first week of US daylight time) and a Friday.
     for day in (dt.date(2025, 3, 11), dt.date(2025, 3, 14)):
         [request] = _requests(nightly, dt.datetime.combine(day, dt.time(18, 15), NY), dagster_instance)
-        assert request.partition_key == day.isoformat()
+        # One run over every ticker partition (prices, then features), tagged with its evening.
+        assert request.tags[EVENING_TAG] == day.isoformat()
+        assert (
+            request.tags[ASSET_PARTITION_RANGE_START_TAG],
+            request.tags[ASSET_PARTITION_RANGE_END_TAG],
+        ) == (
+            keys[0],
+            keys[-1],
+        )
+        assert request.run_key == f"nightly:{day.isoformat()}"
 
 
-def test_nightly_job_covers_prices_to_leaderboard():
+def test_nightly_puts_features_between_prices_and_snapshots():
     from ldtm_dagster import defs
 
-    job = defs.resolve_job_def("nightly_job")
-    keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
-    assert keys == {"prices", "snapshots", "fillbacks", "leaderboard"}
-    assert job.tags.get("ldtm/gpu") == "true"
+    def keys(name):
+        return {k.to_user_string() for k in defs.resolve_job_def(name).asset_layer.selected_asset_keys}
+
+    assert keys("nightly_market_job") == {"prices", "features"}
+    assert keys("nightly_job") == {"snapshots", "fillbacks", "leaderboard"}
+    assert keys("retrain_job") == {"features", "checkpoints", "backtests"}
+    assert defs.resolve_job_def("nightly_job").tags.get("ldtm/gpu") == "true"
 
 
 def test_weekly_retrain_is_one_range_run_over_every_ticker(dagster_instance):

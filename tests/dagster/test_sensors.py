@@ -4,13 +4,22 @@ backtest partition materialization."""
 from __future__ import annotations
 
 import pytest
-from dagster import AssetKey, asset, build_sensor_context, materialize
+from dagster import (
+    AssetKey,
+    SkipReason,
+    asset,
+    build_run_status_sensor_context,
+    build_sensor_context,
+    job,
+    materialize,
+    op,
+)
 from ldtm_dagster_helpers import FakeGpuProbe, FakeNVML
 
 from ldtm_dagster import defs
-from ldtm_dagster.partitions import ticker_partitions
+from ldtm_dagster.partitions import EVENING_TAG, ticker_partitions
 from ldtm_dagster.pool import GPU_POOL
-from ldtm_dagster.sensors import gpu_pool_sensor, promotion_gate_sensor
+from ldtm_dagster.sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
 
 
 def _limit(instance) -> int:
@@ -92,3 +101,42 @@ def test_promotion_sensor_run_keys_dedupe_a_reevaluation_from_an_old_cursor(dags
     assert [r.run_key for r in first] == [r.run_key for r in replay]
     record = dagster_instance.fetch_materializations(AssetKey("backtests"), limit=1).records[0]
     assert first[0].run_key == f"{t}:{record.storage_id}"
+
+
+# --- nightly_after_market: the evening run follows its market run -------------------------------------
+
+
+@op
+def _noop() -> None:
+    return None
+
+
+@job
+def _stand_in_market_job():
+    _noop()
+
+
+def _after(instance, tags: dict):
+    run = _stand_in_market_job.execute_in_process(instance=instance, tags=tags)
+    context = build_run_status_sensor_context(
+        sensor_name="nightly_after_market",
+        dagster_event=run.get_run_success_event(),
+        dagster_instance=instance,
+        dagster_run=run.dagster_run,
+    )
+    return nightly_after_market(context), run.dagster_run.run_id
+
+
+def test_a_market_run_for_an_evening_launches_that_evenings_nightly_job(dagster_instance):
+    request, run_id = _after(dagster_instance, {EVENING_TAG: "2025-03-11"})
+    assert request.partition_key == "2025-03-11"
+    assert request.run_key == f"nightly:2025-03-11:{run_id}"
+    assert [j.name for j in nightly_after_market._monitored_jobs] == [
+        "nightly_market_job"
+    ]  # no public accessor
+    assert nightly_after_market.job_name == "nightly_job"
+
+
+def test_a_market_run_started_by_hand_launches_nothing(dagster_instance):
+    skip, _ = _after(dagster_instance, {})
+    assert isinstance(skip, SkipReason) and EVENING_TAG in skip.skip_message

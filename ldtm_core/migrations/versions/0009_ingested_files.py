@@ -5,14 +5,14 @@ ingested again, an unchanged file is skipped. The row is written in the same tra
 file's prices, so a file is never marked done without its rows (a manifest on disk could not be).
 
 Revision ID: 0009
-Revises: 0004
+Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0004"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
