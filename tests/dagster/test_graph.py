@@ -27,8 +27,7 @@ from ldtm_core.db import get_engine
 from ldtm_core.schema import backtest_folds, model_registry, prices, snapshots
 from ldtm_dagster import assets, defs
 from ldtm_dagster.demo import ALL_ASSETS, run_demo
-from ldtm_dagster.partitions import evening_partitions
-from ldtm_dagster.partitions import EVENING_TAG
+from ldtm_dagster.partitions import EVENING_TAG, evening_partitions
 from ldtm_dagster.sensors import nightly_after_market
 
 START, END, EVENINGS = "2023-01-03", "2024-12-31", 8
