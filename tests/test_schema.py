@@ -23,7 +23,7 @@ def test_upgrade_is_idempotent(db_url):
     before = current_revision(db_url)
     upgrade(db_url)
     upgrade(db_url)
-    assert current_revision(db_url) == before == "0004"
+    assert current_revision(db_url) == before == "0005"
 
 
 def test_one_active_model_per_ticker_is_enforced_by_the_database(db_url):

@@ -19,10 +19,12 @@ from ldtm_core.audit import verify
 from ldtm_core.calendar import next_monday_session, next_session, sessions_after
 from ldtm_core.errors import InputError
 from ldtm_core.features import compute_features
+from ldtm_core.inference import batched_forward
 from ldtm_core.model import LDTM, get_profile
+from ldtm_core.price_windows import features_batch
 from ldtm_core.samples import build_samples
 from ldtm_core.schema import run_log, snapshots
-from ldtm_core.snapshots import batched_forward, classify_direction, features_batch, predict
+from ldtm_core.snapshots import classify_direction, predict
 from ldtm_core.synthetic import generate
 
 TICKERS = ["AAPL", "NVDA", "QQQ"]
@@ -123,8 +125,12 @@ def test_rerun_is_a_noop_and_replay_mode_and_chain(engine, world):
         r = rows[rows.ticker == t].sort_values("id")
         assert r.iloc[1].prev_hash == r.iloc[0].row_hash  # chained per ticker
     assert verify(engine).ok
-    forced = predict(engine, settings, run_date=dates[-3], mode="live")
-    assert forced.mode == "live"
+    n_before = len(_rows(engine))
+    # --mode live on an evening whose outcome is already in the prices is refused, nothing written
+    with pytest.raises(InputError, match=r"--mode live refused for .*prices up to"):
+        predict(engine, settings, run_date=dates[-3], mode="live")
+    assert len(_rows(engine)) == n_before
+    assert predict(engine, settings, run_date=dates[-3], mode="replay").mode == "replay"
 
 
 def test_promoted_model_version_and_candidate_fallback(engine, world):
