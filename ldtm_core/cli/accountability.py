@@ -149,21 +149,35 @@ def print_leaderboard(df, mode: str = "all") -> None:
 def audit_verify(
     tickers: Annotated[list[str] | None, typer.Option("--tickers", "-t", help="Only these tickers")] = None,
 ) -> None:
-    """Recompute every ticker's hash chain; exit 1 and list each edited row if any."""
+    """Recompute every ticker's hash chain, compare it with the recorded chain heads and re-derive every
+    filled actual from prices; exit 1 and list each problem if any."""
     from ..audit import verify
 
     report = verify(open_db(), _tickers(tickers))
-    if report.ok:
-        console.print(f"audit ok: {report.rows_checked} rows, {report.tickers_checked} tickers, chain intact")
+    if report.tickers_without_rows:
+        err_console.print(
+            f"[bold red]audit: no snapshot rows for {', '.join(report.tickers_without_rows)}[/] "
+            "(nothing was ever predicted for them, or their rows are gone)"
+        )
+    if report.ok and not report.tickers_without_rows:
+        if report.rows_checked == 0:
+            console.print("audit: no snapshot rows yet, nothing to verify")
+            return
+        console.print(
+            f"audit ok: {report.rows_checked} rows, {report.tickers_checked} tickers, chain intact; "
+            f"{report.anchors_checked} anchored chain heads match; {report.actuals_checked} filled actuals "
+            "match prices"
+        )
         return
-    table = Table("ticker", "run_date", "model_version", "problem", title=f"{len(report.problems)} problems")
-    for p in report.problems:
-        table.add_row(p.ticker, str(p.run_date), p.model_version, p.what)
-    console.print(table)
-    err_console.print(
-        f"[bold red]audit FAILED[/]: {len(report.problems)} problems in {', '.join(report.bad_tickers)} "
-        f"({report.rows_checked} rows checked)"
-    )
+    if report.problems:
+        table = Table("ticker", "run_date", "model_version", "problem", title=f"{len(report.problems)} problems")
+        for p in report.problems:
+            table.add_row(p.ticker, str(p.run_date or "-"), p.model_version, p.what)
+        console.print(table)
+        err_console.print(
+            f"[bold red]audit FAILED[/]: {len(report.problems)} problems in {', '.join(report.bad_tickers)} "
+            f"({report.rows_checked} rows checked)"
+        )
     sys.exit(1)
 
 
