@@ -1,4 +1,11 @@
-"""The leaderboard (SPEC §9): rows of the `accuracy_30d` view plus the plain verdict against always-up."""
+"""The leaderboard (SPEC §9): rows of the `accuracy_30d` view plus the plain verdict against always-up.
+
+The ticker leaderboard scores exactly one prediction per (ticker, evening): the first one recorded,
+i.e. what was published; a model promoted later and re-predicting the same evening does not count
+twice. In-sample replays (the model's data cutoff reaches the next-day target) are left out unless
+asked for. `leaderboard_by_model` is the separate per-model report: each version on its own rows.
+Extra columns (e.g. a significance test) can be added to the returned frames without touching SQL.
+"""
 
 from __future__ import annotations
 
@@ -39,26 +46,46 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-def leaderboard(engine: Engine, mode: str = "all") -> pd.DataFrame:
+# The views (migration 0005): first row per evening, out of sample / with in-sample rows / per model.
+TICKER_VIEW = "accuracy_30d"
+TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
+MODEL_VIEW = "accuracy_30d_by_model"
+
+
+def leaderboard(engine: Engine, mode: str = "all", include_in_sample: bool = False) -> pd.DataFrame:
     """One row per ticker for `mode` (all / live / replay), best direction accuracy first.
 
-    `beats_always_up` / `beats_persistence` are True only when the model is strictly more accurate
-    than the baseline on the same rows.
+    Each (ticker, evening) counts once: its first recorded prediction. `include_in_sample` adds the
+    in-sample replays back. `beats_always_up` / `beats_persistence` are True only when the model is
+    strictly more accurate than the baseline on the same rows.
     """
+    view = TICKER_VIEW_WITH_IN_SAMPLE if include_in_sample else TICKER_VIEW
+    df = _read(engine, view, COLUMNS, mode)
+    return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+
+
+def leaderboard_by_model(engine: Engine, mode: str = "all") -> pd.DataFrame:
+    """Per-model accuracy: one row per (ticker, model_version), each version on its own out-of-sample rows."""
+    cols = ["ticker", "model_version", *COLUMNS[1:]]
+    df = _read(engine, MODEL_VIEW, cols, mode)
+    return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
+
+
+def _read(engine: Engine, view: str, columns: list[str], mode: str) -> pd.DataFrame:
     if mode not in MODES:
         raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
-    cols = ", ".join(COLUMNS)
-    # Fixed column list and a bound parameter: no user text reaches the SQL.
-    stmt = text(f"SELECT {cols} FROM accuracy_30d WHERE mode = :mode")  # noqa: S608
+    cols = ", ".join(columns)
+    # Fixed view and column names from this module and a bound parameter: no user text reaches the SQL.
+    stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
     with engine.connect() as conn:
-        df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=COLUMNS)
+        df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
     for c in ("n", "hits"):
         df[c] = df[c].astype("int64")
     for c in ("window_start", "window_end"):  # SQLite views return dates as text
         df[c] = pd.to_datetime(df[c]).dt.date
     df["beats_always_up"] = df["direction_accuracy"] > df["always_up_accuracy"]
     df["beats_persistence"] = df["direction_accuracy"] > df["persistence_accuracy"]
-    return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+    return df
 
 
 def verdict(df: pd.DataFrame) -> str:
@@ -77,14 +104,15 @@ def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> p
     """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
     s = snapshots.c
     stmt = (
-        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual)
+        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual, s.in_sample)
         .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
         .order_by(s.ticker, s.run_date, s.id)
     )
     with engine.connect() as conn:
         df = pd.DataFrame(
-            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual"]
+            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual", "in_sample"]
         )
-    # One row per (ticker, evening): the newest model's when a rerun after a promotion added a second.
-    df = df.drop_duplicates(["ticker", "run_date"], keep="last")
+    # One row per (ticker, evening): the first recorded, out of sample, as the leaderboard scores it.
+    df = df.drop_duplicates(["ticker", "run_date"], keep="first")
+    df = df[~df.pop("in_sample").astype(bool)]
     return df.groupby("ticker", group_keys=False).tail(sessions)

@@ -77,6 +77,7 @@ class PredictResult:
     phases: dict[str, float] = field(default_factory=dict)
     used_candidate: list[str] = field(default_factory=list)
     in_sample: list[str] = field(default_factory=list)
+    model_versions: dict[str, str] = field(default_factory=dict)  # {ticker: model_version written}
     # The anchor stored in run_log: {"keyed": bool, "heads": {ticker: [id, row_hash, run_date, version]}}
     chain_heads: dict = field(default_factory=dict)
 
@@ -259,6 +260,7 @@ def _predict(
     result.cohort = {**dict.fromkeys(DIRECTIONS, 0), **Counter(r["direction_pred"] for r in rows)}
     result.used_candidate = sorted(r["ticker"] for r in rows if r["model_status"] == "candidate")
     result.in_sample = sorted(r["ticker"] for r in rows if r["in_sample"])
+    result.model_versions = {r["ticker"]: r["model_version"] for r in rows}
 
 
 def latest_rows(engine: Engine, run_date: dt.date) -> pd.DataFrame:

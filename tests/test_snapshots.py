@@ -283,3 +283,36 @@ def test_predict_input_equals_the_training_sample(engine, db_url, tmp_path, monk
         hist = df[(df.ticker == t) & (df.date <= d)].drop(columns="ticker")
         want = build_samples(hist, 30).x[-1]
         np.testing.assert_allclose(seen["x"][i].numpy(), want, atol=2e-6)
+
+
+def test_in_sample_replays_are_flagged_and_left_off_the_leaderboard(engine, db_url, tmp_path):
+    """A model whose data cutoff is 2024-06-21 replays 06-18..06-24: the evenings whose next-day target
+    is on or before the cutoff are in-sample; 06-21 (target 06-24) and later are out of sample."""
+    from ldtm_core.fillback import fillback
+    from ldtm_core.leaderboard import leaderboard
+
+    settings = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL", trained_on=dt.date(2024, 6, 21))
+    evenings = [dt.date(2024, 6, 18), dt.date(2024, 6, 20), dt.date(2024, 6, 21), dt.date(2024, 6, 24)]
+    results = [predict(engine, settings, run_date=d) for d in evenings]
+    assert [r.in_sample for r in results] == [["AAPL"], ["AAPL"], [], []]
+    rows = _rows(engine)
+    assert rows[["run_date", "next_day_date", "in_sample"]].values.tolist() == [
+        [dt.date(2024, 6, 18), dt.date(2024, 6, 20), True],  # 06-19 is Juneteenth
+        [dt.date(2024, 6, 20), dt.date(2024, 6, 21), True],
+        [dt.date(2024, 6, 21), dt.date(2024, 6, 24), False],
+        [dt.date(2024, 6, 24), dt.date(2024, 6, 25), False],
+    ]
+    assert verify(engine).ok  # the flag is hashed; the chain is intact
+    with engine.connect() as conn:
+        summary = json.loads(
+            conn.execute(
+                select(run_log.c.summary_json).where(run_log.c.run_id == results[0].run_id)
+            ).scalar_one()
+        )
+    assert summary["in_sample"] == ["AAPL"]
+    fillback(engine)
+    board = leaderboard(engine).iloc[0]
+    assert board["n"] == 2 and board["window_start"] == dt.date(2024, 6, 21)
+    assert leaderboard(engine, include_in_sample=True).iloc[0]["n"] == 4

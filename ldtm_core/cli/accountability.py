@@ -100,11 +100,25 @@ def fillback_cmd(
 @handle_errors
 def leaderboard_cmd(
     mode: str = typer.Option("all", "--mode", help="all, live or replay"),
+    include_in_sample: bool = typer.Option(
+        False,
+        "--include-in-sample",
+        help="Also score in-sample replays (evenings the model's training data already reached)",
+    ),
+    by_model: bool = typer.Option(
+        False, "--by-model", help="Per-model report: every model version on its own rows"
+    ),
 ) -> None:
-    """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines."""
-    from ..leaderboard import leaderboard
+    """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines.
 
-    print_leaderboard(leaderboard(open_db(), mode), mode)
+    Each evening counts once per ticker: its first recorded prediction (what was published)."""
+    from ..leaderboard import leaderboard, leaderboard_by_model
+
+    if by_model:
+        print_leaderboard(leaderboard_by_model(open_db(), mode), f"{mode}, by model")
+        return
+    label = f"{mode}, with in-sample replays" if include_in_sample else mode
+    print_leaderboard(leaderboard(open_db(), mode, include_in_sample=include_in_sample), label)
 
 
 def print_leaderboard(df, mode: str = "all") -> None:
@@ -129,7 +143,7 @@ def print_leaderboard(df, mode: str = "all") -> None:
     )
     for r in df.itertuples(index=False):
         table.add_row(
-            r.ticker,
+            f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker,
             str(r.n),
             _pct(r.direction_accuracy),
             f"{_pct(r.wilson_low)}–{_pct(r.wilson_high)}",
@@ -170,7 +184,9 @@ def audit_verify(
         )
         return
     if report.problems:
-        table = Table("ticker", "run_date", "model_version", "problem", title=f"{len(report.problems)} problems")
+        table = Table(
+            "ticker", "run_date", "model_version", "problem", title=f"{len(report.problems)} problems"
+        )
         for p in report.problems:
             table.add_row(p.ticker, str(p.run_date or "-"), p.model_version, p.what)
         console.print(table)

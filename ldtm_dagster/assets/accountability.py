@@ -6,6 +6,7 @@ import datetime as dt
 from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
+    AssetCheckSeverity,
     AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
@@ -16,7 +17,7 @@ from dagster import (
     asset,
 )
 
-from ldtm_core import audit, fillback
+from ldtm_core import audit, chain, fillback
 from ldtm_core import leaderboard as board
 from ldtm_core import snapshots as snaps
 from ldtm_core.calendar import is_session
@@ -39,6 +40,8 @@ from ..resources import AppDatabase, ArtifactStore
     check_specs=[
         AssetCheckSpec("one_per_ticker", asset="snapshots", blocking=True),
         AssetCheckSpec("audit_chain_intact", asset="snapshots", blocking=True),
+        # Warn only: a deliberately reset app database would otherwise block every later run.
+        AssetCheckSpec("chain_matches_dagster_anchors", asset="snapshots", blocking=False),
     ],
 )
 def snapshots(
@@ -49,7 +52,8 @@ def snapshots(
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
     engine, settings = database.engine(store), database.settings(store)
-    runs, duplicates, sessions = [], {}, 0
+    previous_heads = _previous_chain_heads(context)
+    runs, duplicates, sessions, heads = [], {}, 0, {}
     for key in context.partition_keys:
         day = dt.date.fromisoformat(key)
         if not is_session(day):
@@ -60,6 +64,7 @@ def snapshots(
             result = snaps.predict(engine, settings, run_date=day, tickers=store.tickers())
         except LDTMError as exc:
             raise Failure(f"snapshots {key}: {exc}") from None
+        heads.update(result.chain_heads.get("heads", {}))
         runs.append(
             {
                 "run_date": key,
@@ -72,14 +77,21 @@ def snapshots(
                 "bearish": result.cohort.get("bearish", 0),
                 "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
                 "used_candidate": ",".join(result.used_candidate),
+                "in_sample": ",".join(result.in_sample),
             }
         )
-        counts = snaps.latest_rows(engine, day).groupby("ticker").size() if result.tickers_predicted else None
-        if counts is not None:
-            duplicates.update({f"{t} {key}": int(n) for t, n in counts.items() if n != 1})
-        missing = set(result.tickers_predicted) - set(counts.index if counts is not None else [])
-        duplicates.update({f"{t} {key}": 0 for t in missing})
+        # One row per (ticker, evening) per model: a model promoted later may add its own row for an
+        # evening already predicted (the leaderboard scores only the first); a second row of the same
+        # model, or none for a predicted ticker, is the violation.
+        rows = snaps.latest_rows(engine, day) if result.tickers_predicted else None
+        counts = rows.groupby(["ticker", "model_version"]).size() if rows is not None else {}
+        for t, version in result.model_versions.items():
+            n = int(counts.get((t, version), 0))
+            if n != 1:
+                duplicates[f"{t} {key} {version}"] = n
     report = audit.verify(engine)
+    anchors = chain.parse_heads(previous_heads, "the previous Dagster snapshots materialization")
+    anchored = audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors) if anchors else None
     last = runs[-1] if runs else {}
     return MaterializeResult(
         metadata={
@@ -88,6 +100,9 @@ def snapshots(
             "sessions": sessions,
             "mode": last.get("status", ""),
             "cohort": MetadataValue.json({k: last.get(k, 0) for k in ("bullish", "neutral", "bearish")}),
+            # The chain head of every ticker after this run: a copy of the audit anchors kept outside
+            # the app database (compared by the next run's `chain_matches_dagster_anchors`).
+            CHAIN_HEADS: MetadataValue.json(heads),
         },
         check_results=[
             AssetCheckResult(
@@ -103,10 +118,35 @@ def snapshots(
                     "rows_checked": report.rows_checked,
                     "problems": MetadataValue.json([_plain(p) for p in report.problems[:20]]),
                 },
-                description="every row's hash matches its prediction and links to its predecessor",
+                description="every row's hash matches its prediction and links to its predecessor, "
+                "the chain heads recorded in run_log are all present, and filled actuals match prices",
+            ),
+            AssetCheckResult(
+                check_name="chain_matches_dagster_anchors",
+                passed=anchored is None or anchored.ok,
+                severity=AssetCheckSeverity.WARN,
+                metadata={
+                    "anchors_compared": len(anchors),
+                    "problems": MetadataValue.json(
+                        [_plain(p) for p in (anchored.problems if anchored else [])[:20]]
+                    ),
+                },
+                description="the chain heads recorded in the previous materialization's metadata are still "
+                "in the snapshots table with the same hash (nothing deleted or rewritten since)",
             ),
         ],
     )
+
+
+CHAIN_HEADS = "chain_heads"
+
+
+def _previous_chain_heads(context: AssetExecutionContext) -> dict:
+    """{ticker: [id, row_hash, run_date, version]} from the latest snapshots materialization, or {}."""
+    event = context.instance.get_latest_materialization_event(context.asset_key)
+    materialization = event.asset_materialization if event else None
+    value = materialization.metadata.get(CHAIN_HEADS) if materialization else None
+    return dict(value.value) if value is not None and isinstance(value.value, dict) else {}
 
 
 def _plain(obj) -> dict:
