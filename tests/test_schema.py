@@ -28,9 +28,18 @@ def test_upgrade_is_idempotent(db_url):
 
 def test_one_active_model_per_ticker_is_enforced_by_the_database(db_url):
     now = dt.datetime.now(dt.UTC)
-    row = dict(ticker="AAPL", status="active", profile="demo", arch_signature="x", config_json="{}",
-               trained_on_date=dt.date(2024, 1, 2), checkpoint_path="p", checkpoint_sha256="0" * 64,
-               created_at=now, updated_at=now)
+    row = dict(
+        ticker="AAPL",
+        status="active",
+        profile="demo",
+        arch_signature="x",
+        config_json="{}",
+        trained_on_date=dt.date(2024, 1, 2),
+        checkpoint_path="p",
+        checkpoint_sha256="0" * 64,
+        created_at=now,
+        updated_at=now,
+    )
     engine = get_engine(db_url)
     from ldtm_core.schema import model_registry
 
