@@ -267,7 +267,11 @@ def _check_actuals(conn, wanted: list[str] | None, band: float) -> tuple[list[Au
             if wrong:
                 problems.append(
                     AuditProblem(
-                        r["ticker"], r["run_date"], r["model_version"], "actual mismatch: " + "; ".join(wrong), "actual"
+                        r["ticker"],
+                        r["run_date"],
+                        r["model_version"],
+                        "actual mismatch: " + "; ".join(wrong),
+                        "actual",
                     )
                 )
     return problems, checked
