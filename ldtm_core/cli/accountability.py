@@ -203,7 +203,10 @@ def backtest_cmd(
     ticker: str = typer.Option(..., "--ticker", help="Ticker to backtest"),
     folds: int = typer.Option(3, "--folds", help="Walk-forward folds"),
     profile: str = typer.Option(
-        None, "--profile", help="Model profile (default: the candidate's own config)"
+        None,
+        "--profile",
+        help="Model profile (default: the candidate's own config; the gate accepts only a backtest of "
+        "the candidate's own config)",
     ),
     model_id: int = typer.Option(
         None, "--model-id", help="Candidate the backtest validates (default newest)"
@@ -255,6 +258,10 @@ def backtest_cmd(
     console.print(
         f"{res.ticker} model {res.model_id}: accuracy {_pct(res.direction_accuracy)} vs always-up "
         f"{_pct(res.always_up_accuracy)}, mean |err| {_num(res.mean_abs_pct_error)}%, leakage {res.leakage_rows}"
+    )
+    console.print(
+        f"config {res.config_signature[:12]}…, prices {res.data_start}..{res.data_end}"
+        + ("" if profile is None else " (another profile: the gate will not use this backtest)")
     )
 
 

@@ -89,9 +89,14 @@ def snapshots(
             n = int(counts.get((t, version), 0))
             if n != 1:
                 duplicates[f"{t} {key} {version}"] = n
-    report = audit.verify(engine)
+    band = settings.neutral_band_pct
+    report = audit.verify(engine, neutral_band_pct=band)
     anchors = chain.parse_heads(previous_heads, "the previous Dagster snapshots materialization")
-    anchored = audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors) if anchors else None
+    anchored = (
+        audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors, neutral_band_pct=band)
+        if anchors
+        else None
+    )
     last = runs[-1] if runs else {}
     return MaterializeResult(
         metadata={
@@ -109,7 +114,8 @@ def snapshots(
                 check_name="one_per_ticker",
                 passed=not duplicates,
                 metadata={"evenings": sessions, "violations": MetadataValue.json(duplicates)},
-                description="every predicted ticker has exactly one snapshot row per evening",
+                description="every predicted ticker has exactly one snapshot row per evening from the "
+                "model that predicted it (the leaderboard scores only the evening's first row)",
             ),
             AssetCheckResult(
                 check_name="audit_chain_intact",
