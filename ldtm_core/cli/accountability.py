@@ -259,9 +259,14 @@ def backtest_cmd(
         f"{res.ticker} model {res.model_id}: accuracy {_pct(res.direction_accuracy)} vs always-up "
         f"{_pct(res.always_up_accuracy)}, mean |err| {_num(res.mean_abs_pct_error)}%, leakage {res.leakage_rows}"
     )
+    from ..registry import config_signature, get_model
+
+    own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (
+        res.config_signature
+    )
     console.print(
         f"config {res.config_signature[:12]}…, prices {res.data_start}..{res.data_end}"
-        + ("" if profile is None else " (another profile: the gate will not use this backtest)")
+        + ("" if own else " (not the candidate's own config: the gate will not use this backtest)")
     )
 
 
