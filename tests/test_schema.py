@@ -71,12 +71,29 @@ def test_0005_downgrades_to_0004_and_upgrades_again(db_url):
     upgrade(db_url)
     insp = inspect(engine)
     assert current_revision(db_url) == "0005"
-    assert {"accuracy_30d", "accuracy_30d_with_in_sample", "accuracy_30d_by_model"} <= set(insp.get_view_names())
+    assert {"accuracy_30d", "accuracy_30d_with_in_sample", "accuracy_30d_by_model"} <= set(
+        insp.get_view_names()
+    )
     d = dt.date(2024, 1, 2)
-    row = dict(backtest_id="b", ticker="AAPL", fold=1, cutoff=d, train_start=d, train_end=d, test_start=d,
-               test_end=d, n=1, direction_accuracy=1.0, always_up_accuracy=1.0, mean_abs_pct_error=0.0,
-               leakage_rows=0, created_at=dt.datetime.now(dt.UTC), config_signature="s" * 64, data_start=d,
-               data_end=d)
+    row = dict(
+        backtest_id="b",
+        ticker="AAPL",
+        fold=1,
+        cutoff=d,
+        train_start=d,
+        train_end=d,
+        test_start=d,
+        test_end=d,
+        n=1,
+        direction_accuracy=1.0,
+        always_up_accuracy=1.0,
+        mean_abs_pct_error=0.0,
+        leakage_rows=0,
+        created_at=dt.datetime.now(dt.UTC),
+        config_signature="s" * 64,
+        data_start=d,
+        data_end=d,
+    )
     with engine.begin() as conn:
         conn.execute(insert(backtest_folds).values(**row))
         assert conn.execute(select(backtest_folds.c.config_signature)).scalar_one() == "s" * 64
