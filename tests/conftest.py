@@ -32,9 +32,7 @@ def pg_server_url():
     admin = make_url(_admin_url()).set(database="postgres")
     name = f"ldtm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
-        admin_engine = create_engine(
-            admin, isolation_level="AUTOCOMMIT", pool_pre_ping=True
-        )  # survives a restart
+        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT", pool_pre_ping=True)  # survives a restart
         with admin_engine.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # noqa: BLE001
@@ -45,9 +43,7 @@ def pg_server_url():
     yield url
     get_engine.cache_clear()
     with admin_engine.connect() as conn:
-        conn.execute(
-            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
-        )
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name})
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
     admin_engine.dispose()
 
@@ -116,10 +112,6 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if (
-        report.skipped
-        and item.get_closest_marker("postgres")
-        and os.environ.get("LDTM_REQUIRE_POSTGRES") == "1"
-    ):
+    if report.skipped and item.get_closest_marker("postgres") and os.environ.get("LDTM_REQUIRE_POSTGRES") == "1":
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid}: a PostgreSQL test was skipped while LDTM_REQUIRE_POSTGRES=1"
