@@ -35,20 +35,22 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ldtm_core import registry  # noqa: E402
-from ldtm_core.audit import row_hash  # noqa: E402
 from ldtm_core.calendar import target_dates  # noqa: E402
+from ldtm_core.chain import row_hash, write_rows  # noqa: E402
 from ldtm_core.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.fillback import fillback  # noqa: E402
+from ldtm_core.inference import clear_model_cache  # noqa: E402
 from ldtm_core.ingest import ingest_frame  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.model import LDTM, get_profile  # noqa: E402
+from ldtm_core.price_windows import window_from_frame  # noqa: E402
 from ldtm_core.prices import load_ticker_prices  # noqa: E402
 from ldtm_core.registry import register_candidate, serving_models  # noqa: E402
 from ldtm_core.samples import denormalise  # noqa: E402
 from ldtm_core.schema import snapshots  # noqa: E402
-from ldtm_core.snapshots import _window, classify_direction, clear_model_cache, predict, write_rows  # noqa: E402
+from ldtm_core.snapshots import classify_direction, predict  # noqa: E402
 from ldtm_core.synthetic import generate  # noqa: E402
 from ldtm_core.universe import load_universe  # noqa: E402
 
@@ -84,7 +86,7 @@ def naive_predict(engine, settings: Settings, run_date: dt.date) -> int:
     for t, rec in sorted(models.items()):
         frame = load_ticker_prices(engine, t, end=run_date)
         model = load_checkpoint(rec.load_path, rec.checkpoint_sha256, t).model
-        x, lo, hi, close, prev = _window(t, frame.iloc[-300:], run_date, model.cfg.window)
+        x, lo, hi, close, prev = window_from_frame(t, frame.iloc[-300:], run_date, model.cfg.window)
         with torch.no_grad():
             y = model(torch.from_numpy(x[None])).numpy()
         p = denormalise(y, np.array([lo]), np.array([hi]))[0]

@@ -25,7 +25,7 @@ from .db import run_in_transaction
 from .errors import InputError, NotFoundError
 from .feature_store import prices_and_features
 from .model import ModelConfig
-from .registry import get_model, newest_candidate
+from .registry import config_signature, get_model, newest_candidate
 from .samples import SampleSet, build_samples
 from .schema import backtest_folds
 from .skill import SkillTest, discordant_counts, pooled
@@ -65,6 +65,9 @@ class BacktestResult:
     backtest_id: str
     ticker: str
     model_id: int | None
+    config_signature: str = ""
+    data_start: dt.date | None = None
+    data_end: dt.date | None = None
     folds: list[FoldResult] = field(default_factory=list)
     duration_s: float = 0.0
     features: str = ""  # "stored" or "recomputed (why)"
@@ -151,6 +154,20 @@ def fold_spans(
     return evaluable, spans
 
 
+def fold_rows(
+    samples: SampleSet, evaluable: np.ndarray, labeled: np.ndarray, start: int, block: int
+) -> tuple[np.ndarray, np.datetime64, np.ndarray]:
+    """(test indices, cutoff, fitting pool) of the fold whose test block starts at evaluable[start].
+
+    The cutoff is the last session before the block; the pool is every labeled row whose latest
+    target date is on or before it (the purge). Tests replace this function to plant a leak.
+    """
+    test_idx = evaluable[start : start + block]
+    cutoff = samples.dates[test_idx[0] - 1]
+    latest_target = samples.target_dates.max(axis=1)
+    return test_idx, cutoff, labeled[latest_target[labeled] <= cutoff]
+
+
 @torch.no_grad()
 def _predict_next_day(model, samples: SampleSet) -> np.ndarray:
     y = np.concatenate(
@@ -170,14 +187,12 @@ def run_backtest(
     *,
     device: str | None = None,
     threads: int | None = 1,
-    _leak_train_sessions: int = 0,
-    _leak_test_rows: int = 0,
 ) -> BacktestResult:
     """Walk-forward backtest of `cfg` (default: the model's config) on `ticker`; writes backtest_folds.
 
-    `model_id` names the candidate this backtest validates (default: the ticker's newest candidate);
-    the gate reads the newest backtest of a model. `_leak_*` exist only so tests can plant a leak:
-    they widen the training set past the cutoff or start the test block before it.
+    `model_id` names the candidate this backtest validates (default: the ticker's newest candidate).
+    Every fold row records the config's signature and the price range read: the gate accepts only a
+    backtest of the candidate's own config.
     """
     t0 = time.perf_counter()
     ticker = validate_ticker(ticker)
@@ -206,17 +221,17 @@ def run_backtest(
     evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
     sessions = samples.dates
     labeled = np.flatnonzero(samples.labeled)
-    latest_target = samples.target_dates.max(axis=1)
-    result = BacktestResult(str(uuid.uuid4()), ticker, model_id, features=feats.describe())
+    result = BacktestResult(
+        str(uuid.uuid4()),
+        ticker,
+        model_id,
+        features=feats.describe(),
+        config_signature=config_signature(cfg),
+        data_start=_d(prices["date"].min()),
+        data_end=_d(prices["date"].max()),
+    )
     for k, span in enumerate(spans):
-        test_idx, cutoff = span.test_idx, span.cutoff
-        if _leak_test_rows:
-            test_idx = evaluable[span.start - _leak_test_rows : span.start + len(span.test_idx)]
-        allowed = cutoff
-        if _leak_train_sessions:
-            pos = int(np.searchsorted(sessions, cutoff))
-            allowed = sessions[min(len(sessions) - 1, pos + _leak_train_sessions)]
-        pool = labeled[latest_target[labeled] <= allowed]
+        test_idx, cutoff, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
         sub = samples.subset(pool)
         tr, va = training.purged_split(sub, cfg.val_fraction)
         train_idx, val_idx = pool[tr], pool[va]
@@ -274,6 +289,9 @@ def run_backtest(
             "model_only_hits": f.model_only_hits,
             "up_only_hits": f.up_only_hits,
             "created_at": now,
+            "config_signature": result.config_signature,
+            "data_start": result.data_start,
+            "data_end": result.data_end,
         }
         for f in result.folds
     ]

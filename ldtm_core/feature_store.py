@@ -328,7 +328,7 @@ def stored_windows(
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Inference's read: ({ticker: [W, 11] stored feature rows ending at run_date}, {ticker: why not}).
 
-    Inference loads only the recent bars of each ticker (`arrays`, as snapshots._load_price_arrays
+    Inference loads only the recent bars of each ticker (`arrays`, as price_windows.load_price_arrays
     returns them), so it checks the stored rows against exactly those bars instead of hashing twenty
     years per ticker every evening (2 s for 103 tickers on PostgreSQL): the stored set must come from
     this feature code, and every loaded bar must equal the OHLCV stored on its row. That covers all a

@@ -1,5 +1,8 @@
 """The promotion gate (SPEC §10): a candidate becomes active only when its newest backtest passes.
 
+Only a backtest of the candidate's own config counts (its config signature is stored with every
+fold): a backtest of another profile or override is refused with a message saying so.
+
 Criteria (seed defaults, overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
 always-up by a margin or a p-value at most `max_p_value` in the exact test of "the model beats always-up"
@@ -20,7 +23,7 @@ from . import notify
 from .config import Settings
 from .db import run_in_transaction
 from .errors import InputError, NotFoundError
-from .registry import PromoteResult, get_model, newest_candidate, promote, record_event
+from .registry import PromoteResult, config_signature, get_model, newest_candidate, promote, record_event
 from .schema import backtest_folds
 from .skill import SkillTest, format_p_value, pooled
 from .universe import validate_ticker
@@ -121,6 +124,8 @@ class GateReport:
     mean_abs_pct_error: float
     leakage_rows: int
     skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
+    data_start: dt.date | None = None  # the price range the backtest read
+    data_end: dt.date | None = None
     criteria: list[Criterion] = field(default_factory=list)
     passed: bool = False
     promoted: PromoteResult | None = None
@@ -157,6 +162,8 @@ class GateReport:
             "skill_model_only": self.skill.model_only if self.skill else None,
             "skill_up_only": self.skill.up_only if self.skill else None,
             "skill_p_value": self.skill.p_value if self.skill else None,
+            "data_start": str(self.data_start) if self.data_start else None,
+            "data_end": str(self.data_end) if self.data_end else None,
             "criteria": [asdict(c) for c in self.criteria],
             "failing": [asdict(c) for c in self.failing],
             "summary": self.summary(),
@@ -217,14 +224,15 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
     return figures, criteria
 
 
-def newest_backtest(engine: Engine, model_id: int) -> tuple[str, list[dict]] | None:
+def newest_backtest(
+    engine: Engine, model_id: int, config_signature: str | None = None
+) -> tuple[str, list[dict]] | None:
+    """The newest backtest of `model_id` (of that config signature, when given) and its folds."""
+    stmt = select(backtest_folds.c.backtest_id).where(backtest_folds.c.model_id == model_id)
+    if config_signature is not None:
+        stmt = stmt.where(backtest_folds.c.config_signature == config_signature)
     with engine.connect() as conn:
-        latest = conn.execute(
-            select(backtest_folds.c.backtest_id)
-            .where(backtest_folds.c.model_id == model_id)
-            .order_by(backtest_folds.c.id.desc())
-            .limit(1)
-        ).scalar()
+        latest = conn.execute(stmt.order_by(backtest_folds.c.id.desc()).limit(1)).scalar()
         if latest is None:
             return None
         rows = conn.execute(
@@ -254,10 +262,20 @@ def run_gate(
         raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
     if rec.status != "candidate":
         raise InputError(f"model {model_id} of {ticker} is {rec.status}; the gate only judges candidates")
-    found = newest_backtest(engine, model_id)
+    own = config_signature(rec.config)
+    found = newest_backtest(engine, model_id, own)
     if found is None:
-        raise NotFoundError(
-            f"no backtest for model {model_id} of {ticker}: run `ldtm backtest --ticker {ticker}` first"
+        other = newest_backtest(engine, model_id)
+        if other is None:
+            raise NotFoundError(
+                f"no backtest for model {model_id} of {ticker}: run `ldtm backtest --ticker {ticker}` first"
+            )
+        theirs = other[1][0].get("config_signature")
+        raise InputError(
+            f"gate refused for model {model_id} of {ticker}: its backtest {other[0]} ran "
+            + (f"another config (signature {theirs[:12]}…)" if theirs else "with no recorded config")
+            + f", not the candidate's own (profile {rec.profile}, signature {own[:12]}…); run "
+            f"`ldtm backtest --ticker {ticker} --model-id {model_id}` without --profile to backtest this model"
         )
     backtest_id, folds = found
     fig, criteria = evaluate(folds, thresholds)
@@ -265,6 +283,8 @@ def run_gate(
         ticker=ticker,
         model_id=model_id,
         backtest_id=backtest_id,
+        data_start=folds[0].get("data_start"),
+        data_end=folds[0].get("data_end"),
         folds=len(folds),
         n=fig["n"],
         direction_accuracy=fig["direction_accuracy"],

@@ -1,4 +1,11 @@
-"""The leaderboard (SPEC §9): rows of the `accuracy_30d` view plus the plain verdict against always-up."""
+"""The leaderboard (SPEC §9): rows of the `accuracy_30d` view plus the plain verdict against always-up.
+
+The ticker leaderboard scores exactly one prediction per (ticker, evening): the first one recorded,
+i.e. what was published; a model promoted later and re-predicting the same evening does not count
+twice. In-sample replays (the model's data cutoff reaches the next-day target) are left out unless
+asked for. `leaderboard_by_model` is the separate per-model report: each version on its own rows.
+Extra columns (e.g. a significance test) can be added to the returned frames without touching SQL.
+"""
 
 from __future__ import annotations
 
@@ -41,63 +48,124 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-def leaderboard(engine: Engine, mode: str = "all") -> pd.DataFrame:
+# The views (migration 0005): first row per evening, out of sample / with in-sample rows / per model.
+TICKER_VIEW = "accuracy_30d"
+TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
+MODEL_VIEW = "accuracy_30d_by_model"
+
+
+def leaderboard(engine: Engine, mode: str = "all", include_in_sample: bool = False) -> pd.DataFrame:
     """One row per ticker for `mode` (all / live / replay), best direction accuracy first.
 
-    `beats_always_up` / `beats_persistence` are True only when the model is strictly more accurate
-    than the baseline on the same rows.
+    Each (ticker, evening) counts once: its first recorded prediction. `include_in_sample` adds the
+    in-sample replays back. `beats_always_up` / `beats_persistence` are True only when the model is
+    strictly more accurate than the baseline on the same rows.
     """
+    view = TICKER_VIEW_WITH_IN_SAMPLE if include_in_sample else TICKER_VIEW
+    df = _with_skill(engine, _read(engine, view, COLUMNS, mode), mode, include_in_sample=include_in_sample)
+    return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+
+
+def leaderboard_by_model(engine: Engine, mode: str = "all") -> pd.DataFrame:
+    """Per-model accuracy: one row per (ticker, model_version), each version on its own out-of-sample rows."""
+    cols = ["ticker", "model_version", *COLUMNS[1:]]
+    df = _with_skill(engine, _read(engine, MODEL_VIEW, cols, mode), mode, by_model=True)
+    return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
+
+
+def _read(engine: Engine, view: str, columns: list[str], mode: str) -> pd.DataFrame:
     if mode not in MODES:
         raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
-    cols = ", ".join(COLUMNS)
-    # Fixed column list and a bound parameter: no user text reaches the SQL.
-    stmt = text(f"SELECT {cols} FROM accuracy_30d WHERE mode = :mode")  # noqa: S608
+    cols = ", ".join(columns)
+    # Fixed view and column names from this module and a bound parameter: no user text reaches the SQL.
+    stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
     with engine.connect() as conn:
-        df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=COLUMNS)
+        df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
     for c in ("n", "hits"):
         df[c] = df[c].astype("int64")
     for c in ("window_start", "window_end"):  # SQLite views return dates as text
         df[c] = pd.to_datetime(df[c]).dt.date
     df["beats_always_up"] = df["direction_accuracy"] > df["always_up_accuracy"]
     df["beats_persistence"] = df["direction_accuracy"] > df["persistence_accuracy"]
-    tests = skill_by_ticker(engine, mode, df)
-    df["model_only"] = [tests[t].model_only for t in df["ticker"]]
-    df["up_only"] = [tests[t].up_only for t in df["ticker"]]
-    df["skill_p_value"] = [tests[t].p_value for t in df["ticker"]]
-    return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+    return df
 
 
-def skill_by_ticker(engine: Engine, mode: str, board: pd.DataFrame) -> dict[str, SkillTest]:
-    """The exact test of "the model beats always-up" per ticker, on the rows the view scored.
+def _with_skill(
+    engine: Engine, board: pd.DataFrame, mode: str, *, by_model: bool = False, include_in_sample: bool = False
+) -> pd.DataFrame:
+    """Add the exact test of "the model beats always-up" (model_only, up_only, skill_p_value)."""
+    tests = skill_tests(engine, board, mode, by_model=by_model, include_in_sample=include_in_sample)
+    keys = _keys(board, by_model)
+    board["model_only"] = [tests[k].model_only for k in keys]
+    board["up_only"] = [tests[k].up_only for k in keys]
+    board["skill_p_value"] = [tests[k].p_value for k in keys]
+    return board
 
-    The view's window per ticker (window_start..window_end) picks the rows; computed here in Python
-    from the stored direction flags (a view cannot run an exact binomial tail on both databases).
+
+def _keys(frame: pd.DataFrame, by_model: bool) -> list[tuple]:
+    cols = ["ticker", "model_version"] if by_model else ["ticker"]
+    return list(frame[cols].itertuples(index=False, name=None))
+
+
+def skill_tests(
+    engine: Engine, board: pd.DataFrame, mode: str, *, by_model: bool = False, include_in_sample: bool = False
+) -> dict[tuple, SkillTest]:
+    """The exact test per board row, on exactly the rows its view scored.
+
+    The same selection as the views (migration 0005): the ticker board takes the first recorded row of
+    each (ticker, evening), in-sample rows dropped unless asked for; the per-model board takes every
+    out-of-sample row of each version. Then the row's own window (window_start..window_end). Computed
+    in Python from the stored direction flags: a view cannot run an exact binomial tail on both databases.
     """
-    tests = {t: SkillTest(0, 0) for t in board["ticker"]}
+    tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
     if board.empty:
         return tests
     s = snapshots.c
-    stmt = select(
-        s.ticker, s.run_date, s.next_day_direction_correct, s.next_day_actual, s.run_date_close
-    ).where(
-        s.ticker.in_(list(tests)),
-        s.next_day_actual.is_not(None),
-        s.run_date >= board["window_start"].min(),
-        s.run_date <= board["window_end"].max(),
-    )
-    if mode != "all":
-        stmt = stmt.where(s.mode == mode)
-    with engine.connect() as conn:
-        rows = pd.DataFrame(
-            conn.execute(stmt).all(), columns=["ticker", "run_date", "right", "actual", "close"]
+    stmt = (
+        select(
+            s.id,
+            s.ticker,
+            s.model_version,
+            s.run_date,
+            s.mode,
+            s.in_sample,
+            s.next_day_direction_correct,
+            s.next_day_actual,
+            s.run_date_close,
         )
+        .where(
+            s.ticker.in_(sorted({k[0] for k in tests})),
+            s.run_date >= board["window_start"].min(),
+            s.run_date <= board["window_end"].max(),
+        )
+        .order_by(s.id)
+    )
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(stmt).mappings().all())
+    if rows.empty:
+        return tests
+    if not by_model:
+        rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
+    if by_model or not include_in_sample:
+        rows = rows[~rows["in_sample"].astype(bool)]
+    rows = rows[rows["next_day_actual"].notna()]
+    if mode != "all":
+        rows = rows[rows["mode"] == mode]
     rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
-    spans = board.set_index("ticker")[["window_start", "window_end"]]
-    for ticker, group in rows.groupby("ticker"):
-        start, end = spans.loc[ticker]
+    cols = ["ticker", "model_version"] if by_model else ["ticker"]
+    spans = {
+        k: (a, b)
+        for k, a, b in zip(_keys(board, by_model), board["window_start"], board["window_end"], strict=True)
+    }
+    for key, group in rows.groupby(cols):
+        key = key if isinstance(key, tuple) else (key,)
+        if key not in spans:
+            continue
+        start, end = spans[key]
         inside = group[(group["run_date"] >= start) & (group["run_date"] <= end)]
-        tests[ticker] = discordant_counts(
-            inside["right"].astype(bool).to_numpy(), (inside["actual"] > inside["close"]).to_numpy()
+        tests[key] = discordant_counts(
+            inside["next_day_direction_correct"].astype(bool).to_numpy(),
+            (inside["next_day_actual"] > inside["run_date_close"]).to_numpy(),
         )
     return tests
 
@@ -121,14 +189,15 @@ def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> p
     """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
     s = snapshots.c
     stmt = (
-        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual)
+        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual, s.in_sample)
         .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
         .order_by(s.ticker, s.run_date, s.id)
     )
     with engine.connect() as conn:
         df = pd.DataFrame(
-            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual"]
+            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual", "in_sample"]
         )
-    # One row per (ticker, evening): the newest model's when a rerun after a promotion added a second.
-    df = df.drop_duplicates(["ticker", "run_date"], keep="last")
+    # One row per (ticker, evening): the first recorded, out of sample, as the leaderboard scores it.
+    df = df.drop_duplicates(["ticker", "run_date"], keep="first")
+    df = df[~df.pop("in_sample").astype(bool)]
     return df.groupby("ticker", group_keys=False).tail(sessions)

@@ -25,6 +25,12 @@ from .schema import model_registry, registry_events
 from .universe import validate_ticker
 
 
+def config_signature(cfg: ModelConfig) -> str:
+    """sha256 of the whole model config (architecture and training settings alike), as the registry
+    stores it: a backtest of another profile or override is a backtest of another model."""
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
 def record_event(
     conn: Connection,
     model_id: int,

@@ -1,7 +1,8 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, run_log, ingested_files, features, feature_sets, and the view accuracy_30d (created by a migration).
+backtest_folds, run_log, ingested_files, features, feature_sets, and the views accuracy_30d,
+accuracy_30d_with_in_sample and accuracy_30d_by_model (created by migrations).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 
@@ -107,6 +109,8 @@ run_log = Table(
     Column("phases_json", Text),
     Column("summary_json", Text),
     Column("message", Text),
+    # predict runs: {ticker: [snapshot id, row_hash]} of each chain head after the run (audit anchors)
+    Column("chain_heads_json", Text),
 )
 
 snapshots = Table(
@@ -126,6 +130,8 @@ snapshots = Table(
     Column("next_monday_pred", Float, nullable=False),
     Column("one_month_pred", Float, nullable=False),
     Column("direction_pred", String(8), nullable=False),
+    # The next-day target is on or before the model's data cutoff: it may have trained on the answer.
+    Column("in_sample", Boolean, nullable=False, server_default=false()),
     Column("next_day_date", Date, nullable=False),
     Column("next_monday_date", Date, nullable=False),
     Column("one_month_date", Date, nullable=False),
@@ -172,6 +178,10 @@ backtest_folds = Table(
     # Discordant rows vs always-up for the exact skill test (ldtm_core.skill); NULL before revision 0013.
     Column("model_only_hits", Integer),
     Column("up_only_hits", Integer),
+    # What produced the folds: the full model config's signature and the price range it read.
+    Column("config_signature", String(64)),
+    Column("data_start", Date),
+    Column("data_end", Date),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
 )

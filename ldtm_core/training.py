@@ -408,7 +408,9 @@ def train_ticker(
                 "check its prices for zero or missing values"
             )
         result = fit(samples.subset(train_idx), samples.subset(val_idx), cfg, device=device, threads=threads)
-        trained_on = dt.date.fromisoformat(str(samples.dates[used].max()))
+        # The data cutoff: the last date whose price any training or early-stopping row used, i.e. the
+        # latest target date (a validation sample's one-month target lies 21 sessions past its date).
+        trained_on = dt.date.fromisoformat(str(samples.target_dates[used].max()))
         path = checkpoint_path_for(settings, ticker, trained_on, cfg)
         metrics = {
             "train_loss": result.train_loss,

@@ -55,7 +55,9 @@ def promotion_gate_sensor(context: SensorEvaluationContext) -> SensorResult:
                 f"backtests materialization {record.storage_id} has partition {key!r} not in the universe"
             )
             continue
-        requests.append(RunRequest(run_key=f"{key}:{record.storage_id}", partition_key=key))
+        requests.append(
+            RunRequest(run_key=f"{key}:{record.storage_id}", partition_key=key, job_name=promotion_job.name)
+        )
     cursor = str(records[-1].storage_id) if records else context.cursor
     return SensorResult(run_requests=requests, cursor=cursor)
 

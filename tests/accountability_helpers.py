@@ -58,12 +58,16 @@ def make_model(
     )
 
 
-def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None):
+def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None, cfg=None):
     """Backtest rows as a backtest would write them; returns the backtest id.
 
     folds: list of (n, direction_accuracy, always_up_accuracy, mean_abs_pct_error, leakage_rows), each
     optionally followed by (model_only_hits, up_only_hits), the discordant rows of the skill test.
+    cfg: the config the backtest ran (default: the model's own, as `ldtm backtest` without --profile).
     """
+    from ldtm_core.registry import config_signature, get_model
+
+    signature = config_signature(cfg or get_model(engine, model_id).config)
     bid = backtest_id or str(uuid.uuid4())
     now = dt.datetime.now(dt.UTC)
     d = dt.date(2024, 1, 2)
@@ -89,6 +93,9 @@ def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None):
                     "model_only_hits": skill[0] if skill else None,
                     "up_only_hits": skill[1] if skill else None,
                     "created_at": now,
+                    "config_signature": signature,
+                    "data_start": d,
+                    "data_end": d,
                 }
                 for i, (n, acc, up, err, leak, *skill) in enumerate(folds)
             ],

@@ -1,34 +1,50 @@
-"""audit.verify and `ldtm audit verify`: an edit made with raw SQL is found and named."""
+"""audit.verify and `ldtm audit verify`: an edit made with raw SQL is found and named.
+
+Covers every hashed column, deleting the newest / a middle row, truncation, rewriting the whole chain
+with or without the key, and the actuals recomputed from `prices`.
+"""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
-from sqlalchemy import text
+from sqlalchemy import select, text, update
 from typer.testing import CliRunner
 
-from ldtm_core.audit import verify
+from ldtm_core.audit import HASHED_COLUMNS, verify
+from ldtm_core.chain import AUDIT_KEY_ENV, IN_SAMPLE, parse_heads, row_hash
 from ldtm_core.cli import app
+from ldtm_core.errors import InputError
 from ldtm_core.fillback import fillback
+from ldtm_core.schema import run_log, snapshots
 from ldtm_core.snapshots import predict
 
 
 @pytest.fixture
-def chained(engine, db_url, tmp_path):
+def chained(engine, db_url, tmp_path, monkeypatch):
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
     settings = make_settings(tmp_path, db_url)
     df = ingest(engine, ["AAPL", "QQQ"])
     for i, t in enumerate(["AAPL", "QQQ"]):
         make_model(engine, settings, t, seed=i)
-    dates = sorted(df["date"].unique())[-8:]
+    dates = sorted(df["date"].unique())[-30:-22]  # later prices exist: every row can be filled back
     for d in dates:
         predict(engine, settings, run_date=d)
     return dates
 
 
+def _problems(report):
+    return [(p.ticker, p.run_date, p.kind) for p in report.problems]
+
+
 def test_clean_chain_verifies_also_after_fillback(engine, chained):
-    fillback(engine)
+    assert fillback(engine).total_filled > 0
     report = verify(engine)
     assert report.ok and report.rows_checked == 16 and report.tickers_checked == 2 and report.problems == []
+    assert report.anchors_checked == 16  # one head per ticker per predict run
+    assert report.actuals_checked == 16 * 3
 
 
 def test_edited_prediction_is_reported_with_ticker_and_date(engine, chained):
@@ -47,30 +63,232 @@ def test_edited_prediction_is_reported_with_ticker_and_date(engine, chained):
     assert verify(engine, tickers=["AAPL"]).ok
 
 
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "UPDATE snapshots SET direction_pred = 'bearish' WHERE ticker = 'AAPL' AND run_date = :d AND direction_pred <> 'bearish'",
-        "UPDATE snapshots SET direction_pred = 'bullish' WHERE ticker = 'AAPL' AND run_date = :d AND direction_pred = 'bearish'",
-        "UPDATE snapshots SET run_date_close = run_date_close * 1.0001 WHERE ticker = 'AAPL' AND run_date = :d",
-        "UPDATE snapshots SET model_version = 'v9.forged' WHERE ticker = 'AAPL' AND run_date = :d",
-    ],
-)
-def test_each_hashed_column_is_covered(engine, chained, sql):
+# One UPDATE per hashed column that certainly changes the stored value of one row.
+EDITS = {
+    "ticker": "ticker = 'MSFT'",
+    "run_date": "run_date = one_month_date",
+    "run_date_close": "run_date_close = run_date_close * 1.0001",
+    "prev_close": "prev_close = prev_close + 1",
+    "model_id": "model_id = (SELECT MAX(id) FROM model_registry WHERE ticker = 'QQQ')",
+    "model_version": "model_version = 'v9.forged'",
+    "mode": "mode = CASE WHEN mode = 'live' THEN 'replay' ELSE 'live' END",
+    "next_day_pred": "next_day_pred = next_day_pred + 0.5",
+    "next_monday_pred": "next_monday_pred = next_monday_pred - 0.5",
+    "one_month_pred": "one_month_pred = one_month_pred * 2",
+    "direction_pred": "direction_pred = CASE WHEN direction_pred = 'bullish' THEN 'bearish' ELSE 'bullish' END",
+    "next_day_date": "next_day_date = next_monday_date",
+    "next_monday_date": "next_monday_date = one_month_date",
+    "one_month_date": "one_month_date = next_day_date",
+    IN_SAMPLE: "in_sample = NOT in_sample",
+}
+
+
+def test_every_hashed_column_has_an_edit_case():
+    assert set(EDITS) == {*HASHED_COLUMNS, IN_SAMPLE}
+
+
+def _restoring(engine, row_id: int):
+    """The row as stored now, and a function that writes it back (one fixture serves every edit case)."""
+    with engine.connect() as conn:
+        saved = dict(conn.execute(select(snapshots).where(snapshots.c.id == row_id)).mappings().one())
+
+    def restore():
+        with engine.begin() as conn:
+            conn.execute(update(snapshots).where(snapshots.c.id == row_id).values(saved))
+
+    return saved, restore
+
+
+def test_each_hashed_column_is_covered(engine, chained):
+    d = chained[2]
+    with engine.connect() as conn:
+        row_id = conn.execute(
+            select(snapshots.c.id).where(snapshots.c.ticker == "AAPL", snapshots.c.run_date == d)
+        ).scalar_one()
+    saved, restore = _restoring(engine, row_id)
+    for column, sql in EDITS.items():
+        with engine.begin() as conn:
+            n = conn.execute(text(f"UPDATE snapshots SET {sql} WHERE id = :i"), {"i": row_id}).rowcount  # noqa: S608
+            after = conn.execute(select(snapshots.c[column]).where(snapshots.c.id == row_id)).scalar_one()
+        assert n == 1 and after != saved[column], column  # the edit really changed the stored value
+        report = verify(engine)
+        changed = [p for p in report.problems if "prediction changed" in p.what]
+        assert len(changed) == 1 and changed[0].run_date in {d, after}, (column, report.problems)
+        restore()
+        assert verify(engine).ok, column
+
+
+def test_deleting_the_newest_row_is_detected(engine, chained):
     with engine.begin() as conn:
-        n = conn.execute(text(sql), {"d": chained[2]}).rowcount
+        conn.execute(
+            text("DELETE FROM snapshots WHERE ticker = 'AAPL' AND run_date = :d"), {"d": chained[-1]}
+        )
     report = verify(engine)
-    assert report.ok == (n == 0)
-    if n:
-        assert {(p.ticker, p.run_date) for p in report.problems} == {("AAPL", chained[2])}
+    assert not report.ok
+    assert _problems(report) == [("AAPL", chained[-1], "anchor")]
+    assert "anchored chain head missing" in report.problems[0].what
 
 
-def test_rehashed_or_deleted_row_breaks_the_link(engine, chained):
+def test_truncating_a_ticker_is_detected(engine, chained):
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM snapshots WHERE ticker = 'QQQ' AND run_date >= :d"), {"d": chained[5]})
+    report = verify(engine)
+    assert {(t, d) for t, d, _ in _problems(report)} == {("QQQ", d) for d in chained[5:]}
+    assert verify(engine, tickers=["AAPL"]).ok
+
+
+def test_deleting_a_middle_row_breaks_the_link(engine, chained):
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM snapshots WHERE ticker = 'AAPL' AND run_date = :d"), {"d": chained[4]})
     report = verify(engine)
-    assert [(p.ticker, p.run_date) for p in report.problems] == [("AAPL", chained[5])]
-    assert "chain broken" in report.problems[0].what
+    assert ("AAPL", chained[5], "chain") in _problems(report)
+    assert "chain broken" in next(p.what for p in report.problems if p.kind == "chain")
+    assert {t for t, _, _ in _problems(report)} == {"AAPL"}
+
+
+def _rewrite_chain(engine, ticker: str, key: bytes | None = None) -> None:
+    """What someone with SQL write access does: edit a prediction and recompute every hash after it."""
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE snapshots SET next_day_pred = next_day_pred * 1.5 WHERE ticker = :t"), {"t": ticker}
+        )
+        rows = conn.execute(select(snapshots).where(snapshots.c.ticker == ticker).order_by(snapshots.c.id))
+        prev = ""
+        for r in rows.mappings().all():
+            h = row_hash(prev, r, key)
+            conn.execute(
+                update(snapshots).where(snapshots.c.id == r["id"]).values(prev_hash=prev, row_hash=h)
+            )
+            prev = h
+
+
+def test_rewriting_the_whole_chain_is_caught_by_the_anchors(engine, chained):
+    _rewrite_chain(engine, "AAPL")
+    report = verify(engine)
+    # Every link and hash is self-consistent again; only the anchors outside the table disagree.
+    assert {p.kind for p in report.problems} == {"anchor"}
+    assert {(t, d) for t, d, _ in _problems(report)} == {("AAPL", d) for d in chained}
+    assert all("chain was rewritten" in p.what for p in report.problems)
+
+
+def test_with_a_key_a_rewrite_without_it_is_caught_even_with_forged_anchors(
+    engine, db_url, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(AUDIT_KEY_ENV, "s3cret-audit-key")
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    dates = sorted(df["date"].unique())[-4:]
+    for d in dates:
+        predict(engine, settings, run_date=d)
+    assert verify(engine).ok
+    with engine.connect() as conn:
+        stored = conn.execute(select(snapshots.c.row_hash).order_by(snapshots.c.id)).scalars().all()
+    plain = []
+    prev = ""
+    with engine.connect() as conn:
+        for r in conn.execute(select(snapshots).order_by(snapshots.c.id)).mappings():
+            plain.append(row_hash(prev, r))
+            prev = r["row_hash"]
+    assert stored != plain  # the key is really used
+    _rewrite_chain(engine, "AAPL", key=None)
+    # ... and the attacker also rewrites the run_log anchors to match the forged chain
+    with engine.begin() as conn:
+        heads = conn.execute(
+            select(snapshots.c.id, snapshots.c.row_hash, snapshots.c.run_date, snapshots.c.model_version)
+        ).all()
+        for run_id, blob in conn.execute(select(run_log.c.run_id, run_log.c.chain_heads_json)).all():
+            if blob is None:
+                continue
+            anchor = json.loads(blob)
+            i = anchor["heads"]["AAPL"][0]
+            h = next(x for x in heads if x.id == i)
+            anchor["heads"]["AAPL"] = [i, h.row_hash, str(h.run_date), h.model_version]
+            conn.execute(
+                update(run_log).where(run_log.c.run_id == run_id).values(chain_heads_json=json.dumps(anchor))
+            )
+    report = verify(engine)
+    assert not report.ok
+    assert {p.run_date for p in report.problems} == set(dates)
+    assert all("without LDTM_AUDIT_KEY" in p.what for p in report.problems)
+    monkeypatch.delenv(AUDIT_KEY_ENV)
+    with pytest.raises(InputError, match="set LDTM_AUDIT_KEY"):
+        verify(engine)
+
+
+def test_external_anchors_from_another_store_are_compared(engine, chained):
+    with engine.connect() as conn:
+        head = conn.execute(
+            select(snapshots.c.id, snapshots.c.row_hash, snapshots.c.run_date, snapshots.c.model_version)
+            .where(snapshots.c.ticker == "AAPL")
+            .order_by(snapshots.c.id.desc())
+            .limit(1)
+        ).one()
+    good = parse_heads({"AAPL": [head.id, head.row_hash, str(head.run_date), head.model_version]}, "dagster")
+    assert verify(engine, extra_anchors=good).ok
+    # The table and run_log both lose the newest row and its anchor: the other store still knows it.
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM snapshots WHERE id = :i"), {"i": head.id})
+        conn.execute(update(run_log).values(chain_heads_json=None))
+    assert verify(engine).ok  # nothing left inside the database to compare with
+    report = verify(engine, extra_anchors=good)
+    assert _problems(report) == [("AAPL", head.run_date, "anchor")]
+    assert "dagster" in report.problems[0].what
+
+
+ACTUAL_EDITS = [
+    ("next_day_actual", "next_day_actual = next_day_actual + 1"),
+    ("next_monday_actual", "next_monday_actual = next_monday_actual * 1.01"),
+    ("one_month_actual", "one_month_actual = 1.0"),
+    ("next_day_pct_error", "next_day_pct_error = next_day_pct_error + 0.1"),
+    ("one_month_pct_error", "one_month_pct_error = -one_month_pct_error - 1"),
+    (
+        "next_day_direction_correct",
+        "next_day_direction_correct = CASE WHEN next_day_direction_correct THEN false ELSE true END",
+    ),
+    (
+        "next_day_direction_actual",
+        "next_day_direction_actual = CASE WHEN next_day_direction_actual = 'bullish' "
+        "THEN 'bearish' ELSE 'bullish' END",
+    ),
+]
+
+
+def test_an_edited_actual_is_recomputed_from_prices(engine, chained):
+    fillback(engine)
+    assert verify(engine).ok
+    with engine.connect() as conn:
+        row_id = conn.execute(
+            select(snapshots.c.id).where(snapshots.c.ticker == "QQQ", snapshots.c.run_date == chained[6])
+        ).scalar_one()
+    _, restore = _restoring(engine, row_id)
+    for column, sql in ACTUAL_EDITS:
+        with engine.begin() as conn:
+            n = conn.execute(text(f"UPDATE snapshots SET {sql} WHERE id = :i"), {"i": row_id}).rowcount  # noqa: S608
+        assert n == 1
+        report = verify(engine)
+        assert _problems(report) == [("QQQ", chained[6], "actual")], column
+        assert column in report.problems[0].what
+        restore()
+    assert verify(engine).ok
+
+
+def test_an_actual_whose_price_changed_or_vanished_is_reported(engine, chained):
+    fillback(engine)
+    with engine.connect() as conn:
+        nd = conn.execute(
+            select(snapshots.c.next_day_date).where(
+                snapshots.c.ticker == "AAPL", snapshots.c.run_date == chained[0]
+            )
+        ).scalar_one()
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE prices SET close = close * 1.02 WHERE ticker = 'AAPL' AND date = :d"), {"d": nd}
+        )
+    report = verify(engine)
+    # the changed close is the next-day target of chained[0] (and maybe the Monday target too)
+    assert ("AAPL", chained[0], "actual") in _problems(report)
+    assert "!= close" in report.problems[0].what
 
 
 def test_cli_exits_non_zero_and_lists_bad_rows(engine, chained, ldtm_env):
@@ -86,3 +304,12 @@ def test_cli_exits_non_zero_and_lists_bad_rows(engine, chained, ldtm_env):
     bad = runner.invoke(app, ["audit", "verify"])
     assert bad.exit_code == 1
     assert "AAPL" in bad.output and str(chained[1]) in bad.output
+
+
+def test_cli_names_a_ticker_without_rows(engine, chained, ldtm_env):
+    res = CliRunner().invoke(app, ["audit", "verify", "--tickers", "ZZZZ"])
+    assert res.exit_code == 1, res.output
+    assert "no snapshot rows for ZZZZ" in res.output
+    assert "audit ok" not in res.output
+    mixed = CliRunner().invoke(app, ["audit", "verify", "--tickers", "AAPL", "--tickers", "ZZZZ"])
+    assert mixed.exit_code == 1 and "ZZZZ" in mixed.output

@@ -19,6 +19,7 @@ from ldtm_core.model import get_profile
 from ldtm_core.schema import backtest_folds
 
 CFG = get_profile("demo", max_epochs=2, patience=1)
+REAL_FOLD_ROWS = bt.fold_rows
 
 
 class AlwaysAbove(torch.nn.Module):
@@ -90,9 +91,34 @@ def test_folds_purge_and_scores(engine, world, stub_fit):
     assert rows["model_only_hits"].tolist() == [0, 0, 0] and rows["up_only_hits"].tolist() == [0, 0, 0]
 
 
-def test_a_planted_leak_is_counted(engine, world, stub_fit):
+def _plant_leak(monkeypatch, train_sessions: int = 0, test_rows: int = 0) -> None:
+    """The test seam: widen the fitting pool past the cutoff, or start the test block before it."""
+    real = REAL_FOLD_ROWS
+
+    def leaky(samples, evaluable, labeled, start, block):
+        test_idx, cutoff, pool = real(samples, evaluable, labeled, start, block)
+        if test_rows:
+            test_idx = evaluable[start - test_rows : start + block]
+        if train_sessions:
+            sessions = samples.dates
+            pos = int(np.searchsorted(sessions, cutoff))
+            allowed = sessions[min(len(sessions) - 1, pos + train_sessions)]
+            pool = labeled[samples.target_dates[labeled].max(axis=1) <= allowed]
+        return test_idx, cutoff, pool
+
+    monkeypatch.setattr(bt, "fold_rows", leaky)
+
+
+def test_leak_switches_are_not_in_the_public_signature():
+    import inspect
+
+    assert not [p for p in inspect.signature(bt.run_backtest).parameters if p.startswith("_")]
+
+
+def test_a_planted_leak_is_counted(engine, world, stub_fit, monkeypatch):
     s, _, _ = world
-    res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30, _leak_train_sessions=5)
+    _plant_leak(monkeypatch, train_sessions=5)
+    res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
     # Five more sessions of targets past the cutoff were allowed into fitting: five rows per fold.
     assert [f.leakage_rows for f in res.folds] == [5, 5]
     for f, (train, val) in zip(res.folds, stub_fit[-2:], strict=True):
@@ -100,7 +126,8 @@ def test_a_planted_leak_is_counted(engine, world, stub_fit):
             int((p.target_dates.max(axis=1) > np.datetime64(f.cutoff, "D")).sum()) for p in (train, val)
         )
         assert used_late == 5
-    res2 = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30, _leak_test_rows=3)
+    _plant_leak(monkeypatch, test_rows=3)
+    res2 = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
     assert [f.leakage_rows for f in res2.folds] == [3, 3]
     assert all(f.test_start <= f.cutoff for f in res2.folds)
 
@@ -137,3 +164,26 @@ def test_backtest_before_any_training_is_refused_and_writes_no_folds(engine, db_
     assert stub_fit == []  # refused before any fold was trained
     with engine.connect() as conn:
         assert conn.execute(select(backtest_folds)).first() is None
+
+
+def test_backtest_records_its_config_and_data_range_and_the_gate_checks_it(engine, world, stub_fit):
+    from ldtm_core.errors import InputError as GateRefused
+    from ldtm_core.gate import GateThresholds, run_gate
+    from ldtm_core.registry import config_signature
+
+    s, df, mid = world
+    other = get_profile("demo", max_epochs=7, patience=1)  # what `--profile`/`--set` would pass
+    foreign = bt.run_backtest(engine, s, "AAPL", other, folds=2, test_sessions=20)
+    assert foreign.model_id == mid and foreign.config_signature == config_signature(other)
+    with engine.connect() as conn:
+        rows = conn.execute(select(backtest_folds)).mappings().all()
+    assert {r["config_signature"] for r in rows} == {config_signature(other)}
+    assert {(r["data_start"], r["data_end"]) for r in rows} == {(df["date"].min(), df["date"].max())}
+    easy = GateThresholds(min_direction_accuracy=0.0, max_mean_abs_pct_error=100.0)
+    with pytest.raises(GateRefused, match="another config"):
+        run_gate(engine, s, "AAPL", thresholds=easy)
+    own = bt.run_backtest(engine, s, "AAPL", None, folds=2, test_sessions=20)
+    assert own.config_signature == config_signature(CFG)
+    report = run_gate(engine, s, "AAPL", thresholds=easy)
+    assert report.backtest_id == own.backtest_id and report.passed
+    assert (report.data_start, report.data_end) == (df["date"].min(), df["date"].max())

@@ -96,13 +96,28 @@ def test_sessions_between_inclusive_and_latest_on_or_before():
         latest_session_on_or_before(D(1980, 1, 1))
 
 
-def test_target_dates_vectorised_matches_scalar_helpers():
-    days = np.array(sessions_between("2023-01-01", "2024-06-30"), dtype="datetime64[D]")[::7]
+# (evening, next_day, next_monday, one_month = 21 sessions), every date counted by hand on a calendar.
+TARGETS = [
+    (D(2024, 3, 1), D(2024, 3, 4), D(2024, 3, 4), D(2024, 4, 2)),  # Friday; Good Friday inside the month
+    (D(2024, 3, 28), D(2024, 4, 1), D(2024, 4, 1), D(2024, 4, 29)),  # over Good Friday
+    (D(2024, 5, 24), D(2024, 5, 28), D(2024, 5, 28), D(2024, 6, 26)),  # Memorial Day; Juneteenth inside
+    (D(2024, 6, 17), D(2024, 6, 18), D(2024, 6, 24), D(2024, 7, 18)),  # Monday; Juneteenth + July 4 inside
+    (D(2024, 11, 27), D(2024, 11, 29), D(2024, 12, 2), D(2024, 12, 30)),  # Thanksgiving; Christmas inside
+    (D(2023, 12, 29), D(2024, 1, 2), D(2024, 1, 2), D(2024, 1, 31)),  # New Year's Monday closed; MLK inside
+]
+
+
+def test_target_dates_against_hand_counted_dates():
+    days = np.array([t[0] for t in TARGETS], dtype="datetime64[D]")
     nd, nm, om = target_dates(days)
-    for i, d in enumerate(days.astype(object)):
-        assert nd[i].astype(object) == next_session(d)
-        assert nm[i].astype(object) == next_monday_session(d)
-        assert om[i].astype(object) == sessions_after(d, 21)
+    got = list(zip(days.astype(object), nd.astype(object), nm.astype(object), om.astype(object), strict=True))
+    assert got == TARGETS
+    for day, next_day, monday, month in TARGETS:
+        assert (next_session(day), next_monday_session(day), sessions_after(day, 21)) == (
+            next_day,
+            monday,
+            month,
+        )
 
 
 def test_end_of_calendar_scalar_helpers_raise_and_vector_returns_nat():

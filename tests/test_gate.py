@@ -196,3 +196,38 @@ def test_skill_p_value_from_the_environment_and_unknown_on_old_backtests(engine,
         monkeypatch.setenv("LDTM_GATE_MAX_P_VALUE", bad)
         with pytest.raises(InputError, match="LDTM_GATE_MAX_P_VALUE|p-value"):
             GateThresholds.from_env()
+
+
+def test_a_backtest_of_another_config_is_refused(engine, s):
+    from ldtm_core.model import get_profile
+
+    mid = make_model(engine, s, "AAPL")  # the demo profile's config
+    passing = [(100, 0.70, 0.50, 1.0, 0), (100, 0.70, 0.50, 1.0, 0)]
+    add_backtest(engine, mid, passing, cfg=get_profile("reference"))  # `ldtm backtest --profile reference`
+    with pytest.raises(InputError, match=r"gate refused for model .* ran another config .*\(profile demo"):
+        run_gate(engine, s, "AAPL")
+    assert registry.get_model(engine, mid).status == "candidate"
+    # Its own (failing) backtest is judged even though the foreign passing one is newer.
+    own = add_backtest(engine, mid, [(100, 0.40, 0.50, 1.0, 0)] * 2)
+    add_backtest(
+        engine, mid, passing, cfg=get_profile("demo", max_epochs=99)
+    )  # same architecture, other training
+    report = run_gate(engine, s, "AAPL")
+    assert report.backtest_id == own and not report.passed
+    assert registry.get_model(engine, mid).status == "candidate"
+
+
+def test_a_backtest_without_a_recorded_config_is_refused(engine, s):
+    from sqlalchemy import update
+
+    from ldtm_core.schema import backtest_folds
+
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, [(100, 0.70, 0.50, 1.0, 0)] * 2)
+    with engine.begin() as conn:  # a backtest written before signatures were recorded
+        conn.execute(update(backtest_folds).values(config_signature=None))
+    with pytest.raises(InputError, match="with no recorded config"):
+        run_gate(engine, s, "AAPL")
+    out = CliRunner().invoke(app, ["gate", "--ticker", "AAPL"], env={"LDTM_DATABASE_URL": s.database_url})
+    assert out.exit_code != 0 and "no recorded config" in " ".join(out.output.split())
+    assert registry.get_model(engine, mid).status == "candidate"

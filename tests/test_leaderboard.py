@@ -11,7 +11,7 @@ from scipy.stats import binomtest
 from sqlalchemy import insert
 
 from ldtm_core.errors import InputError
-from ldtm_core.leaderboard import leaderboard, verdict
+from ldtm_core.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
 from ldtm_core.schema import model_registry, snapshots
 
 LATEST = dt.date(2024, 5, 31)
@@ -249,3 +249,55 @@ def test_recent_next_day_keeps_filled_rows_of_the_last_sessions(engine):
     assert len(recent) == 10 and set(recent["ticker"]) == {"AAA"}
     assert recent["actual"].notna().all()  # the unfilled newer row is not plotted
     assert recent["run_date"].max() == LATEST and recent["run_date"].is_monotonic_increasing
+
+
+def _evenings(conn, ticker, model_id, version, days, correct, **kw):
+    """Filled rows of one model for `days` evenings; `correct[i]` decides whether day i is a hit."""
+    rows = []
+    for i, d in enumerate(days):
+        actual = 102.0 if correct[i] else 98.0
+        r = _row(ticker, model_id, d, 100.0, 99.0, 101.0, actual, "replay", 1.0, 1.0)
+        rows.append(r | {"model_version": version, "prev_hash": f"{ticker}{d}{version}"} | kw)
+    conn.execute(insert(snapshots), rows)
+
+
+def test_re_prediction_after_promotion_is_counted_once(engine):
+    """4 evenings by v1, then v2 (promoted later) re-predicts two of them: the board scores 4 rows, v1's."""
+    days = [dt.date(2024, 3, 4) + dt.timedelta(days=i) for i in range(4)]
+    with engine.begin() as conn:
+        m1, m2 = _model(conn, "EEE"), _model(conn, "EEE")
+        _evenings(conn, "EEE", m1, "v1", days, [True, False, True, True])
+        _evenings(conn, "EEE", m2, "v2", days[2:], [False, False])  # v2 wrong on both re-predicted days
+    got = leaderboard(engine).set_index("ticker").loc["EEE"]
+    assert (got["n"], got["hits"]) == (4, 3)  # the first recorded row per evening, not 6 rows
+    assert got["window_start"] == days[0] and got["window_end"] == days[-1]
+    per_model = leaderboard_by_model(engine).set_index("model_version")
+    assert per_model.loc["v1", ["n", "hits"]].tolist() == [4, 3]
+    assert per_model.loc["v2", ["n", "hits"]].tolist() == [2, 0]
+    recent = recent_next_day(engine, ["EEE"])
+    assert len(recent) == 4 and recent["actual"].tolist() == [102.0, 98.0, 102.0, 102.0]
+
+
+def test_in_sample_rows_are_excluded_unless_asked_for(engine):
+    days = [dt.date(2024, 3, 4) + dt.timedelta(days=i) for i in range(5)]
+    with engine.begin() as conn:
+        m = _model(conn, "FFF")
+        _evenings(conn, "FFF", m, "v1", days[:2], [True, True], in_sample=True)
+        _evenings(conn, "FFF", m, "v1", days[2:], [False, True, False])
+    got = leaderboard(engine).set_index("ticker").loc["FFF"]
+    assert (got["n"], got["hits"]) == (3, 1) and got["window_start"] == days[2]
+    shown = leaderboard(engine, include_in_sample=True).set_index("ticker").loc["FFF"]
+    assert (shown["n"], shown["hits"]) == (5, 3)
+    assert leaderboard_by_model(engine).set_index("model_version").loc["v1", "n"] == 3
+    assert len(recent_next_day(engine, ["FFF"])) == 3
+
+
+def test_an_in_sample_first_row_is_not_replaced_by_a_later_one(engine):
+    """The published row of the evening was in-sample: the evening is unscored, not re-scored by v2."""
+    d = [dt.date(2024, 3, 4)]
+    with engine.begin() as conn:
+        m1, m2 = _model(conn, "GGG"), _model(conn, "GGG")
+        _evenings(conn, "GGG", m1, "v1", d, [True], in_sample=True)
+        _evenings(conn, "GGG", m2, "v2", d, [False])
+    assert leaderboard(engine).empty
+    assert leaderboard(engine, include_in_sample=True).iloc[0][["n", "hits"]].tolist() == [1, 1]

@@ -9,7 +9,7 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core import snapshots as snapshots_mod
+from ldtm_core import inference
 from ldtm_core.calendar import sessions_between
 from ldtm_core.cli import app
 from ldtm_core.errors import InputError
@@ -35,10 +35,10 @@ def _count(engine, table) -> int:
 
 
 def test_range_predicts_every_session_with_one_load_per_model(engine, world, monkeypatch):
-    snapshots_mod.clear_model_cache()
+    inference.clear_model_cache()
     loads = []
-    real = snapshots_mod.load_checkpoint
-    monkeypatch.setattr(snapshots_mod, "load_checkpoint", lambda *a, **k: loads.append(a) or real(*a, **k))
+    real = inference.load_checkpoint
+    monkeypatch.setattr(inference, "load_checkpoint", lambda *a, **k: loads.append(a) or real(*a, **k))
     results = predict_range(engine, world, START, END)
     days = sessions_between(START, END)
     assert len(days) == 9 and dt.date(2024, 5, 27) not in days

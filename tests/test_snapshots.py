@@ -19,10 +19,12 @@ from ldtm_core.audit import verify
 from ldtm_core.calendar import next_monday_session, next_session, sessions_after
 from ldtm_core.errors import InputError
 from ldtm_core.features import compute_features
+from ldtm_core.inference import batched_forward
 from ldtm_core.model import LDTM, get_profile
+from ldtm_core.price_windows import features_batch
 from ldtm_core.samples import build_samples
 from ldtm_core.schema import run_log, snapshots
-from ldtm_core.snapshots import batched_forward, classify_direction, features_batch, predict
+from ldtm_core.snapshots import classify_direction, predict
 from ldtm_core.synthetic import generate
 
 TICKERS = ["AAPL", "NVDA", "QQQ"]
@@ -123,8 +125,12 @@ def test_rerun_is_a_noop_and_replay_mode_and_chain(engine, world):
         r = rows[rows.ticker == t].sort_values("id")
         assert r.iloc[1].prev_hash == r.iloc[0].row_hash  # chained per ticker
     assert verify(engine).ok
-    forced = predict(engine, settings, run_date=dates[-3], mode="live")
-    assert forced.mode == "live"
+    n_before = len(_rows(engine))
+    # --mode live on an evening whose outcome is already in the prices is refused, nothing written
+    with pytest.raises(InputError, match=r"--mode live refused for .*prices up to"):
+        predict(engine, settings, run_date=dates[-3], mode="live")
+    assert len(_rows(engine)) == n_before
+    assert predict(engine, settings, run_date=dates[-3], mode="replay").mode == "replay"
 
 
 def test_promoted_model_version_and_candidate_fallback(engine, world):
@@ -277,3 +283,36 @@ def test_predict_input_equals_the_training_sample(engine, db_url, tmp_path, monk
         hist = df[(df.ticker == t) & (df.date <= d)].drop(columns="ticker")
         want = build_samples(hist, 30).x[-1]
         np.testing.assert_allclose(seen["x"][i].numpy(), want, atol=2e-6)
+
+
+def test_in_sample_replays_are_flagged_and_left_off_the_leaderboard(engine, db_url, tmp_path):
+    """A model whose data cutoff is 2024-06-21 replays 06-18..06-24: the evenings whose next-day target
+    is on or before the cutoff are in-sample; 06-21 (target 06-24) and later are out of sample."""
+    from ldtm_core.fillback import fillback
+    from ldtm_core.leaderboard import leaderboard
+
+    settings = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL", trained_on=dt.date(2024, 6, 21))
+    evenings = [dt.date(2024, 6, 18), dt.date(2024, 6, 20), dt.date(2024, 6, 21), dt.date(2024, 6, 24)]
+    results = [predict(engine, settings, run_date=d) for d in evenings]
+    assert [r.in_sample for r in results] == [["AAPL"], ["AAPL"], [], []]
+    rows = _rows(engine)
+    assert rows[["run_date", "next_day_date", "in_sample"]].values.tolist() == [
+        [dt.date(2024, 6, 18), dt.date(2024, 6, 20), True],  # 06-19 is Juneteenth
+        [dt.date(2024, 6, 20), dt.date(2024, 6, 21), True],
+        [dt.date(2024, 6, 21), dt.date(2024, 6, 24), False],
+        [dt.date(2024, 6, 24), dt.date(2024, 6, 25), False],
+    ]
+    assert verify(engine).ok  # the flag is hashed; the chain is intact
+    with engine.connect() as conn:
+        summary = json.loads(
+            conn.execute(
+                select(run_log.c.summary_json).where(run_log.c.run_id == results[0].run_id)
+            ).scalar_one()
+        )
+    assert summary["in_sample"] == ["AAPL"]
+    fillback(engine)
+    board = leaderboard(engine).iloc[0]
+    assert board["n"] == 2 and board["window_start"] == dt.date(2024, 6, 21)
+    assert leaderboard(engine, include_in_sample=True).iloc[0]["n"] == 4

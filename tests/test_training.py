@@ -168,11 +168,12 @@ def test_train_ticker_end_to_end(db_url, tmp_path, two_years):
     assert row["profile"] == "demo" and row["arch_signature"] == cfg.signature
     assert json.loads(row["config_json"]) == cfg.to_dict()
     assert row["val_loss"] == pytest.approx(out.val_loss)
-    # trained_on_date: the last sample date used, which for one-month targets is ~21 sessions before as_of.
+    # trained_on_date: the last date whose price any training or early-stopping row used. The last
+    # validation sample (~21 sessions before as_of) has its one-month target on as_of itself, a session.
     s = _samples(two_years[pd_date_le(two_years, as_of)])
     labeled_dates = s.dates[s.labeled]
-    assert row["trained_on_date"] == dt.date.fromisoformat(str(labeled_dates.max()))
-    assert row["trained_on_date"] < as_of
+    assert row["trained_on_date"] == as_of == dt.date(2023, 10, 31)
+    assert row["trained_on_date"] > dt.date.fromisoformat(str(labeled_dates.max()))
 
     path = settings.checkpoint_dir / "candidates" / "AAPL"
     files = list(path.iterdir())

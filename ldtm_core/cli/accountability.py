@@ -149,11 +149,25 @@ def fillback_cmd(
 @handle_errors
 def leaderboard_cmd(
     mode: str = typer.Option("all", "--mode", help="all, live or replay"),
+    include_in_sample: bool = typer.Option(
+        False,
+        "--include-in-sample",
+        help="Also score in-sample replays (evenings the model's training data already reached)",
+    ),
+    by_model: bool = typer.Option(
+        False, "--by-model", help="Per-model report: every model version on its own rows"
+    ),
 ) -> None:
-    """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines."""
-    from ..leaderboard import leaderboard
+    """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines.
 
-    print_leaderboard(leaderboard(open_db(), mode), mode)
+    Each evening counts once per ticker: its first recorded prediction (what was published)."""
+    from ..leaderboard import leaderboard, leaderboard_by_model
+
+    if by_model:
+        print_leaderboard(leaderboard_by_model(open_db(), mode), f"{mode}, by model")
+        return
+    label = f"{mode}, with in-sample replays" if include_in_sample else mode
+    print_leaderboard(leaderboard(open_db(), mode, include_in_sample=include_in_sample), label)
 
 
 def print_leaderboard(df, mode: str = "all") -> None:
@@ -180,7 +194,7 @@ def print_leaderboard(df, mode: str = "all") -> None:
     )
     for r in df.itertuples(index=False):
         table.add_row(
-            r.ticker,
+            f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker,
             str(r.n),
             _pct(r.direction_accuracy),
             f"{_pct(r.wilson_low)}–{_pct(r.wilson_high)}",
@@ -201,21 +215,37 @@ def print_leaderboard(df, mode: str = "all") -> None:
 def audit_verify(
     tickers: Annotated[list[str] | None, typer.Option("--tickers", "-t", help="Only these tickers")] = None,
 ) -> None:
-    """Recompute every ticker's hash chain; exit 1 and list each edited row if any."""
+    """Recompute every ticker's hash chain, compare it with the recorded chain heads and re-derive every
+    filled actual from prices; exit 1 and list each problem if any."""
     from ..audit import verify
 
     report = verify(open_db(), _tickers(tickers))
-    if report.ok:
-        console.print(f"audit ok: {report.rows_checked} rows, {report.tickers_checked} tickers, chain intact")
+    if report.tickers_without_rows:
+        err_console.print(
+            f"[bold red]audit: no snapshot rows for {', '.join(report.tickers_without_rows)}[/] "
+            "(nothing was ever predicted for them, or their rows are gone)"
+        )
+    if report.ok and not report.tickers_without_rows:
+        if report.rows_checked == 0:
+            console.print("audit: no snapshot rows yet, nothing to verify")
+            return
+        console.print(
+            f"audit ok: {report.rows_checked} rows, {report.tickers_checked} tickers, chain intact; "
+            f"{report.anchors_checked} anchored chain heads match; {report.actuals_checked} filled actuals "
+            "match prices"
+        )
         return
-    table = Table("ticker", "run_date", "model_version", "problem", title=f"{len(report.problems)} problems")
-    for p in report.problems:
-        table.add_row(p.ticker, str(p.run_date), p.model_version, p.what)
-    console.print(table)
-    err_console.print(
-        f"[bold red]audit FAILED[/]: {len(report.problems)} problems in {', '.join(report.bad_tickers)} "
-        f"({report.rows_checked} rows checked)"
-    )
+    if report.problems:
+        table = Table(
+            "ticker", "run_date", "model_version", "problem", title=f"{len(report.problems)} problems"
+        )
+        for p in report.problems:
+            table.add_row(p.ticker, str(p.run_date or "-"), p.model_version, p.what)
+        console.print(table)
+        err_console.print(
+            f"[bold red]audit FAILED[/]: {len(report.problems)} problems in {', '.join(report.bad_tickers)} "
+            f"({report.rows_checked} rows checked)"
+        )
     sys.exit(1)
 
 
@@ -225,7 +255,10 @@ def backtest_cmd(
     ticker: str = typer.Option(..., "--ticker", help="Ticker to backtest"),
     folds: int = typer.Option(3, "--folds", help="Walk-forward folds"),
     profile: str = typer.Option(
-        None, "--profile", help="Model profile (default: the candidate's own config)"
+        None,
+        "--profile",
+        help="Model profile (default: the candidate's own config; the gate accepts only a backtest of "
+        "the candidate's own config)",
     ),
     model_id: int = typer.Option(
         None, "--model-id", help="Candidate the backtest validates (default newest)"
@@ -285,6 +318,15 @@ def backtest_cmd(
     )
     if res.skill is not None:
         console.print(f"skill test vs always-up: {res.skill.describe()}")
+    from ..registry import config_signature, get_model
+
+    own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (
+        res.config_signature
+    )
+    console.print(
+        f"config {res.config_signature[:12]}…, prices {res.data_start}..{res.data_end}"
+        + ("" if own else " (not the candidate's own config: the gate will not use this backtest)")
+    )
 
 
 @registry_app.command("list")

@@ -6,6 +6,7 @@ import datetime as dt
 from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
+    AssetCheckSeverity,
     AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
@@ -15,7 +16,7 @@ from dagster import (
     asset,
 )
 
-from ldtm_core import audit, fillback
+from ldtm_core import audit, chain, fillback
 from ldtm_core import leaderboard as board
 from ldtm_core import snapshots as snaps
 from ldtm_core.calendar import is_session
@@ -42,6 +43,8 @@ from ..steps import failing_as, for_each_partition
     check_specs=[
         AssetCheckSpec("one_per_ticker", asset="snapshots", blocking=True),
         AssetCheckSpec("audit_chain_intact", asset="snapshots", blocking=True),
+        # Warn only: a deliberately reset app database would otherwise block every later run.
+        AssetCheckSpec("chain_matches_dagster_anchors", asset="snapshots", blocking=False),
     ],
 )
 def snapshots(
@@ -52,20 +55,27 @@ def snapshots(
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
     engine, settings = database.engine(store), database.settings(store)
+    previous_heads = _previous_chain_heads(context)
     duplicates: dict[str, int] = {}
+    heads: dict[str, str] = {}
 
     def one(key: str) -> dict:
         day = dt.date.fromisoformat(key)
         if not is_session(day):
             return {"run_date": key, "status": "no session", "rows_written": 0}
         result = snaps.predict(engine, settings, run_date=day, tickers=store.tickers())
-        counts = snaps.latest_rows(engine, day).groupby("ticker").size() if result.tickers_predicted else None
-        if counts is not None:
-            duplicates.update({f"{t} {key}": int(n) for t, n in counts.items() if n != 1})
-        missing = set(result.tickers_predicted) - set(counts.index if counts is not None else [])
-        duplicates.update({f"{t} {key}": 0 for t in missing})
+        heads.update(result.chain_heads.get("heads", {}))
         for t, why in result.features_recomputed.items():
             context.log.info(f"snapshots {key} {t}: features recomputed from prices: {why}")
+        # One row per (ticker, evening) per model: a model promoted later may add its own row for an
+        # evening already predicted (the leaderboard scores only the first); a second row of the same
+        # model, or none for a predicted ticker, is the violation.
+        rows = snaps.latest_rows(engine, day) if result.tickers_predicted else None
+        counts = rows.groupby(["ticker", "model_version"]).size() if rows is not None else {}
+        for t, version in result.model_versions.items():
+            n = int(counts.get((t, version), 0))
+            if n != 1:
+                duplicates[f"{t} {key} {version}"] = n
         return {
             "run_date": key,
             "status": result.mode,
@@ -77,12 +87,20 @@ def snapshots(
             "bearish": result.cohort.get("bearish", 0),
             "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
             "used_candidate": ",".join(result.used_candidate),
+            "in_sample": ",".join(result.in_sample),
             "features_recomputed": "; ".join(f"{t}: {why}" for t, why in result.features_recomputed.items()),
         }
 
     runs = for_each_partition(context, "snapshots", one)
     sessions = sum(r["status"] != "no session" for r in runs)
-    report = audit.verify(engine)
+    band = settings.neutral_band_pct
+    report = audit.verify(engine, neutral_band_pct=band)
+    anchors = chain.parse_heads(previous_heads, "the previous Dagster snapshots materialization")
+    anchored = (
+        audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors, neutral_band_pct=band)
+        if anchors
+        else None
+    )
     last = runs[-1] if runs else {}
     return MaterializeResult(
         metadata={
@@ -91,13 +109,17 @@ def snapshots(
             "sessions": sessions,
             "mode": last.get("status", ""),
             "cohort": MetadataValue.json({k: last.get(k, 0) for k in ("bullish", "neutral", "bearish")}),
+            # The chain head of every ticker after this run: a copy of the audit anchors kept outside
+            # the app database (compared by the next run's `chain_matches_dagster_anchors`).
+            CHAIN_HEADS: MetadataValue.json(heads),
         },
         check_results=[
             AssetCheckResult(
                 check_name="one_per_ticker",
                 passed=not duplicates,
                 metadata={"evenings": sessions, "violations": MetadataValue.json(duplicates)},
-                description="every predicted ticker has exactly one snapshot row per evening",
+                description="every predicted ticker has exactly one snapshot row per evening from the "
+                "model that predicted it (the leaderboard scores only the evening's first row)",
             ),
             AssetCheckResult(
                 check_name="audit_chain_intact",
@@ -106,10 +128,35 @@ def snapshots(
                     "rows_checked": report.rows_checked,
                     "problems": MetadataValue.json([_plain(p) for p in report.problems[:20]]),
                 },
-                description="every row's hash matches its prediction and links to its predecessor",
+                description="every row's hash matches its prediction and links to its predecessor, "
+                "the chain heads recorded in run_log are all present, and filled actuals match prices",
+            ),
+            AssetCheckResult(
+                check_name="chain_matches_dagster_anchors",
+                passed=anchored is None or anchored.ok,
+                severity=AssetCheckSeverity.WARN,
+                metadata={
+                    "anchors_compared": len(anchors),
+                    "problems": MetadataValue.json(
+                        [_plain(p) for p in (anchored.problems if anchored else [])[:20]]
+                    ),
+                },
+                description="the chain heads recorded in the previous materialization's metadata are still "
+                "in the snapshots table with the same hash (nothing deleted or rewritten since)",
             ),
         ],
     )
+
+
+CHAIN_HEADS = "chain_heads"
+
+
+def _previous_chain_heads(context: AssetExecutionContext) -> dict:
+    """{ticker: [id, row_hash, run_date, version]} from the latest snapshots materialization, or {}."""
+    event = context.instance.get_latest_materialization_event(context.asset_key)
+    materialization = event.asset_materialization if event else None
+    value = materialization.metadata.get(CHAIN_HEADS) if materialization else None
+    return dict(value.value) if value is not None and isinstance(value.value, dict) else {}
 
 
 def _plain(obj) -> dict:

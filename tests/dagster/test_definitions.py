@@ -61,6 +61,7 @@ def test_checks_cover_price_quality_snapshots_audit_and_leakage():
         ("prices", "prices_sessions_complete"),
         ("snapshots", "one_per_ticker"),
         ("snapshots", "audit_chain_intact"),
+        ("snapshots", "chain_matches_dagster_anchors"),
         ("backtests", "no_leakage"),
         ("features", "features_current"),
         ("features", "features_finite"),

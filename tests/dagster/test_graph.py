@@ -40,6 +40,7 @@ CHECKS = [
     ("backtests", "no_leakage"),
     ("snapshots", "one_per_ticker"),
     ("snapshots", "audit_chain_intact"),
+    ("snapshots", "chain_matches_dagster_anchors"),
 ]
 
 

@@ -4,20 +4,22 @@ backtest partition materialization."""
 from __future__ import annotations
 
 import pytest
+import torch
 from dagster import (
     AssetKey,
     SkipReason,
-    asset,
     build_run_status_sensor_context,
     build_sensor_context,
     job,
     materialize,
     op,
 )
-from ldtm_dagster_helpers import FakeGpuProbe, FakeNVML
+from ldtm_dagster_helpers import TICKERS, FakeGpuProbe, FakeNVML, tiny_resources
+from sqlalchemy import select
 
-from ldtm_dagster import defs
-from ldtm_dagster.partitions import EVENING_TAG, ticker_partitions
+from ldtm_core.schema import backtest_folds
+from ldtm_dagster import assets, defs
+from ldtm_dagster.partitions import EVENING_TAG
 from ldtm_dagster.pool import GPU_POOL
 from ldtm_dagster.sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
 
@@ -56,14 +58,47 @@ def test_without_a_usable_gpu_the_pool_is_sized_from_cores(dagster_instance, fak
     assert "(cpu)" in result.skip_message
 
 
-# A stand-in with the real key and partitions: a materialization event like the real one, no training.
-@asset(key="backtests", partitions_def=ticker_partitions)
-def fake_backtests() -> None:
-    return None
+@pytest.fixture
+def backtest_world(tmp_path, sqlite_url, monkeypatch):
+    """Prices and a candidate per ticker, so the real `backtests` asset writes real fold rows; the
+    optimiser is stubbed (a constant model) to keep each materialization about a second."""
+    from accountability_helpers import ingest, make_model, make_settings
+
+    from ldtm_core import training
+    from ldtm_core.db import get_engine
+
+    def constant_fit(train, val, cfg, device=None, threads=None):
+        model = torch.nn.Linear(cfg.input_size, 3)  # any module mapping [B, W, F] -> [B, 3] will do
+        return training.FitResult(
+            model=lambda x: model(x[:, -1, :]),
+            val_loss=0.0,
+            epochs=1,
+            best_epoch=1,
+            duration_s=0,
+            device="cpu",
+            samples_per_s=0,
+        )
+
+    monkeypatch.setattr(training, "fit", constant_fit)
+    engine = get_engine(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url)
+    tickers = TICKERS.split(",")
+    ingest(engine, tickers, start="2022-01-03", end="2024-06-28")
+    for i, t in enumerate(tickers):
+        make_model(engine, settings, t, seed=i)
+    return tiny_resources(tmp_path / "home", sqlite_url), engine
 
 
-def _materialize(instance, ticker: str) -> None:
-    assert materialize([fake_backtests], partition_key=ticker, instance=instance).success
+def _materialize(instance, world, ticker: str) -> None:
+    resources, _ = world
+    result = materialize(
+        [assets.backtests],
+        partition_key=ticker,
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"backtests": {"config": {"folds": 2}}}},
+    )
+    assert result.success
 
 
 def _evaluate(instance, cursor):
@@ -72,30 +107,33 @@ def _evaluate(instance, cursor):
     return result.run_requests or [], result.cursor
 
 
-def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance):
-    tickers = ticker_partitions.get_partition_keys()[:3]
+def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance, backtest_world):
+    tickers = TICKERS.split(",")
     requests, cursor = _evaluate(dagster_instance, None)
     assert requests == []
 
     for t in tickers:  # three tickers land between two ticks
-        _materialize(dagster_instance, t)
+        _materialize(dagster_instance, backtest_world, t)
+    _, engine = backtest_world
+    with engine.connect() as conn:  # the real asset ran the real backtest for each partition
+        assert sorted(conn.execute(select(backtest_folds.c.ticker).distinct()).scalars()) == sorted(tickers)
     requests, cursor = _evaluate(dagster_instance, cursor)
     assert sorted(r.partition_key for r in requests) == sorted(tickers)
     assert len({r.run_key for r in requests}) == 3
-    assert all(r.job_name in (None, "promotion_job") for r in requests)
+    assert [r.job_name for r in requests] == ["promotion_job"] * 3
 
     again, cursor = _evaluate(dagster_instance, cursor)
     assert again == []
 
-    _materialize(dagster_instance, tickers[1])
+    _materialize(dagster_instance, backtest_world, tickers[1])
     new, cursor = _evaluate(dagster_instance, cursor)
     assert [r.partition_key for r in new] == [tickers[1]]
     assert new[0].run_key not in {r.run_key for r in requests}
 
 
-def test_promotion_sensor_run_keys_dedupe_a_reevaluation_from_an_old_cursor(dagster_instance):
-    t = ticker_partitions.get_partition_keys()[0]
-    _materialize(dagster_instance, t)
+def test_promotion_sensor_run_keys_dedupe_a_reevaluation_from_an_old_cursor(dagster_instance, backtest_world):
+    t = TICKERS.split(",")[0]
+    _materialize(dagster_instance, backtest_world, t)
     first, _ = _evaluate(dagster_instance, None)
     replay, _ = _evaluate(dagster_instance, None)  # e.g. a lost cursor: same keys, so the daemon skips them
     assert [r.run_key for r in first] == [r.run_key for r in replay]

@@ -1,5 +1,5 @@
 """PostgreSQL restarted in the middle of a run (the real local server): the run recovers through
-pre-ping + transient retry with backoff, or fails cleanly; never partial or duplicate rows."""
+pre-ping + transient retry with backoff, exactly as a clean run; never partial or duplicate rows."""
 
 from __future__ import annotations
 
@@ -46,14 +46,12 @@ def test_restart_between_compute_and_write_predict_recovers_once(
     rc, out, err = _restart_at(
         "predict.before_write", ["predict", "--run-date", RUN_DATE.isoformat()], home, pg_url, pause_dir
     )
-    state = snapshot_state(pg_url)
-    if rc == 0:  # pooled connections were stale: pre-ping replaced them
-        assert f"{len(TICKERS)} rows written" in out
-        assert len(state) == len(TICKERS)
-    else:  # a clean one-line error, nothing written
-        assert "error:" in err and "Traceback" not in err, err
-        assert state == []
-    assert rc == 0, (out, err)  # observed: recovers
+    # The pooled connections are stale after the restart: pre-ping must replace them and the run
+    # must complete (a clean error would be acceptable behaviour too, but it is not what this tests).
+    assert rc == 0, (out, err)
+    assert "Traceback" not in err
+    assert f"{len(TICKERS)} rows written" in out
+    assert len(snapshot_state(pg_url)) == len(TICKERS)
     with get_engine(pg_url).connect() as conn:
         assert [r.status for r in conn.execute(select(run_log.c.status))] == ["ok"]
 

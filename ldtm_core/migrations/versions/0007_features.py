@@ -1,14 +1,14 @@
 """features (the 11 per ticker and session) and feature_sets (the price fingerprint they came from)
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0005
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
