@@ -35,24 +35,24 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ldtm_core import registry  # noqa: E402
-from ldtm_core.calendar import target_dates  # noqa: E402
-from ldtm_core.chain import row_hash, write_rows  # noqa: E402
-from ldtm_core.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
+from ldtm_core.accountability.chain import row_hash, write_rows  # noqa: E402
+from ldtm_core.accountability.fillback import fillback  # noqa: E402
+from ldtm_core.accountability.inference import clear_model_cache  # noqa: E402
+from ldtm_core.accountability.price_windows import window_from_frame  # noqa: E402
+from ldtm_core.accountability.registry import register_candidate, serving_models  # noqa: E402
+from ldtm_core.accountability.snapshots import classify_direction, predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
+from ldtm_core.data.calendar import target_dates  # noqa: E402
+from ldtm_core.data.ingest import ingest_frame  # noqa: E402
+from ldtm_core.data.prices import load_ticker_prices  # noqa: E402
+from ldtm_core.data.samples import denormalise  # noqa: E402
+from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
-from ldtm_core.fillback import fillback  # noqa: E402
-from ldtm_core.inference import clear_model_cache  # noqa: E402
-from ldtm_core.ingest import ingest_frame  # noqa: E402
+from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
+from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
-from ldtm_core.model import LDTM, get_profile  # noqa: E402
-from ldtm_core.price_windows import window_from_frame  # noqa: E402
-from ldtm_core.prices import load_ticker_prices  # noqa: E402
-from ldtm_core.registry import register_candidate, serving_models  # noqa: E402
-from ldtm_core.samples import denormalise  # noqa: E402
 from ldtm_core.schema import snapshots  # noqa: E402
-from ldtm_core.snapshots import classify_direction, predict  # noqa: E402
-from ldtm_core.synthetic import generate  # noqa: E402
-from ldtm_core.universe import load_universe  # noqa: E402
 
 
 def setup(url: str, home: Path, tickers: list[str]) -> tuple[Settings, list]:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/tuning.py --tickers AAPL,NVDA,TSLA --trials 8 --set max_epochs=8
 
-For each ticker: an Optuna study (`ldtm_core.tuning.tune`, data strictly before the backtest's first
+For each ticker: an Optuna study (`ldtm_core.learning.tuning.tune`, data strictly before the backtest's first
 fold), then the walk-forward backtest (`backtest.run_backtest`) of the reference settings and of the
 study's best settings on the same prices and the same folds. `--set` applies to the search and to both
 backtests alike (e.g. a smaller epoch budget), so neither side gets more training than the other.
@@ -27,13 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
 
-from ldtm_core import backtest, tuning  # noqa: E402
+from ldtm_core import tuning  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
-from ldtm_core.ingest import ingest_frame  # noqa: E402
+from ldtm_core.data.ingest import ingest_frame  # noqa: E402
+from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.learning import backtest
+from ldtm_core.learning.model import ModelConfig, get_profile  # noqa: E402
+from ldtm_core.learning.training import parse_overrides  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
-from ldtm_core.model import ModelConfig, get_profile  # noqa: E402
-from ldtm_core.synthetic import generate  # noqa: E402
-from ldtm_core.training import parse_overrides  # noqa: E402
 
 # Where the leaderboard's exact test ("beats always-up", SPEC §9) shows up on a backtest result once the
 # backtest exposes it; the first attribute found is reported, else "n/a".

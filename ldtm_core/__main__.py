@@ -1,3 +1,3 @@
-from .cli import app
+from ldtm_core.cli import app
 
 app()

@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from .errors import ConfigError
+from ldtm_core.errors import ConfigError
 
 # The databases LDTM's schema, upserts and locks are written for.
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")

@@ -14,8 +14,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from .config import engine_url, mask_secrets, masked_url
-from .errors import LDTMError
+from ldtm_core.config import engine_url, mask_secrets, masked_url
+from ldtm_core.errors import LDTMError
 
 T = TypeVar("T")
 

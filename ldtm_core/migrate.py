@@ -11,8 +11,8 @@ from alembic.config import Config
 from filelock import FileLock, Timeout
 from sqlalchemy import Engine, text
 
-from .config import masked_url
-from .db import DatabaseError, get_engine
+from ldtm_core.config import masked_url
+from ldtm_core.db import DatabaseError, get_engine
 
 
 def alembic_config(url: str) -> Config:

@@ -175,7 +175,7 @@ backtest_folds = Table(
     Column("mean_abs_pct_error", Float, nullable=False),
     Column("leakage_rows", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    # Discordant rows vs always-up for the exact skill test (ldtm_core.skill); NULL before revision 0013.
+    # Discordant rows vs always-up for the exact skill test (ldtm_core.accountability.skill); NULL before revision 0013.
     Column("model_only_hits", Integer),
     Column("up_only_hits", Integer),
     # What produced the folds: the full model config's signature and the price range it read.
@@ -204,7 +204,7 @@ ingested_files = Table(
     UniqueConstraint("path", "sha256", name="uq_ingested_files_path_sha"),
 )
 
-# The 11 features of SPEC §3 per (ticker, session), in ldtm_core.features.FEATURE_NAMES order. Rows are
+# The 11 features of SPEC §3 per (ticker, session), in ldtm_core.data.features.FEATURE_NAMES order. Rows are
 # only ever replaced together with their ticker's `feature_sets` row, in one transaction.
 FEATURE_COLUMNS = (
     "open",
@@ -228,7 +228,7 @@ features = Table(
     *(Column(name, Float, nullable=False) for name in FEATURE_COLUMNS),
 )
 
-# One row per ticker: what its stored features were computed from (ldtm_core.feature_store).
+# One row per ticker: what its stored features were computed from (ldtm_core.data.feature_store).
 feature_sets = Table(
     "feature_sets",
     metadata,

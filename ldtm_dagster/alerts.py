@@ -16,7 +16,7 @@ from dagster import (
     sensor,
 )
 
-from ldtm_core import alerts
+from ldtm_core.accountability import alerts
 
 from .resources import AppDatabase, ArtifactStore
 

@@ -15,8 +15,8 @@ from dagster import (
     asset_check,
 )
 
-from ldtm_core.price_moves import large_moves, threshold_from_env
-from ldtm_core.prices import quality_report
+from ldtm_core.data.price_moves import large_moves, threshold_from_env
+from ldtm_core.data.prices import quality_report
 
 from .resources import AppDatabase, ArtifactStore
 

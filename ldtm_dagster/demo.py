@@ -31,8 +31,8 @@ import pandas as pd
 from dagster import DagsterInstance, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from ldtm_core import calendar
 from ldtm_core.cli.accountability import print_leaderboard
+from ldtm_core.data import calendar
 
 from . import assets, checks
 from .partitions import evening_partitions
@@ -150,7 +150,7 @@ def run_demo(
     )
     run("fillbacks + leaderboard", [assets.fillbacks, assets.leaderboard])
 
-    from ldtm_core.leaderboard import leaderboard
+    from ldtm_core.accountability.leaderboard import leaderboard
 
     return leaderboard(resources["database"].engine(store), mode="all")
 

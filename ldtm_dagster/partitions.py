@@ -15,7 +15,7 @@ import os
 
 from dagster import StaticPartitionsDefinition, TimeWindowPartitionsDefinition
 
-from ldtm_core.universe import load_universe
+from ldtm_core.data.universe import load_universe
 
 NIGHTLY_CRON = "15 18 * * 1-5"
 MARKET_TZ = "America/New_York"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dagster import AssetExecutionContext, DagsterInstance
 
-from ldtm_core.gpu_slots import SlotPlan
+from ldtm_core.learning.gpu_slots import SlotPlan
 
 GPU_POOL = "gpu"
 # Tag on runs that hold GPU steps, so they can be found and filtered (and capped in dagster.yaml).

@@ -15,14 +15,14 @@ from dagster import ConfigurableResource, EnvVar, Failure, InitResourceContext
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from ldtm_core import gpu_slots
 from ldtm_core.config import Settings, masked_url
+from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
 from ldtm_core.errors import LDTMError
+from ldtm_core.learning import gpu_slots
+from ldtm_core.learning.model import ModelConfig
+from ldtm_core.learning.tuning_store import check_profile
 from ldtm_core.migrate import upgrade
-from ldtm_core.model import ModelConfig
-from ldtm_core.tuning_store import check_profile
-from ldtm_core.universe import load_universe
 
 _MIGRATED: set[str] = set()
 

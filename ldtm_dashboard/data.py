@@ -6,9 +6,9 @@ import streamlit as st
 from sqlalchemy import Engine
 
 from ldtm_core.config import Settings, masked_url
+from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError
 from ldtm_core.migrate import upgrade
-from ldtm_core.universe import validate_ticker
 
 
 @st.cache_resource(show_spinner=False)

@@ -9,13 +9,13 @@ from pathlib import Path
 import torch
 from sqlalchemy import insert
 
-from ldtm_core.checkpoints import save_checkpoint
+from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.config import Settings
-from ldtm_core.ingest import ingest_frame
-from ldtm_core.model import LDTM, get_profile
-from ldtm_core.registry import register_candidate
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
+from ldtm_core.learning.checkpoints import save_checkpoint
+from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import backtest_folds
-from ldtm_core.synthetic import generate
 
 
 def make_settings(tmp_path: Path, url: str, **kw) -> Settings:
@@ -65,7 +65,7 @@ def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None, cfg=N
     optionally followed by (model_only_hits, up_only_hits), the discordant rows of the skill test.
     cfg: the config the backtest ran (default: the model's own, as `ldtm backtest` without --profile).
     """
-    from ldtm_core.registry import config_signature, get_model
+    from ldtm_core.accountability.registry import config_signature, get_model
 
     signature = config_signature(cfg or get_model(engine, model_id).config)
     bid = backtest_id or str(uuid.uuid4())

@@ -13,13 +13,13 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text, update
 from typer.testing import CliRunner
 
-from ldtm_core.audit import HASHED_COLUMNS, verify
-from ldtm_core.chain import AUDIT_KEY_ENV, IN_SAMPLE, parse_heads, row_hash
+from ldtm_core.accountability.audit import HASHED_COLUMNS, verify
+from ldtm_core.accountability.chain import AUDIT_KEY_ENV, IN_SAMPLE, parse_heads, row_hash
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.errors import InputError
-from ldtm_core.fillback import fillback
 from ldtm_core.schema import run_log, snapshots
-from ldtm_core.snapshots import predict
 
 
 @pytest.fixture

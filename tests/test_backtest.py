@@ -10,12 +10,12 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from ldtm_core import backtest as bt
-from ldtm_core import training
-from ldtm_core.calendar import next_session
 from ldtm_core.cli import app
+from ldtm_core.data.calendar import next_session
 from ldtm_core.errors import InputError, NotFoundError
-from ldtm_core.model import get_profile
+from ldtm_core.learning import backtest as bt
+from ldtm_core.learning import training
+from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds
 
 CFG = get_profile("demo", max_epochs=2, patience=1)
@@ -167,9 +167,9 @@ def test_backtest_before_any_training_is_refused_and_writes_no_folds(engine, db_
 
 
 def test_backtest_records_its_config_and_data_range_and_the_gate_checks_it(engine, world, stub_fit):
+    from ldtm_core.accountability.gate import GateThresholds, run_gate
+    from ldtm_core.accountability.registry import config_signature
     from ldtm_core.errors import InputError as GateRefused
-    from ldtm_core.gate import GateThresholds, run_gate
-    from ldtm_core.registry import config_signature
 
     s, df, mid = world
     other = get_profile("demo", max_epochs=7, patience=1)  # what `--profile`/`--set` would pass

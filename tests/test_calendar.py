@@ -7,7 +7,7 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from ldtm_core.calendar import (
+from ldtm_core.data.calendar import (
     calendar_bounds,
     is_session,
     latest_session_on_or_before,

@@ -10,7 +10,8 @@ import zipfile
 import pytest
 import torch
 
-from ldtm_core.checkpoints import (
+from ldtm_core.errors import CheckpointError
+from ldtm_core.learning.checkpoints import (
     TEMP_PREFIX,
     clean_temp_files,
     load_checkpoint,
@@ -18,8 +19,7 @@ from ldtm_core.checkpoints import (
     sha256_file,
     write_atomic,
 )
-from ldtm_core.errors import CheckpointError
-from ldtm_core.model import LDTM, get_profile
+from ldtm_core.learning.model import LDTM, get_profile
 
 DAY = dt.date(2024, 5, 17)
 

@@ -7,8 +7,8 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.calendar import calendar_bounds
 from ldtm_core.cli import app
+from ldtm_core.data.calendar import calendar_bounds
 from ldtm_core.schema import backtest_folds, run_log, snapshots
 
 runner = CliRunner()

@@ -8,9 +8,9 @@ import datetime as dt
 from typer.testing import CliRunner
 
 from ldtm_core.cli import app
+from ldtm_core.data.prices import load_prices
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.prices import load_prices
-from ldtm_core.synthetic import generate
 
 runner = CliRunner()
 

@@ -10,10 +10,10 @@ from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from ldtm_core.cli import app
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.ingest import ingest_frame
 from ldtm_core.schema import model_registry, prices
-from ldtm_core.synthetic import generate
 
 runner = CliRunner()
 
@@ -115,7 +115,7 @@ def test_ticker_outside_universe_refused(market):
 
 
 def test_gpu_slots_command(monkeypatch):
-    import ldtm_core.gpu_slots as gs
+    import ldtm_core.learning.gpu_slots as gs
 
     monkeypatch.setattr(gs, "probe", lambda nvml=None: [gs.GpuMemory(0, "Fake GPU", 16000, 4000)])
     r = runner.invoke(app, ["gpu", "slots"])

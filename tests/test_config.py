@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from ldtm_core.cli import app
 from ldtm_core.config import Settings, engine_url
+from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
 from ldtm_core.errors import ConfigError, InputError
 from ldtm_core.schema import prices
-from ldtm_core.universe import load_universe
 
 runner = CliRunner()
 

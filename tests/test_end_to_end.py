@@ -12,19 +12,20 @@ import torch
 from sqlalchemy import select, text
 from typer.testing import CliRunner
 
-from ldtm_core import registry, training
-from ldtm_core.audit import verify
-from ldtm_core.backtest import run_backtest
+from ldtm_core.accountability import registry
+from ldtm_core.accountability.audit import verify
+from ldtm_core.accountability.gate import GateThresholds, run_gate
+from ldtm_core.accountability.leaderboard import leaderboard
+from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.config import Settings
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.gate import GateThresholds, run_gate
-from ldtm_core.ingest import ingest_frame
-from ldtm_core.leaderboard import leaderboard
-from ldtm_core.model import get_profile
+from ldtm_core.learning import training
+from ldtm_core.learning.backtest import run_backtest
+from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import snapshots
-from ldtm_core.snapshots import predict
-from ldtm_core.synthetic import generate
 
 TICKERS = ["AAPL", "QQQ"]
 CFG = get_profile("demo", max_epochs=3, patience=2)

@@ -14,11 +14,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from ldtm_core import export as export_mod
-from ldtm_core.checkpoints import load_checkpoint, save_checkpoint
 from ldtm_core.errors import CheckpointError
-from ldtm_core.export import ExportError, export_onnx
-from ldtm_core.model import LDTM, get_profile
+from ldtm_core.learning import export as export_mod
+from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint
+from ldtm_core.learning.export import ExportError, export_onnx
+from ldtm_core.learning.model import LDTM, get_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,15 +11,15 @@ import torch
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select, text
 
-from ldtm_core import feature_store as fs
-from ldtm_core import snapshots as snapshots_mod
-from ldtm_core import training
-from ldtm_core.features import WARMUP_ROWS, compute_features
-from ldtm_core.model import get_profile
-from ldtm_core.prices import load_ticker_prices
-from ldtm_core.samples import build_samples
+from ldtm_core.accountability import snapshots as snapshots_mod
+from ldtm_core.accountability.snapshots import predict
+from ldtm_core.data import feature_store as fs
+from ldtm_core.data.features import WARMUP_ROWS, compute_features
+from ldtm_core.data.prices import load_ticker_prices
+from ldtm_core.data.samples import build_samples
+from ldtm_core.learning import training
+from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import feature_sets, features
-from ldtm_core.snapshots import predict
 
 TICKERS = ["AAPL", "NVDA"]
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ldtm_core.calendar import sessions_between
-from ldtm_core.features import FEATURE_NAMES, compute_features, wilder_rsi
+from ldtm_core.data.calendar import sessions_between
+from ldtm_core.data.features import FEATURE_NAMES, compute_features, wilder_rsi
 
 # StockCharts' classic RSI example (Wilder smoothing), 20 closes.
 CLOSES = [44.34, 44.09, 44.15, 43.61, 44.33, 44.83, 45.10, 45.42, 45.84, 46.08,

@@ -10,11 +10,11 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text
 
-from ldtm_core.audit import HASHED_COLUMNS, verify
-from ldtm_core.fillback import fillback
-from ldtm_core.ingest import ingest_frame
+from ldtm_core.accountability.audit import HASHED_COLUMNS, verify
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.snapshots import predict
+from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.schema import snapshots
-from ldtm_core.snapshots import predict
 
 TICKERS = ["AAPL", "QQQ"]
 

@@ -12,11 +12,11 @@ import pytest
 from accountability_helpers import add_backtest, make_model, make_settings
 from typer.testing import CliRunner
 
-from ldtm_core import registry
+from ldtm_core.accountability import registry
+from ldtm_core.accountability.gate import GateThresholds, run_gate
+from ldtm_core.accountability.notify import send
 from ldtm_core.cli import app
 from ldtm_core.errors import InputError, NotFoundError
-from ldtm_core.gate import GateThresholds, run_gate
-from ldtm_core.notify import send
 
 
 class Hook:
@@ -199,7 +199,7 @@ def test_skill_p_value_from_the_environment_and_unknown_on_old_backtests(engine,
 
 
 def test_a_backtest_of_another_config_is_refused(engine, s):
-    from ldtm_core.model import get_profile
+    from ldtm_core.learning.model import get_profile
 
     mid = make_model(engine, s, "AAPL")  # the demo profile's config
     passing = [(100, 0.70, 0.50, 1.0, 0), (100, 0.70, 0.50, 1.0, 0)]

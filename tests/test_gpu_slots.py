@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ldtm_core import gpu_slots
 from ldtm_core.errors import InputError
-from ldtm_core.gpu_slots import GpuMemory, current_plan, plan_slots, probe
+from ldtm_core.learning import gpu_slots
+from ldtm_core.learning.gpu_slots import GpuMemory, current_plan, plan_slots, probe
 
 MIB = 1024 * 1024
 

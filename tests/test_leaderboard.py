@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import binomtest
 from sqlalchemy import insert
 
+from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
 from ldtm_core.errors import InputError
-from ldtm_core.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
 from ldtm_core.schema import model_registry, snapshots
 
 LATEST = dt.date(2024, 5, 31)
@@ -242,7 +242,7 @@ def test_bad_mode(engine):
 
 
 def test_recent_next_day_keeps_filled_rows_of_the_last_sessions(engine):
-    from ldtm_core.leaderboard import recent_next_day
+    from ldtm_core.accountability.leaderboard import recent_next_day
 
     _build(engine)
     recent = recent_next_day(engine, ["AAA"], sessions=10)

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 import torch
 
+from ldtm_core.data.features import FEATURE_NAMES
 from ldtm_core.errors import InputError
-from ldtm_core.features import FEATURE_NAMES
-from ldtm_core.model import LDTM, PROFILES, ModelConfig, count_parameters, get_profile
-from ldtm_core.training import parse_overrides
+from ldtm_core.learning.model import LDTM, PROFILES, ModelConfig, count_parameters, get_profile
+from ldtm_core.learning.training import parse_overrides
 
 
 def test_reference_has_about_227k_parameters():

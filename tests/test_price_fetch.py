@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ldtm_core.calendar import sessions_between
+from ldtm_core.data.calendar import sessions_between
+from ldtm_core.data.price_fetch import fetch_prices, fetch_starts
+from ldtm_core.data.price_moves import large_moves
+from ldtm_core.data.prices import load_prices
+from ldtm_core.data.sources import PriceSource, SourceAnswer, make_source
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.price_fetch import fetch_prices, fetch_starts
-from ldtm_core.price_moves import large_moves
-from ldtm_core.prices import load_prices
-from ldtm_core.sources import PriceSource, SourceAnswer, make_source
-from ldtm_core.synthetic import generate
 
 TICKERS = ["AAPL", "NVDA", "TSLA", "MSFT", "AMZN", "GOOG"]
 
@@ -137,7 +137,7 @@ def test_synthetic_source_matches_the_full_range_generator(engine):
 
 
 def test_large_one_day_moves_are_flagged_with_an_explanation_hook(tmp_path):
-    from ldtm_core.ingest import ingest_frame
+    from ldtm_core.data.ingest import ingest_frame
     from ldtm_core.migrate import upgrade
 
     url = f"sqlite:///{tmp_path / 'm.db'}"

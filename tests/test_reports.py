@@ -1,4 +1,4 @@
-"""ldtm_core.reports: the dashboard's read functions against hand computations on a small seeded DB."""
+"""ldtm_core.accountability.reports: the dashboard's read functions against hand computations on a small seeded DB."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 from sqlalchemy import update
 
-from ldtm_core import registry, reports
+from ldtm_core.accountability import registry, reports
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.gate import run_gate
+from ldtm_core.accountability.replay import predict_range
+from ldtm_core.accountability.skill import discordant_counts
 from ldtm_core.errors import InputError
-from ldtm_core.fillback import fillback
-from ldtm_core.gate import run_gate
-from ldtm_core.replay import predict_range
 from ldtm_core.schema import snapshots
-from ldtm_core.skill import discordant_counts
 
 TICKERS = ["AAPL", "NVDA"]
 START, END = dt.date(2024, 5, 1), dt.date(2024, 6, 14)

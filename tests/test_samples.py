@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ldtm_core.calendar import next_monday_session, next_session, sessions_after, sessions_between
-from ldtm_core.features import CLOSE_INDEX, WARMUP_ROWS, compute_features
-from ldtm_core.samples import build_samples, denormalise, normalise_targets
-from ldtm_core.synthetic import generate
+from ldtm_core.data.calendar import next_monday_session, next_session, sessions_after, sessions_between
+from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features
+from ldtm_core.data.samples import build_samples, denormalise, normalise_targets
+from ldtm_core.data.synthetic import generate
 
 SESSIONS = sessions_between("2015-01-01", "2016-12-31")
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,19 +13,19 @@ import torch
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text
 
-from ldtm_core import registry
-from ldtm_core import snapshots as snapshots_mod
-from ldtm_core.audit import verify
-from ldtm_core.calendar import next_monday_session, next_session, sessions_after
+from ldtm_core.accountability import registry
+from ldtm_core.accountability import snapshots as snapshots_mod
+from ldtm_core.accountability.audit import verify
+from ldtm_core.accountability.inference import batched_forward
+from ldtm_core.accountability.price_windows import features_batch
+from ldtm_core.accountability.snapshots import classify_direction, predict
+from ldtm_core.data.calendar import next_monday_session, next_session, sessions_after
+from ldtm_core.data.features import compute_features
+from ldtm_core.data.samples import build_samples
+from ldtm_core.data.synthetic import generate
 from ldtm_core.errors import InputError
-from ldtm_core.features import compute_features
-from ldtm_core.inference import batched_forward
-from ldtm_core.model import LDTM, get_profile
-from ldtm_core.price_windows import features_batch
-from ldtm_core.samples import build_samples
+from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import run_log, snapshots
-from ldtm_core.snapshots import classify_direction, predict
-from ldtm_core.synthetic import generate
 
 TICKERS = ["AAPL", "NVDA", "QQQ"]
 
@@ -83,7 +83,7 @@ def test_predict_writes_one_row_per_ticker_matching_the_model(engine, world):
     aapl = df[df.ticker == "AAPL"].drop(columns="ticker")
     samples = build_samples(aapl, 30)
     ck = registry.get_model(engine, ids["AAPL"])
-    from ldtm_core.checkpoints import load_checkpoint
+    from ldtm_core.learning.checkpoints import load_checkpoint
 
     model = load_checkpoint(ck.checkpoint_path).model
     with torch.no_grad():
@@ -288,8 +288,8 @@ def test_predict_input_equals_the_training_sample(engine, db_url, tmp_path, monk
 def test_in_sample_replays_are_flagged_and_left_off_the_leaderboard(engine, db_url, tmp_path):
     """A model whose data cutoff is 2024-06-21 replays 06-18..06-24: the evenings whose next-day target
     is on or before the cutoff are in-sample; 06-21 (target 06-24) and later are out of sample."""
-    from ldtm_core.fillback import fillback
-    from ldtm_core.leaderboard import leaderboard
+    from ldtm_core.accountability.fillback import fillback
+    from ldtm_core.accountability.leaderboard import leaderboard
 
     settings = make_settings(tmp_path, db_url)
     ingest(engine, ["AAPL"])

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ldtm_core.data.synthetic import LATE_LISTINGS, generate
+from ldtm_core.data.universe import load_universe
 from ldtm_core.errors import InputError
-from ldtm_core.synthetic import LATE_LISTINGS, generate
-from ldtm_core.universe import load_universe
 
 
 @pytest.fixture(scope="module")

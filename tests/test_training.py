@@ -10,17 +10,17 @@ import pytest
 import torch
 from sqlalchemy import insert, select
 
-from ldtm_core.checkpoints import load_checkpoint, sha256_file
 from ldtm_core.config import Settings
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.samples import build_samples
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.gpu_slots import SlotPlan
-from ldtm_core.ingest import ingest_frame
-from ldtm_core.model import get_profile
-from ldtm_core.samples import build_samples
+from ldtm_core.learning.checkpoints import load_checkpoint, sha256_file
+from ldtm_core.learning.gpu_slots import SlotPlan
+from ldtm_core.learning.model import get_profile
+from ldtm_core.learning.training import fit, purged_split, train_ticker
+from ldtm_core.learning.training_pool import train_many
 from ldtm_core.schema import model_registry, prices, registry_events
-from ldtm_core.synthetic import generate
-from ldtm_core.training import fit, purged_split, train_ticker
-from ldtm_core.training_pool import train_many
 
 START, END = "2022-01-03", "2023-12-29"  # two years: ~470 labeled samples per ticker
 
@@ -95,7 +95,7 @@ def test_fit_is_deterministic_on_cpu(two_years):
 
 def test_fit_learns_a_learnable_signal():
     # Targets are a fixed function of the window: a model that learns must beat the mean predictor.
-    from ldtm_core.samples import SampleSet
+    from ldtm_core.data.samples import SampleSet
 
     rng = np.random.default_rng(0)
     n, w, f = 1200, 30, 11
@@ -214,7 +214,7 @@ def test_failure_leaves_no_file_and_no_row(sqlite_url, tmp_path, two_years, monk
     def refuse(*a, **k):
         raise RuntimeError("registry unavailable")
 
-    monkeypatch.setattr("ldtm_core.registry.register_candidate", refuse)
+    monkeypatch.setattr("ldtm_core.accountability.registry.register_candidate", refuse)
     out = train_ticker(engine, settings, "AAPL", demo_cfg(), "demo")
     assert out.status == "failed" and "registry unavailable" in out.reason
     assert _registry_rows(engine) == []
@@ -270,7 +270,7 @@ def test_train_many_refuses_bad_overrides_before_work(tmp_path, sqlite_url):
 
 
 def test_worker_devices_follow_the_plan():
-    from ldtm_core.training_pool import _devices_for
+    from ldtm_core.learning.training_pool import _devices_for
 
     plan = SlotPlan(per_gpu=[(0, 9000, 2), (1, 5000, 1)], total=3, kind="cuda", reason="test")
     got = _devices_for(plan, 3)

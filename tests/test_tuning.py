@@ -17,13 +17,13 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from ldtm_core import backtest as bt
-from ldtm_core import training, tuning, tuning_store
 from ldtm_core.cli import app
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
+from ldtm_core.learning import backtest as bt
+from ldtm_core.learning import training, tuning, tuning_store
+from ldtm_core.learning.model import ModelConfig, get_profile
 from ldtm_core.migrate import upgrade
-from ldtm_core.model import ModelConfig, get_profile
 from ldtm_core.schema import model_registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,14 +118,14 @@ def test_no_trial_sees_a_date_on_or_after_the_backtests_first_cutoff(
 
 
 def torch_model(cfg):
-    from ldtm_core.model import LDTM
+    from ldtm_core.learning.model import LDTM
 
     return LDTM(cfg).eval()
 
 
 def cfg_cutoff(engine, settings, window):
-    from ldtm_core.prices import load_ticker_prices
-    from ldtm_core.samples import build_samples
+    from ldtm_core.data.prices import load_ticker_prices
+    from ldtm_core.data.samples import build_samples
 
     samples = build_samples(load_ticker_prices(engine, "AAPL"), window)
     return tuning.first_backtest_cutoff(samples, 3, None, "AAPL")

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..config import Settings, mask_secrets, masked_url
-from ..errors import InputError, LDTMError
+from ldtm_core.config import Settings, mask_secrets, masked_url
+from ldtm_core.errors import InputError, LDTMError
 
 app = typer.Typer(
     help="LDTM: per-ticker LSTM forecasts, recorded, filled back, scored and gated.",
@@ -33,7 +33,7 @@ def settings() -> Settings:
 
 def open_db(cfg: Settings | None = None):
     """The migrated engine for the configured database (upgrading is idempotent and cheap)."""
-    from ..migrate import upgrade
+    from ldtm_core.migrate import upgrade
 
     cfg = cfg or settings()
     cfg.ensure_dirs()
@@ -74,4 +74,4 @@ def handle_errors(fn: Callable) -> Callable:
 
 
 # Importing the command modules registers their commands on `app`.
-from . import accountability, dashboard, data, features, models, tuning  # noqa: E402,F401
+from ldtm_core.cli import accountability, dashboard, data, features, models, tuning  # noqa: E402,F401

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..errors import InputError
-from . import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.errors import InputError
 
 audit_app = typer.Typer(help="Check the snapshot hash chain.", no_args_is_help=True)
 registry_app = typer.Typer(help="Model registry: list, history, rollback.", no_args_is_help=True)
@@ -19,7 +19,7 @@ app.add_typer(registry_app, name="registry")
 
 
 def _tickers(values: list[str] | None) -> list[str] | None:
-    from ..universe import parse_ticker_list
+    from ldtm_core.data.universe import parse_ticker_list
 
     # Not given: None (every ticker); given but empty (`--tickers ""`): refused by parse_ticker_list.
     return parse_ticker_list(values) if values else None
@@ -53,15 +53,15 @@ def predict_cmd(
     end: str = typer.Option(None, "--end", help="Last session of the --start range (inclusive)"),
 ) -> None:
     """Predict three horizons per ticker and record hash-chained snapshot rows (rerun = no-op)."""
-    from ..errors import InputError
-    from ..snapshots import predict
+    from ldtm_core.accountability.snapshots import predict
+    from ldtm_core.errors import InputError
 
     cfg = settings()
     chosen = _tickers(tickers)
     if start is not None or end is not None:
         if start is None or end is None or run_date is not None:
             raise InputError("--start and --end go together, and not with --run-date")
-        from ..replay import predict_range
+        from ldtm_core.accountability.replay import predict_range
 
         results = predict_range(
             open_db(cfg),
@@ -105,8 +105,8 @@ def _print_predict(res) -> None:
 
 def _check_run_date(engine, when, tickers: list[str] | None) -> None:
     """Name the real problem with a --run-date: past the calendar's range, or before any stored close."""
-    from ..calendar import is_session, require_in_range
-    from ..prices import earliest_price_date
+    from ldtm_core.data.calendar import is_session, require_in_range
+    from ldtm_core.data.prices import earliest_price_date
 
     require_in_range(when, "--run-date")
     if not is_session(when):
@@ -124,7 +124,7 @@ def fillback_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="List pending fills; write nothing"),
 ) -> None:
     """Fill actual closes into snapshot rows whose target dates now have prices."""
-    from ..fillback import fillback
+    from ldtm_core.accountability.fillback import fillback
 
     cfg = settings()
     res = fillback(open_db(cfg), dry_run=dry_run, neutral_band_pct=cfg.neutral_band_pct)
@@ -161,7 +161,7 @@ def leaderboard_cmd(
     """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines.
 
     Each evening counts once per ticker: its first recorded prediction (what was published)."""
-    from ..leaderboard import leaderboard, leaderboard_by_model
+    from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model
 
     if by_model:
         print_leaderboard(leaderboard_by_model(open_db(), mode), f"{mode}, by model")
@@ -172,8 +172,8 @@ def leaderboard_cmd(
 
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
-    from ..leaderboard import verdict
-    from ..skill import format_p_value
+    from ldtm_core.accountability.leaderboard import verdict
+    from ldtm_core.accountability.skill import format_p_value
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
@@ -217,7 +217,7 @@ def audit_verify(
 ) -> None:
     """Recompute every ticker's hash chain, compare it with the recorded chain heads and re-derive every
     filled actual from prices; exit 1 and list each problem if any."""
-    from ..audit import verify
+    from ldtm_core.accountability.audit import verify
 
     report = verify(open_db(), _tickers(tickers))
     if report.tickers_without_rows:
@@ -268,10 +268,10 @@ def backtest_cmd(
     ),
 ) -> None:
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
-    from ..backtest import run_backtest
-    from ..model import get_profile
-    from ..skill import format_p_value
-    from ..universe import validate_ticker
+    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.data.universe import validate_ticker
+    from ldtm_core.learning.backtest import run_backtest
+    from ldtm_core.learning.model import get_profile
 
     cfg = settings()
     res = run_backtest(
@@ -318,7 +318,7 @@ def backtest_cmd(
     )
     if res.skill is not None:
         console.print(f"skill test vs always-up: {res.skill.describe()}")
-    from ..registry import config_signature, get_model
+    from ldtm_core.accountability.registry import config_signature, get_model
 
     own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (
         res.config_signature
@@ -333,7 +333,7 @@ def backtest_cmd(
 @handle_errors
 def registry_list(ticker: str = typer.Option(None, "--ticker", help="Only this ticker")) -> None:
     """Every registered model with status and version."""
-    from ..registry import list_models
+    from ldtm_core.accountability.registry import list_models
 
     table = Table(
         "id", "ticker", "status", "version", "profile", "trained on", "val loss", title="model registry"
@@ -355,8 +355,8 @@ def registry_list(ticker: str = typer.Option(None, "--ticker", help="Only this t
 @handle_errors
 def registry_history(ticker: str = typer.Argument(..., help="Ticker")) -> None:
     """Every registry transition of a ticker: time, model, from, to, reason."""
-    from ..registry import history
-    from ..universe import validate_ticker
+    from ldtm_core.accountability.registry import history
+    from ldtm_core.data.universe import validate_ticker
 
     events = history(open_db(), validate_ticker(ticker))
     table = Table("at", "model", "from", "to", "reason", title=f"{ticker}: {len(events)} events")
@@ -372,8 +372,8 @@ def registry_rollback(
     reason: str = typer.Option("manual rollback", "--reason", help="Recorded in the history"),
 ) -> None:
     """Reactivate the most recently retired model and retire the current active one."""
-    from ..registry import rollback
-    from ..universe import validate_ticker
+    from ldtm_core.accountability.registry import rollback
+    from ldtm_core.data.universe import validate_ticker
 
     res = rollback(open_db(), validate_ticker(ticker), reason)
     console.print(
@@ -402,8 +402,8 @@ def gate_cmd(
     ),
 ) -> None:
     """Judge a candidate on its newest backtest: promote on pass; exit 1 and notify on fail."""
-    from ..gate import GateThresholds, run_gate
-    from ..universe import validate_ticker
+    from ldtm_core.accountability.gate import GateThresholds, run_gate
+    from ldtm_core.data.universe import validate_ticker
 
     thresholds = GateThresholds.from_env(
         min_folds=min_folds,
@@ -417,7 +417,7 @@ def gate_cmd(
     table = Table(
         "criterion", "value", "threshold", "ok", title=f"gate {report.ticker} model {report.model_id}"
     )
-    from ..gate import _fmt
+    from ldtm_core.accountability.gate import _fmt
 
     for c in report.criteria:
         table.add_row(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from . import app, handle_errors
+from ldtm_core.cli import app, handle_errors
 
 # Offline by default: no usage statistics sent anywhere (a flag the user passes wins).
 DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false"}
@@ -17,7 +17,7 @@ DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false"}
 
 def dashboard_command(streamlit_args: list[str]) -> list[str]:
     """The `streamlit run` command line for the dashboard with the user's Streamlit flags."""
-    from ..errors import InputError
+    from ldtm_core.errors import InputError
 
     spec = find_spec("ldtm_dashboard")
     if spec is None or spec.origin is None:

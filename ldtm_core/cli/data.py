@@ -10,10 +10,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..config import masked_url
-from ..errors import InputError
-from ..universe import load_universe, resolve_tickers
-from . import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.config import masked_url
+from ldtm_core.data.universe import load_universe, resolve_tickers
+from ldtm_core.errors import InputError
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 prices_app = typer.Typer(help="Inspect stored prices.", no_args_is_help=True)
@@ -27,7 +27,7 @@ app.add_typer(ingest_app, name="ingest")
 @handle_errors
 def db_upgrade() -> None:
     """Create or migrate every table and view (idempotent)."""
-    from ..migrate import current_revision
+    from ldtm_core.migrate import current_revision
 
     cfg = settings()
     open_db(cfg)
@@ -50,7 +50,7 @@ def universe(
 @handle_errors
 def prices_summary() -> None:
     """Rows and first/last date per ticker."""
-    from ..prices import price_summary
+    from ldtm_core.data.prices import price_summary
 
     df = price_summary(open_db())
     table = Table(
@@ -97,8 +97,8 @@ def ingest_synthetic_cmd(
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
 ) -> None:
     """Generate the deterministic synthetic market and upsert it (idempotent)."""
-    from ..calendar import latest_session_on_or_before
-    from ..ingest import ingest_synthetic
+    from ldtm_core.data.calendar import latest_session_on_or_before
+    from ldtm_core.data.ingest import ingest_synthetic
 
     cfg = settings()
     selected = _select_tickers(tickers, load_universe(cfg.universe), allow_new)
@@ -131,8 +131,8 @@ def ingest_csv_cmd(
     headers (Date, Open, High, Low, Close, Adj Close, Volume) in any case. A bad file stores nothing and
     is reported; the other files are still stored. Exit code 1 if any file failed.
     """
-    from ..ingest import ingest_files
-    from ..price_files import expand_paths
+    from ldtm_core.data.ingest import ingest_files
+    from ldtm_core.data.price_files import expand_paths
 
     cfg = settings()
     files = expand_paths(paths)
@@ -170,10 +170,10 @@ def ingest_fetch_cmd(
 ) -> None:
     """Fetch prices from the configured source, incrementally, and store every ticker that passes
     validation. Each ticker's outcome is listed; exit code 1 if any ticker failed."""
-    from ..calendar import latest_session_on_or_before
-    from ..price_fetch import fetch_prices
-    from ..price_moves import large_moves, threshold_from_env
-    from ..sources import configured_spec, make_source
+    from ldtm_core.data.calendar import latest_session_on_or_before
+    from ldtm_core.data.price_fetch import fetch_prices
+    from ldtm_core.data.price_moves import large_moves, threshold_from_env
+    from ldtm_core.data.sources import configured_spec, make_source
 
     cfg = settings()
     universe = load_universe(cfg.universe)

@@ -8,11 +8,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..config import masked_url
-from ..errors import InputError, NotFoundError
-from ..universe import load_universe, validate_ticker
-from . import app, console, err_console, handle_errors, open_db, parse_date, settings
-from .data import _select_tickers
+from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.cli.data import _select_tickers
+from ldtm_core.config import masked_url
+from ldtm_core.data.universe import load_universe, validate_ticker
+from ldtm_core.errors import InputError, NotFoundError
 
 features_app = typer.Typer(help="The stored features (11 per ticker and session).", no_args_is_help=True)
 app.add_typer(features_app, name="features")
@@ -33,7 +33,7 @@ def features_build(
     A ticker whose prices did not change is left alone, one with only new sessions gets just those rows,
     anything else is rebuilt.
     """
-    from ..feature_store import build_features
+    from ldtm_core.data.feature_store import build_features
 
     cfg = settings()
     selected = _select_tickers(tickers, load_universe(cfg.universe), allow_new=False)
@@ -64,8 +64,8 @@ def features_show(
     end: str = typer.Option(None, help="last date YYYY-MM-DD"),
 ) -> None:
     """Stored feature rows of one ticker (the last 20 without --start/--end) and whether they are current."""
-    from ..feature_store import current_fingerprint, read_stored, stale_reason, stored_sets
-    from ..prices import load_ticker_prices
+    from ldtm_core.data.feature_store import current_fingerprint, read_stored, stale_reason, stored_sets
+    from ldtm_core.data.prices import load_ticker_prices
 
     ticker = validate_ticker(ticker)
     start_d, end_d = parse_date(start, "--start"), parse_date(end, "--end")

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..errors import InputError, NotFoundError
-from . import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.errors import InputError, NotFoundError
 
 gpu_app = typer.Typer(help="GPU slots derived from free VRAM.", no_args_is_help=True)
 export_app = typer.Typer(help="Export models.", no_args_is_help=True)
@@ -46,10 +46,10 @@ def train(
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
 ) -> None:
     """Train, checkpoint and register a candidate model per ticker."""
-    from ..training import parse_overrides
-    from ..training_pool import train_many
-    from ..tuning_store import check_profile
-    from ..universe import load_universe, resolve_tickers
+    from ldtm_core.data.universe import load_universe, resolve_tickers
+    from ldtm_core.learning.training import parse_overrides
+    from ldtm_core.learning.training_pool import train_many
+    from ldtm_core.learning.tuning_store import check_profile
 
     cfg_settings = settings()
     parsed = parse_overrides(overrides)
@@ -102,7 +102,7 @@ def gpu_slots_cmd(
     ),
 ) -> None:
     """Per-GPU free memory and slots, and the resulting pool limit."""
-    from ..gpu_slots import current_plan, probe
+    from ldtm_core.learning.gpu_slots import current_plan, probe
 
     kw = {k: v for k, v in (("per_job_mib", per_job_mib), ("headroom_mib", headroom_mib)) if v is not None}
     gpus = {g.index: g for g in probe()}
@@ -122,7 +122,7 @@ def _model_checkpoint(engine, ticker: str, candidate: bool) -> tuple[str, str, i
     has not passed the gate is never exported by accident."""
     from sqlalchemy import select
 
-    from ..schema import model_registry as mr
+    from ldtm_core.schema import model_registry as mr
 
     def newest(status: str):
         with engine.connect() as conn:
@@ -170,9 +170,9 @@ def export_onnx_cmd(
     ),
 ) -> None:
     """Export a model (the active one by default) to ONNX and verify it against PyTorch."""
-    from ..checkpoints import load_checkpoint
-    from ..export import export_onnx
-    from ..universe import validate_ticker
+    from ldtm_core.data.universe import validate_ticker
+    from ldtm_core.learning.checkpoints import load_checkpoint
+    from ldtm_core.learning.export import export_onnx
 
     ticker = validate_ticker(ticker)
     cfg = settings()
@@ -215,7 +215,7 @@ def bench_train(
     """Project loop vs seed-style DataLoader loop vs the floor, plus a 103-ticker projection."""
     import torch
 
-    from ..bench import run_bench
+    from ldtm_core.learning.bench import run_bench
 
     r = run_bench(samples, epochs, threads, early_stop, pool_workers)
     table = Table(
@@ -255,7 +255,7 @@ def bench_train(
             f"projected {p['tickers']}-ticker retrain: {p['wall_s'] / 60:.1f} min wall "
             f"({p['workers']} workers x 1 thread, {p['per_ticker_s']:.1f}s per ticker incl. x{p['contention_slowdown']:.2f} contention)"
         )
-    from ..gpu_slots import cpu_count
+    from ldtm_core.learning.gpu_slots import cpu_count
 
     console.print(
         f"bench took {r.seconds:.0f}s on {cpu_count()} core(s); 1-min load average {r.load[0]:.2f} before, "

@@ -8,8 +8,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import InputError
-from . import app, console, handle_errors, open_db, settings
+from ldtm_core.cli import app, console, handle_errors, open_db, settings
+from ldtm_core.errors import InputError
 
 tune_app = typer.Typer(
     help="Hyper-parameter search with Optuna; studies live in the application database.",
@@ -43,10 +43,10 @@ def tune_cmd(
         raise InputError("give --trials N, --timeout S, or both")
     import optuna
 
-    from ..model import get_profile
-    from ..training import parse_overrides
-    from ..tuning import tune
-    from ..universe import load_universe, resolve_tickers
+    from ldtm_core.data.universe import load_universe, resolve_tickers
+    from ldtm_core.learning.model import get_profile
+    from ldtm_core.learning.training import parse_overrides
+    from ldtm_core.learning.tuning import tune
 
     cfg_settings = settings()
     fixed = parse_overrides(overrides)
@@ -135,8 +135,8 @@ def show_cmd(
     ticker: str = typer.Argument(..., help="a ticker (its own study, else a shared one) or a study name"),
 ) -> None:
     """The best trial of a ticker's study, its settings, and each parameter's importance."""
-    from ..tuning import importances, summarise
-    from ..tuning_store import ATTR_BASE, ATTR_FIXED, load_study
+    from ldtm_core.learning.tuning import importances, summarise
+    from ldtm_core.learning.tuning_store import ATTR_BASE, ATTR_FIXED, load_study
 
     cfg_settings = settings()
     open_db(cfg_settings)

@@ -16,10 +16,10 @@ from dagster import (
     asset,
 )
 
-from ldtm_core import audit, chain, fillback
-from ldtm_core import leaderboard as board
-from ldtm_core import snapshots as snaps
-from ldtm_core.calendar import is_session
+from ldtm_core.accountability import audit, chain, fillback
+from ldtm_core.accountability import leaderboard as board
+from ldtm_core.accountability import snapshots as snaps
+from ldtm_core.data.calendar import is_session
 
 from ..metadata import records_table
 from ..partitions import evening_partitions
@@ -196,7 +196,7 @@ def leaderboard(
         "verdict": board.verdict(table),
         "tickers": len(rows),
         "beats_always_up": int(table["beats_always_up"].sum()) if rows else 0,
-        # The exact one-sided test of "beats always-up" (ldtm_core.skill) at the 5 % level.
+        # The exact one-sided test of "beats always-up" (ldtm_core.accountability.skill) at the 5 % level.
         "beats_always_up_p_le_0_05": int((table["skill_p_value"] <= 0.05).sum()) if rows else 0,
         "mean_direction_accuracy": float(table["direction_accuracy"].mean()) if rows else 0.0,
         "table": records_table(rows),

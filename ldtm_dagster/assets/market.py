@@ -20,13 +20,13 @@ from dagster import (
 )
 from pydantic import Field
 
-from ldtm_core import feature_store, ingest
-from ldtm_core.calendar import is_session, latest_session_on_or_before
+from ldtm_core.data import feature_store, ingest
+from ldtm_core.data.calendar import is_session, latest_session_on_or_before
+from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, fetch_prices
+from ldtm_core.data.prices import price_summary
+from ldtm_core.data.sources import SPEC_HELP, configured_spec, make_source
+from ldtm_core.data.universe import resolve_tickers
 from ldtm_core.errors import LDTMError
-from ldtm_core.price_fetch import DEFAULT_OVERLAP_SESSIONS, fetch_prices
-from ldtm_core.prices import price_summary
-from ldtm_core.sources import SPEC_HELP, configured_spec, make_source
-from ldtm_core.universe import resolve_tickers
 
 from ..metadata import records_table
 from ..partitions import EVENING_TAG, MARKET_TZ, ticker_partitions

@@ -21,8 +21,9 @@ from dagster import (
 )
 from pydantic import Field
 
-from ldtm_core import backtest, export, gate, registry, training_pool
+from ldtm_core.accountability import gate, registry
 from ldtm_core.errors import LDTMError
+from ldtm_core.learning import backtest, export, training_pool
 
 from ..metadata import records_table
 from ..partitions import ticker_partitions

@@ -16,9 +16,9 @@ from dagster import (
 )
 from pydantic import Field
 
-from ldtm_core import tuning
 from ldtm_core.errors import LDTMError
-from ldtm_core.training import parse_overrides
+from ldtm_core.learning import tuning
+from ldtm_core.learning.training import parse_overrides
 
 from ..metadata import records_table
 from ..partitions import ticker_partitions

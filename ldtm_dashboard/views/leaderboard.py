@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ldtm_core.leaderboard import MODES, SIGNIFICANCE, leaderboard, verdict
+from ldtm_core.accountability.leaderboard import MODES, SIGNIFICANCE, leaderboard, verdict
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine
 

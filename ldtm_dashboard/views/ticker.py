@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ldtm_core.reports import (
+from ldtm_core.accountability.reports import (
     evening_cohorts,
     last_gate_report,
     model_timeline,
@@ -12,7 +12,7 @@ from ldtm_core.reports import (
     ticker_skill,
     tickers_with_snapshots,
 )
-from ldtm_core.skill import format_p_value
+from ldtm_core.accountability.skill import format_p_value
 from ldtm_dashboard.charts import (
     cohort_chart,
     predicted_vs_actual_chart,

@@ -7,7 +7,7 @@ import torch
 from dagster import instance_for_test
 from ldtm_dagster_helpers import FAKE_NVML, FakeNVML, repo_instance_config
 
-from ldtm_core import gpu_slots
+from ldtm_core.learning import gpu_slots
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from dagster import build_run_status_sensor_context, build_sensor_context, materialize
 from ldtm_dagster_helpers import tiny_resources
 
-from ldtm_core import alerts
+from ldtm_core.accountability import alerts
 from ldtm_dagster.alerts import run_failure_alert, snapshots_freshness_alert
 from ldtm_dagster.assets import prices
 

@@ -12,8 +12,8 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from ldtm_dagster_helpers import REPO
 from sqlalchemy import select
 
+from ldtm_core.data.ingest import ingest_synthetic
 from ldtm_core.db import get_engine
-from ldtm_core.ingest import ingest_synthetic
 from ldtm_core.schema import model_registry
 
 

@@ -9,7 +9,7 @@ import sys
 from dagster import AssetKey, Definitions
 from ldtm_dagster_helpers import REPO
 
-from ldtm_core.universe import load_universe
+from ldtm_core.data.universe import load_universe
 from ldtm_dagster import defs
 from ldtm_dagster.partitions import evening_partitions, ticker_partitions
 

@@ -22,7 +22,7 @@ from ldtm_dagster_helpers import REPO, TICKERS, tiny_resources
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
-from ldtm_core import calendar
+from ldtm_core.data import calendar
 from ldtm_core.db import get_engine
 from ldtm_core.schema import backtest_folds, model_registry, prices, snapshots
 from ldtm_dagster import assets, defs

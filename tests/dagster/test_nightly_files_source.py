@@ -13,10 +13,10 @@ from dagster import AssetKey, materialize
 from ldtm_dagster_helpers import TICKERS, tiny_resources
 from sqlalchemy import func, select
 
-from ldtm_core import alerts
+from ldtm_core.accountability import alerts
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import ingested_files, snapshots
-from ldtm_core.synthetic import generate
 from ldtm_dagster import assets, defs
 from ldtm_dagster.demo import _range_tags
 from ldtm_dagster.partitions import EVENING_TAG

@@ -64,8 +64,8 @@ def backtest_world(tmp_path, sqlite_url, monkeypatch):
     optimiser is stubbed (a constant model) to keep each materialization about a second."""
     from accountability_helpers import ingest, make_model, make_settings
 
-    from ldtm_core import training
     from ldtm_core.db import get_engine
+    from ldtm_core.learning import training
 
     def constant_fit(train, val, cfg, device=None, threads=None):
         model = torch.nn.Linear(cfg.input_size, 3)  # any module mapping [B, W, F] -> [B, 3] will do

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dagster import AssetKey, materialize
 from ldtm_dagster_helpers import tiny_resources
 
-from ldtm_core import tuning_store
-from ldtm_core.ingest import ingest_frame
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
+from ldtm_core.learning import tuning_store
 from ldtm_core.migrate import upgrade
-from ldtm_core.synthetic import generate
 from ldtm_dagster import defs
 from ldtm_dagster.assets import hpo_studies
 
@@ -46,7 +46,7 @@ def test_hpo_studies_is_in_the_gpu_pool_and_no_scheduled_job():
 def test_training_profile_accepts_tuned_and_refuses_unknown_profiles():
     from dagster import Failure, build_init_resource_context
 
-    from ldtm_core.model import get_profile
+    from ldtm_core.learning.model import get_profile
     from ldtm_dagster.resources import TrainingProfile
 
     assert TrainingProfile(profile="tuned", max_epochs=3).config() == get_profile("reference", max_epochs=3)

@@ -6,10 +6,10 @@ import datetime as dt
 
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.gate import GateThresholds, run_gate
+from ldtm_core.accountability.replay import predict_range
 from ldtm_core.db import get_engine
-from ldtm_core.fillback import fillback
-from ldtm_core.gate import GateThresholds, run_gate
-from ldtm_core.replay import predict_range
 
 TICKERS = ["AAPL", "NVDA"]
 FIRST_EVENING, LAST_EVENING = dt.date(2024, 5, 13), dt.date(2024, 6, 14)

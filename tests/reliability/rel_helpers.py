@@ -13,18 +13,18 @@ from pathlib import Path
 import torch
 from sqlalchemy import func, select, text
 
-from ldtm_core import registry
-from ldtm_core.checkpoints import save_checkpoint
+from ldtm_core.accountability import registry
+from ldtm_core.accountability.fillback import fillback as run_fillback
+from ldtm_core.accountability.registry import register_candidate
+from ldtm_core.accountability.snapshots import predict as snapshots_predict
 from ldtm_core.config import Settings
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.fillback import fillback as run_fillback
-from ldtm_core.ingest import ingest_frame
+from ldtm_core.learning.checkpoints import save_checkpoint
+from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.migrate import upgrade
-from ldtm_core.model import LDTM, get_profile
-from ldtm_core.registry import register_candidate
 from ldtm_core.schema import metadata, snapshots
-from ldtm_core.snapshots import predict as snapshots_predict
-from ldtm_core.synthetic import generate
 
 REPO = Path(__file__).resolve().parents[2]
 TICKERS = ["AAPL", "NVDA", "TSLA", "QQQ"]

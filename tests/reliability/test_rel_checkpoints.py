@@ -18,10 +18,10 @@ from rel_helpers import (
     table_counts,
 )
 
-from ldtm_core import registry
-from ldtm_core.checkpoints import save_checkpoint
+from ldtm_core.accountability import registry
 from ldtm_core.db import get_engine
-from ldtm_core.model import LDTM, get_profile
+from ldtm_core.learning.checkpoints import save_checkpoint
+from ldtm_core.learning.model import LDTM, get_profile
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -22,15 +22,15 @@ from rel_helpers import (
 )
 from sqlalchemy import func, select
 
-from ldtm_core import registry
-from ldtm_core.audit import verify
-from ldtm_core.checkpoints import TEMP_PREFIX, load_checkpoint, sha256_file
+from ldtm_core.accountability import registry
+from ldtm_core.accountability.audit import verify
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.snapshots import predict
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.fillback import fillback
-from ldtm_core.ingest import ingest_frame
+from ldtm_core.learning.checkpoints import TEMP_PREFIX, load_checkpoint, sha256_file
 from ldtm_core.schema import model_registry, run_log, snapshots
-from ldtm_core.snapshots import predict
-from ldtm_core.synthetic import generate
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -157,7 +157,7 @@ def test_fillback_killed_rerun_fills_the_rest_once_with_clean_run_values(
 PROMOTE = (
     "from ldtm_core.config import Settings\n"
     "from ldtm_core.db import get_engine\n"
-    "from ldtm_core.registry import promote\n"
+    "from ldtm_core.accountability.registry import promote\n"
     "s = Settings.from_env()\n"
     "promote(get_engine(s.database_url), {mid}, 'crash test', s)\n"
 )
@@ -182,8 +182,8 @@ def test_promotion_killed_keeps_exactly_one_active_and_files_agree(db_url, tmp_p
     assert len(old) == 1
     import torch
 
-    from ldtm_core.checkpoints import save_checkpoint
-    from ldtm_core.model import LDTM, get_profile
+    from ldtm_core.learning.checkpoints import save_checkpoint
+    from ldtm_core.learning.model import LDTM, get_profile
 
     cfg = get_profile("demo")
     torch.manual_seed(999)

@@ -8,19 +8,19 @@ import pytest
 from rel_helpers import RUN_DATE, build_world, table_counts
 from typer.testing import CliRunner
 
-from ldtm_core import registry
-from ldtm_core.audit import verify
-from ldtm_core.backtest import run_backtest
+from ldtm_core.accountability import registry
+from ldtm_core.accountability.audit import verify
+from ldtm_core.accountability.gate import run_gate
+from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.config import Settings
+from ldtm_core.data.ingest import ingest_synthetic
+from ldtm_core.data.prices import load_prices
+from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
-from ldtm_core.gate import run_gate
-from ldtm_core.ingest import ingest_synthetic
-from ldtm_core.prices import load_prices
-from ldtm_core.snapshots import predict
-from ldtm_core.training import train_ticker
-from ldtm_core.universe import validate_ticker
+from ldtm_core.learning.backtest import run_backtest
+from ldtm_core.learning.training import train_ticker
 
 HOSTILE = [
     "../x",
@@ -58,7 +58,7 @@ def world(db_url, tmp_path, monkeypatch):
 
 
 def _core_calls(settings: Settings, engine, bad: str):
-    from ldtm_core.model import get_profile
+    from ldtm_core.learning.model import get_profile
 
     return {
         "predict": lambda: predict(engine, settings, RUN_DATE, tickers=[bad]),
@@ -83,7 +83,9 @@ def test_core_functions_refuse_hostile_tickers_and_write_nothing(world, bad):
         with pytest.raises(InputError, match="ticker"):
             call()
             pytest.fail(f"{name} accepted {bad!r}")
-    out = train_ticker(engine, settings, bad, __import__("ldtm_core.model").model.get_profile("demo"), "demo")
+    out = train_ticker(
+        engine, settings, bad, __import__("ldtm_core.learning.model").model.get_profile("demo"), "demo"
+    )
     assert out.status == "failed" and "invalid ticker" in out.reason
     assert table_counts(url) == before
     assert not (settings.home / "x").exists() and not list(settings.checkpoint_dir.rglob("*x*"))

@@ -21,10 +21,10 @@ from rel_helpers import (
 )
 from sqlalchemy import select
 
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.snapshots import predict
 from ldtm_core.db import get_engine
-from ldtm_core.fillback import fillback
 from ldtm_core.schema import run_log
-from ldtm_core.snapshots import predict
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.postgres]
 

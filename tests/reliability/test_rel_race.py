@@ -24,12 +24,12 @@ from rel_helpers import (
     wait_paused,
 )
 
-from ldtm_core import registry
-from ldtm_core.audit import verify
+from ldtm_core.accountability import registry
+from ldtm_core.accountability.audit import verify
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.gate import run_gate
+from ldtm_core.accountability.snapshots import predict
 from ldtm_core.db import get_engine
-from ldtm_core.fillback import fillback
-from ldtm_core.gate import run_gate
-from ldtm_core.snapshots import predict
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.postgres]
 

@@ -19,19 +19,19 @@ from rel_helpers import make_settings
 from sqlalchemy import func, select
 from statsmodels.stats.proportion import proportion_confint
 
-from ldtm_core import registry
-from ldtm_core.calendar import session_array
-from ldtm_core.checkpoints import save_checkpoint
+from ldtm_core.accountability import registry
+from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.leaderboard import leaderboard
+from ldtm_core.accountability.registry import register_candidate
+from ldtm_core.accountability.snapshots import predict
+from ldtm_core.data.calendar import session_array
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
+from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
-from ldtm_core.fillback import fillback
-from ldtm_core.ingest import ingest_frame
-from ldtm_core.leaderboard import leaderboard
-from ldtm_core.model import LDTM, get_profile
-from ldtm_core.registry import register_candidate
+from ldtm_core.learning.checkpoints import save_checkpoint
+from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import prices, snapshots
-from ldtm_core.snapshots import predict
-from ldtm_core.synthetic import generate
-from ldtm_core.universe import load_universe
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(600)]
 EVENINGS = 250

@@ -5,12 +5,12 @@ import datetime as dt
 import pandas as pd
 from sqlalchemy import select
 
+from ldtm_core.data.price_fetch import fetch_prices
+from ldtm_core.data.prices import load_prices
+from ldtm_core.data.sources import make_source
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
-from ldtm_core.price_fetch import fetch_prices
-from ldtm_core.prices import load_prices
 from ldtm_core.schema import ingested_files
-from ldtm_core.sources import make_source
-from ldtm_core.synthetic import generate
 
 UNIVERSE = ["AAPL", "NVDA", "TSLA"]
 START = dt.date(2024, 1, 2)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from ldtm_core.price_fetch import fetch_prices
-from ldtm_core.prices import load_prices
-from ldtm_core.sources.ib import IBSource, duration_for
+from ldtm_core.data.price_fetch import fetch_prices
+from ldtm_core.data.prices import load_prices
+from ldtm_core.data.sources.ib import IBSource, duration_for
 
 
 @dataclass

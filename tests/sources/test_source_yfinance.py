@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ldtm_core.price_fetch import fetch_prices
-from ldtm_core.prices import load_prices
-from ldtm_core.sources.yfinance import YFinanceSource, classify
+from ldtm_core.data.price_fetch import fetch_prices
+from ldtm_core.data.prices import load_prices
+from ldtm_core.data.sources.yfinance import YFinanceSource, classify
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sources"
 START, END = dt.date(2024, 6, 3), dt.date(2024, 6, 7)

@@ -1,4 +1,4 @@
-"""backtest_folds: the discordant rows of model vs always-up, for the exact skill test (ldtm_core.skill)
+"""backtest_folds: the discordant rows of model vs always-up, for the exact skill test (ldtm_core.accountability.skill)
 
 `model_only_hits`: test rows where the model's direction was right and always-up's wrong;
 `up_only_hits`: the reverse. NULL on folds written before this revision (their p-value is unknown).

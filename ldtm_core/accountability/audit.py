@@ -1,0 +1,285 @@
+"""`ldtm audit verify`: recompute the snapshot chain, compare it with its anchors, re-derive the actuals.
+
+Three independent checks, each reported per ticker and date:
+- the chain: every row's hash matches its prediction (HMAC under `LDTM_AUDIT_KEY` when set) and links
+  to the previous row of its ticker (`chain.row_hash` is the one definition writer and checker use);
+- the anchors: every chain head recorded after a predict run (run_log, or given by the caller, e.g.
+  from Dagster materialization metadata) still exists with the same hash, and no row follows the
+  newest anchor: deleting or truncating the newest rows, or rewriting the chain, is reported;
+- the actuals: every filled actual equals the close in `prices` on its target date, and the derived
+  pct errors and next-day direction flags are recomputed from that close (outside the hash, but they
+  are what the leaderboard scores).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, and_, or_, select
+from sqlalchemy.orm import aliased
+
+from ldtm_core.accountability.chain import (
+    HASHED_COLUMNS,
+    IN_SAMPLE,
+    Anchor,
+    audit_key,
+    canonical,
+    load_anchors,
+    row_hash,
+)
+from ldtm_core.config import Settings
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.errors import InputError
+from ldtm_core.schema import prices, snapshots
+
+__all__ = ["HASHED_COLUMNS", "AuditProblem", "AuditReport", "canonical", "row_hash", "verify"]
+
+HORIZONS = ("next_day", "next_monday", "one_month")
+# pct errors and directions are recomputed here in Python; the database computed them in SQL.
+REL_TOL = 1e-9
+
+
+@dataclass
+class AuditProblem:
+    ticker: str
+    run_date: dt.date | str | None
+    model_version: str
+    what: str
+    kind: str = "chain"  # chain / anchor / actual
+
+
+@dataclass
+class AuditReport:
+    ok: bool
+    rows_checked: int
+    tickers_checked: int
+    problems: list[AuditProblem] = field(default_factory=list)
+    anchors_checked: int = 0
+    actuals_checked: int = 0
+    # Tickers asked for by name that have no snapshot rows at all.
+    tickers_without_rows: list[str] = field(default_factory=list)
+
+    @property
+    def bad_tickers(self) -> list[str]:
+        return sorted({p.ticker for p in self.problems})
+
+
+def verify(
+    engine: Engine,
+    tickers: Sequence[str] | None = None,
+    *,
+    extra_anchors: Mapping[str, Anchor] | None = None,
+    neutral_band_pct: float | None = None,
+) -> AuditReport:
+    """Check the chain, the anchors and the filled actuals (module doc); every problem is listed.
+
+    A changed prediction shows as a hash mismatch on that row. A deleted middle row shows as a
+    broken link on the next row; a deleted newest row as a missing anchored head. The check continues
+    from the stored hash, so one edit is reported once, not on every later row.
+    """
+    key = audit_key()
+    wanted = [validate_ticker(t) for t in tickers] if tickers else None
+    band = Settings.from_env().neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
+    s = snapshots.c
+    cols = [
+        s.id,
+        *(s[c] for c in HASHED_COLUMNS),
+        s[IN_SAMPLE],
+        s.prev_hash,
+        s.row_hash,
+    ]
+    stmt = select(*cols).order_by(s.ticker, s.id)
+    if wanted:
+        stmt = stmt.where(s.ticker.in_(wanted))
+    problems: list[AuditProblem] = []
+    rows = 0
+    by_ticker: dict[str, dict[int, tuple]] = defaultdict(dict)
+    expected_prev: dict[str, str] = {}
+    with engine.connect() as conn:
+        anchors, keyed, unreadable = load_anchors(conn, wanted)
+        if keyed and key is None:
+            raise InputError(
+                "the snapshot chain is keyed (written with LDTM_AUDIT_KEY): set LDTM_AUDIT_KEY to verify it"
+            )
+        for r in conn.execute(stmt).mappings():
+            rows += 1
+            t = r["ticker"]
+            by_ticker[t][r["id"]] = (r["row_hash"], r["run_date"], r["model_version"])
+            prev = expected_prev.get(t, "")
+            if r["prev_hash"] != prev:
+                what = (
+                    "chain broken: first row of the ticker does not start the chain (rows before it were deleted)"
+                    if prev == ""
+                    else "chain broken: prev_hash does not match the previous row (a row was deleted, inserted or re-hashed)"
+                )
+                problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
+            if row_hash(r["prev_hash"], r, key) != r["row_hash"]:
+                if key is not None and row_hash(r["prev_hash"], r) == r["row_hash"]:
+                    what = (
+                        "hash not keyed: computed without LDTM_AUDIT_KEY (written before the key was set, "
+                        "or recomputed by someone without it)"
+                    )
+                else:
+                    what = "prediction changed: row_hash mismatch"
+                problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
+            expected_prev[t] = r["row_hash"]
+        actual_problems, actuals_checked = _check_actuals(conn, wanted, band)
+    for run_id in unreadable:
+        problems.append(
+            AuditProblem("-", None, "-", f"chain anchor of {run_id} in run_log is unreadable", "anchor")
+        )
+    all_anchors = {t: list(v) for t, v in anchors.items()}
+    for t, a in (extra_anchors or {}).items():
+        if wanted is None or t in wanted:
+            all_anchors.setdefault(t, []).append(a)
+    anchor_problems, anchors_checked = _check_anchors(all_anchors, by_ticker)
+    problems.extend(anchor_problems)
+    problems.extend(actual_problems)
+    missing = [t for t in dict.fromkeys(wanted or []) if t not in by_ticker]
+    return AuditReport(
+        ok=not problems,
+        rows_checked=rows,
+        tickers_checked=len(by_ticker),
+        problems=problems,
+        anchors_checked=anchors_checked,
+        actuals_checked=actuals_checked,
+        tickers_without_rows=missing,
+    )
+
+
+def _check_anchors(
+    anchors: Mapping[str, list[Anchor]], by_ticker: Mapping[str, Mapping[int, tuple]]
+) -> tuple[list[AuditProblem], int]:
+    """Each anchored head must still be there with its hash; no row may follow the newest anchor."""
+    problems: list[AuditProblem] = []
+    checked = 0
+    for t in sorted(anchors):
+        rows = by_ticker.get(t, {})
+        seen: set[tuple[int, str]] = set()
+        for a in anchors[t]:
+            if (a.id, a.row_hash) in seen:  # a rerun anchors the same head again
+                continue
+            seen.add((a.id, a.row_hash))
+            checked += 1
+            stored = rows.get(a.id)
+            if stored is None:
+                problems.append(
+                    AuditProblem(
+                        t,
+                        a.run_date,
+                        a.model_version,
+                        f"anchored chain head missing: row {a.id} recorded by {a.source} is gone "
+                        "(the newest rows were deleted or the table truncated)",
+                        "anchor",
+                    )
+                )
+            elif stored[0] != a.row_hash:
+                problems.append(
+                    AuditProblem(
+                        t,
+                        stored[1],
+                        stored[2],
+                        f"anchored chain head changed: row {a.id} no longer has the hash recorded by "
+                        f"{a.source} (the chain was rewritten)",
+                        "anchor",
+                    )
+                )
+        newest = max(a.id for a in anchors[t])
+        for i, (_, run_date, version) in sorted(rows.items()):
+            if i > newest:
+                problems.append(
+                    AuditProblem(
+                        t,
+                        run_date,
+                        version,
+                        f"row {i} follows the newest anchored chain head ({newest}): "
+                        "not written by a recorded predict run",
+                        "anchor",
+                    )
+                )
+    return problems, checked
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def _close(a, b) -> bool:
+    return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-9)
+
+
+def _check_actuals(conn, wanted: list[str] | None, band: float) -> tuple[list[AuditProblem], int]:
+    """Recompute every filled actual (and its pct error / direction flags) from `prices`."""
+    s = snapshots.c
+    px = {h: aliased(prices, name=f"a_{h}") for h in HORIZONS}
+    frm = snapshots
+    for h in HORIZONS:
+        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    stmt = select(
+        s.ticker,
+        s.run_date,
+        s.model_version,
+        s.run_date_close,
+        s.next_day_direction_actual,
+        s.next_day_direction_correct,
+        *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date", "actual", "pct_error")),
+        *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
+    ).select_from(frm)
+    # Rows with anything filled (an error or flag without its actual is a mismatch too).
+    filled = [s[f"{h}_actual"].is_not(None) for h in HORIZONS] + [
+        s[f"{h}_pct_error"].is_not(None) for h in HORIZONS
+    ]
+    filled += [s.next_day_direction_actual.is_not(None), s.next_day_direction_correct.is_not(None)]
+    stmt = stmt.where(or_(*filled))
+    if wanted:
+        stmt = stmt.where(s.ticker.in_(wanted))
+    problems: list[AuditProblem] = []
+    checked = 0
+    for r in conn.execute(stmt.order_by(s.ticker, s.run_date, s.id)).mappings():
+        for h in HORIZONS:
+            actual, err, close, day = r[f"{h}_actual"], r[f"{h}_pct_error"], r[f"{h}_close"], r[f"{h}_date"]
+            flags = h == "next_day" and (
+                r["next_day_direction_actual"] is not None or r["next_day_direction_correct"] is not None
+            )
+            if actual is None and err is None and not flags:
+                continue
+            checked += 1
+            wrong: list[str] = []
+            if actual is None:
+                wrong.append(f"{h} pct error / direction filled without an actual")
+            elif close is None:
+                wrong.append(f"{h}_actual {actual!r} but prices has no close for {r['ticker']} on {day}")
+            elif not _close(actual, close):
+                wrong.append(f"{h}_actual {actual!r} != close {close!r} on {day}")
+            if close is not None and actual is not None:
+                want_err = (r[f"{h}_pred"] - close) / close * 100.0
+                if not _close(err, want_err):
+                    wrong.append(f"{h}_pct_error {err!r} != {want_err!r} recomputed from the close")
+                if h == "next_day":
+                    rdc = r["run_date_close"]
+                    move = (close - rdc) / rdc * 100.0
+                    want_dir = "bullish" if move > band else ("bearish" if move < -band else "neutral")
+                    if r["next_day_direction_actual"] != want_dir:
+                        wrong.append(
+                            f"next_day_direction_actual {r['next_day_direction_actual']!r} != {want_dir!r} "
+                            f"(move {move:+.4f} %, band {band} %)"
+                        )
+                    want_hit = _sign(r["next_day_pred"] - rdc) == _sign(close - rdc)
+                    got_hit = r["next_day_direction_correct"]
+                    if got_hit is None or bool(got_hit) != want_hit:
+                        wrong.append(f"next_day_direction_correct {got_hit!r} != {want_hit!r}")
+            if wrong:
+                problems.append(
+                    AuditProblem(
+                        r["ticker"],
+                        r["run_date"],
+                        r["model_version"],
+                        "actual mismatch: " + "; ".join(wrong),
+                        "actual",
+                    )
+                )
+    return problems, checked

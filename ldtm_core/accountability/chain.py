@@ -1,0 +1,238 @@
+"""The snapshot hash chain (SPEC §7): the row hash, the chained insert and the anchors of the chain heads.
+
+Each row's hash covers its prediction and the previous row's hash (per ticker). With `LDTM_AUDIT_KEY`
+set the hash is an HMAC-SHA256 under that key, so nobody without the key can recompute a chain after
+editing it. After every write the head of each ticker's chain (newest id and its hash) is stored in
+the predict run's `run_log` row in the same transaction: these anchors live outside the snapshots
+table, so deleting or truncating the newest rows leaves an anchor pointing at a missing row.
+`audit.verify` is the checker; `row_hash` is the one definition both sides use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+from sqlalchemy import Connection, Engine, func, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+
+from ldtm_core.db import is_postgres, run_in_transaction, write_lock
+from ldtm_core.faults import pause_point
+from ldtm_core.schema import run_log, snapshots
+
+CHAIN_LOCK = "ldtm:snapshots:chain"
+AUDIT_KEY_ENV = "LDTM_AUDIT_KEY"
+
+HASHED_COLUMNS = (
+    "ticker",
+    "run_date",
+    "run_date_close",
+    "prev_close",
+    "model_id",
+    "model_version",
+    "mode",
+    "next_day_pred",
+    "next_monday_pred",
+    "one_month_pred",
+    "direction_pred",
+    "next_day_date",
+    "next_monday_date",
+    "one_month_date",
+)
+# Hashed too, but only when true: rows written before the flag existed (all false) keep their hashes,
+# and flipping it either way still changes the hash.
+IN_SAMPLE = "in_sample"
+FLOAT_COLUMNS = {"run_date_close", "prev_close", "next_day_pred", "next_monday_pred", "one_month_pred"}
+DATE_COLUMNS = {"run_date", "next_day_date", "next_monday_date", "one_month_date"}
+
+
+def audit_key() -> bytes | None:
+    """The HMAC key from the environment (never from a file or the database), or None."""
+    raw = os.environ.get(AUDIT_KEY_ENV)
+    return raw.encode() if raw else None
+
+
+def _canonical(name: str, value) -> str | None:
+    if value is None:
+        return None
+    if name in FLOAT_COLUMNS:
+        return repr(float(value))  # shortest round-trip form: exact for the stored double
+    if name in DATE_COLUMNS:
+        return pd.Timestamp(value).date().isoformat() if not isinstance(value, dt.date) else value.isoformat()
+    if name == "model_id":
+        return str(int(value))
+    return str(value)
+
+
+def canonical(row: Mapping) -> str:
+    values = [_canonical(c, row[c]) for c in HASHED_COLUMNS]
+    if row.get(IN_SAMPLE):
+        values.append("in_sample")
+    return json.dumps(values, separators=(",", ":"))
+
+
+def row_hash(prev_hash: str, row: Mapping, key: bytes | None = None) -> str:
+    """SHA-256 of (previous hash, canonical prediction); HMAC-SHA256 under `key` when one is given."""
+    message = f"{prev_hash}\n{canonical(row)}".encode()
+    if key:
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hashlib.sha256(message).hexdigest()
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+class ChainConflict(Exception):
+    """Another writer extended a ticker's chain between our read and our insert: redo the transaction."""
+
+
+def chain_heads(conn: Connection, tickers: Sequence[str]) -> dict[str, tuple[int, str, str, str]]:
+    """{ticker: (id, row_hash, run_date, model_version)} of the newest row of each ticker's chain."""
+    if not tickers:
+        return {}
+    latest_ids = (
+        select(func.max(snapshots.c.id))
+        .where(snapshots.c.ticker.in_(list(tickers)))
+        .group_by(snapshots.c.ticker)
+    ).scalar_subquery()
+    s = snapshots.c
+    rows = conn.execute(
+        select(s.ticker, s.id, s.row_hash, s.run_date, s.model_version).where(s.id.in_(latest_ids))
+    ).all()
+    return {t: (int(i), h, pd.Timestamp(d).date().isoformat(), v) for t, i, h, d, v in rows}
+
+
+def _anchor(conn: Connection, run_id: str, tickers: Sequence[str], keyed: bool) -> dict:
+    """Store the chain heads of `tickers` in the run's run_log row (same transaction as the rows)."""
+    heads = chain_heads(conn, sorted(set(tickers)))
+    anchor = {"keyed": keyed, "heads": {t: list(head) for t, head in sorted(heads.items())}}
+    conn.execute(
+        update(run_log).where(run_log.c.run_id == run_id).values(chain_heads_json=json.dumps(anchor))
+    )
+    return anchor
+
+
+def _write(conn: Connection, rows: list[dict], key: bytes | None) -> tuple[int, int, dict]:
+    """Insert rows (chained) in the caller's transaction; returns (written, already existing, anchor)."""
+    write_lock(conn, CHAIN_LOCK)
+    if not rows:
+        return 0, 0, {}
+    run_date = rows[0]["run_date"]
+    run_id = rows[0]["run_id"]
+    keys = [(r["ticker"], r["model_version"]) for r in rows]
+    existing = {
+        (t, v)
+        for t, v in conn.execute(
+            select(snapshots.c.ticker, snapshots.c.model_version).where(
+                snapshots.c.run_date == run_date,
+                tuple_(snapshots.c.ticker, snapshots.c.model_version).in_(keys),
+            )
+        )
+    }
+    todo = [r for r in rows if (r["ticker"], r["model_version"]) not in existing]
+    all_tickers = [r["ticker"] for r in rows]
+    if not todo:
+        return 0, len(existing), _anchor(conn, run_id, all_tickers, key is not None)
+    tickers = sorted({r["ticker"] for r in todo})
+    heads = {t: head[1] for t, head in chain_heads(conn, tickers).items()}
+    for r in todo:
+        r["prev_hash"] = heads.get(r["ticker"], "")
+        r["row_hash"] = row_hash(r["prev_hash"], r, key)
+    insert_fn = postgresql.insert if is_postgres(conn) else sqlite.insert
+    # Conflict target = the natural key only: a chain (ticker, prev_hash) conflict must raise, not vanish.
+    stmt = insert_fn(snapshots).on_conflict_do_nothing(index_elements=["ticker", "run_date", "model_version"])
+    try:
+        with conn.begin_nested():
+            conn.execute(stmt, todo)
+    except IntegrityError as exc:
+        raise ChainConflict(str(exc.orig)) from exc
+    pause_point("predict.before_commit")
+    # Count what this run really inserted (executemany rowcounts are not reliable across drivers).
+    run_ids = sorted({r["run_id"] for r in todo})
+    written = conn.execute(
+        select(func.count())
+        .select_from(snapshots)
+        .where(
+            snapshots.c.run_date == run_date,
+            snapshots.c.run_id.in_(run_ids),
+            snapshots.c.ticker.in_(tickers),
+        )
+    ).scalar_one()
+    anchor = _anchor(conn, run_id, all_tickers, key is not None)
+    return written, len(rows) - written, anchor
+
+
+def write_rows_anchored(engine: Engine, rows: list[dict], attempts: int = 3) -> tuple[int, int, dict]:
+    """Write snapshot rows in one transaction, serialised against other writers; retry a chain conflict.
+
+    Returns (written, already existing, anchor): the anchor is what was stored in the run's run_log row.
+    """
+    key = audit_key()
+    for attempt in range(attempts):
+        fresh = [dict(r) for r in rows]
+        try:
+            return run_in_transaction(engine, lambda conn, fresh=fresh: _write(conn, fresh, key))
+        except ChainConflict:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def write_rows(engine: Engine, rows: list[dict], attempts: int = 3) -> tuple[int, int]:
+    """`write_rows_anchored` without the anchor: (written, already existing)."""
+    written, existing, _ = write_rows_anchored(engine, rows, attempts)
+    return written, existing
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A chain head recorded outside the snapshots table: row `id` of the ticker had `row_hash`."""
+
+    source: str  # "run <run_id>" for run_log, or e.g. "dagster snapshots materialization"
+    id: int
+    row_hash: str
+    run_date: dt.date | None
+    model_version: str
+
+
+def parse_heads(heads: Mapping, source: str) -> dict[str, Anchor]:
+    """Anchors from a {ticker: [id, row_hash, run_date, model_version]} mapping (run_log, Dagster metadata)."""
+    return {
+        t: Anchor(source, int(h[0]), str(h[1]), dt.date.fromisoformat(str(h[2])), str(h[3]))
+        for t, h in heads.items()
+    }
+
+
+def load_anchors(conn: Connection, tickers: Sequence[str] | None = None) -> tuple[dict, bool, list[str]]:
+    """({ticker: [Anchor, ...]}, any anchor keyed, run ids whose anchor is unreadable) from every
+    predict run's run_log row, oldest run first."""
+    stmt = (
+        select(run_log.c.run_id, run_log.c.chain_heads_json)
+        .where(run_log.c.chain_heads_json.is_not(None))
+        .order_by(run_log.c.id)
+    )
+    wanted = set(tickers) if tickers else None
+    out: dict[str, list[Anchor]] = {}
+    keyed = False
+    unreadable: list[str] = []
+    for run_id, blob in conn.execute(stmt):
+        try:
+            anchor = json.loads(blob)
+            heads = parse_heads(anchor["heads"], f"predict run {run_id}")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            unreadable.append(run_id)
+            continue
+        keyed = keyed or bool(anchor.get("keyed"))
+        for t, a in heads.items():
+            if wanted is None or t in wanted:
+                out.setdefault(t, []).append(a)
+    return out, keyed, unreadable

@@ -1,0 +1,150 @@
+"""Fillback (SPEC §8): add the actual closes to snapshot rows once their target dates have prices.
+
+Each horizon is filled on its own (a next-day actual arrives weeks before the one-month one), all in
+one set-based `UPDATE snapshots ... FROM (pending rows LEFT JOIN prices on ticker + target date)`:
+the join is the single batched lookup of every needed close and the arithmetic runs in the database.
+A value is written only where that actual is still NULL, and runs are serialised, so a rerun or a
+concurrent run never fills anything twice. Prediction columns are never written,
+so the audit chain stays valid. The dry run is one SELECT with the same three joins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, and_, case, func, or_, select, update
+from sqlalchemy.orm import aliased
+
+from ldtm_core.config import Settings
+from ldtm_core.db import run_in_transaction, write_lock
+from ldtm_core.faults import pause_point
+from ldtm_core.schema import prices, snapshots
+
+HORIZONS = ("next_day", "next_monday", "one_month")
+FILL_LOCK = "ldtm:fillback"
+
+
+@dataclass
+class PendingFill:
+    id: int
+    ticker: str
+    run_date: dt.date
+    horizon: str
+    target_date: dt.date
+    actual: float
+
+
+@dataclass
+class FillbackResult:
+    dry_run: bool
+    pending: list[PendingFill] = field(default_factory=list)
+    filled: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HORIZONS, 0))
+    rows_pending: int = 0  # dry run: snapshot rows with at least one fillable horizon
+
+    @property
+    def total_filled(self) -> int:
+        return sum(self.filled.values())
+
+
+def _pending(conn) -> list:
+    """Rows with a NULL actual whose target date has a price: one query, three outer joins to prices."""
+    px = {h: aliased(prices, name=f"p_{h}") for h in HORIZONS}
+    s = snapshots.c
+    stmt = select(
+        s.id,
+        s.ticker,
+        s.run_date,
+        s.run_date_close,
+        *(s[f"{h}_pred"] for h in HORIZONS),
+        *(s[f"{h}_date"] for h in HORIZONS),
+        *(s[f"{h}_actual"].is_(None).label(f"{h}_open") for h in HORIZONS),
+        *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
+    )
+    frm = snapshots
+    for h in HORIZONS:
+        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    fillable = [and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None)) for h in HORIZONS]
+    return conn.execute(stmt.select_from(frm).where(or_(*fillable)).order_by(s.id)).all()
+
+
+def fillback(engine: Engine, dry_run: bool = False, neutral_band_pct: float | None = None) -> FillbackResult:
+    """Fill every horizon whose target date now has a price. Dry run: list the fills, write nothing."""
+    # The same band as predict (LDTM_NEUTRAL_BAND_PCT, default 0.25 %) unless given.
+    band = Settings.from_env().neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
+    result = FillbackResult(dry_run=dry_run)
+    if dry_run:
+        with engine.connect() as conn:
+            rows = _pending(conn)
+        result.rows_pending = len(rows)
+        for r in rows:
+            for h in HORIZONS:
+                if getattr(r, f"{h}_open") and getattr(r, f"{h}_close") is not None:
+                    result.pending.append(
+                        PendingFill(
+                            r.id,
+                            r.ticker,
+                            r.run_date,
+                            h,
+                            getattr(r, f"{h}_date"),
+                            float(getattr(r, f"{h}_close")),
+                        )
+                    )
+        result.pending.sort(key=lambda p: (p.ticker, p.run_date, HORIZONS.index(p.horizon)))
+        return result
+    now = dt.datetime.now(dt.UTC)
+    result.filled = run_in_transaction(engine, lambda conn: _fill(conn, band, now))
+    return result
+
+
+def _sign(expr):
+    return case((expr > 0, 1), (expr < 0, -1), else_=0)
+
+
+def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
+    """Fill all three horizons with ONE set-based UPDATE ... FROM (the pending join) and return counts.
+
+    Fillback runs are serialised (advisory lock / SQLite write lock), so the counts taken first are
+    exactly what the UPDATE writes. Each row is rewritten once, not once per horizon. A column that
+    already holds a value is kept as it is (CASE ... WHEN actual IS NULL), and rows with nothing left
+    to fill are not touched at all.
+    """
+    pause_point("fillback.before_lock")
+    write_lock(conn, FILL_LOCK)
+    s = snapshots.c
+    px = {h: aliased(prices, name=f"p_{h}") for h in HORIZONS}
+    frm = snapshots
+    for h in HORIZONS:
+        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    fillable = {h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None)) for h in HORIZONS}
+    counts = conn.execute(
+        select(*(func.coalesce(func.sum(case((fillable[h], 1), else_=0)), 0).label(h) for h in HORIZONS))
+        .select_from(frm)
+        .where(or_(*fillable.values()))
+    ).one()
+    filled = {h: int(getattr(counts, h)) for h in HORIZONS}
+    if not any(filled.values()):
+        return filled
+    v = (
+        select(s.id.label("sid"), *(px[h].c.close.label(f"c_{h}") for h in HORIZONS))
+        .select_from(frm)
+        .where(or_(*fillable.values()))
+        .subquery("v")
+    )
+    values: dict = {"filled_at": now}
+    for h in HORIZONS:
+        actual = v.c[f"c_{h}"]
+        fill = and_(s[f"{h}_actual"].is_(None), actual.is_not(None))
+        values[f"{h}_actual"] = case((fill, actual), else_=s[f"{h}_actual"])
+        values[f"{h}_pct_error"] = case(
+            (fill, (s[f"{h}_pred"] - actual) / actual * 100.0), else_=s[f"{h}_pct_error"]
+        )
+        if h == "next_day":
+            move_pct = (actual - s.run_date_close) / s.run_date_close * 100.0
+            direction = case((move_pct > band, "bullish"), (move_pct < -band, "bearish"), else_="neutral")
+            correct = _sign(s.next_day_pred - s.run_date_close) == _sign(actual - s.run_date_close)
+            values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
+            values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
+    conn.execute(update(snapshots).where(s.id == v.c.sid).values(values))
+    pause_point("fillback.before_commit")
+    return filled

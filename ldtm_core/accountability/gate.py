@@ -1,0 +1,322 @@
+"""The promotion gate (SPEC §10): a candidate becomes active only when its newest backtest passes.
+
+Only a backtest of the candidate's own config counts (its config signature is stored with every
+fold): a backtest of another profile or override is refused with a message saying so.
+
+Criteria (seed defaults, overridable by env or arguments): folds >= 2, pooled next-day direction
+accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
+always-up by a margin or a p-value at most `max_p_value` in the exact test of "the model beats always-up"
+(ldtm_core.accountability.skill). Every report states the accuracy beside always-up on the same folds, with that p-value.
+Pass -> registry.promote. Fail -> the model stays candidate and a notification lists each failing
+criterion with its value and threshold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import asdict, dataclass, field
+
+from sqlalchemy import Engine, select
+
+from ldtm_core.accountability import notify
+from ldtm_core.accountability.registry import (
+    PromoteResult,
+    config_signature,
+    get_model,
+    newest_candidate,
+    promote,
+    record_event,
+)
+from ldtm_core.accountability.skill import SkillTest, format_p_value, pooled
+from ldtm_core.config import Settings
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.db import run_in_transaction
+from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.schema import backtest_folds
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    min_folds: int = 2
+    min_direction_accuracy: float = 0.52  # fraction
+    max_mean_abs_pct_error: float = 5.0  # percent
+    max_leakage_rows: int = 0
+    beat_always_up_margin: float | None = None  # fraction; None = not required
+    max_p_value: float | None = None  # exact skill test vs always-up; None = not required
+
+    def validate(self) -> GateThresholds:
+        """Refuse thresholds no model could meet (or every model meets) when they come from a user:
+        the CLI, the environment, Dagster config. Tests may still build impossible ones directly."""
+        checks = [
+            (self.min_folds >= 1, f"min folds must be >= 1, not {self.min_folds}"),
+            # Above 100 % is allowed: it is how a test or an operator forces a candidate to fail.
+            (
+                self.min_direction_accuracy >= 0.0,
+                f"min direction accuracy must be >= 0 %, not {self.min_direction_accuracy * 100:g} %",
+            ),
+            (
+                self.max_mean_abs_pct_error >= 0,
+                f"max mean |pct error| must be >= 0 %, not {self.max_mean_abs_pct_error:g}",
+            ),
+            (self.max_leakage_rows >= 0, f"max leakage rows must be >= 0, not {self.max_leakage_rows}"),
+            (
+                self.beat_always_up_margin is None or -1.0 <= self.beat_always_up_margin <= 1.0,
+                f"always-up margin must be within -100..100 % points, not {self.beat_always_up_margin}",
+            ),
+            (
+                self.max_p_value is None or 0.0 < self.max_p_value <= 1.0,
+                f"max p-value must be within (0, 1], not {self.max_p_value}",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InputError(message)
+        return self
+
+    @classmethod
+    def from_env(cls, **overrides) -> GateThresholds:
+        env = {
+            "min_folds": ("LDTM_GATE_MIN_FOLDS", int),
+            "min_direction_accuracy": ("LDTM_GATE_MIN_ACCURACY", float),
+            "max_mean_abs_pct_error": ("LDTM_GATE_MAX_ERROR_PCT", float),
+            "beat_always_up_margin": ("LDTM_GATE_BEAT_ALWAYS_UP", float),
+            "max_p_value": ("LDTM_GATE_MAX_P_VALUE", float),
+        }
+        values = {}
+        for name, (var, kind) in env.items():
+            raw = os.environ.get(var)
+            if raw:
+                try:
+                    values[name] = kind(raw)
+                except ValueError:
+                    raise InputError(f"{var}={raw!r} is not a {kind.__name__}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values).validate()
+
+
+@dataclass
+class Criterion:
+    name: str
+    value: float | int | str  # 'unknown' for a p-value the backtest did not record
+    op: str  # '>=' or '<=' or '>'
+    threshold: float | int
+    passed: bool
+
+    def describe(self) -> str:
+        return (
+            f"{self.name} = {_fmt(self.name, self.value)} (needs {self.op} {_fmt(self.name, self.threshold)})"
+        )
+
+
+def _fmt(name: str, v) -> str:
+    if name == "skill_p_value":
+        return format_p_value(v) if isinstance(v, float) else "unknown"
+    if isinstance(v, float) and ("accuracy" in name or "margin" in name):
+        return f"{v * 100:.2f}%"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+@dataclass
+class GateReport:
+    ticker: str
+    model_id: int
+    backtest_id: str
+    folds: int
+    n: int
+    direction_accuracy: float
+    always_up_accuracy: float
+    mean_abs_pct_error: float
+    leakage_rows: int
+    skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
+    data_start: dt.date | None = None  # the price range the backtest read
+    data_end: dt.date | None = None
+    criteria: list[Criterion] = field(default_factory=list)
+    passed: bool = False
+    promoted: PromoteResult | None = None
+    notified: notify.NotifyResult | None = None
+
+    @property
+    def failing(self) -> list[Criterion]:
+        return [c for c in self.criteria if not c.passed]
+
+    def summary(self) -> str:
+        head = f"gate {'PASSED' if self.passed else 'FAILED'} for {self.ticker} model {self.model_id}"
+        base = (
+            f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
+            f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
+            + (self.skill.describe() if self.skill else "skill test unknown (backtest predates it)")
+        )
+        if self.passed:
+            return f"{head}: {base}"
+        return f"{head}: {base}; failing: " + "; ".join(c.describe() for c in self.failing)
+
+    def to_dict(self) -> dict:
+        return {
+            "event": "ldtm.gate",
+            "ticker": self.ticker,
+            "model_id": self.model_id,
+            "backtest_id": self.backtest_id,
+            "passed": self.passed,
+            "folds": self.folds,
+            "n": self.n,
+            "direction_accuracy": self.direction_accuracy,
+            "always_up_accuracy": self.always_up_accuracy,
+            "mean_abs_pct_error": self.mean_abs_pct_error,
+            "leakage_rows": self.leakage_rows,
+            "skill_model_only": self.skill.model_only if self.skill else None,
+            "skill_up_only": self.skill.up_only if self.skill else None,
+            "skill_p_value": self.skill.p_value if self.skill else None,
+            "data_start": str(self.data_start) if self.data_start else None,
+            "data_end": str(self.data_end) if self.data_end else None,
+            "criteria": [asdict(c) for c in self.criteria],
+            "failing": [asdict(c) for c in self.failing],
+            "summary": self.summary(),
+        }
+
+
+def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criterion]]:
+    """Pooled figures of the backtest folds and the criteria; pure, for tests and the sensor."""
+    n = sum(f["n"] for f in folds)
+    acc = sum(f["direction_accuracy"] * f["n"] for f in folds) / n if n else 0.0
+    up = sum(f["always_up_accuracy"] * f["n"] for f in folds) / n if n else 0.0
+    err = sum(f["mean_abs_pct_error"] * f["n"] for f in folds) / n if n else float("inf")
+    leak = int(sum(f["leakage_rows"] for f in folds))
+    skill = pooled(
+        [
+            None if f.get("model_only_hits") is None else SkillTest(f["model_only_hits"], f["up_only_hits"])
+            for f in folds
+        ]
+    )
+    t = thresholds
+    criteria = [
+        Criterion("folds", len(folds), ">=", t.min_folds, len(folds) >= t.min_folds),
+        Criterion("direction_accuracy", acc, ">=", t.min_direction_accuracy, acc >= t.min_direction_accuracy),
+        Criterion("mean_abs_pct_error", err, "<=", t.max_mean_abs_pct_error, err <= t.max_mean_abs_pct_error),
+        Criterion("leakage_rows", leak, "<=", t.max_leakage_rows, leak <= t.max_leakage_rows),
+    ]
+    if t.beat_always_up_margin is not None:
+        margin = acc - up
+        criteria.append(
+            Criterion(
+                "margin_over_always_up",
+                margin,
+                ">",
+                t.beat_always_up_margin,
+                margin > t.beat_always_up_margin,
+            )
+        )
+    if t.max_p_value is not None:
+        # Unknown (a backtest written before the counts were stored) fails: rerun the backtest.
+        p = skill.p_value if skill else None
+        criteria.append(
+            Criterion(
+                "skill_p_value",
+                p if p is not None else "unknown",
+                "<=",
+                t.max_p_value,
+                p is not None and p <= t.max_p_value,
+            )
+        )
+    figures = {
+        "skill": skill,
+        "n": n,
+        "direction_accuracy": acc,
+        "always_up_accuracy": up,
+        "mean_abs_pct_error": err,
+        "leakage": leak,
+    }
+    return figures, criteria
+
+
+def newest_backtest(
+    engine: Engine, model_id: int, config_signature: str | None = None
+) -> tuple[str, list[dict]] | None:
+    """The newest backtest of `model_id` (of that config signature, when given) and its folds."""
+    stmt = select(backtest_folds.c.backtest_id).where(backtest_folds.c.model_id == model_id)
+    if config_signature is not None:
+        stmt = stmt.where(backtest_folds.c.config_signature == config_signature)
+    with engine.connect() as conn:
+        latest = conn.execute(stmt.order_by(backtest_folds.c.id.desc()).limit(1)).scalar()
+        if latest is None:
+            return None
+        rows = conn.execute(
+            select(backtest_folds)
+            .where(backtest_folds.c.backtest_id == latest)
+            .order_by(backtest_folds.c.fold)
+        ).mappings()
+        return latest, [dict(r) for r in rows]
+
+
+def run_gate(
+    engine: Engine,
+    settings: Settings,
+    ticker: str,
+    model_id: int | None = None,
+    thresholds: GateThresholds | None = None,
+) -> GateReport:
+    ticker = validate_ticker(ticker)
+    thresholds = thresholds or GateThresholds.from_env()
+    if model_id is None:
+        cand = newest_candidate(engine, ticker)
+        if cand is None:
+            raise NotFoundError(f"{ticker} has no candidate model to gate")
+        model_id = cand.id
+    rec = get_model(engine, model_id)
+    if rec.ticker != ticker:
+        raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
+    if rec.status != "candidate":
+        raise InputError(f"model {model_id} of {ticker} is {rec.status}; the gate only judges candidates")
+    own = config_signature(rec.config)
+    found = newest_backtest(engine, model_id, own)
+    if found is None:
+        other = newest_backtest(engine, model_id)
+        if other is None:
+            raise NotFoundError(
+                f"no backtest for model {model_id} of {ticker}: run `ldtm backtest --ticker {ticker}` first"
+            )
+        theirs = other[1][0].get("config_signature")
+        raise InputError(
+            f"gate refused for model {model_id} of {ticker}: its backtest {other[0]} ran "
+            + (f"another config (signature {theirs[:12]}…)" if theirs else "with no recorded config")
+            + f", not the candidate's own (profile {rec.profile}, signature {own[:12]}…); run "
+            f"`ldtm backtest --ticker {ticker} --model-id {model_id}` without --profile to backtest this model"
+        )
+    backtest_id, folds = found
+    fig, criteria = evaluate(folds, thresholds)
+    report = GateReport(
+        ticker=ticker,
+        model_id=model_id,
+        backtest_id=backtest_id,
+        data_start=folds[0].get("data_start"),
+        data_end=folds[0].get("data_end"),
+        folds=len(folds),
+        n=fig["n"],
+        direction_accuracy=fig["direction_accuracy"],
+        always_up_accuracy=fig["always_up_accuracy"],
+        mean_abs_pct_error=fig["mean_abs_pct_error"],
+        leakage_rows=fig["leakage"],
+        skill=fig["skill"],
+        criteria=criteria,
+        passed=all(c.passed for c in criteria),
+    )
+    if report.passed:
+        report.promoted = promote(engine, model_id, f"gate passed (backtest {backtest_id})", settings)
+    else:
+        # Recorded in the model's history too (status unchanged), so `registry history` shows why.
+        run_in_transaction(
+            engine,
+            lambda conn: record_event(
+                conn,
+                model_id,
+                ticker,
+                "candidate",
+                "candidate",
+                report.summary()[:2000],
+                dt.datetime.now(dt.UTC),
+            ),
+        )
+        report.notified = notify.send(report.to_dict(), settings.notify_webhook_url, text=report.summary())
+    return report

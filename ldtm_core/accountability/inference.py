@@ -1,0 +1,97 @@
+"""Inference for many tickers at once: the batched LSTM forward and the verified model cache.
+
+`batched_forward` runs M same-architecture models in one pass; `load_verified_model` loads a
+checkpoint once per process and re-checks the file against the registry on every use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ldtm_core.accountability.registry import ModelRecord
+from ldtm_core.errors import CheckpointError
+from ldtm_core.learning.checkpoints import load_checkpoint, sha256_file
+from ldtm_core.learning.model import LDTM
+
+
+@torch.no_grad()
+def batched_forward(models: Sequence[LDTM], x: torch.Tensor) -> torch.Tensor:
+    """Run M same-architecture models, model i on x[i] ([M, W, F] -> [M, horizons]), in one pass.
+
+    The weights are stacked and the LSTM recurrence runs as batched matrix products, so 103 tickers cost
+    one pass of W steps instead of 103 module calls. Eval-mode semantics (no dropout); exact up to
+    float rounding, checked against the modules in the tests.
+    """
+    m = len(models)
+    if m == 0:
+        return torch.empty(0, 0)
+    cfg = models[0].cfg
+    h_size = cfg.hidden_size
+    inp = x.to(torch.float32)  # [M, W, I]
+    for layer in range(cfg.num_layers):
+        w_ih = torch.stack([getattr(md.lstm, f"weight_ih_l{layer}") for md in models])  # [M, 4H, I]
+        w_hh = torch.stack([getattr(md.lstm, f"weight_hh_l{layer}") for md in models])  # [M, 4H, H]
+        bias = torch.stack(
+            [getattr(md.lstm, f"bias_ih_l{layer}") + getattr(md.lstm, f"bias_hh_l{layer}") for md in models]
+        )  # [M, 4H]
+        gx = torch.bmm(inp, w_ih.transpose(1, 2)) + bias[:, None, :]  # [M, W, 4H]
+        h = torch.zeros(m, h_size)
+        c = torch.zeros(m, h_size)
+        w_hh_t = w_hh.transpose(1, 2)
+        outs = []
+        for t in range(inp.shape[1]):
+            gates = gx[:, t, :] + torch.bmm(h[:, None, :], w_hh_t)[:, 0, :]
+            i, f, g, o = gates.chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outs.append(h)
+        inp = torch.stack(outs, dim=1)
+    last = inp[:, -1, :]  # [M, H]
+    preds = []
+    for k in range(len(cfg.horizons)):
+        l1 = [md.heads[k].net[0] for md in models]
+        l2 = [md.heads[k].net[3] for md in models]
+        z = torch.bmm(last[:, None, :], torch.stack([lin.weight for lin in l1]).transpose(1, 2))[:, 0, :]
+        z = torch.relu(z + torch.stack([lin.bias for lin in l1]))
+        out = torch.bmm(z[:, None, :], torch.stack([lin.weight for lin in l2]).transpose(1, 2))[:, 0, :]
+        preds.append(out + torch.stack([lin.bias for lin in l2]))
+    return torch.cat(preds, dim=1)
+
+
+# Verified models kept across runs in one process (a Dagster code server, a benchmark): (path, sha256)
+# -> module. The file on disk is re-hashed against the registry on every run, so a replaced or corrupted
+# checkpoint is still refused; only the unpickling and module construction are saved.
+_MODEL_CACHE: dict[tuple[str, str], LDTM] = {}
+_MODEL_CACHE_MAX = 2048
+
+
+def clear_model_cache() -> None:
+    _MODEL_CACHE.clear()
+
+
+def load_verified_model(rec: ModelRecord, ticker: str) -> LDTM:
+    key = (rec.load_path, rec.checkpoint_sha256)
+    model = _MODEL_CACHE.get(key)
+    if model is not None:
+        path = Path(rec.load_path)
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {path} (ticker {ticker}) is missing")
+        digest = sha256_file(path)
+        if digest != rec.checkpoint_sha256:
+            raise CheckpointError(
+                f"checkpoint {path} (ticker {ticker}) does not match the registry: "
+                f"sha256 {digest[:12]}… != {rec.checkpoint_sha256[:12]}…"
+            )
+        return model
+    ckpt = load_checkpoint(rec.load_path, expected_sha256=rec.checkpoint_sha256, ticker=ticker)
+    if ckpt.signature != rec.arch_signature:
+        raise CheckpointError(
+            f"checkpoint {rec.load_path} ({ticker}) has another architecture than its registry row"
+        )
+    if len(_MODEL_CACHE) >= _MODEL_CACHE_MAX:
+        _MODEL_CACHE.clear()
+    _MODEL_CACHE[key] = ckpt.model
+    return ckpt.model

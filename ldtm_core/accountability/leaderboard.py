@@ -1,0 +1,203 @@
+"""The leaderboard (SPEC §9): rows of the `accuracy_30d` view plus the plain verdict against always-up.
+
+The ticker leaderboard scores exactly one prediction per (ticker, evening): the first one recorded,
+i.e. what was published; a model promoted later and re-predicting the same evening does not count
+twice. In-sample replays (the model's data cutoff reaches the next-day target) are left out unless
+asked for. `leaderboard_by_model` is the separate per-model report: each version on its own rows.
+Extra columns (e.g. a significance test) can be added to the returned frames without touching SQL.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from sqlalchemy import Engine, select, text
+
+from ldtm_core.accountability.skill import SkillTest, discordant_counts
+from ldtm_core.errors import InputError
+from ldtm_core.schema import snapshots
+
+MODES = ("all", "live", "replay")
+SIGNIFICANCE = 0.05  # the p-value the verdict calls evidence of beating always-up
+COLUMNS = [
+    "ticker",
+    "mode",
+    "n",
+    "hits",
+    "direction_accuracy",
+    "wilson_low",
+    "wilson_high",
+    "always_up_accuracy",
+    "persistence_accuracy",
+    "next_day_mape",
+    "next_monday_mape",
+    "one_month_mape",
+    "window_start",
+    "window_end",
+]
+
+
+def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a proportion (the same formula the view uses)."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+# The views (migration 0005): first row per evening, out of sample / with in-sample rows / per model.
+TICKER_VIEW = "accuracy_30d"
+TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
+MODEL_VIEW = "accuracy_30d_by_model"
+
+
+def leaderboard(engine: Engine, mode: str = "all", include_in_sample: bool = False) -> pd.DataFrame:
+    """One row per ticker for `mode` (all / live / replay), best direction accuracy first.
+
+    Each (ticker, evening) counts once: its first recorded prediction. `include_in_sample` adds the
+    in-sample replays back. `beats_always_up` / `beats_persistence` are True only when the model is
+    strictly more accurate than the baseline on the same rows.
+    """
+    view = TICKER_VIEW_WITH_IN_SAMPLE if include_in_sample else TICKER_VIEW
+    df = _with_skill(engine, _read(engine, view, COLUMNS, mode), mode, include_in_sample=include_in_sample)
+    return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+
+
+def leaderboard_by_model(engine: Engine, mode: str = "all") -> pd.DataFrame:
+    """Per-model accuracy: one row per (ticker, model_version), each version on its own out-of-sample rows."""
+    cols = ["ticker", "model_version", *COLUMNS[1:]]
+    df = _with_skill(engine, _read(engine, MODEL_VIEW, cols, mode), mode, by_model=True)
+    return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
+
+
+def _read(engine: Engine, view: str, columns: list[str], mode: str) -> pd.DataFrame:
+    if mode not in MODES:
+        raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
+    cols = ", ".join(columns)
+    # Fixed view and column names from this module and a bound parameter: no user text reaches the SQL.
+    stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
+    with engine.connect() as conn:
+        df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
+    for c in ("n", "hits"):
+        df[c] = df[c].astype("int64")
+    for c in ("window_start", "window_end"):  # SQLite views return dates as text
+        df[c] = pd.to_datetime(df[c]).dt.date
+    df["beats_always_up"] = df["direction_accuracy"] > df["always_up_accuracy"]
+    df["beats_persistence"] = df["direction_accuracy"] > df["persistence_accuracy"]
+    return df
+
+
+def _with_skill(
+    engine: Engine, board: pd.DataFrame, mode: str, *, by_model: bool = False, include_in_sample: bool = False
+) -> pd.DataFrame:
+    """Add the exact test of "the model beats always-up" (model_only, up_only, skill_p_value)."""
+    tests = skill_tests(engine, board, mode, by_model=by_model, include_in_sample=include_in_sample)
+    keys = _keys(board, by_model)
+    board["model_only"] = [tests[k].model_only for k in keys]
+    board["up_only"] = [tests[k].up_only for k in keys]
+    board["skill_p_value"] = [tests[k].p_value for k in keys]
+    return board
+
+
+def _keys(frame: pd.DataFrame, by_model: bool) -> list[tuple]:
+    cols = ["ticker", "model_version"] if by_model else ["ticker"]
+    return list(frame[cols].itertuples(index=False, name=None))
+
+
+def skill_tests(
+    engine: Engine, board: pd.DataFrame, mode: str, *, by_model: bool = False, include_in_sample: bool = False
+) -> dict[tuple, SkillTest]:
+    """The exact test per board row, on exactly the rows its view scored.
+
+    The same selection as the views (migration 0005): the ticker board takes the first recorded row of
+    each (ticker, evening), in-sample rows dropped unless asked for; the per-model board takes every
+    out-of-sample row of each version. Then the row's own window (window_start..window_end). Computed
+    in Python from the stored direction flags: a view cannot run an exact binomial tail on both databases.
+    """
+    tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
+    if board.empty:
+        return tests
+    s = snapshots.c
+    stmt = (
+        select(
+            s.id,
+            s.ticker,
+            s.model_version,
+            s.run_date,
+            s.mode,
+            s.in_sample,
+            s.next_day_direction_correct,
+            s.next_day_actual,
+            s.run_date_close,
+        )
+        .where(
+            s.ticker.in_(sorted({k[0] for k in tests})),
+            s.run_date >= board["window_start"].min(),
+            s.run_date <= board["window_end"].max(),
+        )
+        .order_by(s.id)
+    )
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(stmt).mappings().all())
+    if rows.empty:
+        return tests
+    if not by_model:
+        rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
+    if by_model or not include_in_sample:
+        rows = rows[~rows["in_sample"].astype(bool)]
+    rows = rows[rows["next_day_actual"].notna()]
+    if mode != "all":
+        rows = rows[rows["mode"] == mode]
+    rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
+    cols = ["ticker", "model_version"] if by_model else ["ticker"]
+    spans = {
+        k: (a, b)
+        for k, a, b in zip(_keys(board, by_model), board["window_start"], board["window_end"], strict=True)
+    }
+    for key, group in rows.groupby(cols):
+        key = key if isinstance(key, tuple) else (key,)
+        if key not in spans:
+            continue
+        start, end = spans[key]
+        inside = group[(group["run_date"] >= start) & (group["run_date"] <= end)]
+        tests[key] = discordant_counts(
+            inside["next_day_direction_correct"].astype(bool).to_numpy(),
+            (inside["next_day_actual"] > inside["run_date_close"]).to_numpy(),
+        )
+    return tests
+
+
+def verdict(df: pd.DataFrame) -> str:
+    """One plain sentence about the always-up baseline."""
+    if df.empty:
+        return "No filled snapshots in the window yet: nothing to score."
+    beat = int(df["beats_always_up"].sum())
+    if beat == 0:
+        return f"No model beats the always-up baseline ({len(df)} tickers scored)."
+    # A higher accuracy on 30 days is often luck: say how many the exact test supports.
+    significant = int((df["skill_p_value"] <= SIGNIFICANCE).sum()) if "skill_p_value" in df else 0
+    tested = f" ({significant} with p <= {SIGNIFICANCE:g} in the exact test)"
+    if beat < len(df):
+        return f"{beat} of {len(df)} models beat always-up{tested}; {len(df) - beat} do not."
+    return f"All {len(df)} models beat always-up{tested}."
+
+
+def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:
+    """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
+    s = snapshots.c
+    stmt = (
+        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual, s.in_sample)
+        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
+        .order_by(s.ticker, s.run_date, s.id)
+    )
+    with engine.connect() as conn:
+        df = pd.DataFrame(
+            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual", "in_sample"]
+        )
+    # One row per (ticker, evening): the first recorded, out of sample, as the leaderboard scores it.
+    df = df.drop_duplicates(["ticker", "run_date"], keep="first")
+    df = df[~df.pop("in_sample").astype(bool)]
+    return df.groupby("ticker", group_keys=False).tail(sessions)

@@ -1,0 +1,126 @@
+"""Price windows for inference: one SQL read of every ticker's recent prices, then the model inputs.
+
+Tickers with a long enough gap-free history go through the vectorised feature pass together; short
+or irregular histories through the per-ticker pandas path. Either way a window is normalised exactly
+as in training (samples.normalise_windows).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, select
+
+from ldtm_core.data.calendar import session_array
+from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features, feature_array
+from ldtm_core.data.samples import normalise_windows
+from ldtm_core.schema import prices
+
+# RSI uses Wilder smoothing seeded at the start of the series, so a window's RSI depends (weakly) on
+# how far back the series starts. Training sees the whole history; inference loads this many extra
+# sessions so the seed's weight, (13/14)**250 ~ 1e-8, is far below float32 resolution.
+RSI_SETTLE_ROWS = 250
+PRICE_FIELDS = ("open", "high", "low", "close", "volume")
+
+
+def start_for(run_date: dt.date, rows_needed: int) -> dt.date:
+    """A date far enough back that `rows_needed` sessions up to run_date are included (plus slack)."""
+    s = session_array()
+    i = int(np.searchsorted(s, np.datetime64(run_date, "D"), "right")) - 1
+    return pd.Timestamp(s[max(0, i - rows_needed - 10)]).date()
+
+
+def features_batch(o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Features of T aligned, gap-free series at once: [T, L] -> [T, L - WARMUP_ROWS, 11]."""
+    return feature_array(o, h, lo, c, v)[:, WARMUP_ROWS:, :]
+
+
+def normalised_window(values: np.ndarray) -> tuple[np.ndarray, float, float]:
+    x, lo, hi = normalise_windows(values[None, :, :])
+    return x[0], float(lo[0, CLOSE_INDEX]), float(hi[0, CLOSE_INDEX])
+
+
+def _short_reason(ticker: str, n_rows: int, run_date: dt.date, window: int) -> str:
+    return (
+        f"{ticker} has {n_rows} price rows up to {run_date}; the window needs {window + WARMUP_ROWS} "
+        f"({window} feature rows after {WARMUP_ROWS} warm-up rows)"
+    )
+
+
+def window_from_frame(ticker: str, frame: pd.DataFrame, run_date: dt.date, window: int) -> tuple | str:
+    """(x, close_min, close_max, close, prev_close) for the window ending at run_date, or a skip reason.
+
+    The per-ticker path (pandas compute_features): used for short histories and rows with gaps.
+    """
+    if frame.empty or frame["date"].iloc[-1] != run_date:
+        return f"no price for {ticker} on {run_date}"
+    feats = compute_features(frame)
+    if len(feats) < window:
+        return _short_reason(ticker, len(frame), run_date, window)
+    x, lo, hi = normalised_window(feats.to_numpy(dtype=np.float64)[-window:])
+    closes = frame["close"].to_numpy(dtype=np.float64)
+    prev = float(closes[-2]) if len(closes) >= 2 else None
+    return x, lo, hi, float(closes[-1]), prev
+
+
+def load_price_arrays(engine: Engine, tickers: list[str], start: dt.date, end: dt.date) -> dict[str, dict]:
+    """One query for every ticker; {ticker: {'date': datetime64[D] array, 'open': ..., ...}} without pandas."""
+    cols = [prices.c.ticker, prices.c.date, *(prices.c[f] for f in PRICE_FIELDS)]
+    stmt = (
+        select(*cols)
+        .where(prices.c.ticker.in_(tickers), prices.c.date >= start, prices.c.date <= end)
+        .order_by(prices.c.ticker, prices.c.date)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    if not rows:
+        return {}
+    cols_t = list(zip(*rows, strict=True))
+    names = np.array(cols_t[0], dtype=object)
+    dates = np.array(cols_t[1], dtype="datetime64[D]")
+    values = {f: np.array(cols_t[i + 2], dtype=np.float64) for i, f in enumerate(PRICE_FIELDS)}
+    out = {}
+    bounds = np.flatnonzero(names[1:] != names[:-1]) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(names)], strict=True):
+        out[names[lo]] = {"date": dates[lo:hi], **{f: v[lo:hi] for f, v in values.items()}}
+    return out
+
+
+def build_windows(
+    arrays: dict[str, dict], wanted: dict[str, int], run_date: dt.date, need_rows: int
+) -> tuple[dict[str, tuple], dict[str, str]]:
+    """Windows for {ticker: window}: tickers with `need_rows` gap-free rows go through features_batch
+    together; the rest through the per-ticker path. Returns ({ticker: window tuple}, {ticker: reason})."""
+    day = np.datetime64(run_date, "D")
+    out, skipped, batch = {}, {}, []
+    for t, window in wanted.items():
+        a = arrays.get(t)
+        if a is None or a["date"][-1] != day:
+            skipped[t] = f"no price for {t} on {run_date}"
+        elif len(a["date"]) >= need_rows:
+            batch.append(t)
+        else:
+            frame = pd.DataFrame({"date": pd.to_datetime(a["date"]).date, **{f: a[f] for f in PRICE_FIELDS}})
+            res = window_from_frame(t, frame, run_date, window)
+            (skipped if isinstance(res, str) else out)[t] = res
+    if batch:
+        stacked = {f: np.stack([arrays[t][f][-need_rows:] for t in batch]) for f in PRICE_FIELDS}
+        feats = features_batch(*(stacked[f] for f in PRICE_FIELDS))
+        for i, t in enumerate(batch):
+            w = wanted[t]
+            values = feats[i, -w:]
+            if not np.isfinite(values).all():  # a bad price: let the per-ticker path judge it
+                frame = pd.DataFrame(
+                    {
+                        "date": pd.to_datetime(arrays[t]["date"]).date,
+                        **{f: arrays[t][f] for f in PRICE_FIELDS},
+                    }
+                )
+                res = window_from_frame(t, frame, run_date, w)
+                (skipped if isinstance(res, str) else out)[t] = res
+                continue
+            x, lo, hi = normalised_window(values)
+            out[t] = (x, lo, hi, float(stacked["close"][i, -1]), float(stacked["close"][i, -2]))
+    return out, skipped

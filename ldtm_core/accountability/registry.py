@@ -1,0 +1,398 @@
+"""The model registry: candidate -> active -> retired, every transition recorded (SPEC §10).
+
+At most one active model per ticker is guaranteed by a partial unique index, not by this code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, func, insert, select, update
+
+from ldtm_core.config import Settings
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.db import is_postgres, run_in_transaction, write_lock
+from ldtm_core.errors import CheckpointError, InputError, NotFoundError
+from ldtm_core.faults import pause_point
+from ldtm_core.learning.checkpoints import sha256_file, write_atomic
+from ldtm_core.learning.model import ModelConfig
+from ldtm_core.schema import model_registry, registry_events
+
+
+def config_signature(cfg: ModelConfig) -> str:
+    """sha256 of the whole model config (architecture and training settings alike), as the registry
+    stores it: a backtest of another profile or override is a backtest of another model."""
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def record_event(
+    conn: Connection,
+    model_id: int,
+    ticker: str,
+    from_status: str | None,
+    to_status: str,
+    reason: str,
+    at: dt.datetime | None = None,
+) -> None:
+    conn.execute(
+        insert(registry_events).values(
+            model_id=model_id,
+            ticker=ticker,
+            at=at or dt.datetime.now(dt.UTC),
+            from_status=from_status,
+            to_status=to_status,
+            reason=reason,
+        )
+    )
+
+
+def register_candidate(
+    engine: Engine,
+    *,
+    ticker: str,
+    cfg: ModelConfig,
+    profile: str,
+    trained_on_date: dt.date,
+    checkpoint_path: str,
+    checkpoint_sha256: str,
+    val_loss: float | None,
+    epochs: int | None = None,
+    device: str | None = None,
+    duration_s: float | None = None,
+    metrics: dict | None = None,
+    reason: str = "trained",
+) -> int:
+    """Insert a `candidate` row and its creation event in one transaction; returns the model id."""
+    now = dt.datetime.now(dt.UTC)
+
+    def work(conn: Connection) -> int:
+        model_id = conn.execute(
+            insert(model_registry)
+            .values(
+                ticker=ticker,
+                status="candidate",
+                profile=profile,
+                arch_signature=cfg.signature,
+                config_json=json.dumps(cfg.to_dict(), sort_keys=True),
+                trained_on_date=trained_on_date,
+                val_loss=val_loss,
+                epochs=epochs,
+                device=device,
+                duration_s=duration_s,
+                metrics_json=json.dumps(metrics or {}, sort_keys=True),
+                checkpoint_path=str(checkpoint_path),
+                checkpoint_sha256=checkpoint_sha256,
+                created_at=now,
+                updated_at=now,
+            )
+            .returning(model_registry.c.id)
+        ).scalar_one()
+        record_event(conn, model_id, ticker, None, "candidate", reason, at=now)
+        return model_id
+
+    return run_in_transaction(engine, work)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelRecord:
+    id: int
+    ticker: str
+    status: str
+    profile: str
+    arch_signature: str
+    config_json: str
+    trained_on_date: dt.date
+    val_loss: float | None
+    epochs: int | None
+    checkpoint_path: str
+    checkpoint_sha256: str
+    version: str | None
+    promoted_path: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row) -> ModelRecord:
+        m = row._mapping if hasattr(row, "_mapping") else row
+        return cls(**{f: m[f] for f in cls.__dataclass_fields__})
+
+    @property
+    def config(self) -> ModelConfig:
+        return ModelConfig.from_dict(json.loads(self.config_json))
+
+    @property
+    def snapshot_version(self) -> str:
+        """The model_version written into snapshots: the promoted version, or a candidate tag."""
+        return self.version if self.status == "active" and self.version else f"cand-{self.id}"
+
+    @property
+    def load_path(self) -> str:
+        return self.promoted_path or self.checkpoint_path
+
+
+@dataclass
+class RegistryEvent:
+    id: int
+    model_id: int
+    ticker: str
+    at: dt.datetime
+    from_status: str | None
+    to_status: str
+    reason: str
+
+
+_COLS = [model_registry.c[f] for f in ModelRecord.__dataclass_fields__]
+
+
+@contextmanager
+def _conn(conn_or_engine: Connection | Engine) -> Iterator[Connection]:
+    if isinstance(conn_or_engine, Connection):
+        yield conn_or_engine
+    else:
+        with conn_or_engine.connect() as conn:
+            yield conn
+
+
+def get_model(conn_or_engine: Connection | Engine, model_id: int) -> ModelRecord:
+    with _conn(conn_or_engine) as conn:
+        row = conn.execute(select(*_COLS).where(model_registry.c.id == model_id)).first()
+    if row is None:
+        raise NotFoundError(f"model {model_id} is not in the registry")
+    return ModelRecord.from_row(row)
+
+
+def active_model(conn_or_engine: Connection | Engine, ticker: str) -> ModelRecord | None:
+    with _conn(conn_or_engine) as conn:
+        row = conn.execute(
+            select(*_COLS).where(model_registry.c.ticker == ticker, model_registry.c.status == "active")
+        ).first()
+    return ModelRecord.from_row(row) if row else None
+
+
+def newest_candidate(conn_or_engine: Connection | Engine, ticker: str) -> ModelRecord | None:
+    with _conn(conn_or_engine) as conn:
+        row = conn.execute(
+            select(*_COLS)
+            .where(model_registry.c.ticker == ticker, model_registry.c.status == "candidate")
+            .order_by(model_registry.c.id.desc())
+            .limit(1)
+        ).first()
+    return ModelRecord.from_row(row) if row else None
+
+
+def serving_models(
+    conn_or_engine: Connection | Engine, tickers: Sequence[str] | None = None
+) -> dict[str, ModelRecord]:
+    """For each ticker: its active model, else its newest candidate. One query."""
+    stmt = select(*_COLS).where(model_registry.c.status.in_(["active", "candidate"]))
+    if tickers is not None:
+        stmt = stmt.where(model_registry.c.ticker.in_(list(tickers)))
+    with _conn(conn_or_engine) as conn:
+        rows = [ModelRecord.from_row(r) for r in conn.execute(stmt.order_by(model_registry.c.id))]
+    out: dict[str, ModelRecord] = {}
+    for rec in rows:  # id order: a later candidate replaces an earlier one; active always wins
+        cur = out.get(rec.ticker)
+        if cur is None or rec.status == "active" or cur.status != "active":
+            out[rec.ticker] = rec
+    return out
+
+
+def list_models(engine: Engine, ticker: str | None = None) -> list[ModelRecord]:
+    stmt = select(*_COLS).order_by(model_registry.c.ticker, model_registry.c.id)
+    if ticker is not None:
+        stmt = stmt.where(model_registry.c.ticker == validate_ticker(ticker))
+    with engine.connect() as conn:
+        return [ModelRecord.from_row(r) for r in conn.execute(stmt)]
+
+
+def history(engine: Engine, ticker: str) -> list[RegistryEvent]:
+    cols = [registry_events.c[f] for f in RegistryEvent.__dataclass_fields__]
+    ticker = validate_ticker(ticker)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(*cols).where(registry_events.c.ticker == ticker).order_by(registry_events.c.id)
+        )
+        return [RegistryEvent(**r._mapping) for r in rows]
+
+
+def version_major(conn: Connection | Engine, signature: str) -> int:
+    """One major per distinct architecture signature, numbered by first appearance in the registry."""
+    with _conn(conn) as c:
+        rows = c.execute(
+            select(model_registry.c.arch_signature, func.min(model_registry.c.id).label("first"))
+            .group_by(model_registry.c.arch_signature)
+            .order_by("first")
+        ).all()
+    order = [r.arch_signature for r in rows]
+    return order.index(signature) + 1 if signature in order else len(order) + 1
+
+
+# --- transitions ---------------------------------------------------------------------------------
+
+
+@dataclass
+class PromoteResult:
+    ticker: str
+    model_id: int
+    version: str
+    promoted_path: str
+    retired_model_id: int | None
+    changed: bool  # False when the model was already active
+
+
+def _lock_ticker(conn: Connection, ticker: str) -> None:
+    """Serialise transitions of one ticker: advisory lock + row locks on PostgreSQL, write lock on SQLite."""
+    write_lock(conn, f"ldtm:registry:{ticker}")
+    if is_postgres(conn):
+        conn.execute(select(model_registry.c.id).where(model_registry.c.ticker == ticker).with_for_update())
+
+
+def _copy_verified(src: Path, dst: Path, expected_sha256: str, ticker: str = "") -> None:
+    """Copy via temp file + rename, and check both ends against the registry's sha256."""
+    who = f"checkpoint {src}" + (f" (ticker {ticker})" if ticker else "")
+    data = src.read_bytes() if src.is_file() else None
+    if data is None:
+        raise CheckpointError(f"{who} is missing; cannot promote")
+    if hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise CheckpointError(f"{who} does not match the registry's sha256; refusing to promote it")
+    if dst.is_file() and sha256_file(dst) == expected_sha256:
+        return
+    written = write_atomic(dst, data)
+    if written != expected_sha256 or sha256_file(dst) != expected_sha256:
+        raise CheckpointError(f"versioned copy {dst} does not match its source after writing")
+
+
+def _version_for(conn: Connection, rec: ModelRecord) -> str:
+    base = f"v{version_major(conn, rec.arch_signature)}.{rec.trained_on_date.isoformat()}"
+    taken = conn.execute(
+        select(model_registry.c.id).where(
+            model_registry.c.ticker == rec.ticker,
+            model_registry.c.version == base,
+            model_registry.c.id != rec.id,
+        )
+    ).first()
+    # Two models of one ticker trained the same day with the same architecture: keep versions unique,
+    # because a snapshot's unique key includes the version.
+    return base if taken is None else f"{base}-m{rec.id}"
+
+
+def promote(engine: Engine, model_id: int, reason: str, settings: Settings | None = None) -> PromoteResult:
+    """Make `model_id` the ticker's active model; retire the previous one. One transaction.
+
+    The versioned checkpoint `{ticker}_ldtm_v{major}.{trained_on_date}.pt` is copied (verified) into
+    the checkpoint directory before the transaction; a failed copy changes nothing in the database.
+    """
+    settings = settings or Settings.from_env()
+    rec = get_model(engine, model_id)
+    if rec.status == "active":
+        return PromoteResult(rec.ticker, rec.id, rec.version or "", rec.promoted_path or "", None, False)
+    if rec.status != "candidate":
+        raise InputError(
+            f"model {model_id} of {rec.ticker} is {rec.status}; only a candidate can be promoted (use rollback)"
+        )
+    with engine.connect() as conn:
+        version = _version_for(conn, rec)
+    dst = Path(settings.checkpoint_dir) / f"{rec.ticker}_ldtm_{version}.pt"
+    _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256, rec.ticker)
+    pause_point("promote.after_copy")
+
+    def work(conn: Connection) -> PromoteResult:
+        _lock_ticker(conn, rec.ticker)
+        status = conn.execute(
+            select(model_registry.c.status).where(model_registry.c.id == model_id)
+        ).scalar_one()
+        if status == "active":  # a concurrent promotion of this same model won
+            cur = get_model(conn, model_id)
+            return PromoteResult(
+                rec.ticker, model_id, cur.version or "", cur.promoted_path or "", None, False
+            )
+        if status != "candidate":
+            raise InputError(f"model {model_id} of {rec.ticker} became {status} meanwhile; not promoted")
+        now = dt.datetime.now(dt.UTC)
+        current = active_model(conn, rec.ticker)
+        # Retire first, then activate: the partial unique index never sees two active rows.
+        if current is not None:
+            conn.execute(
+                update(model_registry)
+                .where(model_registry.c.id == current.id)
+                .values(status="retired", updated_at=now)
+            )
+            record_event(
+                conn,
+                current.id,
+                rec.ticker,
+                "active",
+                "retired",
+                f"replaced by model {model_id}: {reason}",
+                now,
+            )
+        pause_point("promote.after_retire")
+        conn.execute(
+            update(model_registry)
+            .where(model_registry.c.id == model_id)
+            .values(status="active", version=version, promoted_path=str(dst), updated_at=now)
+        )
+        record_event(conn, model_id, rec.ticker, "candidate", "active", f"{reason} (version {version})", now)
+        return PromoteResult(rec.ticker, model_id, version, str(dst), current.id if current else None, True)
+
+    return run_in_transaction(engine, work)
+
+
+@dataclass
+class RollbackResult:
+    ticker: str
+    reactivated_model_id: int
+    version: str | None
+    retired_model_id: int | None
+
+
+def rollback(engine: Engine, ticker: str, reason: str) -> RollbackResult:
+    """Reactivate the most recently retired model of `ticker` and retire the current active one."""
+    ticker = validate_ticker(ticker)
+
+    def work(conn: Connection) -> RollbackResult:
+        _lock_ticker(conn, ticker)
+        current = active_model(conn, ticker)
+        # The most recent retirement event names the model to bring back.
+        stmt = (
+            select(registry_events.c.model_id)
+            .join(model_registry, model_registry.c.id == registry_events.c.model_id)
+            .where(
+                registry_events.c.ticker == ticker,
+                registry_events.c.to_status == "retired",
+                model_registry.c.status == "retired",
+            )
+            .order_by(registry_events.c.id.desc())
+            .limit(1)
+        )
+        target = conn.execute(stmt).scalar()
+        if target is None:
+            raise NotFoundError(f"{ticker} has no retired model to roll back to")
+        now = dt.datetime.now(dt.UTC)
+        if current is not None:
+            conn.execute(
+                update(model_registry)
+                .where(model_registry.c.id == current.id)
+                .values(status="retired", updated_at=now)
+            )
+            record_event(conn, current.id, ticker, "active", "retired", f"rollback: {reason}", now)
+        conn.execute(
+            update(model_registry)
+            .where(model_registry.c.id == target)
+            .values(status="active", updated_at=now)
+        )
+        record_event(conn, target, ticker, "retired", "active", f"rollback: {reason}", now)
+        return RollbackResult(
+            ticker, target, get_model(conn, target).version, current.id if current else None
+        )
+
+    return run_in_transaction(engine, work)

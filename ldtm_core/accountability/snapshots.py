@@ -1,0 +1,326 @@
+"""Snapshots (SPEC §7): one recorded, hash-chained prediction row per ticker per evening and model.
+
+`predict` reads every window with one prices query (price_windows), loads each checkpoint once
+(verified against the registry, inference), runs one batched forward pass per architecture, and writes
+all rows and the chain anchors in one transaction (chain). Rows already present for
+(ticker, run_date, model_version) are left alone: a rerun is a no-op. A later model may add its own
+row for an evening already predicted; the leaderboard scores only the first (what was published).
+
+A replayed evening whose next-day target date is on or before the model's data cutoff
+(`trained_on_date`) is stored flagged `in_sample`: the model may have trained on the answer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from sqlalchemy import Engine, and_, select
+
+from ldtm_core.accountability import runlog
+from ldtm_core.accountability.chain import write_rows_anchored
+from ldtm_core.accountability.inference import batched_forward, load_verified_model
+from ldtm_core.accountability.price_windows import (
+    RSI_SETTLE_ROWS,
+    build_windows,
+    load_price_arrays,
+    normalised_window,
+    start_for,
+)
+from ldtm_core.accountability.registry import ModelRecord, serving_models
+from ldtm_core.config import Settings
+from ldtm_core.data import feature_store
+from ldtm_core.data.calendar import is_session, target_dates
+from ldtm_core.data.features import WARMUP_ROWS
+from ldtm_core.data.prices import latest_price_date
+from ldtm_core.data.samples import HORIZONS, denormalise
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.errors import CheckpointError, InputError, NotFoundError
+from ldtm_core.faults import pause_point
+from ldtm_core.learning.model import LDTM
+from ldtm_core.schema import model_registry, prices, snapshots
+
+DIRECTIONS = ("bullish", "neutral", "bearish")
+
+
+def classify_direction(value, close, band_pct: float) -> np.ndarray:
+    """bullish / neutral / bearish for `value` vs `close`; the band (in %) is inclusive of neutral."""
+    pct = (
+        (np.asarray(value, dtype=np.float64) - np.asarray(close, dtype=np.float64))
+        / np.asarray(close)
+        * 100.0
+    )
+    return np.where(pct > band_pct, "bullish", np.where(pct < -band_pct, "bearish", "neutral"))
+
+
+@dataclass
+class _Input:
+    ticker: str
+    model: ModelRecord
+    x: np.ndarray  # [W, F] normalised
+    close_min: float
+    close_max: float
+    close: float
+    prev_close: float | None
+
+
+@dataclass
+class PredictResult:
+    run_id: str
+    run_date: dt.date
+    mode: str
+    rows_written: int = 0
+    rows_existing: int = 0
+    tickers_predicted: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    cohort: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
+    phases: dict[str, float] = field(default_factory=dict)
+    used_candidate: list[str] = field(default_factory=list)
+    features_recomputed: dict[str, str] = field(default_factory=dict)  # ticker -> why stored were not used
+    in_sample: list[str] = field(default_factory=list)
+    model_versions: dict[str, str] = field(default_factory=dict)  # {ticker: model_version written}
+    # The anchor stored in run_log: {"keyed": bool, "heads": {ticker: [id, row_hash, run_date, version]}}
+    chain_heads: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {
+            "run_date": self.run_date.isoformat(),
+            "mode": self.mode,
+            "rows_written": self.rows_written,
+            "rows_existing": self.rows_existing,
+            "predicted": len(self.tickers_predicted),
+            "cohort": self.cohort,
+            "skipped": self.skipped,
+            "used_candidate": self.used_candidate,
+            "features_recomputed": self.features_recomputed,
+            "in_sample": self.in_sample,
+        }
+
+
+# --- predict --------------------------------------------------------------------------------------
+
+
+def predict(
+    engine: Engine,
+    settings: Settings,
+    run_date: dt.date | None = None,
+    tickers: Sequence[str] | None = None,
+    mode: str | None = None,
+    neutral_band_pct: float | None = None,
+) -> PredictResult:
+    """Predict the three horizons for every ticker with a model and record them (see module doc)."""
+    if mode is not None and mode not in ("live", "replay"):
+        raise InputError(f"mode must be 'live' or 'replay', not {mode!r}")
+    band = settings.neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
+    if band < 0:
+        raise InputError(f"neutral band must be >= 0 %, not {band}")
+    t0 = time.perf_counter()
+    if tickers is not None:
+        tickers = list(dict.fromkeys(validate_ticker(t) for t in tickers))
+    models = serving_models(engine, tickers)
+    wanted = list(tickers) if tickers is not None else sorted(models)
+    if not models:  # nothing could be predicted: refuse before recording a run
+        raise NotFoundError(
+            f"no active or candidate model for {', '.join(wanted) if wanted else 'any ticker'}: train models first"
+        )
+    latest = latest_price_date(engine, list(models))
+    if run_date is None:
+        if latest is None:
+            raise NotFoundError("no prices for any ticker with a model: ingest prices and train models first")
+        run_date = latest
+    if isinstance(run_date, dt.datetime):
+        run_date = run_date.date()
+    if not is_session(run_date):
+        raise InputError(f"run date {run_date} is not an XNYS trading session")
+    if latest is None or run_date > latest or not _has_prices_on(engine, list(models), run_date):
+        raise InputError(
+            f"run date {run_date} is outside the price data: no ticker with a model has a close on it"
+            + (f" (latest close {latest})" if latest else "")
+        )
+    if mode is None:
+        mode = "replay" if run_date < latest else "live"
+    elif mode == "live" and run_date < latest:
+        # A live row claims the answer was unknown when it was written; later prices say otherwise.
+        raise InputError(
+            f"--mode live refused for {run_date}: prices up to {latest} already exist, so the outcome "
+            "is known; record it as a replay (--mode replay, or no --mode)"
+        )
+    result = PredictResult(run_id=str(uuid.uuid4()), run_date=run_date, mode=mode)
+    runlog.start(engine, "predict", run_date, wanted, run_id=result.run_id)
+    try:
+        _predict(engine, result, models, wanted, band, t0)
+    except BaseException as exc:
+        runlog.finish(engine, result.run_id, "failed", phases=result.phases, message=str(exc)[:2000])
+        raise
+    status = "ok" if not result.skipped else ("partial" if result.tickers_predicted else "failed")
+    runlog.finish(
+        engine,
+        result.run_id,
+        status,
+        n_rows=result.rows_written,
+        phases=result.phases,
+        summary=result.summary(),
+        tickers=result.tickers_predicted,
+    )
+    return result
+
+
+def _has_prices_on(engine: Engine, tickers: list[str], day: dt.date) -> bool:
+    with engine.connect() as conn:
+        return (
+            conn.execute(
+                select(prices.c.ticker).where(prices.c.ticker.in_(tickers), prices.c.date == day).limit(1)
+            ).first()
+            is not None
+        )
+
+
+def _predict(
+    engine: Engine,
+    result: PredictResult,
+    models: dict[str, ModelRecord],
+    wanted: list[str],
+    band: float,
+    t0: float,
+) -> None:
+    run_date = result.run_date
+    for t in wanted:
+        if t not in models:
+            result.skipped[t] = f"{t} has no active or candidate model"
+    todo = [t for t in wanted if t in models]
+
+    # load: one prices query, each checkpoint once
+    loaded: dict[str, tuple[ModelRecord, LDTM]] = {}
+    for t in todo:
+        try:
+            loaded[t] = (models[t], load_verified_model(models[t], t))
+        except CheckpointError as exc:
+            result.skipped[t] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - one model that cannot load must not stop the others
+            result.skipped[t] = _cannot_run(models[t], t, exc)
+    windows = {t: m.cfg.window for t, (_, m) in loaded.items()}
+    need = max(windows.values(), default=0) + WARMUP_ROWS + RSI_SETTLE_ROWS
+    arrays = load_price_arrays(engine, list(loaded), start_for(run_date, need), run_date) if loaded else {}
+    t1 = time.perf_counter()
+    result.phases["load"] = round(t1 - t0, 4)
+
+    # features
+    built, skipped = build_windows(arrays, windows, run_date, need)
+    result.skipped.update(skipped)
+    # The stored features (what training saw) replace the recomputed window where they are current.
+    stored, why = feature_store.stored_windows(engine, arrays, run_date, windows)
+    built.update({t: (*normalised_window(v), *built[t][3:]) for t, v in stored.items() if t in built})
+    result.features_recomputed = {t: reason for t, reason in why.items() if t in built}
+    inputs = [_Input(t, loaded[t][0], *built[t]) for t in loaded if t in built]
+    t2 = time.perf_counter()
+    result.phases["features"] = round(t2 - t1, 4)
+
+    # forward: one batch per architecture signature
+    groups: dict[str, list[_Input]] = defaultdict(list)
+    for inp in inputs:
+        groups[inp.model.arch_signature].append(inp)
+    preds: dict[str, np.ndarray] = {}
+    for group in groups.values():
+        group_preds, failed = _forward_isolated(group, loaded)
+        preds.update(group_preds)
+        result.skipped.update(failed)
+    inputs = [inp for inp in inputs if inp.ticker in preds]
+    t3 = time.perf_counter()
+    result.phases["forward"] = round(t3 - t2, 4)
+
+    # write: one transaction
+    nd, nm, om = (pd.Timestamp(d[0]).date() for d in target_dates(np.array([np.datetime64(run_date, "D")])))
+    now = dt.datetime.now(dt.UTC)
+    rows = []
+    for inp in inputs:
+        p = preds[inp.ticker]
+        direction = str(classify_direction(p[0], inp.close, band))
+        rows.append(
+            {
+                "ticker": inp.ticker,
+                "run_date": run_date,
+                "run_date_close": inp.close,
+                "prev_close": inp.prev_close,
+                "model_id": inp.model.id,
+                "model_version": inp.model.snapshot_version,
+                "model_status": inp.model.status,
+                "mode": result.mode,
+                "next_day_pred": float(p[0]),
+                "next_monday_pred": float(p[1]),
+                "one_month_pred": float(p[2]),
+                "direction_pred": direction,
+                # The model's data cutoff reaches the answer: it may have trained on it.
+                "in_sample": nd <= inp.model.trained_on_date,
+                "next_day_date": nd,
+                "next_monday_date": nm,
+                "one_month_date": om,
+                "run_id": result.run_id,
+                "created_at": now,
+            }
+        )
+    pause_point("predict.before_write")
+    result.rows_written, result.rows_existing, result.chain_heads = write_rows_anchored(engine, rows)
+    pause_point("predict.after_commit")
+    result.phases["write"] = round(time.perf_counter() - t3, 4)
+    result.tickers_predicted = sorted(r["ticker"] for r in rows)
+    result.cohort = {**dict.fromkeys(DIRECTIONS, 0), **Counter(r["direction_pred"] for r in rows)}
+    result.used_candidate = sorted(r["ticker"] for r in rows if r["model_status"] == "candidate")
+    result.in_sample = sorted(r["ticker"] for r in rows if r["in_sample"])
+    result.model_versions = {r["ticker"]: r["model_version"] for r in rows}
+
+
+def _cannot_run(rec: ModelRecord, ticker: str, exc: BaseException) -> str:
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"model {rec.id} ({ticker}) cannot run: {type(exc).__name__}" + (f": {detail}" if detail else "")
+
+
+def _forward_isolated(
+    group: list[_Input], loaded: dict[str, tuple[ModelRecord, LDTM]]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Prices per ticker for one same-architecture group, and {ticker: reason} for models that cannot run.
+
+    The batched pass runs first; if it fails or yields anything but one finite value per horizon, each
+    model is run alone so only the broken ones are skipped (a bad model must not take the evening down).
+    """
+
+    def run(members: list[_Input]) -> np.ndarray:
+        x = torch.from_numpy(np.stack([g.x for g in members]))
+        y = batched_forward([loaded[g.ticker][1] for g in members], x).numpy()
+        if y.shape != (len(members), len(HORIZONS)):
+            raise ValueError(f"output shape {tuple(y.shape)}, expected ({len(members)}, {len(HORIZONS)})")
+        if not np.isfinite(y).all():
+            raise ValueError("non-finite prediction")
+        lo = np.array([g.close_min for g in members])
+        hi = np.array([g.close_max for g in members])
+        return denormalise(y, lo, hi)
+
+    try:
+        return {g.ticker: row for g, row in zip(group, run(group), strict=True)}, {}
+    except Exception:  # noqa: BLE001, S110 - one bad model spoils the batch: run each alone below
+        pass
+    preds, failed = {}, {}
+    for g in group:
+        try:
+            preds[g.ticker] = run([g])[0]
+        except Exception as exc:  # noqa: BLE001 - reported per model in the summary and run_log
+            failed[g.ticker] = _cannot_run(g.model, g.ticker, exc)
+    return preds, failed
+
+
+def latest_rows(engine: Engine, run_date: dt.date) -> pd.DataFrame:
+    """The snapshot rows of one run date, with the model's registry status, for display."""
+    stmt = (
+        select(snapshots, model_registry.c.status.label("registry_status"))
+        .join(model_registry, model_registry.c.id == snapshots.c.model_id)
+        .where(and_(snapshots.c.run_date == run_date))
+        .order_by(snapshots.c.ticker)
+    )
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(stmt).mappings().all())

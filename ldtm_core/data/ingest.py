@@ -1,0 +1,146 @@
+"""Ingest: files, frames and the synthetic market validated, then stored in one transaction each (SPEC §2).
+
+A file or frame that fails validation writes nothing, and the error names the file, the line (or row)
+and date, and the problem. Reading files is `price_files`, checking rows `price_validation`, and the
+upsert `price_writer`; this module ties them together per call.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from sqlalchemy import Engine
+
+from ldtm_core.data.calendar import require_in_range
+from ldtm_core.data.price_files import read_price_file
+from ldtm_core.data.price_validation import VALUE_COLUMNS, canonical_header, validate_prices
+from ldtm_core.data.price_writer import write_prices
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.db import run_in_transaction
+from ldtm_core.errors import InputError, LDTMError
+
+
+@dataclass
+class IngestResult:
+    source: str
+    tickers: int
+    rows: int
+    written: int  # rows inserted or changed
+
+
+@dataclass
+class FileOutcome:
+    """What happened to one file of an `ingest_files` call. `error` is None when it was stored."""
+
+    path: str
+    tickers: list[str] = field(default_factory=list)
+    rows: int = 0
+    written: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def status(self) -> str:
+        return "ok" if self.ok else "failed"
+
+
+def _store(engine: Engine, df: pd.DataFrame, source: str, label: str) -> IngestResult:
+    written = run_in_transaction(engine, lambda conn: write_prices(conn, df, source))
+    return IngestResult(label, int(df["ticker"].nunique()), len(df), written)
+
+
+def ingest_frame(engine: Engine, df: pd.DataFrame, source: str, label: str | None = None) -> IngestResult:
+    """Validate and upsert a long frame (ticker, date, open, high, low, close[, adj_close], volume)
+    in one transaction. Raises InputError (nothing written) if any row is bad."""
+    raw = df.rename(columns={c: canonical_header(c) for c in df.columns})
+    clean = validate_prices(raw, label or source)
+    return _store(engine, clean, source, label or source)
+
+
+def ingest_files(
+    engine: Engine, paths: Iterable[str | Path], universe: Iterable[str], allow_new: bool = False
+) -> list[FileOutcome]:
+    """Ingest each file in its own transaction. A bad file writes nothing and is reported in its
+    outcome; the other files still ingest. Files of one call that give different values for the same
+    (ticker, date) are all refused, each naming the other: which one is right is the user's call."""
+    universe = list(universe)
+    paths = list(map(Path, paths))
+    outcomes = [FileOutcome(str(path)) for path in paths]
+    frames: dict[int, pd.DataFrame] = {}
+    for i, path in enumerate(paths):
+        try:
+            frames[i] = read_price_file(path, universe=universe, allow_new=allow_new)
+        except LDTMError as exc:
+            outcomes[i].error = str(exc)
+    conflicts = _conflicting_sources(frames, paths)
+    for i, df in frames.items():
+        outcome = outcomes[i]
+        outcome.tickers = sorted(df["ticker"].unique().tolist())
+        outcome.rows = len(df)
+        if i in conflicts:
+            outcome.error = conflicts[i]
+            continue
+        try:
+            source = paths[i].suffix.lower().lstrip(".")
+            outcome.written = _store(engine, df, source, str(paths[i])).written
+        except LDTMError as exc:
+            outcome.error = str(exc)
+    return outcomes
+
+
+def _conflicting_sources(frames: dict[int, pd.DataFrame], paths: list[Path]) -> dict[int, str]:
+    """{file index: error} for files holding a (ticker, date) that another file gives other values for.
+    Rows with identical values in several files are no conflict (the upsert writes them once)."""
+    if len(frames) < 2:
+        return {}
+    rows = pd.concat([df.assign(_file=i) for i, df in frames.items()], ignore_index=True)
+    shared = rows[rows.duplicated(["ticker", "date"], keep=False)]
+    if shared.empty:
+        return {}
+    # drop_duplicates treats NaN as equal, so a missing adj_close in both files agrees.
+    distinct = shared.drop_duplicates(["ticker", "date", *VALUE_COLUMNS])
+    clash = distinct[distinct.duplicated(["ticker", "date"], keep=False)]
+    if clash.empty:
+        return {}
+    errors: dict[int, str] = {}
+    for i, mine in clash.groupby("_file", sort=True):
+        keys = mine.set_index(["ticker", "date"]).index
+        others = clash[(clash["_file"] != i) & clash.set_index(["ticker", "date"]).index.isin(keys)]
+        first = mine.iloc[0]
+        other = others[(others["ticker"] == first["ticker"]) & (others["date"] == first["date"])].iloc[0]
+        column = next(c for c in VALUE_COLUMNS if not _same(first[c], other[c]))
+        names = ", ".join(str(paths[j]) for j in sorted(others["_file"].unique()))
+        errors[int(i)] = (
+            f"{paths[i]}: {len(mine)} (ticker, date) row(s) differ from {names}: e.g. {first['ticker']} "
+            f"{first['date'].date()} {column} {first[column]:g} here, {other[column]:g} in {paths[other['_file']]}; "
+            "none of the conflicting files was stored (remove one source or make them agree)"
+        )
+    return errors
+
+
+def _same(a, b) -> bool:
+    return (pd.isna(a) and pd.isna(b)) or a == b
+
+
+def ingest_synthetic(
+    engine: Engine, tickers: Sequence[str], start: dt.date | str, end: dt.date | str, seed: int = 0
+) -> IngestResult:
+    """Generate the synthetic market for `tickers` and upsert it in one transaction."""
+    from ldtm_core.data.synthetic import generate
+
+    tickers = list(dict.fromkeys(validate_ticker(t) for t in tickers))
+    if not tickers:
+        raise InputError("no tickers given for synthetic ingest")
+    # Sessions past the calendar's range are unknown, not absent: refuse instead of silently stopping short.
+    require_in_range(start, "synthetic start")
+    require_in_range(end, "synthetic end")
+    df = generate(tickers, start, end, seed)
+    clean = validate_prices(df, f"synthetic seed={seed}")
+    return _store(engine, clean, "synthetic", f"synthetic seed={seed}")

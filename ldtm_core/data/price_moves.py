@@ -1,0 +1,87 @@
+"""One-day moves too large to be ordinary trading: flagged, not silently trained on.
+
+A close-to-close move beyond the threshold (default 40 %, LDTM_MAX_DAILY_MOVE_PCT) is usually a
+split or reverse split, a bad print, or a symbol reused by another company. Until the platform
+records corporate actions every such move is flagged; `explained` is the hook for "a recorded
+action explains this one" (e.g. a 10:1 split on that ex-date), which then drops it from the flags.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import Engine
+
+from ldtm_core.data.prices import load_prices
+from ldtm_core.errors import InputError
+
+DEFAULT_MAX_MOVE_PCT = 40.0
+ENV_MAX_MOVE = "LDTM_MAX_DAILY_MOVE_PCT"
+
+# (ticker, date, ratio close_t / close_{t-1}) -> True when a recorded corporate action explains the move.
+Explainer = Callable[[str, dt.date, float], bool]
+
+
+@dataclass(frozen=True)
+class LargeMove:
+    ticker: str
+    date: dt.date
+    prev_close: float
+    close: float
+
+    @property
+    def pct(self) -> float:
+        return (self.close / self.prev_close - 1.0) * 100.0
+
+    def describe(self) -> str:
+        return f"{self.ticker} {self.date}: close {self.prev_close:g} -> {self.close:g} ({self.pct:+.1f}%)"
+
+
+def threshold_from_env() -> float:
+    raw = os.environ.get(ENV_MAX_MOVE)
+    try:
+        value = float(raw) if raw else DEFAULT_MAX_MOVE_PCT
+    except ValueError:
+        raise InputError(f"{ENV_MAX_MOVE}={raw!r} is not a number") from None
+    if value <= 0:
+        raise InputError(f"{ENV_MAX_MOVE} must be > 0, got {value}")
+    return value
+
+
+def no_recorded_actions(ticker: str, day: dt.date, ratio: float) -> bool:
+    """No corporate-actions table yet: nothing is explained."""
+    return False
+
+
+def large_moves(
+    engine: Engine,
+    tickers: Sequence[str],
+    *,
+    threshold_pct: float | None = None,
+    since: dt.date | None = None,
+    explained: Explainer = no_recorded_actions,
+) -> list[LargeMove]:
+    """Every stored one-day close move beyond `threshold_pct` (on or after `since`) not `explained`.
+
+    A move is |close_t / close_{t-1} - 1| in percent: a 2:1 split (-50 %) and a 1:10 reverse split
+    (+900 %) both flag at the default 40 %.
+    """
+    threshold = threshold_from_env() if threshold_pct is None else threshold_pct
+    out: list[LargeMove] = []
+    for ticker, frame in load_prices(engine, tickers).items():
+        if len(frame) < 2:
+            continue
+        close = frame["close"].to_numpy(dtype=np.float64)
+        ratio = close[1:] / close[:-1]
+        for i in np.flatnonzero(np.abs(ratio - 1.0) * 100.0 > threshold):
+            day = frame["date"].iloc[i + 1]
+            if since is not None and day < since:
+                continue
+            if explained(ticker, day, float(ratio[i])):
+                continue
+            out.append(LargeMove(ticker, day, float(close[i]), float(close[i + 1])))
+    return out

@@ -1,0 +1,179 @@
+"""A folder of dropped price files (`files:<dir>`): every new *.csv / *.parquet is ingested once.
+
+A file is "new" when its (path, SHA-256 of content) is not in the `ingested_files` ledger, so a
+file rewritten in place with different content is ingested again and an unchanged one is skipped.
+The ledger lives in the application database, written in the same transaction as the file's
+prices: a crash can never mark a file done without its rows, and every run container sees the
+same ledger (a manifest file beside the data could promise neither).
+
+Files are read with the ingest rules (`price_files.read_price_file`). When a file with several tickers
+fails validation, its tickers are validated one by one, so one bad ticker is refused with its
+reason and the others are stored. A file that cannot be read at all is recorded as rejected and
+is not retried until its content changes. Newer files win over older ones for the same
+(ticker, date): a later file is a revision.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, select
+
+from ldtm_core.data.price_files import FILE_SUFFIXES, read_price_file
+from ldtm_core.data.price_validation import validate_prices
+from ldtm_core.data.sources.base import RAW_COLUMNS, FileReceipt, PriceSource, SourceAnswer
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.errors import InputError, LDTMError
+from ldtm_core.schema import ingested_files
+
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def ingested_keys(engine: Engine) -> set[tuple[str, str]]:
+    with engine.connect() as conn:
+        return {
+            (r.path, r.sha256) for r in conn.execute(select(ingested_files.c.path, ingested_files.c.sha256))
+        }
+
+
+class FilesSource(PriceSource):
+    name = "files"
+    incremental = False  # a dropped file is ingested whole, whatever range is asked
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory).expanduser()
+        self._done: set[tuple[str, str]] = set()
+
+    def describe(self) -> str:
+        return f"files:{self.directory}"
+
+    def prepare(self, engine: Engine) -> None:
+        if not self.directory.is_dir():
+            raise InputError(f"files source: {self.directory} is not a directory")
+        self._done = ingested_keys(engine)
+
+    def pending(self) -> list[tuple[Path, str]]:
+        """New files, oldest first (modification time, then name), with their content hash."""
+        files = [p for p in self.directory.iterdir() if p.is_file() and p.suffix.lower() in FILE_SUFFIXES]
+        files.sort(key=lambda p: (p.stat().st_mtime_ns, p.name))
+        out = []
+        for path in files:
+            sha = file_sha256(path)
+            if (str(path.resolve()), sha) not in self._done:
+                out.append((path, sha))
+        return out
+
+    def fetch(self, tickers: Sequence[str], start: dt.date, end: dt.date) -> SourceAnswer:
+        """Every pending file merged into one answer (a later file's row wins for the same date)."""
+        merged = SourceAnswer()
+        for answer in self.answers(tickers, start, end):
+            for ticker, frame in answer.frames.items():
+                if ticker in merged.frames:
+                    frame = pd.concat([merged.frames[ticker], frame], ignore_index=True)
+                    frame = frame.drop_duplicates("date", keep="last").sort_values("date")
+                answer.frames[ticker] = frame.reset_index(drop=True)
+            merged.merge(answer)
+        return merged
+
+    def answers(self, tickers: Sequence[str], start: dt.date, end: dt.date) -> Iterator[SourceAnswer]:
+        """One answer per pending file, oldest first: each is stored with its receipt in one transaction."""
+        for path, sha in self.pending():
+            answer = SourceAnswer()
+            receipt = FileReceipt(str(path.resolve()), sha, path.stat().st_size)
+            frames, failures = _read_per_ticker(path)
+            if "" in failures:  # the file as a whole is unreadable
+                receipt.error = failures.pop("")
+            for ticker, reason in failures.items():
+                answer.fail(ticker, reason)
+            answer.frames.update(frames)
+            receipt.tickers = sorted({*frames, *failures})
+            receipt.rows = sum(len(f) for f in frames.values())
+            answer.receipts.append(receipt)
+            yield answer
+
+
+def _read_per_ticker(path: Path) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """Clean frames per ticker, and a reason per refused ticker ("" = the whole file)."""
+    try:
+        clean = read_price_file(path, allow_new=True)
+    except InputError as whole_file_error:
+        raw = _raw_with_tickers(path)
+        if raw is None:
+            return {}, {"": str(whole_file_error), **_stem_ticker(path, str(whole_file_error))}
+        frames, failures = {}, {}
+        for ticker, group in raw.groupby("ticker", sort=True):
+            try:
+                t = validate_ticker(ticker)
+                frames[t] = validate_prices(
+                    group.drop(columns="ticker"),
+                    f"{path} ticker {t}",
+                    lines=group["__line"].to_numpy(),
+                    unit="line" if path.suffix.lower() == ".csv" else "row",
+                    default_ticker=t,
+                ).drop(columns="ticker")
+            except LDTMError as exc:
+                failures[str(ticker)] = str(exc)
+        return frames, failures
+    return {str(t): g.drop(columns="ticker").reset_index(drop=True) for t, g in clean.groupby("ticker")}, {}
+
+
+def _stem_ticker(path: Path, reason: str) -> dict[str, str]:
+    """A one-ticker file (AAPL.csv) that is refused as a whole names its ticker."""
+    try:
+        return {validate_ticker(path.stem): reason}
+    except InputError:
+        return {}
+
+
+# Header spellings as the ingest rules accept them (compared lower-case without spaces, '_' and '-').
+_HEADERS = {
+    "date": "date",
+    "open": "open",
+    "high": "high",
+    "low": "low",
+    "close": "close",
+    "adjclose": "adj_close",
+    "volume": "volume",
+    "ticker": "ticker",
+    "symbol": "ticker",
+}
+
+
+def _raw_with_tickers(path: Path) -> pd.DataFrame | None:
+    """The file's rows as written (strings), with canonical headers and source line numbers, when it is
+    a readable long file with a ticker column; None otherwise (then the file fails as a whole)."""
+    try:
+        if path.suffix.lower() == ".csv":
+            df = pd.read_csv(path, dtype=str, skip_blank_lines=False, encoding="utf-8-sig")
+            lines = np.arange(2, len(df) + 2)
+        else:
+            df = pd.read_parquet(path)
+            if not isinstance(df.index, pd.RangeIndex):
+                df = df.reset_index()
+            lines = np.arange(1, len(df) + 1)
+    except Exception:  # noqa: BLE001 - unreadable: reported by read_price_file's own error
+        return None
+    renamed = [_HEADERS.get(re.sub(r"[\s_\-]+", "", str(c).strip().lower()), str(c)) for c in df.columns]
+    if "ticker" not in renamed or len(set(renamed)) != len(renamed):
+        return None
+    df.columns = renamed
+    df["__line"] = lines
+    df = df[df.drop(columns="__line").notna().any(axis=1) & df["ticker"].notna()]
+    if df.empty:
+        return None
+    keep = [c for c in [*RAW_COLUMNS, "ticker", "__line"] if c in df.columns]
+    return df[keep]

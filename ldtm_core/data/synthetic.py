@@ -1,0 +1,145 @@
+"""A deterministic synthetic market: the offline default source (SPEC §2).
+
+Each ticker's path mixes a shared market factor with its own regimes — trend, mean reversion and
+high volatility — switching at random durations. OHLC is consistent by construction, volume rises
+with the size of the move, and a few tickers list late (LATE_LISTINGS: recent IPOs with short history). The same
+seed always gives the same prices, independent of which other tickers are generated.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ldtm_core.data.calendar import sessions_between
+from ldtm_core.errors import InputError
+
+# Real late listings in the universe (seed: < 3 years of history) with their first session. Only these
+# list late, so the long-lived names (AAPL, TSLA, AMZN...) always have their full history.
+LATE_LISTINGS = {
+    "FER": "2024-05-09",
+    "GEHC": "2023-01-04",
+    "CSGP": "2023-06-01",
+    "ARM": "2023-09-14",
+    "DASH": "2020-12-09",
+    "ABNB": "2020-12-10",
+    "PLTR": "2020-09-30",
+    "APP": "2021-04-14",
+}
+# Every random draw is indexed by a session's position on a fixed weekday grid, so a price never depends
+# on the requested range: extending `end` by a day adds a row and changes none (nightly ingest relies
+# on this, or history would be rewritten under recorded predictions).
+GRID_START = np.datetime64("1990-01-01", "D")
+GRID_LEN = int(np.busday_count(GRID_START, np.datetime64("2070-01-01", "D")))
+# Daily (drift, volatility, mean-reversion strength) per regime.
+REGIMES = {
+    "trend": (0.0004, 0.012, 0.0),
+    "mean_reversion": (0.0, 0.010, 0.08),
+    "high_volatility": (-0.0002, 0.032, 0.0),
+}
+REGIME_NAMES = tuple(REGIMES)
+# The index ETF is the market factor itself; its levered siblings are multiples of it.
+LEVERED = {"QQQ": 1.0, "TQQQ": 3.0, "SQQQ": -3.0}
+
+
+def _rng(seed: int, *names: str) -> np.random.Generator:
+    return np.random.default_rng([seed, *(zlib.crc32(n.encode()) for n in names)])
+
+
+def _market_returns(seed: int) -> np.ndarray:
+    """The shared market factor on the whole weekday grid."""
+    rng = _rng(seed, "__market__")
+    vol = np.where(rng.random(GRID_LEN) < 0.1, 0.02, 0.008)
+    return 0.0002 + vol * rng.standard_normal(GRID_LEN)
+
+
+def _regime_path(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Regime index per day: segments of geometric length (mean ~120 sessions)."""
+    out = np.empty(n, dtype=np.int64)
+    i = 0
+    while i < n:
+        length = int(rng.geometric(1 / 120))
+        out[i : i + length] = rng.choice(len(REGIME_NAMES), p=[0.5, 0.3, 0.2])
+        i += length
+    return out
+
+
+def _ticker_frame(
+    ticker: str, sessions: np.ndarray, grid_pos: np.ndarray, market: np.ndarray, seed: int
+) -> pd.DataFrame:
+    """Prices on `sessions` (every session from the grid start to the requested end)."""
+    rng = _rng(seed, ticker)
+    n = len(sessions)
+    draws = {name: _rng(seed, ticker, name) for name in ("regimes", "shocks", "open", "wick", "volume")}
+    mkt = market[grid_pos]
+    if ticker in LEVERED:
+        idio = LEVERED[ticker] * mkt + 0.002 * draws["shocks"].standard_normal(GRID_LEN)[grid_pos]
+    else:
+        regimes = _regime_path(draws["regimes"], GRID_LEN)[grid_pos]
+        drift, vol, kappa = (np.array([REGIMES[r][k] for r in REGIME_NAMES])[regimes] for k in range(3))
+        beta = rng.uniform(0.6, 1.6)
+        shocks = drift + vol * draws["shocks"].standard_normal(GRID_LEN)[grid_pos]
+        idio = np.empty(n)
+        # Mean reversion pulls the log price back toward its recent anchor; the recursion is
+        # inherently sequential, so it runs on plain floats (a few ms per ticker).
+        level = anchor = 0.0
+        mkt_l, shocks_l, kappa_l = mkt.tolist(), shocks.tolist(), kappa.tolist()
+        for i in range(n):
+            step = beta * mkt_l[i] + shocks_l[i] - kappa_l[i] * (level - anchor)
+            anchor += 0.02 * (level - anchor)
+            level += step
+            idio[i] = step
+    log_close = np.log(rng.uniform(2, 40)) + np.cumsum(idio)
+    close = np.exp(log_close)
+    prev_close = np.concatenate([[close[0] / np.exp(idio[0])], close[:-1]])
+    open_ = prev_close * np.exp(0.004 * draws["open"].standard_normal(GRID_LEN)[grid_pos])
+    body_hi, body_lo = np.maximum(open_, close), np.minimum(open_, close)
+    spread = np.abs(idio) + 0.004
+    wick = draws["wick"].uniform(0.05, 0.6, (2, GRID_LEN))[:, grid_pos]
+    high = body_hi * (1 + spread * wick[0])
+    low = body_lo * (1 - spread * wick[1])
+    base_volume = rng.uniform(2e6, 5e7)
+    volume = (
+        base_volume
+        * np.exp(0.35 * draws["volume"].standard_normal(GRID_LEN)[grid_pos])
+        * (1 + 25 * np.abs(idio))
+    )
+    frame = pd.DataFrame(
+        {
+            "ticker": ticker,
+            "date": sessions,
+            "open": open_.round(4),
+            "high": high.round(4),
+            "low": low.round(4),
+            "close": close.round(4),
+            "adj_close": close.round(4),
+            "volume": volume.astype(np.int64),
+        }
+    )
+    if ticker in LATE_LISTINGS:
+        frame = frame[frame["date"] >= dt.date.fromisoformat(LATE_LISTINGS[ticker])]
+    return frame.reset_index(drop=True)
+
+
+def generate(tickers: Sequence[str], start: dt.date | str, end: dt.date | str, seed: int = 0) -> pd.DataFrame:
+    """Long frame (ticker, date, open, high, low, close, adj_close, volume) over XNYS sessions."""
+    days = sessions_between(start, end)
+    if len(days) < 2:
+        raise InputError(f"synthetic range {start}..{end} holds fewer than 2 XNYS sessions")
+    # Simulate from the grid start so every path (and its mean-reversion state) is range-independent.
+    sessions = np.array(sessions_between(GRID_START, days[-1]))
+    grid_pos = np.busday_count(GRID_START, sessions.astype("datetime64[D]"))
+    market = _market_returns(seed)
+    first = days[0]
+    frames = [_ticker_frame(t, sessions, grid_pos, market, seed) for t in tickers]
+    frames = [f[f["date"] >= first] for f in frames]
+    df = pd.concat(frames, ignore_index=True)
+    df["ticker"] = df["ticker"].astype(str)
+    # Rounding can never break OHLC consistency: widen high/low to contain open and close.
+    df["high"] = df[["high", "open", "close"]].max(axis=1)
+    df["low"] = df[["low", "open", "close"]].min(axis=1)
+    return df

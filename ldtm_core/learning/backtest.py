@@ -1,0 +1,300 @@
+"""Walk-forward backtest (SPEC §10): each fold trains only on what was known at its cutoff.
+
+Fold k tests on a block of consecutive sessions; its cutoff is the last session before that block.
+Training rows are the labeled samples whose every target date is on or before the cutoff (the purge),
+split chronologically into train/validation by `training.purged_split`. Leakage is counted from the
+index sets actually used, never assumed: test rows dated on or before the cutoff plus training or
+validation rows with a target date after it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from sqlalchemy import Engine, insert
+
+from ldtm_core.accountability.registry import config_signature, get_model, newest_candidate
+from ldtm_core.accountability.skill import SkillTest, discordant_counts, pooled
+from ldtm_core.config import Settings
+from ldtm_core.data.feature_store import prices_and_features
+from ldtm_core.data.samples import SampleSet, build_samples
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.db import run_in_transaction
+from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.learning import training
+from ldtm_core.learning.model import ModelConfig
+from ldtm_core.schema import backtest_folds
+
+DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
+DEFAULT_FOLDS = 3
+
+
+@dataclass
+class FoldResult:
+    fold: int
+    cutoff: dt.date
+    train_start: dt.date
+    train_end: dt.date
+    test_start: dt.date
+    test_end: dt.date
+    n: int
+    hits: int
+    up_hits: int
+    direction_accuracy: float
+    always_up_accuracy: float
+    mean_abs_pct_error: float
+    leakage_rows: int
+    n_train: int
+    n_val: int
+    model_only_hits: int = 0  # discordant rows vs always-up (ldtm_core.accountability.skill)
+    up_only_hits: int = 0
+
+    @property
+    def skill(self) -> SkillTest:
+        return SkillTest(self.model_only_hits, self.up_only_hits)
+
+
+@dataclass
+class BacktestResult:
+    backtest_id: str
+    ticker: str
+    model_id: int | None
+    config_signature: str = ""
+    data_start: dt.date | None = None
+    data_end: dt.date | None = None
+    folds: list[FoldResult] = field(default_factory=list)
+    duration_s: float = 0.0
+    features: str = ""  # "stored" or "recomputed (why)"
+
+    @property
+    def n(self) -> int:
+        return sum(f.n for f in self.folds)
+
+    @property
+    def direction_accuracy(self) -> float:
+        return sum(f.hits for f in self.folds) / self.n if self.n else float("nan")
+
+    @property
+    def always_up_accuracy(self) -> float:
+        return sum(f.up_hits for f in self.folds) / self.n if self.n else float("nan")
+
+    @property
+    def mean_abs_pct_error(self) -> float:
+        return sum(f.mean_abs_pct_error * f.n for f in self.folds) / self.n if self.n else float("nan")
+
+    @property
+    def leakage_rows(self) -> int:
+        return sum(f.leakage_rows for f in self.folds)
+
+    @property
+    def skill(self) -> SkillTest | None:
+        """The exact test of "the model beats always-up" on all test rows of all folds."""
+        return pooled([f.skill for f in self.folds])
+
+
+def _d(value) -> dt.date:
+    return pd.Timestamp(value).date()
+
+
+def score(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> tuple[int, int, float]:
+    """(direction hits, always-up hits, mean |pct error|) of next-day predictions on the same rows."""
+    hits = int((np.sign(pred - close) == np.sign(actual - close)).sum())
+    up = int((actual > close).sum())
+    mape = float(np.mean(np.abs(pred - actual) / actual * 100.0)) if len(actual) else float("nan")
+    return hits, up, mape
+
+
+def skill_test(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> SkillTest:
+    """Discordant rows of the model's next-day direction vs always-up (same rule as `score`)."""
+    model_right = np.sign(pred - close) == np.sign(actual - close)
+    return discordant_counts(model_right, actual > close)
+
+
+def count_leakage(samples: SampleSet, train_idx: np.ndarray, test_idx: np.ndarray, cutoff) -> int:
+    """Test rows dated <= cutoff plus training rows whose latest target date is > cutoff."""
+    c = np.datetime64(cutoff, "D")
+    late_targets = int((samples.target_dates[train_idx].max(axis=1) > c).sum()) if len(train_idx) else 0
+    return int((samples.dates[test_idx] <= c).sum()) + late_targets
+
+
+@dataclass(frozen=True)
+class FoldSpan:
+    """Where one fold tests: rows `test_idx` of the samples; `cutoff` is the session before them."""
+
+    start: int  # position in `evaluable` of the fold's first test row
+    test_idx: np.ndarray
+    cutoff: np.datetime64
+
+
+def fold_spans(
+    samples: SampleSet, folds: int, test_sessions: int | None = None, ticker: str = ""
+) -> tuple[np.ndarray, list[FoldSpan]]:
+    """(evaluable rows, each fold's span, oldest first): the one fold geometry of the backtest.
+
+    The hyper-parameter search (`tuning`) reads its hold-out cutoff from here too, so the two can
+    never disagree about where the backtest's first fold begins.
+    """
+    evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]))
+    block = test_sessions or max(10, min(DEFAULT_TEST_SESSIONS, len(evaluable) // (2 * folds + 2)))
+    if block * folds >= len(evaluable):
+        raise InputError(
+            f"{ticker}: {len(evaluable)} evaluable samples cannot hold {folds} folds of {block} test sessions"
+        )
+    spans = []
+    for k in range(folds):
+        start = len(evaluable) - (folds - k) * block
+        test_idx = evaluable[start : start + block]
+        spans.append(FoldSpan(start, test_idx, samples.dates[test_idx[0] - 1]))
+    return evaluable, spans
+
+
+def fold_rows(
+    samples: SampleSet, evaluable: np.ndarray, labeled: np.ndarray, start: int, block: int
+) -> tuple[np.ndarray, np.datetime64, np.ndarray]:
+    """(test indices, cutoff, fitting pool) of the fold whose test block starts at evaluable[start].
+
+    The cutoff is the last session before the block; the pool is every labeled row whose latest
+    target date is on or before it (the purge). Tests replace this function to plant a leak.
+    """
+    test_idx = evaluable[start : start + block]
+    cutoff = samples.dates[test_idx[0] - 1]
+    latest_target = samples.target_dates.max(axis=1)
+    return test_idx, cutoff, labeled[latest_target[labeled] <= cutoff]
+
+
+@torch.no_grad()
+def _predict_next_day(model, samples: SampleSet) -> np.ndarray:
+    y = np.concatenate(
+        [model(torch.from_numpy(samples.x[i : i + 4096])).numpy() for i in range(0, len(samples), 4096)]
+    )
+    return samples.denormalise(y)[:, 0]
+
+
+def run_backtest(
+    engine: Engine,
+    settings: Settings,
+    ticker: str,
+    cfg: ModelConfig | None = None,
+    folds: int = DEFAULT_FOLDS,
+    model_id: int | None = None,
+    test_sessions: int | None = None,
+    *,
+    device: str | None = None,
+    threads: int | None = 1,
+) -> BacktestResult:
+    """Walk-forward backtest of `cfg` (default: the model's config) on `ticker`; writes backtest_folds.
+
+    `model_id` names the candidate this backtest validates (default: the ticker's newest candidate).
+    Every fold row records the config's signature and the price range read: the gate accepts only a
+    backtest of the candidate's own config.
+    """
+    t0 = time.perf_counter()
+    ticker = validate_ticker(ticker)
+    if folds < 1:
+        raise InputError(f"folds must be >= 1, not {folds}")
+    if test_sessions is not None and test_sessions < 1:
+        raise InputError(f"test sessions per fold must be >= 1, not {test_sessions}")
+    if model_id is None:
+        cand = newest_candidate(engine, ticker)
+        model_id = cand.id if cand else None
+        cfg = cfg or (cand.config if cand else None)
+    else:
+        rec = get_model(engine, model_id)
+        if rec.ticker != ticker:
+            raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
+        cfg = cfg or rec.config
+    if model_id is None:
+        # Folds without a model validate nothing the gate could promote.
+        raise NotFoundError(
+            f"{ticker} has no candidate model to backtest: train first (ldtm train --tickers {ticker})"
+        )
+    prices, feats = prices_and_features(engine, ticker)
+    if prices.empty:
+        raise NotFoundError(f"no prices for {ticker}")
+    samples = build_samples(prices, cfg.window, features=feats.frame)
+    evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
+    sessions = samples.dates
+    labeled = np.flatnonzero(samples.labeled)
+    result = BacktestResult(
+        str(uuid.uuid4()),
+        ticker,
+        model_id,
+        features=feats.describe(),
+        config_signature=config_signature(cfg),
+        data_start=_d(prices["date"].min()),
+        data_end=_d(prices["date"].max()),
+    )
+    for k, span in enumerate(spans):
+        test_idx, cutoff, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
+        sub = samples.subset(pool)
+        tr, va = training.purged_split(sub, cfg.val_fraction)
+        train_idx, val_idx = pool[tr], pool[va]
+        if len(train_idx) < cfg.batch_size or len(val_idx) == 0:
+            raise InputError(
+                f"{ticker} fold {k + 1} (cutoff {_d(cutoff)}): too little history before the cutoff "
+                f"({len(train_idx)} training / {len(val_idx)} validation rows)"
+            )
+        fit = training.fit(
+            samples.subset(train_idx), samples.subset(val_idx), cfg, device=device, threads=threads
+        )
+        test = samples.subset(test_idx)
+        pred = _predict_next_day(fit.model, test)
+        hits, up, mape = score(pred, test.target_close[:, 0], test.close)
+        skill = skill_test(pred, test.target_close[:, 0], test.close)
+        used = np.concatenate([train_idx, val_idx])
+        result.folds.append(
+            FoldResult(
+                fold=k + 1,
+                cutoff=_d(cutoff),
+                train_start=_d(sessions[used].min()),
+                train_end=_d(sessions[used].max()),
+                test_start=_d(sessions[test_idx].min()),
+                test_end=_d(sessions[test_idx].max()),
+                n=len(test_idx),
+                hits=hits,
+                up_hits=up,
+                direction_accuracy=hits / len(test_idx),
+                always_up_accuracy=up / len(test_idx),
+                mean_abs_pct_error=mape,
+                leakage_rows=count_leakage(samples, used, test_idx, cutoff),
+                n_train=len(train_idx),
+                n_val=len(val_idx),
+                model_only_hits=skill.model_only,
+                up_only_hits=skill.up_only,
+            )
+        )
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        {
+            "backtest_id": result.backtest_id,
+            "model_id": model_id,
+            "ticker": ticker,
+            "fold": f.fold,
+            "cutoff": f.cutoff,
+            "train_start": f.train_start,
+            "train_end": f.train_end,
+            "test_start": f.test_start,
+            "test_end": f.test_end,
+            "n": f.n,
+            "direction_accuracy": f.direction_accuracy,
+            "always_up_accuracy": f.always_up_accuracy,
+            "mean_abs_pct_error": f.mean_abs_pct_error,
+            "leakage_rows": f.leakage_rows,
+            "model_only_hits": f.model_only_hits,
+            "up_only_hits": f.up_only_hits,
+            "created_at": now,
+            "config_signature": result.config_signature,
+            "data_start": result.data_start,
+            "data_end": result.data_end,
+        }
+        for f in result.folds
+    ]
+    run_in_transaction(engine, lambda conn: conn.execute(insert(backtest_folds), rows))
+    result.duration_s = time.perf_counter() - t0
+    return result

@@ -1,0 +1,182 @@
+"""Checkpoints are data, never code (SPEC §5).
+
+A checkpoint holds the state_dict, the full config, the feature names, the architecture signature,
+trained_on_date, val_loss and metrics. It is written to a temp file in the same directory and renamed
+into place (atomic), its sha256 is returned for the registry, and it is loaded only with
+`torch.load(..., weights_only=True)` — a file carrying pickled code is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ldtm_core.data.features import FEATURE_NAMES
+from ldtm_core.errors import CheckpointError
+from ldtm_core.faults import pause_point
+from ldtm_core.learning.model import LDTM, ModelConfig
+
+FORMAT = "ldtm-checkpoint/1"
+TEMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class Checkpoint:
+    model: LDTM  # in eval mode, on CPU
+    config: ModelConfig
+    ticker: str
+    trained_on_date: dt.date
+    val_loss: float | None
+    metrics: dict
+    signature: str
+    path: Path
+    sha256: str
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checkpoint_payload(
+    model: torch.nn.Module,
+    cfg: ModelConfig,
+    ticker: str,
+    trained_on_date: dt.date,
+    val_loss: float | None,
+    metrics: dict | None = None,
+) -> dict:
+    """Only tensors, strings, numbers, lists and dicts: everything weights_only=True can read."""
+    state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
+    return {
+        "format": FORMAT,
+        "ticker": ticker,
+        "state_dict": state,
+        "config": cfg.to_dict(),
+        "feature_names": list(FEATURE_NAMES),
+        "architecture": cfg.architecture,
+        "signature": cfg.signature,
+        "trained_on_date": trained_on_date.isoformat(),
+        "val_loss": None if val_loss is None else float(val_loss),
+        "metrics": {k: float(v) if isinstance(v, int | float) else v for k, v in (metrics or {}).items()},
+    }
+
+
+def write_atomic(path: Path, data: bytes) -> str:
+    """Write bytes to `path` via temp file + fsync + rename; return the sha256 of what was written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The writer's pid in the name lets clean_temp_files tell a dead writer's leftovers from live work.
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        pause_point("checkpoint.before_rename")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return hashlib.sha256(data).hexdigest()
+
+
+def save_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    cfg: ModelConfig,
+    ticker: str,
+    trained_on_date: dt.date,
+    val_loss: float | None,
+    metrics: dict | None = None,
+) -> str:
+    """Serialise and write atomically; returns the file's sha256."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint_payload(model, cfg, ticker, trained_on_date, val_loss, metrics), buffer)
+    return write_atomic(Path(path), buffer.getvalue())
+
+
+def _writer_alive(tmp: Path) -> bool:
+    pid = tmp.name[len(TEMP_PREFIX) :].split("-", 1)[0]
+    if not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():  # this process may be writing it on another thread
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_temp_files(directory: Path) -> int:
+    """Remove temp files a killed writer left behind, in `directory` and below; they are never loaded
+    or registered. A temp file whose writer process is still running (a concurrent run) is kept."""
+    removed = 0
+    for tmp in Path(directory).rglob(f"{TEMP_PREFIX}*"):
+        if tmp.is_file() and not _writer_alive(tmp):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def load_checkpoint(
+    path: Path | str, expected_sha256: str | None = None, ticker: str | None = None
+) -> Checkpoint:
+    """Load and rebuild the model. Any problem raises CheckpointError naming the file."""
+    path = Path(path)
+    who = f"checkpoint {path}" + (f" (ticker {ticker})" if ticker else "")
+    if not path.is_file():
+        raise CheckpointError(f"{who} is missing")
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise CheckpointError(
+            f"{who} does not match the registry: sha256 {digest[:12]}… != {expected_sha256[:12]}…"
+        )
+    try:
+        payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, foreign pickle, code objects refused by weights_only
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{who} cannot be read as an LDTM checkpoint: {first}") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{who} is not an LDTM checkpoint (format {payload.get('format') if isinstance(payload, dict) else type(payload).__name__!r})"
+        )
+    try:
+        cfg = ModelConfig.from_dict(payload["config"])
+        if tuple(payload["feature_names"]) != tuple(FEATURE_NAMES) or cfg.signature != payload["signature"]:
+            raise CheckpointError(
+                f"{who} was trained on other features or architecture than this code builds"
+            )
+        if ticker is not None and payload["ticker"] != ticker:
+            raise CheckpointError(f"{who} belongs to ticker {payload['ticker']}")
+        model = LDTM(cfg)
+        model.load_state_dict(payload["state_dict"])
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"{who} is inconsistent: {str(exc).splitlines()[0]}") from None
+    model.eval()
+    return Checkpoint(
+        model=model,
+        config=cfg,
+        ticker=payload["ticker"],
+        trained_on_date=dt.date.fromisoformat(payload["trained_on_date"]),
+        val_loss=payload["val_loss"],
+        metrics=payload.get("metrics", {}),
+        signature=payload["signature"],
+        path=path,
+        sha256=digest,
+    )

@@ -1,0 +1,186 @@
+"""The LDTM network (SPEC §5): a stacked LSTM over a normalised window and three separate heads.
+
+Read top-down: the config, the profiles, the module. Nothing here knows about data or databases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, replace
+
+import torch
+from torch import nn
+
+from ldtm_core.data.features import FEATURE_NAMES
+from ldtm_core.data.samples import HORIZONS
+from ldtm_core.errors import InputError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture and training hyper-parameters. Every field can be overridden by name.
+
+    The inputs are always the 11 features of SPEC §3 (FEATURE_NAMES) and the heads always the three
+    horizons, because every snapshot row records all three; `horizons` is kept as a field so that a
+    value outside that vocabulary is refused by name instead of training a model predict cannot use.
+    """
+
+    input_size: int = len(FEATURE_NAMES)
+    hidden_size: int = 128
+    num_layers: int = 2
+    dropout: float = 0.2
+    window: int = 30
+    head_hidden: int = 64
+    horizons: tuple[str, ...] = HORIZONS
+    # training
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    max_epochs: int = 100
+    patience: int = 10
+    val_fraction: float = 0.15
+    grad_accum_steps: int = 1
+    amp: str = "auto"  # auto (bf16/fp16 on CUDA, off on CPU) | fp16 | bf16 | off
+    compile: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        checks = {
+            "hidden_size": self.hidden_size >= 1,
+            "num_layers": self.num_layers >= 1,
+            "window": self.window >= 2,
+            "head_hidden": self.head_hidden >= 1,
+            "batch_size": self.batch_size >= 1,
+            "max_epochs": self.max_epochs >= 1,
+            "patience": self.patience >= 1,
+            "grad_accum_steps": self.grad_accum_steps >= 1,
+            "dropout": 0.0 <= self.dropout < 1.0,
+            "val_fraction": 0.0 < self.val_fraction < 0.9,
+            "lr": self.lr > 0,
+            "amp": self.amp in ("auto", "fp16", "bf16", "off"),
+            "input_size": self.input_size == len(FEATURE_NAMES),
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise InputError(f"invalid model config: {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}")
+        if tuple(self.horizons) != HORIZONS:
+            unknown = [h for h in self.horizons if h not in HORIZONS]
+            what = f"unknown horizon(s) {', '.join(map(repr, unknown))}; " if unknown else ""
+            raise InputError(
+                f"invalid model config: horizons={','.join(map(str, self.horizons)) or '(none)'}: {what}"
+                f"horizons must be {','.join(HORIZONS)} (every snapshot records all three)"
+            )
+
+    @property
+    def architecture(self) -> dict:
+        """What a checkpoint's weights depend on; a change here means a new version major."""
+        return {
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "window": self.window,
+            "input_size": self.input_size,
+            "head_hidden": self.head_hidden,
+            "features": list(FEATURE_NAMES),
+            "horizons": list(self.horizons),
+        }
+
+    @property
+    def signature(self) -> str:
+        blob = json.dumps(self.architecture, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["horizons"] = list(self.horizons)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelConfig:
+        d = dict(d)
+        # Configs stored before `features` was removed carry it; only the fixed list is consistent.
+        if "features" in d and tuple(d.pop("features")) != FEATURE_NAMES:
+            raise InputError("model config lists other features than the 11 this code builds")
+        _refuse_unknown(d)
+        if "horizons" in d:
+            d["horizons"] = tuple(d["horizons"])
+        return cls(**d)
+
+
+PROFILES: dict[str, ModelConfig] = {
+    # The seed's production model: ~229K parameters.
+    "reference": ModelConfig(),
+    # The performance guide's recommended upgrade: one config change away.
+    "upgrade": ModelConfig(hidden_size=256, num_layers=3, window=60, dropout=0.3),
+    # Small enough that one ticker trains in a few seconds on a 2-core CPU.
+    "demo": ModelConfig(
+        hidden_size=32,
+        num_layers=1,
+        dropout=0.0,
+        head_hidden=16,
+        max_epochs=8,
+        patience=3,
+        batch_size=64,
+        lr=3e-3,
+    ),
+}
+
+
+def _refuse_unknown(values: dict) -> None:
+    if "features" in values:
+        raise InputError(
+            "features is not configurable: the model always uses the 11 features of SPEC §3 "
+            f"({', '.join(FEATURE_NAMES)})"
+        )
+    unknown = set(values) - {f.name for f in fields(ModelConfig)}
+    if unknown:
+        raise InputError(f"unknown model config field(s): {', '.join(sorted(unknown))}")
+
+
+def get_profile(name: str, **overrides) -> ModelConfig:
+    if name not in PROFILES:
+        raise InputError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
+    _refuse_unknown(overrides)
+    return replace(PROFILES[name], **overrides)
+
+
+class Head(nn.Module):
+    """One horizon's tower: hidden -> head_hidden -> 1."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(cfg.hidden_size, cfg.head_hidden),
+            nn.ReLU(),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.head_hidden, 1),
+        )
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.net(h)
+
+
+class LDTM(nn.Module):
+    """x [batch, window, features] -> normalised closes [batch, horizons]."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.lstm = nn.LSTM(
+            input_size=cfg.input_size,
+            hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_layers,
+            batch_first=True,
+            dropout=cfg.dropout if cfg.num_layers > 1 else 0.0,
+        )
+        # Separate towers: each horizon weights the shared state differently (seed write-up).
+        self.heads = nn.ModuleList(Head(cfg) for _ in cfg.horizons)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(x)
+        last = out[:, -1, :]
+        return torch.cat([head(last) for head in self.heads], dim=1)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
