@@ -20,6 +20,7 @@ from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
 from ldtm_core.learning.backtest import run_backtest
+from ldtm_core.learning.model import get_profile
 from ldtm_core.learning.training import train_ticker
 
 HOSTILE = [
@@ -84,7 +85,7 @@ def test_core_functions_refuse_hostile_tickers_and_write_nothing(world, bad):
             call()
             pytest.fail(f"{name} accepted {bad!r}")
     out = train_ticker(
-        engine, settings, bad, __import__("ldtm_core.learning.model").model.get_profile("demo"), "demo"
+        engine, settings, bad, get_profile("demo"), "demo"
     )
     assert out.status == "failed" and "invalid ticker" in out.reason
     assert table_counts(url) == before
