@@ -8,8 +8,9 @@ Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforce
                             one single-run backfill over every ticker partition, trained on data up
                             to the replay start only, so the replayed evenings are out of sample
   3. promotions, onnx_exports  the gate per ticker (what promotion_gate_sensor launches)
-  4. snapshots              a single-run backfill of the last evenings: `replay` rows
-  5. fillbacks, leaderboard
+  4. hpo_studies            a token Optuna search (2 one-epoch trials per ticker) so the asset shows
+  5. snapshots              a single-run backfill of the last evenings: `replay` rows
+  6. fillbacks, leaderboard
 
 The app database is SQLite under LDTM_HOME (default ./.ldtm) unless LDTM_DATABASE_URL is set. The
 Dagster instance is the persistent one in $DAGSTER_HOME (default `.dagster_home` in the repository, the
@@ -143,6 +144,15 @@ def run_demo(
         },
     )
     run("promotion gate + ONNX export", [assets.promotions, assets.onnx_exports], tags=_range_tags(tickers))
+    # A token search so the UI shows the asset; real searches: `ldtm tune` or a backfill of hpo_studies.
+    run(
+        "hpo_studies: 2 one-epoch Optuna trials per ticker (a real search: ldtm tune)",
+        [assets.hpo_studies],
+        tags={**_range_tags(tickers), **GPU_RUN_TAGS},
+        run_config={
+            "ops": {"hpo_studies": {"config": {"trials": 2, "fixed": ["max_epochs=1", "patience=1"]}}}
+        },
+    )
     run(
         f"snapshots: replay of {len(evenings)} evenings {evenings[0]}..{evenings[-1]}",
         [assets.snapshots],
