@@ -33,7 +33,8 @@ from .errors import InputError
 from .features import CLOSE_INDEX, compute_features
 from .model import LDTM, ModelConfig, get_profile
 from .samples import SampleSet, build_samples
-from .training import EpochLoop, fit, make_optimizer, purged_split
+from .split import purged_split
+from .training_loop import EpochLoop, fit, make_optimizer
 
 BENCH_TICKER = "AAPL"
 SEED_BATCH = 32

@@ -18,8 +18,10 @@ from ldtm_core.ingest import ingest_frame
 from ldtm_core.model import get_profile
 from ldtm_core.samples import build_samples
 from ldtm_core.schema import model_registry, prices, registry_events
+from ldtm_core.split import purged_split
 from ldtm_core.synthetic import generate
-from ldtm_core.training import fit, purged_split, train_ticker
+from ldtm_core.training import train_ticker
+from ldtm_core.training_loop import fit
 from ldtm_core.training_pool import train_many
 
 START, END = "2022-01-03", "2023-12-29"  # two years: ~470 labeled samples per ticker
