@@ -143,7 +143,7 @@ def main() -> None:
             f"| {statistics.mean(x[3].direction_accuracy for x in q):.3f} |"
         )
 
-        cfg = bf16_cfg if cpu_has_native_bf16() else fp32_cfg  # what amp='auto' picks here
+        cfg = bf16_cfg if cpu_has_native_bf16() else fp32_cfg  # what amp='auto' picks on this CPU
         print(f"\n## warm vs cold ({'bf16' if cfg is bf16_cfg else 'fp32'}, as amp=auto picks on this CPU)")
         print(
             "retrain: last week's model = cold fit on prices up to 5 sessions earlier; this week's fit from it"

@@ -49,6 +49,19 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     assert cpu_bf16_flags(tmp_path / "missing") == ()
 
 
+def test_detection_needs_amx(monkeypatch):
+    precision.cpu_has_native_bf16.cache_clear()
+    try:
+        monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("avx512_bf16",))
+        assert precision.cpu_has_native_bf16() is False  # measured slower than fp32 without AMX
+        precision.cpu_has_native_bf16.cache_clear()
+        monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("avx512_bf16", "amx_bf16"))
+        expected = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        assert precision.cpu_has_native_bf16() is expected
+    finally:
+        precision.cpu_has_native_bf16.cache_clear()
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_fit_trains_in_the_detected_precision_and_returns_fp32_weights(native_bf16, native):
     native_bf16(native)

@@ -271,7 +271,7 @@ def test_train_many_refuses_bad_overrides_before_work(tmp_path, sqlite_url):
 
 
 def test_worker_devices_follow_the_plan():
-    from ldtm_core.training_pool import _devices_for
+    from ldtm_core.training_pool import worker_devices as _devices_for
 
     plan = SlotPlan(per_gpu=[(0, 9000, 2), (1, 5000, 1)], total=3, kind="cuda", reason="test")
     got = _devices_for(plan, 3)
