@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -419,7 +419,9 @@ _stage = Table(
     prefixes=["TEMPORARY"],
     postgresql_on_commit="DROP",
 )
-_COPY_SQL = f"COPY ldtm_prices_stage ({', '.join(_STAGE_COLUMNS)}) FROM STDIN WITH (FORMAT csv)"  # constants only
+_COPY_SQL = (
+    f"COPY ldtm_prices_stage ({', '.join(_STAGE_COLUMNS)}) FROM STDIN WITH (FORMAT csv)"  # constants only
+)
 
 
 def _copy_merge(conn: Connection, df: pd.DataFrame, source: str, now: dt.datetime) -> int:
@@ -498,10 +500,14 @@ def ingest_frame(engine: Engine, df: pd.DataFrame, source: str, label: str | Non
 
 
 def ingest_files(
-    engine: Engine, paths: Iterable[str | Path], universe: Iterable[str], allow_new: bool = False
+    engine: Engine,
+    paths: Iterable[str | Path],
+    universe: Iterable[str],
+    allow_new: bool = False,
+    on_outcome: Callable[[FileOutcome], None] | None = None,
 ) -> list[FileOutcome]:
     """Ingest each file in its own transaction. A bad file writes nothing and is reported in its
-    outcome; the other files still ingest."""
+    outcome; the other files still ingest. `on_outcome` sees each file's outcome as it is done."""
     universe = list(universe)
     outcomes = []
     for path in map(Path, paths):
@@ -515,6 +521,8 @@ def ingest_files(
         except LDTMError as exc:
             outcome.error = str(exc)
         outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
     return outcomes
 
 

@@ -181,9 +181,14 @@ def backtest_cmd(
     test_sessions: int = typer.Option(
         None, "--test-sessions", help="Sessions per test fold (default up to 63)"
     ),
+    warm_start: bool = typer.Option(
+        None,
+        "--warm-start/--cold-start",
+        help="start fold k+1 from fold k's weights (fold 1 is always cold; default: warm)",
+    ),
 ) -> None:
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
-    from ..backtest import run_backtest
+    from ..backtest import DEFAULT_WARM_START, run_backtest
     from ..model import get_profile
     from ..universe import validate_ticker
 
@@ -196,6 +201,7 @@ def backtest_cmd(
         folds=folds,
         model_id=model_id,
         test_sessions=test_sessions,
+        warm_start=DEFAULT_WARM_START if warm_start is None else warm_start,
     )
     table = Table(
         "fold",

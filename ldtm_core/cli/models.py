@@ -39,6 +39,11 @@ def train(
         None, "--workers", "-w", min=1, help="parallel workers (default: the slot plan)"
     ),
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+    warm_start: bool = typer.Option(
+        None,
+        "--warm-start/--cold-start",
+        help="fine-tune each ticker's active model when its architecture matches (default: warm)",
+    ),
 ) -> None:
     """Train, checkpoint and register a candidate model per ticker."""
     from ..model import get_profile
@@ -54,7 +59,20 @@ def train(
     selection = None if tickers.strip().lower() == "all" else tickers
     chosen = resolve_tickers(selection, universe, allow_new=allow_new)
     open_db(cfg_settings)
-    outcomes = train_many(cfg_settings, chosen, profile, overrides=parsed, as_of=when, max_workers=workers)
+    from ..progress import progress
+    from ..warm_start import DEFAULT_WARM_START
+
+    with progress("train", len(chosen)) as advance:
+        outcomes = train_many(
+            cfg_settings,
+            chosen,
+            profile,
+            overrides=parsed,
+            as_of=when,
+            max_workers=workers,
+            warm_start=DEFAULT_WARM_START if warm_start is None else warm_start,
+            on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
+        )
 
     table = Table(
         "ticker", "device", "duration", "epochs", "status", "val_loss", "reason", title=f"train ({profile})"

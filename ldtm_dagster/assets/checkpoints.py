@@ -138,6 +138,7 @@ def plan_checkpoint_chunks(
                 "device": devices[i % len(devices)],
                 "as_of": cfg["as_of"],
                 "warm_start": cfg["warm_start"],
+                "force": cfg["force"],
                 "run_tickers": todo,
             },
             output_name="chunks",
@@ -182,6 +183,10 @@ def train_checkpoint_chunk(
     rows = []
     with guard:
         for ticker in chunk["tickers"]:
+            # Checked again here: a re-execution from failure reuses the plan but not finished tickers.
+            if not chunk["force"] and resume.trained_since(engine, [ticker], started, as_of):
+                context.log.info(f"{ticker}: candidate already registered since the run started: skipped")
+                continue
             t0 = time.time()
             o = train_ticker(
                 engine,

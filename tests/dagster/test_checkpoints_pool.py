@@ -12,18 +12,21 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, execute_job, instance_for_test
+from dagster import DagsterInstance, ReexecutionOptions, execute_job, instance_for_test
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from ldtm_dagster_helpers import REPO, repo_instance_config
 from sqlalchemy import func, select
 
+from ldtm_core.config import Settings
 from ldtm_core.db import get_engine
 from ldtm_core.ingest import ingest_synthetic
+from ldtm_core.model import get_profile
 from ldtm_core.schema import model_registry
+from ldtm_core.training import train_ticker
 from ldtm_dagster.pool import GPU_POOL
 
 JOB_FILE = str(Path(__file__).with_name("checkpoints_job.py"))
-TICKERS = ["AAPL", "MSFT", "NVDA", "TSLA"]  # universe order: run A takes the first two, run B the rest
+TICKERS = ["AAPL", "NVDA", "TSLA", "QQQ"]  # demo universe order: run A takes the first two, run B the rest
 
 
 @pytest.fixture
@@ -33,11 +36,11 @@ def world(sqlite_url, tmp_path, monkeypatch):
     env = {
         "LDTM_HOME": str(tmp_path / "ldtm"),
         "LDTM_DATABASE_URL": sqlite_url,
-        "LDTM_UNIVERSE": ",".join(TICKERS),
         "LDTM_PROFILE": "demo",
         "LDTM_MAX_EPOCHS": "1",
         "LDTM_GPU_MAX_SLOTS": "2",
     }
+    monkeypatch.delenv("LDTM_UNIVERSE", raising=False)  # the demo universe: the partitions already loaded
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     home = tmp_path / "dagster_home"
@@ -72,7 +75,7 @@ def test_two_retrains_on_a_limit_of_two_never_train_more_than_two_at_once(world)
     def run(name, first, last):
         results[name] = execute_job(job, instance=instance, tags=_tags(first, last))
 
-    threads = [threading.Thread(target=run, args=a) for a in (("a", "AAPL", "MSFT"), ("b", "NVDA", "TSLA"))]
+    threads = [threading.Thread(target=run, args=a) for a in (("a", "AAPL", "NVDA"), ("b", "TSLA", "QQQ"))]
     for t in threads:
         t.start()
     for t in threads:
@@ -137,7 +140,7 @@ def _wait_dead(pids, seconds):
 @pytest.mark.timeout(400)
 def test_killing_the_run_worker_kills_its_training_and_a_reexecution_resumes(world, tmp_path):
     instance, engine, home = world
-    worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "MSFT")
+    worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "NVDA")
     descendants = _children(worker.pid)
     assert trainer in descendants
     worker.send_signal(signal.SIGKILL)
@@ -153,25 +156,31 @@ def test_killing_the_run_worker_kills_its_training_and_a_reexecution_resumes(wor
         late = conn.execute(select(func.count()).where(model_registry.c.created_at >= killed_at)).scalar()
     assert late == 0
 
-    # Re-executing after one ticker got its candidate skips that ticker.
-    (pause / "release").unlink()
+    # Meanwhile NVDA got its candidate (as if its chunk had finished before the kill). Re-executing the
+    # killed run (run monitoring marked it failed) trains only what is missing.
+    (run,) = instance.get_runs()
+    instance.report_run_failed(run)
+    settings = Settings.from_env(
+        home=Path(os.environ["LDTM_HOME"]), database_url=os.environ["LDTM_DATABASE_URL"]
+    )
+    cfg = get_profile("demo", max_epochs=1)
+    msft = train_ticker(engine, settings, "NVDA", cfg, "demo", threads=1)
+    assert msft.status == "trained"
     job = ReconstructableJob.for_file(JOB_FILE, "checkpoints_job")
-    first = execute_job(job, instance=instance, tags=_tags("AAPL", "AAPL"))
-    assert first.success
-    with engine.connect() as conn:
-        (aapl_id,) = conn.execute(select(model_registry.c.id)).scalars().all()
-    again = execute_job(job, instance=instance, tags=_tags("AAPL", "MSFT"))
+    again = execute_job(
+        job, instance=instance, reexecution_options=ReexecutionOptions(parent_run_id=run.run_id)
+    )
     assert again.success
     with engine.connect() as conn:
         rows = conn.execute(select(model_registry.c.ticker, model_registry.c.id)).all()
-    assert sorted(t for t, _ in rows) == ["AAPL", "MSFT"]
-    assert any(i == aapl_id for t, i in rows if t == "AAPL")
+    assert sorted(t for t, _ in rows) == ["AAPL", "NVDA"]
+    assert [i for t, i in rows if t == "NVDA"] == [msft.model_id]
 
 
 @pytest.mark.timeout(400)
 def test_a_run_marked_failed_stops_its_training_steps(world, tmp_path):
     instance, engine, home = world
-    worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "MSFT")
+    worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "NVDA")
     try:
         (run,) = DagsterInstance.get().get_runs()
         instance.report_run_failed(run)  # what run monitoring or a cancel does while the step lives
