@@ -7,12 +7,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, ReexecutionOptions, execute_job, instance_for_test
+from dagster import AssetKey, DagsterInstance, ReexecutionOptions, execute_job, instance_for_test
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from ldtm_dagster_helpers import REPO, repo_instance_config
 from sqlalchemy import func, select
@@ -65,29 +64,24 @@ def _max_overlap(spans) -> int:
     return peak
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 def test_two_retrains_on_a_limit_of_two_never_train_more_than_two_at_once(world):
-    instance, engine, _ = world
+    instance, engine, home = world
     assert instance.event_log_storage.get_concurrency_info(GPU_POOL).slot_count in (0, 1)  # before any run
-    job = ReconstructableJob.for_file(JOB_FILE, "checkpoints_job")
-    results = {}
-
-    def run(name, first, last):
-        results[name] = execute_job(job, instance=instance, tags=_tags(first, last))
-
-    threads = [threading.Thread(target=run, args=a) for a in (("a", "AAPL", "NVDA"), ("b", "TSLA", "QQQ"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results["a"].success and results["b"].success
+    # Two run workers started together, as two launched runs would be.
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    workers = [
+        subprocess.Popen([sys.executable, JOB_FILE, first, last], env=env, cwd=REPO)
+        for first, last in (("AAPL", "NVDA"), ("TSLA", "QQQ"))
+    ]
+    assert [w.wait(timeout=540) for w in workers] == [0, 0]
     # The first run set the pool to the slot plan (2), with no sensor tick and no daemon.
     info = instance.event_log_storage.get_concurrency_info(GPU_POOL)
     assert info.slot_count == 2 and info.active_slot_count == 0
-    spans = []
-    for r in results.values():
-        mats = [e for e in r.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
-        spans += mats[0].event_specific_data.materialization.metadata["train_spans"].value
+    records = instance.fetch_materializations(AssetKey("checkpoints"), limit=20).records
+    by_run = {r.run_id: r.asset_materialization.metadata["train_spans"].value for r in records}
+    assert len(by_run) == 2
+    spans = [s for run_spans in by_run.values() for s in run_spans]
     assert len(spans) == 4 and len({pid for pid, _, _ in spans}) == 4  # one step process per chunk
     assert _max_overlap(spans) <= 2, spans
     with engine.connect() as conn:
@@ -168,7 +162,10 @@ def test_killing_the_run_worker_kills_its_training_and_a_reexecution_resumes(wor
     assert msft.status == "trained"
     job = ReconstructableJob.for_file(JOB_FILE, "checkpoints_job")
     again = execute_job(
-        job, instance=instance, reexecution_options=ReexecutionOptions(parent_run_id=run.run_id)
+        job,
+        instance=instance,
+        reexecution_options=ReexecutionOptions(parent_run_id=run.run_id),
+        tags=run.tags,  # what a UI re-execution carries over: the partition range
     )
     assert again.success
     with engine.connect() as conn:
