@@ -42,7 +42,7 @@ def train(
     warm_start: bool = typer.Option(
         None,
         "--warm-start/--cold-start",
-        help="fine-tune each ticker's active model when its architecture matches (default: warm)",
+        help="fine-tune each ticker's active model when its architecture matches (default: cold, see docs/performance.md)",
     ),
 ) -> None:
     """Train, checkpoint and register a candidate model per ticker."""
