@@ -31,8 +31,9 @@ from .schema import backtest_folds
 from .universe import validate_ticker
 
 DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
-# Fold k+1 fine-tunes fold k's weights: chosen from the warm-vs-cold measurement in docs/performance.md.
-DEFAULT_WARM_START = True
+# Folds start cold by default: a backtest should train the way the candidate was trained (retrains
+# start cold), and warm-chained folds were faster but not more accurate (docs/performance.md).
+DEFAULT_WARM_START = False
 
 
 @dataclass
