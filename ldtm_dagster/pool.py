@@ -1,8 +1,10 @@
 """The `gpu` concurrency pool: its limit follows free VRAM (SPEC §6), set on the Dagster instance.
 
-Every GPU-bound step (training, backtests, inference) declares `pool="gpu"`. The limit is written to
-the instance's event log storage, which every executor re-reads, so it holds across runs and within a
-single multi-partition run.
+Every GPU-bound step (training, backtests, inference) declares `pool="gpu"`, and each such step is
+ONE process on one device: training fans out into one step per ticker chunk (`assets/checkpoints.py`),
+so a run holds a slot per training process and the instance enforces the limit across runs. The
+limit is written to the instance's event log storage, which every executor re-reads; it is set by
+`gpu_pool_sensor` and, before its training steps start, by every retrain run itself.
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ def sync_pool_limit(instance: DagsterInstance, plan: SlotPlan) -> tuple[int | No
 
 
 def step_workers(context: AssetExecutionContext, plan: SlotPlan, cap: int | None = None) -> int:
-    """Worker processes one GPU step may start: the pool slots nobody else holds, within the plan.
+    """CPU threads one single-process GPU step may use: the pool slots nobody else holds, within the plan.
 
-    A multi-partition run holds a single pool slot for its step but trains many tickers; it may use
-    the slots that are free, so one retrain run fills the pool without overrunning it.
+    Only for steps that stay one process (backtests): more threads never start another GPU process.
+    Training does not use this; it takes one pool slot per process instead.
     """
     workers = plan.total
     info = context.instance.event_log_storage.get_concurrency_info(GPU_POOL)

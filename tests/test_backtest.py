@@ -14,7 +14,7 @@ from ldtm_core.cli import app
 from ldtm_core.data.calendar import next_session
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning import backtest as bt
-from ldtm_core.learning import training
+from ldtm_core.learning import training_loop
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds
 
@@ -33,9 +33,9 @@ class AlwaysAbove(torch.nn.Module):
 def stub_fit(monkeypatch):
     seen = []
 
-    def fake_fit(train, val, cfg, device=None, threads=None):
+    def fake_fit(train, val, cfg, device=None, threads=None, init_state=None):
         seen.append((train, val))
-        return training.FitResult(
+        return training_loop.FitResult(
             model=AlwaysAbove(),
             val_loss=0.0,
             epochs=1,
@@ -45,7 +45,7 @@ def stub_fit(monkeypatch):
             samples_per_s=0,
         )
 
-    monkeypatch.setattr(training, "fit", fake_fit)
+    monkeypatch.setattr(training_loop, "fit", fake_fit)
     return seen
 
 
@@ -187,3 +187,63 @@ def test_backtest_records_its_config_and_data_range_and_the_gate_checks_it(engin
     report = run_gate(engine, s, "AAPL", thresholds=easy)
     assert report.backtest_id == own.backtest_id and report.passed
     assert (report.data_start, report.data_end) == (df["date"].min(), df["date"].max())
+
+
+@pytest.fixture
+def recording_fit(monkeypatch):
+    """Real fits, with each fold's starting weights recorded."""
+    starts = []
+    real = training_loop.fit
+
+    def spy(train, val, cfg, device=None, threads=None, init_state=None):
+        res = real(train, val, cfg, device=device, threads=threads, init_state=init_state)
+        starts.append((init_state, {k: v.clone() for k, v in res.model.state_dict().items()}))
+        return res
+
+    monkeypatch.setattr(training_loop, "fit", spy)
+    return starts
+
+
+def test_warm_folds_start_from_the_previous_fold_and_stay_leak_free(engine, world, recording_fit):
+    s, _, _ = world
+    torch.set_num_threads(1)
+    res = bt.run_backtest(engine, s, "AAPL", CFG, folds=3, test_sessions=30, warm_start=True)
+    assert [f.warm_start for f in res.folds] == [False, True, True]
+    assert recording_fit[0][0] is None  # fold 1 is always cold
+    for (init, _), (_, prev_best) in zip(recording_fit[1:], recording_fit[:-1], strict=True):
+        assert all(torch.equal(init[k], prev_best[k]) for k in prev_best)
+    assert res.leakage_rows == 0 and [f.leakage_rows for f in res.folds] == [0, 0, 0]
+    cold = bt.run_backtest(engine, s, "AAPL", CFG, folds=3, test_sessions=30, warm_start=False)
+    assert [f.warm_start for f in cold.folds] == [False, False, False] and cold.leakage_rows == 0
+
+
+def _start_fold_one_from(monkeypatch, trained_through):
+    """The test seam: fold 1 starts from weights trained on every labeled row up to `trained_through`."""
+
+    def start(samples, labeled):
+        seen = labeled[samples.dates[labeled] <= np.datetime64(trained_through, "D")]
+        return {"w": torch.zeros(1)}, seen
+
+    monkeypatch.setattr(bt, "fold_one_start", start)
+
+
+def test_fold_one_starting_from_weights_that_saw_the_future_is_counted(engine, world, stub_fit, monkeypatch):
+    s, df, _ = world
+    _start_fold_one_from(monkeypatch, df["date"].max())
+    res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
+    samples = bt.build_samples(df.drop(columns="ticker", errors="ignore"), CFG.window)
+    # Every labeled row the starting weights saw whose targets lie past fold 1's cutoff is a leak.
+    cutoff = np.datetime64(res.folds[0].cutoff, "D")
+    labeled = samples.labeled
+    expected = int((labeled & (samples.target_dates.max(axis=1) > cutoff)).sum())
+    assert res.folds[0].leakage_rows == expected > 0
+    # Weights trained only on rows whose targets end before fold 1's cutoff are not a leak.
+    _start_fold_one_from(monkeypatch, res.folds[0].train_end - pd.Timedelta(days=60))
+    clean = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
+    assert clean.folds[0].leakage_rows == 0
+
+
+def test_fold_one_starts_cold_by_default(engine, world, recording_fit):
+    s, _, _ = world
+    bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30, warm_start=True)
+    assert recording_fit[0][0] is None  # not the active model, not anything else

@@ -41,7 +41,17 @@ def _rows(engine):
 
 
 def _line(output, ticker):
-    return next(line for line in output.splitlines() if f" {ticker} " in line)
+    """The ticker's row of the result table (not a progress line, `train n/N: TICKER status`)."""
+    return next(
+        line for line in output.splitlines() if f" {ticker} " in line and not line.startswith("train ")
+    )
+
+
+def test_train_reports_progress_per_ticker(market, ldtm_env):
+    r = runner.invoke(app, ["train", "--tickers", "AAPL,FER", "--profile", "demo", "--set", "max_epochs=1"])
+    assert r.exit_code == 0, r.output
+    # Not a terminal: plain lines; the last one always shows the final count.
+    assert "train 2/2: " in r.output
 
 
 def test_train_then_export(market, ldtm_env):

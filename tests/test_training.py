@@ -270,7 +270,7 @@ def test_train_many_refuses_bad_overrides_before_work(tmp_path, sqlite_url):
 
 
 def test_worker_devices_follow_the_plan():
-    from ldtm_core.learning.training_pool import _devices_for
+    from ldtm_core.learning.training_pool import worker_devices as _devices_for
 
     plan = SlotPlan(per_gpu=[(0, 9000, 2), (1, 5000, 1)], total=3, kind="cuda", reason="test")
     got = _devices_for(plan, 3)
@@ -279,3 +279,31 @@ def test_worker_devices_follow_the_plan():
     else:  # NVML may see a GPU that a CPU-only torch build cannot use
         assert got == ["cpu"] * 3
     assert _devices_for(SlotPlan(total=2), 2) == ["cpu", "cpu"]
+
+
+def test_warm_start_fine_tunes_the_active_model_only_when_the_architecture_matches(
+    db_url, tmp_path, two_years
+):
+    from ldtm_core.accountability.registry import promote
+
+    engine = get_engine(db_url)
+    ingest_frame(engine, two_years, "synthetic")
+    settings = _settings(tmp_path, db_url)
+    cfg = demo_cfg(max_epochs=1)
+    first = train_ticker(engine, settings, "AAPL", cfg, "demo", as_of=dt.date(2023, 10, 31))
+    promote(engine, first.model_id, "test", settings)
+    warm = train_ticker(engine, settings, "AAPL", cfg, "demo", warm_start=True)
+    cold = train_ticker(engine, settings, "AAPL", cfg, "demo", warm_start=False)
+    other = train_ticker(
+        engine, settings, "AAPL", demo_cfg(max_epochs=1, hidden_size=16), "demo", warm_start=True
+    )
+    assert all(o.status == "trained" for o in (warm, cold, other))
+    meta = {
+        name: load_checkpoint(o.checkpoint_path).metrics
+        for name, o in (("w", warm), ("c", cold), ("o", other))
+    }
+    assert meta["w"]["warm_start_from"] == first.model_id
+    assert meta["c"]["warm_start_from"] is None and meta["o"]["warm_start_from"] is None  # other architecture
+    # Starting weights differ: the warm fit did not begin from the seeded initialisation.
+    w, c = (load_checkpoint(o.checkpoint_path).model.state_dict() for o in (warm, cold))
+    assert not all(torch.equal(w[k], c[k]) for k in w)

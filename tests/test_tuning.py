@@ -21,7 +21,7 @@ from ldtm_core.cli import app
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
 from ldtm_core.learning import backtest as bt
-from ldtm_core.learning import training, tuning, tuning_store
+from ldtm_core.learning import training, training_loop, tuning, tuning_store
 from ldtm_core.learning.model import ModelConfig, get_profile
 from ldtm_core.migrate import upgrade
 from ldtm_core.schema import model_registry
@@ -87,22 +87,23 @@ def test_no_trial_sees_a_date_on_or_after_the_backtests_first_cutoff(
     ingest(engine, ["AAPL"], start=START, end=END)
     settings = make_settings(tmp_path, studies_url)
     seen: list[tuple[ModelConfig, object, object]] = []
-    real_fit = training.fit
+    real_fit = training_loop.fit
 
     def spy_fit(train, val, cfg, **kw):
         seen.append((cfg, train, val))
         return real_fit(train, val, cfg, **kw)
 
-    monkeypatch.setattr(training, "fit", spy_fit)
+    monkeypatch.setattr(training_loop, "fit", spy_fit)
     result = _tune(settings, trials=3, seed=3)
     assert len(seen) == 3
-    monkeypatch.setattr(training, "fit", real_fit)
+    monkeypatch.setattr(training_loop, "fit", real_fit)
 
     # The backtest itself, run with each trial's settings, says where its first fold begins.
     def stub_fit(train, val, cfg, **kw):
-        return training.FitResult(torch_model(cfg), 0.0, 1, 1, 0.0, "cpu", 0.0)
+        return training_loop.FitResult(torch_model(cfg), 0.0, 1, 1, 0.0, "cpu", 0.0)
 
-    monkeypatch.setattr(training, "fit", stub_fit)
+    monkeypatch.setattr(training_loop, "fit", stub_fit)  # the backtest folds
+    monkeypatch.setattr(training, "fit", stub_fit)  # the candidate each backtest needs
     for cfg, train, val in seen:
         # A backtest needs a candidate of the same settings (the gate trusts only its own config's folds).
         model_id = training.train_ticker(engine, settings, "AAPL", cfg, "reference").model_id

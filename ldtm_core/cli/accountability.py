@@ -266,11 +266,16 @@ def backtest_cmd(
     test_sessions: int = typer.Option(
         None, "--test-sessions", help="Sessions per test fold (default up to 63)"
     ),
+    warm_start: bool = typer.Option(
+        None,
+        "--warm-start/--cold-start",
+        help="start fold k+1 from fold k's weights (fold 1 is always cold; default: cold)",
+    ),
 ) -> None:
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
     from ldtm_core.accountability.skill import format_p_value
     from ldtm_core.data.universe import validate_ticker
-    from ldtm_core.learning.backtest import run_backtest
+    from ldtm_core.learning.backtest import DEFAULT_WARM_START, run_backtest
     from ldtm_core.learning.model import get_profile
 
     cfg = settings()
@@ -282,6 +287,7 @@ def backtest_cmd(
         folds=folds,
         model_id=model_id,
         test_sessions=test_sessions,
+        warm_start=DEFAULT_WARM_START if warm_start is None else warm_start,
     )
     table = Table(
         "fold",

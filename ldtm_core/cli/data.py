@@ -133,10 +133,18 @@ def ingest_csv_cmd(
     """
     from ldtm_core.data.ingest import ingest_files
     from ldtm_core.data.price_files import expand_paths
+    from ldtm_core.progress import progress
 
     cfg = settings()
     files = expand_paths(paths)
-    outcomes = ingest_files(open_db(cfg), files, load_universe(cfg.universe), allow_new=allow_new)
+    with progress("ingest", len(files)) as advance:
+        outcomes = ingest_files(
+            open_db(cfg),
+            files,
+            load_universe(cfg.universe),
+            allow_new=allow_new,
+            on_outcome=lambda o: advance(f"{Path(o.path).name} {'ok' if o.ok else 'failed'}"),
+        )
     failed = [o for o in outcomes if not o.ok]
     table = _outcome_table(f"file ingest into {masked_url(cfg.database_url)}")
     for o in outcomes:

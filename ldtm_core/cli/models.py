@@ -44,6 +44,11 @@ def train(
         None, "--workers", "-w", min=1, help="parallel workers (default: the slot plan)"
     ),
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+    warm_start: bool = typer.Option(
+        None,
+        "--warm-start/--cold-start",
+        help="fine-tune each ticker's active model when its architecture matches (default: cold, see docs/performance.md)",
+    ),
 ) -> None:
     """Train, checkpoint and register a candidate model per ticker."""
     from ldtm_core.data.universe import load_universe, resolve_tickers
@@ -59,7 +64,20 @@ def train(
     selection = None if tickers.strip().lower() == "all" else tickers
     chosen = resolve_tickers(selection, universe, allow_new=allow_new)
     open_db(cfg_settings)
-    outcomes = train_many(cfg_settings, chosen, profile, overrides=parsed, as_of=when, max_workers=workers)
+    from ldtm_core.learning.warm_start import DEFAULT_WARM_START
+    from ldtm_core.progress import progress
+
+    with progress("train", len(chosen)) as advance:
+        outcomes = train_many(
+            cfg_settings,
+            chosen,
+            profile,
+            overrides=parsed,
+            as_of=when,
+            max_workers=workers,
+            warm_start=DEFAULT_WARM_START if warm_start is None else warm_start,
+            on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
+        )
 
     table = Table(
         "ticker",

@@ -8,7 +8,7 @@ upsert `price_writer`; this module ties them together per call.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,11 +65,16 @@ def ingest_frame(engine: Engine, df: pd.DataFrame, source: str, label: str | Non
 
 
 def ingest_files(
-    engine: Engine, paths: Iterable[str | Path], universe: Iterable[str], allow_new: bool = False
+    engine: Engine,
+    paths: Iterable[str | Path],
+    universe: Iterable[str],
+    allow_new: bool = False,
+    on_outcome: Callable[[FileOutcome], None] | None = None,
 ) -> list[FileOutcome]:
     """Ingest each file in its own transaction. A bad file writes nothing and is reported in its
     outcome; the other files still ingest. Files of one call that give different values for the same
-    (ticker, date) are all refused, each naming the other: which one is right is the user's call."""
+    (ticker, date) are all refused, each naming the other: which one is right is the user's call.
+    `on_outcome` sees each file's outcome as it is done (progress)."""
     universe = list(universe)
     paths = list(map(Path, paths))
     outcomes = [FileOutcome(str(path)) for path in paths]
@@ -80,18 +85,21 @@ def ingest_files(
         except LDTMError as exc:
             outcomes[i].error = str(exc)
     conflicts = _conflicting_sources(frames, paths)
-    for i, df in frames.items():
-        outcome = outcomes[i]
-        outcome.tickers = sorted(df["ticker"].unique().tolist())
-        outcome.rows = len(df)
-        if i in conflicts:
-            outcome.error = conflicts[i]
-            continue
-        try:
-            source = paths[i].suffix.lower().lstrip(".")
-            outcome.written = _store(engine, df, source, str(paths[i])).written
-        except LDTMError as exc:
-            outcome.error = str(exc)
+    for i, outcome in enumerate(outcomes):
+        df = frames.get(i)
+        if df is not None:
+            outcome.tickers = sorted(df["ticker"].unique().tolist())
+            outcome.rows = len(df)
+            if i in conflicts:
+                outcome.error = conflicts[i]
+            else:
+                try:
+                    source = paths[i].suffix.lower().lstrip(".")
+                    outcome.written = _store(engine, df, source, str(paths[i])).written
+                except LDTMError as exc:
+                    outcome.error = str(exc)
+        if on_outcome is not None:
+            on_outcome(outcome)
     return outcomes
 
 

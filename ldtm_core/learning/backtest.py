@@ -2,7 +2,7 @@
 
 Fold k tests on a block of consecutive sessions; its cutoff is the last session before that block.
 Training rows are the labeled samples whose every target date is on or before the cutoff (the purge),
-split chronologically into train/validation by `training.purged_split`. Leakage is counted from the
+split chronologically into train/validation by `split.purged_split`. Leakage is counted from the
 index sets actually used, never assumed: test rows dated on or before the cutoff plus training or
 validation rows with a target date after it.
 """
@@ -27,12 +27,15 @@ from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, NotFoundError
-from ldtm_core.learning import training
+from ldtm_core.learning import split, training_loop
 from ldtm_core.learning.model import ModelConfig
 from ldtm_core.schema import backtest_folds
 
 DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
 DEFAULT_FOLDS = 3
+# Folds start cold by default: a backtest should train the way the candidate was trained (retrains
+# start cold), and warm-chained folds were faster but not more accurate (docs/performance.md).
+DEFAULT_WARM_START = False
 
 
 @dataclass
@@ -54,6 +57,11 @@ class FoldResult:
     n_val: int
     model_only_hits: int = 0  # discordant rows vs always-up (ldtm_core.accountability.skill)
     up_only_hits: int = 0
+    epochs: int = 0
+    best_epoch: int = 0
+    val_loss: float = float("nan")
+    fit_s: float = 0.0
+    warm_start: bool = False
 
     @property
     def skill(self) -> SkillTest:
@@ -117,7 +125,11 @@ def skill_test(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> Skill
 
 
 def count_leakage(samples: SampleSet, train_idx: np.ndarray, test_idx: np.ndarray, cutoff) -> int:
-    """Test rows dated <= cutoff plus training rows whose latest target date is > cutoff."""
+    """Test rows dated <= cutoff plus training rows whose latest target date is > cutoff.
+
+    With a warm start `train_idx` is the fold's whole lineage: its own rows and every row the starting
+    weights were trained on, so weights that saw the future count as leakage too.
+    """
     c = np.datetime64(cutoff, "D")
     late_targets = int((samples.target_dates[train_idx].max(axis=1) > c).sum()) if len(train_idx) else 0
     return int((samples.dates[test_idx] <= c).sum()) + late_targets
@@ -168,6 +180,15 @@ def fold_rows(
     return test_idx, cutoff, labeled[latest_target[labeled] <= cutoff]
 
 
+def fold_one_start(samples: SampleSet, labeled: np.ndarray) -> tuple[dict | None, np.ndarray]:
+    """(starting weights, rows they were trained on) of fold 1: always cold, nothing seen.
+
+    Fold 1 must never start from the active model or anything else whose data reaches past its
+    cutoff; the leakage count covers the starting weights' rows. Tests replace this to plant such a start.
+    """
+    return None, labeled[:0]
+
+
 @torch.no_grad()
 def _predict_next_day(model, samples: SampleSet) -> np.ndarray:
     y = np.concatenate(
@@ -187,12 +208,14 @@ def run_backtest(
     *,
     device: str | None = None,
     threads: int | None = 1,
+    warm_start: bool = DEFAULT_WARM_START,
 ) -> BacktestResult:
     """Walk-forward backtest of `cfg` (default: the model's config) on `ticker`; writes backtest_folds.
 
     `model_id` names the candidate this backtest validates (default: the ticker's newest candidate).
     Every fold row records the config's signature and the price range read: the gate accepts only a
-    backtest of the candidate's own config.
+    backtest of the candidate's own config. `warm_start` starts fold k+1 from fold k's weights (fold k
+    saw only rows before its own, earlier cutoff); fold 1 always starts cold (`fold_one_start`).
     """
     t0 = time.perf_counter()
     ticker = validate_ticker(ticker)
@@ -230,24 +253,32 @@ def run_backtest(
         data_start=_d(prices["date"].min()),
         data_end=_d(prices["date"].max()),
     )
+    # The starting weights of the next fold and the rows they were trained on (their lineage).
+    init_state, seen = fold_one_start(samples, labeled)
     for k, span in enumerate(spans):
         test_idx, cutoff, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
         sub = samples.subset(pool)
-        tr, va = training.purged_split(sub, cfg.val_fraction)
+        tr, va = split.purged_split(sub, cfg.val_fraction)
         train_idx, val_idx = pool[tr], pool[va]
         if len(train_idx) < cfg.batch_size or len(val_idx) == 0:
             raise InputError(
                 f"{ticker} fold {k + 1} (cutoff {_d(cutoff)}): too little history before the cutoff "
                 f"({len(train_idx)} training / {len(val_idx)} validation rows)"
             )
-        fit = training.fit(
-            samples.subset(train_idx), samples.subset(val_idx), cfg, device=device, threads=threads
+        fit = training_loop.fit(
+            samples.subset(train_idx),
+            samples.subset(val_idx),
+            cfg,
+            device=device,
+            threads=threads,
+            init_state=init_state,
         )
         test = samples.subset(test_idx)
         pred = _predict_next_day(fit.model, test)
         hits, up, mape = score(pred, test.target_close[:, 0], test.close)
         skill = skill_test(pred, test.target_close[:, 0], test.close)
         used = np.concatenate([train_idx, val_idx])
+        lineage = np.union1d(seen, used)
         result.folds.append(
             FoldResult(
                 fold=k + 1,
@@ -262,13 +293,22 @@ def run_backtest(
                 direction_accuracy=hits / len(test_idx),
                 always_up_accuracy=up / len(test_idx),
                 mean_abs_pct_error=mape,
-                leakage_rows=count_leakage(samples, used, test_idx, cutoff),
+                leakage_rows=count_leakage(samples, lineage, test_idx, cutoff),
                 n_train=len(train_idx),
                 n_val=len(val_idx),
                 model_only_hits=skill.model_only,
                 up_only_hits=skill.up_only,
+                epochs=fit.epochs,
+                best_epoch=fit.best_epoch,
+                val_loss=fit.val_loss,
+                fit_s=fit.duration_s,
+                warm_start=init_state is not None,
             )
         )
+        if warm_start:
+            init_state, seen = fit.model.state_dict(), lineage
+        else:
+            init_state, seen = None, labeled[:0]
     now = dt.datetime.now(dt.UTC)
     rows = [
         {

@@ -3,7 +3,7 @@
 All variants train the same reference model (same initial weights, same AdamW) on identical
 synthetic samples in one process, interleaved every 16 batches so background load hits them alike:
 
-(a) the project's loop: `training.EpochLoop` (what `fit` runs each epoch) over precomputed tensors;
+(a) the project's loop: `training_loop.EpochLoop` (what `fit` runs each epoch) over precomputed tensors;
 (a+) the whole of `fit` (validation each epoch, cosine LR, early-stopping bookkeeping);
 (b) a seed-style loop: a torch Dataset that slices and min-max-normalises each window in
     `__getitem__`, behind a DataLoader with batch 32;
@@ -33,7 +33,8 @@ from ldtm_core.data.features import CLOSE_INDEX, compute_features
 from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.errors import InputError
 from ldtm_core.learning.model import LDTM, ModelConfig, get_profile
-from ldtm_core.learning.training import EpochLoop, fit, make_optimizer, purged_split
+from ldtm_core.learning.split import purged_split
+from ldtm_core.learning.training_loop import EpochLoop, fit, make_optimizer
 
 BENCH_TICKER = "AAPL"
 SEED_BATCH = 32

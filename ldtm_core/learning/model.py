@@ -41,7 +41,7 @@ class ModelConfig:
     patience: int = 10
     val_fraction: float = 0.15
     grad_accum_steps: int = 1
-    amp: str = "auto"  # auto (bf16/fp16 on CUDA, off on CPU) | fp16 | bf16 | off
+    amp: str = "auto"  # auto (CUDA: bf16/fp16; CPU: bf16 where native, else fp32) | fp16 | bf16 | off
     compile: bool = False
     seed: int = 0
 

@@ -9,17 +9,21 @@ its own engine from the database URL. One failing ticker never stops the others.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from ldtm_core.config import Settings, mask_secrets
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.learning.checkpoints import clean_temp_files
 from ldtm_core.learning.gpu_slots import SlotPlan, current_plan
+from ldtm_core.learning.process_guard import die_with_parent
 from ldtm_core.learning.training import TrainOutcome, train_ticker
 from ldtm_core.learning.tuning_store import TickerSettings, ticker_settings
+from ldtm_core.learning.warm_start import DEFAULT_WARM_START
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class _Job:
     settings: Settings
     per_ticker: dict[str, TickerSettings]
     as_of: dt.date | None
+    warm_start: bool = False
 
 
 # Per-worker state, set once by the initializer.
@@ -34,6 +39,7 @@ _WORKER: dict = {}
 
 
 def _init_worker(job: _Job, devices) -> None:
+    die_with_parent()  # a killed parent (CLI, Dagster step) takes its workers with it: no orphans
     # NVML numbers GPUs by PCI bus; make CUDA agree before anything initialises it.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     device = devices.get()
@@ -59,10 +65,11 @@ def _train_in_worker(ticker: str) -> TrainOutcome:
         device=device,
         threads=1,
         provenance=chosen.provenance,
+        warm_start=job.warm_start,
     )
 
 
-def _devices_for(plan: SlotPlan, workers: int) -> list[str]:
+def worker_devices(plan: SlotPlan, workers: int) -> list[str]:
     if plan.kind == "cuda":
         import torch
 
@@ -79,11 +86,15 @@ def train_many(
     as_of: dt.date | None = None,
     plan: SlotPlan | None = None,
     max_workers: int | None = None,
+    warm_start: bool = DEFAULT_WARM_START,
+    on_outcome: Callable[[TrainOutcome], None] | None = None,
 ) -> list[TrainOutcome]:
     """Train every ticker; outcomes in the order given. Bad profile/overrides raise before any work.
 
     Profile `tuned` gives each ticker the best settings of its study, `reference` where it has none.
+    `on_outcome` is called as each ticker finishes (completion order), e.g. to show progress.
     """
+    report = on_outcome or (lambda _o: None)
     tickers = [validate_ticker(t) for t in tickers]
     per_ticker = ticker_settings(settings.database_url, tickers, profile, overrides)
     if not tickers:
@@ -101,7 +112,7 @@ def train_many(
 
             slots = cpu_count()
     workers = max(1, min(slots, len(tickers), max_workers or slots))
-    devices = _devices_for(plan, workers)
+    devices = worker_devices(plan, workers)
 
     if workers == 1:
         from ldtm_core.db import get_engine
@@ -109,8 +120,9 @@ def train_many(
         engine = get_engine(settings.database_url)
         # In-process: the one job may use every core it was given (capped by max_workers).
         threads = max(1, min(slots, max_workers or slots))
-        return [
-            train_ticker(
+        outcomes = []
+        for t in tickers:
+            o = train_ticker(
                 engine,
                 settings,
                 t,
@@ -120,26 +132,41 @@ def train_many(
                 device=devices[0],
                 threads=threads,
                 provenance=per_ticker[t].provenance,
+                warm_start=warm_start,
             )
-            for t in tickers
-        ]
+            report(o)
+            outcomes.append(o)
+        return outcomes
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     for d in devices:
         queue.put(d)
-    job = _Job(settings=settings, per_ticker=per_ticker, as_of=as_of)
-    outcomes: list[TrainOutcome] = []
+    job = _Job(settings=settings, per_ticker=per_ticker, as_of=as_of, warm_start=warm_start)
+    by_ticker: dict[int, TrainOutcome] = {}
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(job, queue)
     ) as pool:
-        futures = [(t, pool.submit(_train_in_worker, t)) for t in tickers]
-        for ticker, fut in futures:
+        futures = {pool.submit(_train_in_worker, t): i for i, t in enumerate(tickers)}
+        for fut in as_completed(futures):
+            i = futures[fut]
             try:
-                outcomes.append(fut.result())
+                outcome = fut.result()
             except Exception as exc:  # noqa: BLE001 - a crashed worker fails its ticker, not the run
                 msg = mask_secrets(f"{type(exc).__name__}: {exc}", settings.database_url)
-                outcomes.append(
-                    TrainOutcome(ticker, "failed", reason=msg.splitlines()[0] if msg else "worker died")
+                outcome = TrainOutcome(
+                    tickers[i], "failed", reason=msg.splitlines()[0] if msg else "worker died"
                 )
-    return outcomes
+            by_ticker[i] = outcome
+            report(outcome)
+    return [by_ticker[i] for i in range(len(tickers))]
+
+
+def ticker_chunks(tickers: list[str], slots: int, per_slot: int = 4) -> list[list[str]]:
+    """Split `tickers` into contiguous chunks, about `per_slot` per slot: each chunk is one pool step,
+    so a slot that finishes early picks up another chunk instead of idling behind a long one."""
+    if not tickers:
+        return []
+    n = min(len(tickers), max(1, slots) * max(1, per_slot))
+    size = math.ceil(len(tickers) / n)
+    return [tickers[i : i + size] for i in range(0, len(tickers), size)]

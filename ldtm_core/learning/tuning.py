@@ -4,7 +4,7 @@ Hold-out rule: the walk-forward backtest must stay out-of-sample for whatever se
 finds. So every trial sees only rows whose latest target date lies strictly before the backtest's
 first fold cutoff, taken from `backtest.fold_spans` (the backtest's own fold geometry) and, because
 the cutoff can depend on the window, the earliest over every window the search may propose. Inside
-that range a trial trains on a purged chronological split (`training.purged_split`).
+that range a trial trains on a purged chronological split (`split.purged_split`).
 
 Objective: the validation error in price terms, the mean over rows and horizons of the squared
 error of the predicted change in % of the sample's close. `fit`'s own loss is in per-window
@@ -38,7 +38,7 @@ from ldtm_core.data.prices import load_ticker_prices
 from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, NotFoundError
-from ldtm_core.learning import backtest, training
+from ldtm_core.learning import backtest, split, training_loop
 from ldtm_core.learning.model import ModelConfig, get_profile
 from ldtm_core.learning.tuning_store import (
     ATTR_BASE,
@@ -106,7 +106,7 @@ def trial_split(samples: SampleSet, holdout: dt.date, val_fraction: float) -> tu
     before = samples.labeled & (samples.target_dates.max(axis=1) < np.datetime64(holdout, "D"))
     pool = np.flatnonzero(before)
     sub = samples.subset(pool)
-    tr, va = training.purged_split(sub, val_fraction)
+    tr, va = split.purged_split(sub, val_fraction)
     return sub.subset(tr), sub.subset(va)
 
 
@@ -351,13 +351,13 @@ def tune(
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"{ticker} at epoch {epoch}")
 
-            fit = training.fit(train, val, cfg, device=device, threads=threads, on_epoch=on_epoch)
+            fit = training_loop.fit(train, val, cfg, device=device, threads=threads, on_epoch=on_epoch)
             errors.append(error_of(fit.model))
             trial.set_user_attr(f"val_error_{ticker}", errors[-1])
             trial.set_user_attr(f"epochs_{ticker}", fit.epochs)
         value = float(np.mean(errors))
         if not math.isfinite(value):
-            raise training.TrainingError(f"non-finite validation error {value}")
+            raise training_loop.TrainingError(f"non-finite validation error {value}")
         return value
 
     ran = 0
@@ -370,7 +370,7 @@ def tune(
         objective,
         n_trials=trials,
         timeout=timeout,
-        catch=(training.TrainingError,),  # a diverging lr fails its trial, not the search
+        catch=(training_loop.TrainingError,),  # a diverging lr fails its trial, not the search
         callbacks=[count, *callbacks],
         gc_after_trial=False,
     )

@@ -6,8 +6,6 @@ Training and backtests read the stored `features` of each ticker while their pri
 matches, and recompute (saying so in the metadata's `features` column) when it does not.
 """
 
-import datetime as dt
-
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -15,113 +13,26 @@ from dagster import (
     AssetExecutionContext,
     BackfillPolicy,
     Config,
-    Failure,
     MaterializeResult,
     asset,
 )
 from pydantic import Field
 
 from ldtm_core.accountability import gate, registry
-from ldtm_core.errors import LDTMError
-from ldtm_core.learning import backtest, export, training_pool
+from ldtm_core.learning import backtest, export
 
 from ..metadata import records_table
 from ..partitions import ticker_partitions
 from ..pool import GPU_POOL, step_workers
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 from ..steps import for_each_partition
+from .checkpoints import checkpoints
 
 SINGLE_RUN = BackfillPolicy.single_run()
 
 
-class CheckpointsConfig(Config):
-    as_of: str = Field("", description="train only on prices up to this date (YYYY-MM-DD); empty = all")
-
-
 class BacktestsConfig(Config):
     folds: int = Field(3, ge=2, description="walk-forward folds (the gate needs at least 2)")
-
-
-@asset(
-    partitions_def=ticker_partitions,
-    backfill_policy=SINGLE_RUN,
-    pool=GPU_POOL,
-    deps=["features"],
-    group_name="models",
-    kinds={"pytorch"},
-)
-def checkpoints(
-    context: AssetExecutionContext,
-    config: CheckpointsConfig,
-    store: ArtifactStore,
-    database: AppDatabase,
-    training: TrainingProfile,
-    gpu: GpuProbe,
-) -> MaterializeResult:
-    """One trained LSTM checkpoint per ticker, registered as a `candidate` in the model registry."""
-    tickers = list(context.partition_keys)
-    as_of = _as_of(config.as_of)
-    plan = gpu.plan()
-    workers = step_workers(context, plan, training.max_workers)
-    database.engine(store)  # migrate before worker processes open their own connections
-    context.log.info(f"training {len(tickers)} ticker(s) on {workers} worker(s): {plan.reason}")
-    try:
-        outcomes = training_pool.train_many(
-            database.settings(store),
-            tickers,
-            training.profile,
-            overrides=training.overrides(),
-            as_of=as_of,
-            plan=plan,
-            max_workers=workers,
-        )
-    except LDTMError as exc:
-        raise Failure(f"checkpoints: {exc}") from None
-    for o in outcomes:
-        if o.status != "trained":
-            context.log.info(f"{o.ticker}: {o.status}: {o.reason}")
-    rows = [
-        {
-            "ticker": o.ticker,
-            "settings": o.profile or "",  # with profile `tuned`: tuned, or reference where no study
-            "device": o.device or "",
-            "duration_s": round(o.duration_s, 2),
-            "epochs": o.epochs,
-            "status": o.status,
-            "val_loss": o.val_loss,
-            "model_id": o.model_id,
-            "reason": o.reason,
-            "features": o.features,
-        }
-        for o in outcomes
-    ]
-    metadata = {
-        "summary": records_table(rows),
-        "trained": sum(o.status == "trained" for o in outcomes),
-        "skipped": sum(o.status == "skipped" for o in outcomes),
-        "failed": sum(o.status == "failed" for o in outcomes),
-        "workers": workers,
-        "slot_plan": f"{plan.kind} x{plan.total}: {plan.reason}",
-        "profile": training.profile,
-        "wall_s": round(sum(o.duration_s for o in outcomes), 2),
-    }
-    failed = [o for o in outcomes if o.status == "failed"]
-    if failed:
-        # The other tickers' candidates are registered; the run fails so the partitions are retried.
-        raise Failure(
-            f"training failed for {', '.join(o.ticker for o in failed)}: {failed[0].reason}",
-            metadata=metadata,
-        )
-    return MaterializeResult(metadata=metadata)
-
-
-def _as_of(value: str) -> dt.date | None:
-    if not value:
-        return None
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise Failure(f"as_of={value!r} is not a date (YYYY-MM-DD)") from None
 
 
 @asset(

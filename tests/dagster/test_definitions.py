@@ -45,13 +45,23 @@ def test_ticker_partitions_follow_the_universe_and_gpu_steps_use_the_gpu_pool():
         assert node.partitions_def == ticker_partitions
         assert node.backfill_policy is not None and node.backfill_policy.max_partitions_per_run is None
     assert graph.get(AssetKey("snapshots")).partitions_def == evening_partitions
-    pools = {k: graph.assets_def_for_key(AssetKey(k)).node_def.pool for k in ASSET_KEYS}
-    assert {k for k, p in pools.items() if p == "gpu"} == {
+    pools = {k: _pools(graph.assets_def_for_key(AssetKey(k)).node_def) for k in ASSET_KEYS}
+    assert {k for k, p in pools.items() if "gpu" in p} == {
         "checkpoints",
         "backtests",
         "snapshots",
         "hpo_studies",
     }
+    # checkpoints is a graph: only its training steps hold gpu slots (one per training process).
+    assert _pools(graph.assets_def_for_key(AssetKey("checkpoints")).node_def) == {"gpu"}
+    ops = graph.assets_def_for_key(AssetKey("checkpoints")).node_def.node_defs
+    assert {o.name for o in ops if o.pool == "gpu"} == {"train_checkpoint_chunk"}
+
+
+def _pools(node_def) -> set:
+    if hasattr(node_def, "node_defs"):  # a graph-backed asset: the pools of its ops
+        return {p for d in node_def.node_defs for p in _pools(d)}
+    return {node_def.pool} if node_def.pool else set()
 
 
 def test_checks_cover_price_quality_snapshots_audit_and_leakage():

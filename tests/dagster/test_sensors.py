@@ -65,11 +65,11 @@ def backtest_world(tmp_path, sqlite_url, monkeypatch):
     from accountability_helpers import ingest, make_model, make_settings
 
     from ldtm_core.db import get_engine
-    from ldtm_core.learning import training
+    from ldtm_core.learning import training_loop
 
-    def constant_fit(train, val, cfg, device=None, threads=None):
+    def constant_fit(train, val, cfg, device=None, threads=None, init_state=None):
         model = torch.nn.Linear(cfg.input_size, 3)  # any module mapping [B, W, F] -> [B, 3] will do
-        return training.FitResult(
+        return training_loop.FitResult(
             model=lambda x: model(x[:, -1, :]),
             val_loss=0.0,
             epochs=1,
@@ -79,7 +79,7 @@ def backtest_world(tmp_path, sqlite_url, monkeypatch):
             samples_per_s=0,
         )
 
-    monkeypatch.setattr(training, "fit", constant_fit)
+    monkeypatch.setattr(training_loop, "fit", constant_fit)  # what the backtest folds call
     engine = get_engine(sqlite_url)
     settings = make_settings(tmp_path, sqlite_url)
     tickers = TICKERS.split(",")

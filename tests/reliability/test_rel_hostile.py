@@ -84,9 +84,7 @@ def test_core_functions_refuse_hostile_tickers_and_write_nothing(world, bad):
         with pytest.raises(InputError, match="ticker"):
             call()
             pytest.fail(f"{name} accepted {bad!r}")
-    out = train_ticker(
-        engine, settings, bad, get_profile("demo"), "demo"
-    )
+    out = train_ticker(engine, settings, bad, get_profile("demo"), "demo")
     assert out.status == "failed" and "invalid ticker" in out.reason
     assert table_counts(url) == before
     assert not (settings.home / "x").exists() and not list(settings.checkpoint_dir.rglob("*x*"))

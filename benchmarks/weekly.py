@@ -1,0 +1,164 @@
+"""Benchmark: the weekly loop as `retrain_job` + the promotion sensor run it, timed per phase.
+
+    .venv/bin/python benchmarks/weekly.py --tickers 4
+    .venv/bin/python benchmarks/weekly.py --tickers 103 --url postgresql+psycopg2://...   # the full universe
+
+Phases, each on the same core functions the Dagster assets call:
+  train     `checkpoints`: every ticker trained within the slot plan (one single-threaded worker per
+            slot on a CPU), warm start from the active model as configured;
+  backtest  `backtests`: each ticker's newest candidate, walk-forward with the default folds (3), one
+            process using the slot plan's threads, folds warm-chained as configured;
+  gate      `promotions` (fired by promotion_gate_sensor per backtest): the gate, promoting passes.
+Data: N tickers of the full universe, 20 years of synthetic prices (seeded), in a throw-away SQLite
+database unless --url names a server (a fresh database `ldtm_weekly_<pid>` is created and dropped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from ldtm_core.accountability.gate import run_gate  # noqa: E402
+from ldtm_core.config import Settings  # noqa: E402
+from ldtm_core.data.calendar import calendar_bounds  # noqa: E402
+from ldtm_core.data.ingest import ingest_synthetic  # noqa: E402
+from ldtm_core.data.universe import load_universe  # noqa: E402
+from ldtm_core.learning.backtest import DEFAULT_WARM_START as BACKTEST_WARM  # noqa: E402
+from ldtm_core.learning.backtest import run_backtest  # noqa: E402
+from ldtm_core.learning.checkpoints import load_checkpoint  # noqa: E402
+from ldtm_core.learning.gpu_slots import current_plan  # noqa: E402
+from ldtm_core.learning.model import get_profile  # noqa: E402
+from ldtm_core.learning.precision import amp_dtype, cpu_has_native_bf16, describe_cpu, precision_name  # noqa: E402
+from ldtm_core.learning.training_pool import train_many  # noqa: E402
+from ldtm_core.learning.warm_start import DEFAULT_WARM_START as TRAIN_WARM  # noqa: E402
+from ldtm_core.migrate import upgrade  # noqa: E402
+
+BACKTEST_FOLDS = 3  # BacktestsConfig's default
+
+
+def _server_db(url: str):
+    base = make_url(url)
+    name = f"ldtm_weekly_{os.getpid()}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))  # name built from the pid only
+    return base.set(database=name).render_as_string(hide_password=False), admin, name
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tickers", type=int, default=4, help="first N tickers of the full universe")
+    ap.add_argument("--years", type=int, default=20)
+    ap.add_argument("--profile", default="reference")
+    ap.add_argument("--max-epochs", type=int, default=None, help="cap epochs (default: the profile's)")
+    ap.add_argument("--amp", default=None, help="override ModelConfig.amp (default: the profile's, auto)")
+    ap.add_argument("--url", default=None, help="PostgreSQL server URL (default: SQLite in a temp dir)")
+    ap.add_argument("--cold-start", action="store_true", help="no warm starts (train nor backtest folds)")
+    args = ap.parse_args()
+
+    overrides = {k: v for k, v in (("max_epochs", args.max_epochs), ("amp", args.amp)) if v is not None}
+    cfg = get_profile(args.profile, **overrides)
+    plan = current_plan()
+    tickers = load_universe("full")[: args.tickers]
+    _, last = calendar_bounds()
+    end = min(last, dt.date.today())
+    start = end - dt.timedelta(days=round(365.25 * args.years))
+    import torch
+
+    train_warm = TRAIN_WARM and not args.cold_start
+    bt_warm = BACKTEST_WARM and not args.cold_start
+    print(f"CPU: {describe_cpu()}; cores {os.cpu_count()}; torch {torch.__version__}")
+    print(
+        f"settings: {len(tickers)} tickers ({', '.join(tickers[:8])}{'…' if len(tickers) > 8 else ''}), "
+        f"{args.years} years synthetic {start}..{end}, profile {args.profile} {overrides or ''}, "
+        f"training precision {precision_name(amp_dtype(cfg, torch.device('cpu')))} (amp={cfg.amp}, "
+        f"native bf16 {cpu_has_native_bf16()}), slot plan {plan.kind} x{plan.total}, "
+        f"warm start train {train_warm} / backtest folds {bt_warm}, {BACKTEST_FOLDS} folds, "
+        f"db {'PostgreSQL' if args.url else 'SQLite'}",
+        flush=True,
+    )
+
+    admin = name = None
+    with tempfile.TemporaryDirectory() as home:
+        url = f"sqlite:///{home}/weekly.db"
+        if args.url:
+            url, admin, name = _server_db(args.url)
+        try:
+            engine = upgrade(url)
+            settings = Settings(home=Path(home), database_url=url)
+            settings.ensure_dirs()
+            t = time.perf_counter()
+            ingest_synthetic(engine, tickers, start, end, seed=0)
+            print(f"ingest: {time.perf_counter() - t:.1f} s", flush=True)
+
+            t = time.perf_counter()
+            outcomes = train_many(
+                settings, tickers, args.profile, overrides=overrides, plan=plan, warm_start=train_warm
+            )
+            train_s = time.perf_counter() - t
+            trained = [o for o in outcomes if o.status == "trained"]
+            metrics = [load_checkpoint(o.checkpoint_path).metrics for o in trained]
+            rate = [m["samples_per_s"] for m in metrics]
+            print(
+                f"train: {train_s:.1f} s wall for {len(trained)}/{len(outcomes)} trained; per ticker median "
+                f"{statistics.median(o.duration_s for o in trained):.1f} s, epochs median "
+                f"{statistics.median(o.epochs for o in trained)} ({min(o.epochs for o in trained)}-"
+                f"{max(o.epochs for o in trained)}), best epoch median {statistics.median(m['best_epoch'] for m in metrics)}, "
+                f"samples/s per worker median {statistics.median(rate):,.0f}",
+                flush=True,
+            )
+
+            t = time.perf_counter()
+            results = [
+                run_backtest(
+                    engine,
+                    settings,
+                    o.ticker,
+                    folds=BACKTEST_FOLDS,
+                    model_id=o.model_id,
+                    threads=plan.total,
+                    warm_start=bt_warm,
+                )
+                for o in trained
+            ]
+            bt_s = time.perf_counter() - t
+            folds = [f for r in results for f in r.folds]
+            print(
+                f"backtest: {bt_s:.1f} s wall for {len(results)} tickers x {BACKTEST_FOLDS} folds; fit per fold median "
+                f"{statistics.median(f.fit_s for f in folds):.1f} s, epochs median {statistics.median(f.epochs for f in folds)}; "
+                f"direction accuracy mean {statistics.mean(r.direction_accuracy for r in results):.3f} "
+                f"(always-up {statistics.mean(r.always_up_accuracy for r in results):.3f}); leakage "
+                f"{sum(r.leakage_rows for r in results)}",
+                flush=True,
+            )
+
+            t = time.perf_counter()
+            reports = [run_gate(engine, settings, o.ticker, model_id=o.model_id) for o in trained]
+            gate_s = time.perf_counter() - t
+            print(f"gate: {gate_s:.1f} s; promoted {sum(r.passed for r in reports)} of {len(reports)}")
+            total = train_s + bt_s + gate_s
+            print(
+                f"weekly loop: {total:.1f} s = train {train_s:.1f} + backtest {bt_s:.1f} + gate {gate_s:.1f}; "
+                f"per ticker {total / max(1, len(tickers)):.1f} s -> 103 tickers ≈ {total / max(1, len(tickers)) * 103 / 60:.1f} min "
+                "(linear projection)"
+            )
+        finally:
+            if admin is not None:
+                engine.dispose()
+                with admin.connect() as conn:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+if __name__ == "__main__":  # guard: the training pool spawns worker processes
+    main()

@@ -1,0 +1,277 @@
+"""`checkpoints`: one trained LSTM per ticker, as a graph that lets the `gpu` pool see every worker.
+
+    plan_checkpoint_chunks ──(one dynamic output per chunk of tickers)──> train_checkpoint_chunk [pool gpu]
+                                                                              └── collect ──> checkpoints_summary
+
+Each chunk is its own step in pool `gpu` and trains its tickers one after another in its own step
+process, so a run holds exactly as many slots as it has training processes, and the instance enforces
+the pool's limit across runs (two retrains on a limit of 2 never train more than 2 tickers at once).
+The planning step first sets the pool's limit from the slot plan, so the very first run uses the
+plan's slots with or without the daemon's `gpu_pool_sensor`; it then skips tickers that already got a
+candidate since the (original) run started, so re-executing a killed retrain resumes it.
+
+A chunk step dies with its run: it asks the kernel to kill it when the run worker dies and polls the
+run's status, so a failed or canceled run leaves no orphan training or registering candidates.
+"""
+
+import datetime as dt
+import multiprocessing
+import os
+import time
+from contextlib import nullcontext
+
+from dagster import (
+    AssetIn,
+    BackfillPolicy,
+    ConfigMapping,
+    DagsterInstance,
+    DagsterRunStatus,
+    DynamicOut,
+    DynamicOutput,
+    Failure,
+    Field,
+    In,
+    Nothing,
+    OpExecutionContext,
+    Out,
+    Output,
+    graph_asset,
+    op,
+)
+
+from ldtm_core.learning import resume, training_pool
+from ldtm_core.learning.process_guard import Watchdog, die_with_parent
+from ldtm_core.learning.training import train_ticker
+from ldtm_core.learning.warm_start import DEFAULT_WARM_START
+from ldtm_core.progress import format_duration
+
+from ..metadata import records_table
+from ..partitions import ticker_partitions
+from ..pool import GPU_POOL, sync_pool_limit
+from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+
+CHECKPOINTS_CONFIG = {
+    "as_of": Field(str, default_value="", description="train only on prices up to this date (YYYY-MM-DD)"),
+    "warm_start": Field(
+        bool,
+        default_value=DEFAULT_WARM_START,
+        description="fine-tune the ticker's active model when its architecture matches (false: cold start)",
+    ),
+    "force": Field(
+        bool,
+        default_value=False,
+        description="retrain tickers that already have a candidate since this run (or its original) started",
+    ),
+}
+RUN_OVER = {
+    DagsterRunStatus.SUCCESS,
+    DagsterRunStatus.FAILURE,
+    DagsterRunStatus.CANCELING,
+    DagsterRunStatus.CANCELED,
+}
+WATCHDOG_INTERVAL_S = 2.0
+
+
+def _as_of(value: str) -> dt.date | None:
+    if not value:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise Failure(f"as_of={value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def run_started_at(instance: DagsterInstance, run_id: str) -> dt.datetime:
+    """When this run's group began: a re-execution resumes from its root run's start."""
+    run = instance.get_run_by_id(run_id)
+    root = (run.root_run_id if run else None) or run_id
+    record = instance.get_run_record_by_id(root)
+    ts = (record.start_time or record.create_timestamp.timestamp()) if record else time.time()
+    return dt.datetime.fromtimestamp(ts, dt.UTC)
+
+
+def run_is_over(instance: DagsterInstance, run_id: str) -> bool:
+    run = instance.get_run_by_id(run_id)
+    return run is None or run.status in RUN_OVER
+
+
+@op(
+    ins={"prices": In(Nothing)},
+    out={"chunks": DynamicOut(dict), "plan": Out(dict)},
+    config_schema=CHECKPOINTS_CONFIG,
+)
+def plan_checkpoint_chunks(
+    context: OpExecutionContext,
+    store: ArtifactStore,
+    database: AppDatabase,
+    training: TrainingProfile,
+    gpu: GpuProbe,
+):
+    """Set the pool limit from the slot plan, skip tickers already done, cut the rest into chunks."""
+    cfg = context.op_config
+    as_of = _as_of(cfg["as_of"])
+    tickers = list(context.partition_keys)
+    plan = gpu.plan()
+    before, after = sync_pool_limit(context.instance, plan)
+    if before != after:
+        context.log.info(f"gpu pool limit {before} -> {after}: {plan.reason}")
+    engine = database.engine(store)  # migrate before any chunk step opens its own connections
+    started = run_started_at(context.instance, context.run_id)
+    done = set() if cfg["force"] else resume.trained_since(engine, tickers, started, as_of)
+    todo = [t for t in tickers if t not in done]
+    if done:
+        context.log.info(
+            f"resuming: {len(done)} ticker(s) already have a candidate since {started:%Y-%m-%d %H:%M:%S} UTC "
+            f"({', '.join(sorted(done)[:10])}{'…' if len(done) > 10 else ''}); force=true retrains them"
+        )
+    slots = max(1, min(plan.total, training.max_workers or plan.total))
+    devices = training_pool.worker_devices(plan, slots)
+    # At least one chunk, even empty, so the summary step runs and every partition is materialised.
+    chunks = training_pool.ticker_chunks(todo, slots) or [[]]
+    context.log.info(
+        f"training {len(todo)} ticker(s) in {len(chunks)} chunk(s) on up to {slots} slot(s): {plan.reason}"
+    )
+    for i, chunk in enumerate(chunks):
+        yield DynamicOutput(
+            {
+                "tickers": chunk,
+                "device": devices[i % len(devices)],
+                "as_of": cfg["as_of"],
+                "warm_start": cfg["warm_start"],
+                "force": cfg["force"],
+                "run_tickers": todo,
+            },
+            output_name="chunks",
+            mapping_key=f"chunk_{i}",
+        )
+    yield Output(
+        {
+            "tickers": tickers,
+            "skipped": sorted(done),
+            "chunks": len(chunks),
+            "slots": slots,
+            "slot_plan": f"{plan.kind} x{plan.total}: {plan.reason}",
+            "started": started.isoformat(),
+        },
+        output_name="plan",
+    )
+
+
+@op(pool=GPU_POOL)
+def train_checkpoint_chunk(
+    context: OpExecutionContext,
+    chunk: dict,
+    store: ArtifactStore,
+    database: AppDatabase,
+    training: TrainingProfile,
+) -> list:
+    """Train one chunk's tickers in this step process (one pool slot), one after another."""
+    # In a multiprocess run this is a child of the run worker: die with it, and stop when the run ends.
+    own_process = multiprocessing.parent_process() is not None
+    if own_process:
+        die_with_parent()
+    guard = (
+        Watchdog(lambda: run_is_over(context.instance, context.run_id), WATCHDOG_INTERVAL_S)
+        if own_process
+        else nullcontext()
+    )
+    engine, settings = database.engine(store), database.settings(store)
+    cfg = training.config()
+    as_of = _as_of(chunk["as_of"])
+    run_tickers = chunk["run_tickers"]
+    started = run_started_at(context.instance, context.run_id)
+    rows = []
+    with guard:
+        for ticker in chunk["tickers"]:
+            # Checked again here: a re-execution from failure reuses the plan but not finished tickers.
+            if not chunk["force"] and resume.trained_since(engine, [ticker], started, as_of):
+                context.log.info(f"{ticker}: candidate already registered since the run started: skipped")
+                continue
+            t0 = time.time()
+            o = train_ticker(
+                engine,
+                settings,
+                ticker,
+                cfg,
+                training.profile,
+                as_of=as_of,
+                device=chunk["device"],
+                threads=1,
+                warm_start=chunk["warm_start"],
+            )
+            rows.append(
+                {
+                    "ticker": o.ticker,
+                    "device": o.device or "",
+                    "duration_s": round(o.duration_s, 2),
+                    "epochs": o.epochs,
+                    "status": o.status,
+                    "val_loss": o.val_loss,
+                    "model_id": o.model_id,
+                    "reason": o.reason,
+                    "pid": os.getpid(),
+                    "started": t0,
+                    "finished": time.time(),
+                }
+            )
+            context.log.info(_progress_line(engine, o, run_tickers, started, as_of))
+    return rows
+
+
+def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime, as_of) -> str:
+    """`AAPL trained (run: 37/103 done, ETA 12m30s)`: n counts every chunk's registered candidates."""
+    n_done = len(resume.trained_since(engine, run_tickers, started, as_of))
+    elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
+    eta = elapsed / n_done * (len(run_tickers) - n_done) if n_done else None
+    tail = f", ETA {format_duration(eta)}" if eta is not None and n_done < len(run_tickers) else ""
+    what = outcome.status + (f": {outcome.reason}" if outcome.reason else "")
+    return f"{outcome.ticker} {what} (run: {n_done}/{len(run_tickers)} trained{tail})"
+
+
+@op(out=Out(Nothing))
+def checkpoints_summary(context: OpExecutionContext, plan: dict, chunk_rows: list) -> None:
+    """Every ticker's outcome as the asset's metadata; the step fails if any ticker failed."""
+    rows = [r for chunk in chunk_rows for r in chunk]
+    rows += [
+        {"ticker": t, "status": "skipped", "reason": "candidate already registered by this run"}
+        for t in plan["skipped"]
+    ]
+    rows.sort(key=lambda r: r["ticker"])
+    table = [{k: v for k, v in r.items() if k not in ("started", "finished")} for r in rows]
+    spans = [(r["started"], r["finished"]) for r in rows if "started" in r]
+    metadata = {
+        "summary": records_table(table),
+        "trained": sum(r["status"] == "trained" for r in rows),
+        "skipped": sum(r["status"] == "skipped" for r in rows),
+        "failed": sum(r["status"] == "failed" for r in rows),
+        "chunks": plan["chunks"],
+        "slots": plan["slots"],
+        "slot_plan": plan["slot_plan"],
+        "wall_s": round(max(e for _, e in spans) - min(s for s, _ in spans), 2) if spans else 0.0,
+        "train_spans": [[r["pid"], r["started"], r["finished"]] for r in rows if "started" in r],
+    }
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        # The other tickers' candidates are registered; the run fails so the partitions are retried.
+        raise Failure(
+            f"training failed for {', '.join(r['ticker'] for r in failed)}: {failed[0]['reason']}",
+            metadata=metadata,
+        )
+    context.add_output_metadata(metadata)
+
+
+@graph_asset(
+    partitions_def=ticker_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    ins={"prices": AssetIn(dagster_type=Nothing)},
+    group_name="models",
+    kinds={"pytorch"},
+    config=ConfigMapping(
+        config_schema=CHECKPOINTS_CONFIG,
+        config_fn=lambda c: {"plan_checkpoint_chunks": {"config": c}},
+    ),
+)
+def checkpoints(prices):
+    """One trained LSTM checkpoint per ticker, registered as a `candidate` in the model registry."""
+    chunks, plan = plan_checkpoint_chunks(prices)
+    return checkpoints_summary(plan, chunks.map(train_checkpoint_chunk).collect())
