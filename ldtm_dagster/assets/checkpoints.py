@@ -96,7 +96,7 @@ def run_is_over(instance: DagsterInstance, run_id: str) -> bool:
 
 
 @op(
-    ins={"prices": In(Nothing)},
+    ins={"features": In(Nothing)},
     out={"chunks": DynamicOut(dict), "plan": Out(dict)},
     config_schema=CHECKPOINTS_CONFIG,
 )
@@ -263,7 +263,7 @@ def checkpoints_summary(context: OpExecutionContext, plan: dict, chunk_rows: lis
 @graph_asset(
     partitions_def=ticker_partitions,
     backfill_policy=BackfillPolicy.single_run(),
-    ins={"prices": AssetIn(dagster_type=Nothing)},
+    ins={"features": AssetIn(dagster_type=Nothing)},  # trained on the stored, current features
     group_name="models",
     kinds={"pytorch"},
     config=ConfigMapping(
@@ -271,7 +271,7 @@ def checkpoints_summary(context: OpExecutionContext, plan: dict, chunk_rows: lis
         config_fn=lambda c: {"plan_checkpoint_chunks": {"config": c}},
     ),
 )
-def checkpoints(prices):
+def checkpoints(features):
     """One trained LSTM checkpoint per ticker, registered as a `candidate` in the model registry."""
-    chunks, plan = plan_checkpoint_chunks(prices)
+    chunks, plan = plan_checkpoint_chunks(features)
     return checkpoints_summary(plan, chunks.map(train_checkpoint_chunk).collect())
