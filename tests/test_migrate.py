@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from ldtm_core.db import get_engine
-from ldtm_core.migrate import current_revision
+from ldtm_core.migrate import current_revision, head_revision
 from ldtm_core.schema import metadata
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,10 +51,10 @@ def _race(url: str, n: int) -> list[subprocess.CompletedProcess]:
 def _assert_all_migrated(url: str, results: list[subprocess.CompletedProcess]) -> None:
     for r in results:
         assert r.returncode == 0, r.stderr[-2000:]
-        assert r.stdout.strip() == "0004", r.stdout
+        assert r.stdout.strip() == head_revision(), r.stdout
     names = set(inspect(get_engine(url)).get_table_names())
     assert {t.name for t in metadata.sorted_tables} <= names
-    assert current_revision(url) == "0004"
+    assert current_revision(url) == head_revision()
 
 
 def test_concurrent_first_migrations_on_a_fresh_sqlite_file_all_succeed(tmp_path):
