@@ -33,7 +33,7 @@ def test_upgrade_is_idempotent(db_url):
     before = current_revision(db_url)
     upgrade(db_url)
     upgrade(db_url)
-    assert current_revision(db_url) == before == "0013"
+    assert current_revision(db_url) == before == "0014"
 
 
 def test_one_active_model_per_ticker_is_enforced_by_the_database(db_url):
@@ -80,7 +80,7 @@ def test_0005_downgrades_to_0004_and_upgrades_again(db_url):
     assert "accuracy_30d_by_model" not in insp.get_view_names()
     upgrade(db_url)
     insp = inspect(engine)
-    assert current_revision(db_url) == "0013"  # the head, through 0005 and every later revision
+    assert current_revision(db_url) == "0014"  # the head, through 0005 and every later revision
     assert {"accuracy_30d", "accuracy_30d_with_in_sample", "accuracy_30d_by_model"} <= set(
         insp.get_view_names()
     )

@@ -203,7 +203,9 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             if not getattr(r, f"{h}_todo"):
                 continue
             day = getattr(r, f"{h}_date")
-            actual = float(getattr(r, f"{h}_close")) / basis_factor(actions.get(r.ticker, []), r.run_date, day)
+            actual = float(getattr(r, f"{h}_close")) / basis_factor(
+                actions.get(r.ticker, []), r.run_date, day
+            )
             pred = float(getattr(r, f"{h}_pred"))
             values[f"{h}_actual"] = actual
             values[f"{h}_pct_error"] = (pred - actual) / actual * 100.0

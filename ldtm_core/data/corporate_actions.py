@@ -105,14 +105,25 @@ def record_actions(conn: Connection, actions: Iterable[Action]) -> int:
     ]
     for r in rows:
         if not (np.isfinite(r["factor"]) and r["factor"] > 0):
-            raise InputError(f"{r['ticker']} {r['kind']} ex {r['ex_date']}: factor {r['factor']!r} must be > 0")
+            raise InputError(
+                f"{r['ticker']} {r['kind']} ex {r['ex_date']}: factor {r['factor']!r} must be > 0"
+            )
     written = upsert(conn, corporate_actions, rows, key=["ticker", "ex_date", "kind"], update=None)
     for r in rows:
-        log.info("corporate action %s %s ex %s factor %.6g (%s)", r["ticker"], r["kind"], r["ex_date"], r["factor"], r["source"])
+        log.info(
+            "corporate action %s %s ex %s factor %.6g (%s)",
+            r["ticker"],
+            r["kind"],
+            r["ex_date"],
+            r["factor"],
+            r["source"],
+        )
     return written
 
 
-def load_actions(conn_or_engine: Connection | Engine, tickers: Sequence[str] | None = None) -> dict[str, list[Action]]:
+def load_actions(
+    conn_or_engine: Connection | Engine, tickers: Sequence[str] | None = None
+) -> dict[str, list[Action]]:
     """Recorded actions per ticker, by ex-date (one query)."""
     c = corporate_actions.c
     stmt = select(c.ticker, c.ex_date, c.factor, c.kind, c.source).order_by(c.ticker, c.ex_date, c.kind)
@@ -137,7 +148,9 @@ def load_actions(conn_or_engine: Connection | Engine, tickers: Sequence[str] | N
 # --- applying them --------------------------------------------------------------------------------------
 
 
-def cumulative_factors(dates: Sequence, actions: Sequence[Action], as_of: dt.date | None = None) -> np.ndarray:
+def cumulative_factors(
+    dates: Sequence, actions: Sequence[Action], as_of: dt.date | None = None
+) -> np.ndarray:
     """Per date, the product of the factors of the actions with date < ex-date (<= as_of when given)."""
     days = np.asarray(pd.to_datetime(pd.Series(list(dates))).to_numpy(), dtype="datetime64[D]")
     out = np.ones(len(days), dtype=np.float64)
@@ -148,7 +161,9 @@ def cumulative_factors(dates: Sequence, actions: Sequence[Action], as_of: dt.dat
     return out
 
 
-def adjust_frame(frame: pd.DataFrame, actions: Sequence[Action], as_of: dt.date | None = None) -> pd.DataFrame:
+def adjust_frame(
+    frame: pd.DataFrame, actions: Sequence[Action], as_of: dt.date | None = None
+) -> pd.DataFrame:
     """The frame on the basis of `as_of` (default: its last date): prices times, volumes divided by, the
     cumulative factors. Returned unchanged (same object) when no action applies."""
     if frame.empty or not actions:
@@ -279,21 +294,35 @@ def reconcile(
         ratio = new[changed] / (old[changed] * cf[changed])
         median = float(np.median(ratio))
         first_unchanged = np.flatnonzero(~changed)
-        prefix = len(first_unchanged) == 0 or changed[: first_unchanged[0]].all() and not changed[first_unchanged[0] :].any()
+        prefix = (
+            len(first_unchanged) == 0
+            or changed[: first_unchanged[0]].all()
+            and not changed[first_unchanged[0] :].any()
+        )
         later = inc_days[inc_days > days[changed].max()]
-        constant = bool(np.all(np.abs(ratio / median - 1.0) <= CONSTANT_REL)) and abs(median - 1.0) > CONSTANT_REL
+        constant = (
+            bool(np.all(np.abs(ratio / median - 1.0) <= CONSTANT_REL)) and abs(median - 1.0) > CONSTANT_REL
+        )
         if prefix and constant and len(later) and (changed.sum() >= 2 or len(first_unchanged)):
             ex = later.iloc[0]
             action = Action(ticker, ex, median, kind_of(median), source)
             result.actions.append(action)
             drop_days |= set(days[changed])
-            log.warning("%s: re-ingest from %s rescales stored history before %s by %.6g: recorded as %s",
-                        ticker, source, ex, median, action.describe())
+            log.warning(
+                "%s: re-ingest from %s rescales stored history before %s by %.6g: recorded as %s",
+                ticker,
+                source,
+                ex,
+                median,
+                action.describe(),
+            )
         elif all(d >= revisable_from for d in days[changed]):
             pass  # revisions of the latest sessions: written like any overlap
         elif force:
             result.forced_rows = int(changed.sum())
-            log.warning("%s: forced re-ingest from %s overwrites %d stored bars", ticker, source, result.forced_rows)
+            log.warning(
+                "%s: forced re-ingest from %s overwrites %d stored bars", ticker, source, result.forced_rows
+            )
         else:
             i = int(np.flatnonzero(changed)[0])
             raise HistoryRewriteRefused(

@@ -226,7 +226,9 @@ def load_prices_bulk(engine: Engine, tickers: Sequence[str]) -> dict[str, pd.Dat
     df = pd.read_csv(buf, names=["ticker", "date", *BAR_FIELDS], dtype={"ticker": str}, keep_default_na=False)
     df["date"] = df["date"].to_numpy(dtype="datetime64[D]").astype(object)  # datetime.date, like load_prices
     actions = load_actions(engine, tickers)  # the same adjusted series as load_prices
-    return {t: adjust_frame(f, actions.get(t, [])) for t, f in _split(df, tickers, ["date", *BAR_FIELDS]).items()}
+    return {
+        t: adjust_frame(f, actions.get(t, [])) for t, f in _split(df, tickers, ["date", *BAR_FIELDS]).items()
+    }
 
 
 def _stored_arrays(

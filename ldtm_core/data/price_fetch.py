@@ -191,9 +191,7 @@ def fetch_prices(
                 answer.fail(t, f"{source.name}: {first_line(exc)}", transient=True)
             answers = [answer]
         for answer in answers:
-            _store_answer(
-                engine, source, answer, report, accepted=accepted, allow_new=allow_new, force=force
-            )
+            _store_answer(engine, source, answer, report, accepted=accepted, allow_new=allow_new, force=force)
 
     if not source.incremental:
         for t in wanted:
