@@ -167,6 +167,12 @@ def ingest_fetch_cmd(
     refetch: bool = typer.Option(False, "--refetch", help="fetch every ticker from --start"),
     seed: int = typer.Option(0, help="synthetic source: random seed"),
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="overwrite stored history that the source changed in a way no corporate action explains "
+        "(default: such a ticker is refused; also LDTM_FORCE_REINGEST=1)",
+    ),
 ) -> None:
     """Fetch prices from the configured source, incrementally, and store every ticker that passes
     validation. Each ticker's outcome is listed; exit code 1 if any ticker failed."""
@@ -195,6 +201,7 @@ def ingest_fetch_cmd(
         universe=universe,
         allow_new=allow_new,
         refetch=refetch,
+        force=force or None,  # None: LDTM_FORCE_REINGEST decides
     )
     table = Table(
         "ticker",
