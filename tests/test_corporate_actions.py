@@ -166,7 +166,10 @@ def test_a_history_change_that_is_no_single_rescale_is_refused_unless_forced(eng
     reason = report.failed[0].reason
     assert "NVDA" in reason and "not one constant rescale" in reason and "--force" in reason
     with engine.connect() as conn:
-        assert conn.execute(select(prices).where(prices.c.ticker == ticker).order_by(prices.c.date)).all() == before
+        assert (
+            conn.execute(select(prices).where(prices.c.ticker == ticker).order_by(prices.c.date)).all()
+            == before
+        )
     assert load_actions(engine, [ticker]) == {}
 
     forced = fetch_prices(
