@@ -178,3 +178,25 @@ def test_a_history_change_that_is_no_single_rescale_is_refused_unless_forced(eng
     assert not forced.failed
     assert forced.outcomes[ticker].written > 100
     assert load_actions(engine, [ticker]) == {}
+
+
+def test_synthetic_source_with_optional_splits_is_a_style_1_source(engine, monkeypatch):
+    from ldtm_core.data.sources.synthetic import SyntheticSource
+
+    start, end = dt.date(2020, 6, 1), dt.date(2020, 9, 30)
+    plain = generate(["AAPL", "MSFT"], start, end, seed=4)
+    assert SyntheticSource(seed=4).splits == {}  # off by default: the demo and the tests see no split
+    monkeypatch.setenv("LDTM_SYNTHETIC_SPLITS", "AAPL:2020-08-31:4")
+    source = SyntheticSource(seed=4)
+    report = fetch_prices(engine, source, ["AAPL", "MSFT"], first_start=start, end=end)
+    assert not report.failed
+    assert [(a.ex_date, a.factor, a.source) for a in load_actions(engine)["AAPL"]] == [
+        (dt.date(2020, 8, 31), 0.25, "synthetic")
+    ]
+    raw = load_prices(engine, ["AAPL"], adjusted=False)["AAPL"]
+    assert raw.loc[raw["date"] >= dt.date(2020, 8, 31), "close"].max() < plain["close"].max() / 3
+    adjusted = load_prices(engine, ["AAPL", "MSFT"])
+    truth = plain.set_index(["ticker", "date"])["close"]
+    np.testing.assert_allclose(adjusted["AAPL"]["close"], truth["AAPL"].to_numpy() * 0.25, rtol=1e-4)
+    np.testing.assert_array_equal(adjusted["MSFT"]["close"], truth["MSFT"].to_numpy())
+    assert large_moves(engine, ["AAPL", "MSFT"], threshold_pct=40.0) == []
