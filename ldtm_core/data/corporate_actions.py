@@ -303,7 +303,8 @@ def reconcile(
         constant = (
             bool(np.all(np.abs(ratio / median - 1.0) <= CONSTANT_REL)) and abs(median - 1.0) > CONSTANT_REL
         )
-        if prefix and constant and len(later) and (changed.sum() >= 2 or len(first_unchanged)):
+        # Two bars at least: one bar scaled in all four prices is more likely a revision than an action.
+        if prefix and constant and len(later) and changed.sum() >= 2:
             ex = later.iloc[0]
             action = Action(ticker, ex, median, kind_of(median), source)
             result.actions.append(action)
