@@ -200,3 +200,28 @@ def test_synthetic_source_with_optional_splits_is_a_style_1_source(engine, monke
     np.testing.assert_allclose(adjusted["AAPL"]["close"], truth["AAPL"].to_numpy() * 0.25, rtol=1e-4)
     np.testing.assert_array_equal(adjusted["MSFT"]["close"], truth["MSFT"].to_numpy())
     assert large_moves(engine, ["AAPL", "MSFT"], threshold_pct=40.0) == []
+
+
+def test_recording_an_action_makes_stored_features_stale_and_the_rebuild_is_continuous(engine):
+    from ldtm_core.data.corporate_actions import Action, record_actions
+    from ldtm_core.data.feature_store import build_features, prices_and_features
+    from ldtm_core.data.features import compute_features
+    from ldtm_core.data.ingest import ingest_frame
+
+    ex = dt.date(2024, 6, 10)
+    raw = generate(["NVDA"], "2024-01-02", "2024-06-28", seed=8, splits={"NVDA": [(ex, 10.0)]})
+    ingest_frame(engine, raw, "synthetic")
+    build_features(engine, ["NVDA"])
+    assert prices_and_features(engine, "NVDA")[1].source == "store"
+    with engine.begin() as conn:
+        record_actions(conn, [Action("NVDA", ex, 0.1, "split", "test")])
+
+    prices_now, read = prices_and_features(engine, "NVDA")
+    assert read.source == "recomputed" and "corporate actions changed" in read.reason
+    assert read.frame["log_return_1d"].abs().max() < 0.2  # the split day is an ordinary day in the features
+    build_features(engine, ["NVDA"])
+    prices_again, again = prices_and_features(engine, "NVDA")
+    assert again.source == "store"
+    np.testing.assert_allclose(
+        again.frame.to_numpy(dtype=float), compute_features(prices_again).to_numpy(dtype=float), rtol=1e-9
+    )
