@@ -228,6 +228,9 @@ def ingest_fetch_cmd(
     for f in report.files:
         err = f" ({escape(f['error'])})" if f["error"] else ""
         console.print(f"file {escape(f['file'])}: {f['status']}, {f['rows']} rows{err}")
+    for o in report.outcomes.values():
+        for action in o.actions:
+            console.print(f"corporate action recorded: {escape(action)}")
     fetched = [o for o in report.stored if o.first_date is not None]
     if fetched:
         since = min(o.first_date for o in fetched)

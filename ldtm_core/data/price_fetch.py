@@ -244,9 +244,8 @@ def _store_answer(
                 continue
             clean[ticker] = rec.frame
             actions.extend(rec.actions)
-            report.outcomes.setdefault(ticker, TickerOutcome(ticker)).actions.extend(
-                a.describe() for a in rec.actions
-            )
+    for a in actions:
+        report.outcomes.setdefault(a.ticker, TickerOutcome(a.ticker)).actions.append(a.describe())
 
     def work(conn) -> dict[str, int]:
         record_actions(conn, actions)
