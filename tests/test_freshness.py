@@ -33,7 +33,9 @@ def test_stale_ticker_is_named_skipped_and_predicted_after_its_bar_arrives(engin
     }
 
     first = predict(engine, settings, run_date=evening)
-    assert first.tickers_predicted == ["AAPL"] and first.skipped == {"NVDA": "no price for NVDA on 2024-03-08"}
+    assert first.tickers_predicted == ["AAPL"] and first.skipped == {
+        "NVDA": "no price for NVDA on 2024-03-08"
+    }
 
     ingest_frame(engine, df[late], "synthetic")  # the late bar arrives; the evening is rerun
     assert freshness(engine, ["AAPL", "NVDA"]).ok
