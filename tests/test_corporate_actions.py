@@ -225,3 +225,22 @@ def test_recording_an_action_makes_stored_features_stale_and_the_rebuild_is_cont
     np.testing.assert_allclose(
         again.frame.to_numpy(dtype=float), compute_features(prices_again).to_numpy(dtype=float), rtol=1e-9
     )
+
+
+def test_revisions_of_the_latest_sessions_are_written_not_taken_for_actions(engine):
+    ticker, (ex, factor, start, end) = "NVDA", EVENTS["NVDA"]
+    truth = generate([ticker], start, end, seed=11)
+    truth["date"] = pd.to_datetime(truth["date"]).dt.date
+    source = SplitSource(truth, ticker, ex, factor, style=1)
+    first = truth["date"].iloc[0]
+    fetch_prices(engine, source, [ticker], first_start=first, end=dt.date(2024, 5, 31))
+    last = dt.date(2024, 5, 31)
+    revised = truth.copy()
+    for f in ("open", "high", "low", "close"):  # the vendor revises the last two bars in all four prices
+        revised.loc[revised["date"] >= dt.date(2024, 5, 30), f] *= 1.01
+    source.truth = revised
+    report = fetch_prices(engine, source, [ticker], first_start=first, end=dt.date(2024, 6, 3))
+    assert not report.failed and report.outcomes[ticker].written == 3  # two revised bars and the new one
+    assert load_actions(engine, [ticker]) == {}
+    stored = load_prices(engine, [ticker], adjusted=False)[ticker].set_index("date")["close"]
+    assert stored[last] == pytest.approx(truth.set_index("date")["close"][last] * 1.01)
