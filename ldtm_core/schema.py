@@ -1,7 +1,7 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, run_log, ingested_files, features, feature_sets, and the views accuracy_30d,
+backtest_folds, run_log, ingested_files, features, feature_sets, corporate_actions, and the views accuracy_30d,
 accuracy_30d_with_in_sample and accuracy_30d_by_model (created by migrations).
 """
 
@@ -45,6 +45,21 @@ prices = Table(
     Column("source", String(32), nullable=False),
     Column("ingested_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("low <= high AND low > 0", name="ck_prices_range"),
+)
+
+# A split or dividend re-bases a ticker's prices. `factor` multiplies every price before `ex_date` to put
+# it on the basis from `ex_date` on (a 10:1 split: 0.1). Stored prices stay as ingested; readers apply
+# the recorded factors (ldtm_core.data.corporate_actions).
+corporate_actions = Table(
+    "corporate_actions",
+    metadata,
+    Column("ticker", TICKER, primary_key=True),
+    Column("ex_date", Date, primary_key=True),
+    Column("kind", String(12), primary_key=True),
+    Column("factor", Float, nullable=False),
+    Column("source", String(32), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("factor > 0", name="ck_corporate_actions_factor"),
 )
 
 model_registry = Table(

@@ -5,6 +5,11 @@ own results.
 `prices_ohlc_consistent` is blocking: a broken bar would poison features for training and
 inference downstream in the same run. Missing sessions only warn: a late vendor file is common and
 the nightly run should still predict for the tickers that are complete.
+
+`prices_latest_session_complete` (freshness) warns too, deliberately not blocking: a blocking check
+that fails stops every downstream asset of the run, so one late ticker would cost the whole universe
+its evening. Instead predict skips each stale ticker by name ("no price for X on D") and a rerun after
+the bar arrives fills it in; this check names the stale tickers and why, up front.
 """
 
 from dagster import (
@@ -15,6 +20,7 @@ from dagster import (
     asset_check,
 )
 
+from ldtm_core.data.freshness import freshness
 from ldtm_core.data.price_moves import large_moves, threshold_from_env
 from ldtm_core.data.prices import quality_report
 
@@ -62,7 +68,7 @@ def prices_sessions_complete(
 def prices_no_unexplained_jumps(
     context: AssetCheckExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> AssetCheckResult:
-    # No corporate-actions table yet, so every such move is flagged (large_moves' `explained` hook).
+    # A move on an ex-date that its recorded corporate action explains is not flagged (large_moves' default).
     threshold = threshold_from_env()
     moves = large_moves(database.engine(store), store.tickers(), threshold_pct=threshold)
     return AssetCheckResult(
@@ -72,5 +78,26 @@ def prices_no_unexplained_jumps(
             "threshold_pct": threshold,
             "flagged_moves": len(moves),
             "moves": MetadataValue.json([m.describe() for m in moves[:50]]),
+        },
+    )
+
+
+@asset_check(
+    asset="prices",
+    description="every universe ticker has the latest session's bar (warns and names the stale ones; "
+    "snapshots skip them by name and a rerun fills them in)",
+)
+def prices_latest_session_complete(
+    context: AssetCheckExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> AssetCheckResult:
+    report = freshness(database.engine(store), store.tickers())
+    return AssetCheckResult(
+        passed=report.ok,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "session": str(report.session or ""),
+            "fresh_tickers": len(report.fresh),
+            "stale_tickers": len(report.stale),
+            "stale": MetadataValue.json(dict(list(report.stale.items())[:100])),
         },
     )

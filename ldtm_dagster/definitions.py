@@ -17,6 +17,7 @@ defs = Definitions(
         checks.prices_ohlc_consistent,
         checks.prices_sessions_complete,
         checks.prices_no_unexplained_jumps,
+        checks.prices_latest_session_complete,
     ],
     jobs=[nightly_market_job, nightly_job, retrain_job, promotion_job],
     schedules=[nightly, weekly_retrain],

@@ -47,3 +47,13 @@ def test_fetch_synthetic_is_incremental_and_an_unknown_source_is_a_clean_error(l
     assert result.exit_code == 0 and "2024-02-22" in result.output  # 5 sessions before 2024-02-29
     bad = runner.invoke(app, ["ingest", "fetch", "--source", "ftp"])
     assert bad.exit_code == 2 and "unknown price source 'ftp'" in bad.output
+
+
+def test_fetch_records_a_split_and_does_not_warn_about_its_move(ldtm_env, monkeypatch):
+    monkeypatch.delenv("LDTM_PRICE_SOURCE", raising=False)
+    monkeypatch.setenv("LDTM_SYNTHETIC_SPLITS", "NVDA:2024-06-10:10")
+    args = ["ingest", "fetch", "--tickers", "AAPL,NVDA", "--start", "2024-05-01", "--end", "2024-06-14"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "corporate action recorded: NVDA split 10:1 ex 2024-06-10" in result.output
+    assert "not explained by a recorded corporate action" not in result.output

@@ -215,7 +215,9 @@ def test_small_known_case_and_verdict(engine):
     assert (got["model_only"], got["up_only"]) == (2, 0)
     assert got["skill_p_value"] == 0.25
     assert "All 1 models beat always-up (0 with p <= 0.05 in the exact test)" in verdict(leaderboard(engine))
-    assert leaderboard(engine, "replay").empty
+    # No replay rows: nothing scored, and the ticker is named as stale rather than dropped.
+    replay = leaderboard(engine, "replay")
+    assert replay["stale"].all() and (replay["n"] == 0).all() and replay["last_filled"].isna().all()
     assert "nothing to score" in verdict(leaderboard(engine, "replay"))
 
 
@@ -299,5 +301,21 @@ def test_an_in_sample_first_row_is_not_replaced_by_a_later_one(engine):
         m1, m2 = _model(conn, "GGG"), _model(conn, "GGG")
         _evenings(conn, "GGG", m1, "v1", d, [True], in_sample=True)
         _evenings(conn, "GGG", m2, "v2", d, [False])
-    assert leaderboard(engine).empty
+    [unscored] = leaderboard(engine).itertuples()  # shown as stale (its only filled row is in-sample)
+    assert (unscored.ticker, unscored.n, unscored.stale, unscored.last_filled) == ("GGG", 0, True, d[0])
     assert leaderboard(engine, include_in_sample=True).iloc[0][["n", "hits"]].tolist() == [1, 1]
+
+
+def test_a_ticker_whose_prices_stopped_is_shown_stale_not_dropped(engine):
+    """Real series end on different dates: a ticker with no filled evening in the window keeps a row."""
+    days = [dt.date(2024, 1, 2) + dt.timedelta(days=i) for i in range(60)]
+    with engine.begin() as conn:
+        m_live, m_gone = _model(conn, "LIVE"), _model(conn, "GONE")
+        _evenings(conn, "GONE", m_gone, "v1", days[:5], [True, False, True, True, True])
+        _evenings(conn, "LIVE", m_live, "v1", days[50:], [True] * 10)
+    board = leaderboard(engine).set_index("ticker")
+    assert list(board.index) == ["LIVE", "GONE"]  # the scored ticker first, the stale one last
+    assert (board.loc["LIVE", "n"], bool(board.loc["LIVE", "stale"])) == (10, False)
+    gone = board.loc["GONE"]
+    assert (gone["n"], bool(gone["stale"]), gone["last_filled"]) == (0, True, days[4])
+    assert "GONE (last filled 2024-01-06)" in verdict(leaderboard(engine))

@@ -6,7 +6,8 @@ Three independent checks, each reported per ticker and date:
 - the anchors: every chain head recorded after a predict run (run_log, or given by the caller, e.g.
   from Dagster materialization metadata) still exists with the same hash, and no row follows the
   newest anchor: deleting or truncating the newest rows, or rewriting the chain, is reported;
-- the actuals: every filled actual equals the close in `prices` on its target date, and the derived
+- the actuals: every filled actual equals the close in `prices` on its target date (on the run date's
+  basis: divided by the factors of corporate actions between the two dates), and the derived
   pct errors and next-day direction flags are recomputed from that close (outside the hash, but they
   are what the leaderboard scores).
 """
@@ -32,6 +33,7 @@ from ldtm_core.accountability.chain import (
     row_hash,
 )
 from ldtm_core.config import Settings
+from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError
 from ldtm_core.schema import prices, snapshots
@@ -239,9 +241,12 @@ def _check_actuals(conn, wanted: list[str] | None, band: float) -> tuple[list[Au
         stmt = stmt.where(s.ticker.in_(wanted))
     problems: list[AuditProblem] = []
     checked = 0
+    actions = load_actions(conn, wanted or None)
     for r in conn.execute(stmt.order_by(s.ticker, s.run_date, s.id)).mappings():
         for h in HORIZONS:
             actual, err, close, day = r[f"{h}_actual"], r[f"{h}_pct_error"], r[f"{h}_close"], r[f"{h}_date"]
+            if close is not None:  # the fillback's basis rule: the close on the run date's basis
+                close = close / basis_factor(actions.get(r["ticker"], []), r["run_date"], day)
             flags = h == "next_day" and (
                 r["next_day_direction_actual"] is not None or r["next_day_direction_correct"] is not None
             )

@@ -6,6 +6,10 @@ the join is the single batched lookup of every needed close and the arithmetic r
 A value is written only where that actual is still NULL, and runs are serialised, so a rerun or a
 concurrent run never fills anything twice. Prediction columns are never written,
 so the audit chain stays valid. The dry run is one SELECT with the same three joins.
+
+Price basis (SPEC §2): an actual is compared on the prediction's own basis, its run date's. A horizon
+with a recorded corporate action between run date and target date is filled per row in Python with
+the close divided by the actions' factors (corporate_actions.basis_factor); the rest stay set-based.
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, and_, case, func, or_, select, update
+import numpy as np
+from sqlalchemy import Engine, and_, case, exists, func, not_, or_, select, update
 from sqlalchemy.orm import aliased
 
 from ldtm_core.config import Settings
+from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.db import run_in_transaction, write_lock
 from ldtm_core.faults import pause_point
-from ldtm_core.schema import prices, snapshots
+from ldtm_core.schema import corporate_actions, prices, snapshots
 
 HORIZONS = ("next_day", "next_monday", "one_month")
 FILL_LOCK = "ldtm:fillback"
@@ -45,6 +51,19 @@ class FillbackResult:
     @property
     def total_filled(self) -> int:
         return sum(self.filled.values())
+
+
+def _rebased(h: str):
+    """A corporate action between the run date and this horizon's target date: its actual needs the
+    basis rule (close / factors), done per row in Python; all other rows stay set-based in SQL."""
+    s, ca = snapshots.c, corporate_actions.c
+    return exists(
+        select(ca.ticker).where(ca.ticker == s.ticker, ca.ex_date > s.run_date, ca.ex_date <= s[f"{h}_date"])
+    )
+
+
+def _on_basis(conn, rows) -> dict[str, list]:
+    return load_actions(conn, sorted({r.ticker for r in rows})) if rows else {}
 
 
 def _pending(conn) -> list:
@@ -76,18 +95,21 @@ def fillback(engine: Engine, dry_run: bool = False, neutral_band_pct: float | No
     if dry_run:
         with engine.connect() as conn:
             rows = _pending(conn)
+            actions = _on_basis(conn, rows)
         result.rows_pending = len(rows)
         for r in rows:
             for h in HORIZONS:
                 if getattr(r, f"{h}_open") and getattr(r, f"{h}_close") is not None:
+                    day = getattr(r, f"{h}_date")
+                    factor = basis_factor(actions.get(r.ticker, []), r.run_date, day)
                     result.pending.append(
                         PendingFill(
                             r.id,
                             r.ticker,
                             r.run_date,
                             h,
-                            getattr(r, f"{h}_date"),
-                            float(getattr(r, f"{h}_close")),
+                            day,
+                            float(getattr(r, f"{h}_close")) / factor,
                         )
                     )
         result.pending.sort(key=lambda p: (p.ticker, p.run_date, HORIZONS.index(p.horizon)))
@@ -116,14 +138,17 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
     frm = snapshots
     for h in HORIZONS:
         frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
-    fillable = {h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None)) for h in HORIZONS}
+    fillable = {
+        h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None), not_(_rebased(h))) for h in HORIZONS
+    }
+    rebased = _fill_rebased(conn, band, now, frm, px)
     counts = conn.execute(
         select(*(func.coalesce(func.sum(case((fillable[h], 1), else_=0)), 0).label(h) for h in HORIZONS))
         .select_from(frm)
         .where(or_(*fillable.values()))
     ).one()
-    filled = {h: int(getattr(counts, h)) for h in HORIZONS}
-    if not any(filled.values()):
+    filled = {h: int(getattr(counts, h)) + rebased[h] for h in HORIZONS}
+    if not any(int(getattr(counts, h)) for h in HORIZONS):
         return filled
     v = (
         select(s.id.label("sid"), *(px[h].c.close.label(f"c_{h}") for h in HORIZONS))
@@ -147,4 +172,51 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
             values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
     conn.execute(update(snapshots).where(s.id == v.c.sid).values(values))
     pause_point("fillback.before_commit")
+    return filled
+
+
+def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int]:
+    """Fill the horizons with a corporate action between run date and target date, row by row: the
+    actual is the target's close on the run date's basis (close / basis_factor), so a 10:1 split gives
+    the same pct error and direction as no split. Rare (a few rows per action); counts per horizon."""
+    s = snapshots.c
+    todo = {h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None), _rebased(h)) for h in HORIZONS}
+    rows = conn.execute(
+        select(
+            s.id,
+            s.ticker,
+            s.run_date,
+            s.run_date_close,
+            *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date")),
+            *(todo[h].label(f"{h}_todo") for h in HORIZONS),
+            *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
+        )
+        .select_from(frm)
+        .where(or_(*todo.values()))
+        .order_by(s.id)
+    ).all()
+    filled = dict.fromkeys(HORIZONS, 0)
+    actions = _on_basis(conn, rows)
+    for r in rows:
+        values: dict = {"filled_at": now}
+        for h in HORIZONS:
+            if not getattr(r, f"{h}_todo"):
+                continue
+            day = getattr(r, f"{h}_date")
+            actual = float(getattr(r, f"{h}_close")) / basis_factor(
+                actions.get(r.ticker, []), r.run_date, day
+            )
+            pred = float(getattr(r, f"{h}_pred"))
+            values[f"{h}_actual"] = actual
+            values[f"{h}_pct_error"] = (pred - actual) / actual * 100.0
+            if h == "next_day":
+                rdc = float(r.run_date_close)
+                move_pct = (actual - rdc) / rdc * 100.0
+                values["next_day_direction_actual"] = (
+                    "bullish" if move_pct > band else ("bearish" if move_pct < -band else "neutral")
+                )
+                values["next_day_direction_correct"] = bool(np.sign(pred - rdc) == np.sign(actual - rdc))
+            filled[h] += 1
+        # Only actuals still NULL (the WHERE re-checks each one), so a rerun writes nothing twice.
+        conn.execute(update(snapshots).where(s.id == r.id).values(values))
     return filled

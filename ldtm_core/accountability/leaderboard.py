@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, func, select, text
 
+from ldtm_core.accountability.registry import serving_models
 from ldtm_core.accountability.skill import SkillTest, discordant_counts
 from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
@@ -63,7 +64,56 @@ def leaderboard(engine: Engine, mode: str = "all", include_in_sample: bool = Fal
     """
     view = TICKER_VIEW_WITH_IN_SAMPLE if include_in_sample else TICKER_VIEW
     df = _with_skill(engine, _read(engine, view, COLUMNS, mode), mode, include_in_sample=include_in_sample)
+    df = _with_stale_rows(engine, df, mode)
+    # Stale rows (accuracy NaN) go last.
     return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
+
+
+def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """Every ticker with a serving model gets a row (SPEC §2 freshness: none disappears silently).
+
+    The window stays the one the view computes (the 30 days ending at the latest filled evening of all
+    tickers), so every scored row of the board covers the same period and the tickers compare fairly;
+    a ticker with no filled rows in it (its prices stopped arriving, or it is new) is added with n = 0,
+    `stale` True and `last_filled`, its latest filled evening in this mode (None when it never had one).
+    """
+    board = board.copy()
+    board["stale"] = False
+    board["last_filled"] = board["window_end"] if len(board) else pd.Series(dtype=object)
+    missing = sorted(set(serving_models(engine)) - set(board["ticker"]))
+    if not missing:
+        return board
+    s = snapshots.c
+    stmt = (
+        select(s.ticker, func.max(s.run_date))
+        .where(s.ticker.in_(missing), s.next_day_actual.is_not(None))
+        .group_by(s.ticker)
+    )
+    if mode != "all":
+        stmt = stmt.where(s.mode == mode)
+    with engine.connect() as conn:
+        last = {t: pd.Timestamp(d).date() for t, d in conn.execute(stmt).all()}
+    window = (board["window_start"].min(), board["window_end"].max()) if len(board) else (None, None)
+    extra = pd.DataFrame(
+        [
+            {
+                "ticker": t,
+                "mode": mode,
+                "n": 0,
+                "hits": 0,
+                "window_start": window[0],
+                "window_end": window[1],
+                "beats_always_up": False,
+                "beats_persistence": False,
+                "model_only": 0,
+                "up_only": 0,
+                "stale": True,
+                "last_filled": last.get(t),
+            }
+            for t in missing
+        ]
+    )
+    return pd.concat([board, extra], ignore_index=True)[board.columns]
 
 
 def leaderboard_by_model(engine: Engine, mode: str = "all") -> pd.DataFrame:
@@ -171,7 +221,17 @@ def skill_tests(
 
 
 def verdict(df: pd.DataFrame) -> str:
-    """One plain sentence about the always-up baseline."""
+    """One plain sentence about the always-up baseline (and the stale tickers, named)."""
+    stale = df[df["stale"]] if "stale" in df else df.iloc[0:0]
+    if len(stale):
+        named = ", ".join(
+            f"{r.ticker} (last filled {r.last_filled or 'never'})" for r in stale.itertuples(index=False)
+        )
+        return _verdict(df[~df["stale"]]) + f" Stale, no filled rows in the window: {named}."
+    return _verdict(df)
+
+
+def _verdict(df: pd.DataFrame) -> str:
     if df.empty:
         return "No filled snapshots in the window yet: nothing to score."
     beat = int(df["beats_always_up"].sum())

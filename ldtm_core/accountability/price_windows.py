@@ -14,6 +14,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ldtm_core.data.calendar import session_array
+from ldtm_core.data.corporate_actions import adjust_arrays, load_actions
 from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features, feature_array
 from ldtm_core.data.samples import normalise_windows
 from ldtm_core.schema import prices
@@ -85,7 +86,9 @@ def load_price_arrays(engine: Engine, tickers: list[str], start: dt.date, end: d
     bounds = np.flatnonzero(names[1:] != names[:-1]) + 1
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(names)], strict=True):
         out[names[lo]] = {"date": dates[lo:hi], **{f: v[lo:hi] for f, v in values.items()}}
-    return out
+    # One continuous series on the run date's basis: a split inside the window is not a -90 % day.
+    actions = load_actions(engine, list(out))
+    return {t: adjust_arrays(a, actions.get(t, []), end) for t, a in out.items()}
 
 
 def build_windows(

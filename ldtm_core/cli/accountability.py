@@ -194,7 +194,13 @@ def print_leaderboard(df, mode: str = "all") -> None:
     )
     for r in df.itertuples(index=False):
         table.add_row(
-            f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker,
+            f"{r.ticker} {r.model_version}"
+            if "model_version" in df.columns
+            else (
+                f"{r.ticker} [yellow](stale, last filled {r.last_filled or 'never'})[/]"
+                if r.stale
+                else r.ticker
+            ),
             str(r.n),
             _pct(r.direction_accuracy),
             f"{_pct(r.wilson_low)}–{_pct(r.wilson_high)}",

@@ -175,6 +175,12 @@ def ingest_fetch_cmd(
     refetch: bool = typer.Option(False, "--refetch", help="fetch every ticker from --start"),
     seed: int = typer.Option(0, help="synthetic source: random seed"),
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="overwrite stored history that the source changed in a way no corporate action explains "
+        "(default: such a ticker is refused; also LDTM_FORCE_REINGEST=1)",
+    ),
 ) -> None:
     """Fetch prices from the configured source, incrementally, and store every ticker that passes
     validation. Each ticker's outcome is listed; exit code 1 if any ticker failed."""
@@ -203,6 +209,7 @@ def ingest_fetch_cmd(
         universe=universe,
         allow_new=allow_new,
         refetch=refetch,
+        force=force or None,  # None: LDTM_FORCE_REINGEST decides
     )
     table = Table(
         "ticker",
@@ -229,6 +236,9 @@ def ingest_fetch_cmd(
     for f in report.files:
         err = f" ({escape(f['error'])})" if f["error"] else ""
         console.print(f"file {escape(f['file'])}: {f['status']}, {f['rows']} rows{err}")
+    for o in report.outcomes.values():
+        for action in o.actions:
+            console.print(f"corporate action recorded: {escape(action)}")
     fetched = [o for o in report.stored if o.first_date is not None]
     if fetched:
         since = min(o.first_date for o in fetched)

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, Engine, delete, insert, select
 
+from ldtm_core.data.corporate_actions import adjust_frame, load_actions
 from ldtm_core.data.features import FEATURE_NAMES, WARMUP_ROWS, compute_features
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.universe import validate_ticker
@@ -87,7 +88,7 @@ def fingerprint(prices: pd.DataFrame, corporate_actions: Sequence[tuple] = ()) -
 
     The hash covers the dates and all five bar fields, not only closes: every one of them is a feature,
     so a revised volume makes stored features stale as surely as a revised close. `corporate_actions`
-    are the actions applied to the series (see corporate_actions_applied); none today.
+    are the actions applied to the series (see corporate_actions_applied).
     """
     df = prices.sort_values("date") if len(prices) else prices
     digest = hashlib.sha256()
@@ -107,12 +108,10 @@ def fingerprint(prices: pd.DataFrame, corporate_actions: Sequence[tuple] = ()) -
 
 
 def corporate_actions_applied(conn_or_engine: Connection | Engine, ticker: str) -> tuple[tuple, ...]:
-    """The corporate actions applied to `ticker`'s price series, as (ex_date, factor, kind) tuples.
-
-    Empty until a `corporate_actions` table exists; when it does, read the ticker's rows here and every
-    stored feature set whose series was re-based becomes stale through its fingerprint.
-    """
-    return ()
+    """The corporate actions applied to `ticker`'s price series, as (ex_date, factor, kind) tuples: the
+    recorded ones (load_prices applies them all), so recording an action makes stored features stale."""
+    actions = load_actions(conn_or_engine, [ticker]).get(ticker, [])
+    return tuple((a.ex_date.isoformat(), round(a.factor, 12), a.kind) for a in actions)
 
 
 def current_fingerprint(engine: Engine, ticker: str, prices: pd.DataFrame) -> PriceFingerprint:
@@ -226,7 +225,10 @@ def load_prices_bulk(engine: Engine, tickers: Sequence[str]) -> dict[str, pd.Dat
         buf = _copy_out(conn, query, {"tickers": tickers})
     df = pd.read_csv(buf, names=["ticker", "date", *BAR_FIELDS], dtype={"ticker": str}, keep_default_na=False)
     df["date"] = df["date"].to_numpy(dtype="datetime64[D]").astype(object)  # datetime.date, like load_prices
-    return _split(df, tickers, ["date", *BAR_FIELDS])
+    actions = load_actions(engine, tickers)  # the same adjusted series as load_prices
+    return {
+        t: adjust_frame(f, actions.get(t, [])) for t, f in _split(df, tickers, ["date", *BAR_FIELDS]).items()
+    }
 
 
 def _stored_arrays(

@@ -16,6 +16,7 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from ldtm_core.data.calendar import require_in_range
+from ldtm_core.data.corporate_actions import reconcile, record_actions
 from ldtm_core.data.price_files import read_price_file
 from ldtm_core.data.price_validation import VALUE_COLUMNS, canonical_header, validate_prices
 from ldtm_core.data.price_writer import write_prices
@@ -51,8 +52,24 @@ class FileOutcome:
         return "ok" if self.ok else "failed"
 
 
-def _store(engine: Engine, df: pd.DataFrame, source: str, label: str) -> IngestResult:
-    written = run_in_transaction(engine, lambda conn: write_prices(conn, df, source))
+def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: bool = True) -> IngestResult:
+    """Write in one transaction. A ticker whose stored history the frame rescales by one constant before
+    a date gets that corporate action recorded (the rescaled rows are not merged). Other changes to older
+    history: an explicit ingest (a file or frame the operator named) overwrites them, as it always did;
+    with force=False they refuse the whole call (InputError naming the ticker). The nightly fetch
+    (price_fetch) refuses them per ticker unless forced."""
+
+    def work(conn) -> int:
+        frames, actions = [], []
+        for ticker, part in df.groupby("ticker", sort=False):
+            rec = reconcile(conn, str(ticker), part.drop(columns="ticker"), source=source, force=force)
+            frames.append(rec.frame.assign(ticker=ticker))
+            actions.extend(rec.actions)
+        record_actions(conn, actions)
+        kept = pd.concat(frames, ignore_index=True) if frames else df
+        return write_prices(conn, kept[df.columns], source)
+
+    written = run_in_transaction(engine, work)
     return IngestResult(label, int(df["ticker"].nunique()), len(df), written)
 
 

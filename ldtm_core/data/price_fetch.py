@@ -22,6 +22,7 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 
 from ldtm_core.data.calendar import latest_session_on_or_before, session_array
+from ldtm_core.data.corporate_actions import HistoryRewriteRefused, force_from_env, reconcile, record_actions
 from ldtm_core.data.price_validation import validate_prices
 from ldtm_core.data.price_writer import write_prices
 from ldtm_core.data.sources.base import FileReceipt, PriceSource, SourceAnswer, first_line
@@ -43,6 +44,7 @@ class TickerOutcome:
     first_date: dt.date | None = None
     last_date: dt.date | None = None
     transient: bool = False
+    actions: list[str] = field(default_factory=list)  # corporate actions recorded for this ticker
 
     def as_row(self) -> dict:
         return {
@@ -141,9 +143,12 @@ def fetch_prices(
     universe: Iterable[str] | None = None,
     allow_new: bool = False,
     refetch: bool = False,
+    force: bool | None = None,
 ) -> FetchReport:
     """Fetch `tickers` from `source` up to `end` (default: the latest session up to today) and store
-    every ticker that passes validation. `refetch` asks every ticker from `first_start`."""
+    every ticker that passes validation. `refetch` asks every ticker from `first_start`. `force` (default
+    LDTM_FORCE_REINGEST) merges history rewrites that no single corporate action explains."""
+    force = force_from_env() if force is None else force
     tickers = list(dict.fromkeys(tickers))
     end = end or latest_session_on_or_before(dt.date.today())
     accepted = set(universe if universe is not None else tickers) | set(tickers)
@@ -186,7 +191,7 @@ def fetch_prices(
                 answer.fail(t, f"{source.name}: {first_line(exc)}", transient=True)
             answers = [answer]
         for answer in answers:
-            _store_answer(engine, source, answer, report, accepted=accepted, allow_new=allow_new)
+            _store_answer(engine, source, answer, report, accepted=accepted, allow_new=allow_new, force=force)
 
     if not source.incremental:
         for t in wanted:
@@ -204,6 +209,7 @@ def _store_answer(
     *,
     accepted: set[str],
     allow_new: bool,
+    force: bool = False,
 ) -> None:
     clean: dict[str, pd.DataFrame] = {}
     for ticker, reason in answer.failures.items():
@@ -224,7 +230,25 @@ def _store_answer(
         answer.failures[ticker] = reason
         _fail(report, ticker, reason)
 
+    # Corporate actions: the source's own events (style 1) and rescaled history (style 2, reconcile).
+    actions = [a for a in answer.actions if a.ticker in clean]
+    with engine.connect() as conn:
+        for ticker in list(clean):
+            try:
+                rec = reconcile(conn, ticker, clean[ticker], source=source.name, force=force)
+            except HistoryRewriteRefused as exc:
+                del clean[ticker]
+                actions = [a for a in actions if a.ticker != ticker]
+                answer.failures[ticker] = str(exc)
+                _fail(report, ticker, str(exc))
+                continue
+            clean[ticker] = rec.frame
+            actions.extend(rec.actions)
+    for a in actions:
+        report.outcomes.setdefault(a.ticker, TickerOutcome(a.ticker)).actions.append(a.describe())
+
     def work(conn) -> dict[str, int]:
+        record_actions(conn, actions)
         written = {t: write_prices(conn, df, source.name) for t, df in clean.items()}
         for receipt in answer.receipts:
             _record_receipt(conn, receipt, answer, clean, written)
@@ -234,6 +258,8 @@ def _store_answer(
         return
     written = run_in_transaction(engine, work)
     for ticker, df in clean.items():
+        if df.empty:
+            continue
         o = report.outcomes.setdefault(ticker, TickerOutcome(ticker))
         o.rows += len(df)
         o.written += written[ticker]

@@ -1,9 +1,9 @@
 """One-day moves too large to be ordinary trading: flagged, not silently trained on.
 
 A close-to-close move beyond the threshold (default 40 %, LDTM_MAX_DAILY_MOVE_PCT) is usually a
-split or reverse split, a bad print, or a symbol reused by another company. Until the platform
-records corporate actions every such move is flagged; `explained` is the hook for "a recorded
-action explains this one" (e.g. a 10:1 split on that ex-date), which then drops it from the flags.
+split or reverse split, a bad print, or a symbol reused by another company. A move on the ex-date of a
+recorded corporate action whose factor matches it (e.g. a 10:1 split) is explained and not flagged
+(`explained`, default: the recorded `corporate_actions`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import Engine
 
+from ldtm_core.data.corporate_actions import explains, load_actions
 from ldtm_core.data.prices import load_prices
 from ldtm_core.errors import InputError
 
@@ -53,7 +54,7 @@ def threshold_from_env() -> float:
 
 
 def no_recorded_actions(ticker: str, day: dt.date, ratio: float) -> bool:
-    """No corporate-actions table yet: nothing is explained."""
+    """Nothing is explained (the explicit choice for a caller that wants every large move)."""
     return False
 
 
@@ -63,7 +64,7 @@ def large_moves(
     *,
     threshold_pct: float | None = None,
     since: dt.date | None = None,
-    explained: Explainer = no_recorded_actions,
+    explained: Explainer | None = None,
 ) -> list[LargeMove]:
     """Every stored one-day close move beyond `threshold_pct` (on or after `since`) not `explained`.
 
@@ -71,8 +72,11 @@ def large_moves(
     (+900 %) both flag at the default 40 %.
     """
     threshold = threshold_from_env() if threshold_pct is None else threshold_pct
+    if explained is None:  # default: a move on an ex-date matching its recorded split/dividend is explained
+        explained = explains(load_actions(engine, list(tickers)))
     out: list[LargeMove] = []
-    for ticker, frame in load_prices(engine, tickers).items():
+    # The bars as stored: a split shows as a jump here, and a recorded action is what explains it.
+    for ticker, frame in load_prices(engine, tickers, adjusted=False).items():
         if len(frame) < 2:
             continue
         close = frame["close"].to_numpy(dtype=np.float64)

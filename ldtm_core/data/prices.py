@@ -24,9 +24,17 @@ def _frame(rows) -> pd.DataFrame:
 
 
 def load_prices(
-    engine: Engine, tickers: Sequence[str], start: dt.date | None = None, end: dt.date | None = None
+    engine: Engine,
+    tickers: Sequence[str],
+    start: dt.date | None = None,
+    end: dt.date | None = None,
+    *,
+    adjusted: bool = True,
 ) -> dict[str, pd.DataFrame]:
-    """Prices of every ticker in `tickers`, fetched with one query, as {ticker: frame sorted by date}."""
+    """Prices of every ticker in `tickers`, fetched with one query, as {ticker: frame sorted by date}.
+
+    `adjusted` (default): each frame on the basis of its last date, through the recorded corporate
+    actions (ldtm_core.data.corporate_actions); `adjusted=False`: the bars as stored."""
     cols = [prices.c[c] for c in PRICE_COLUMNS]
     tickers = [validate_ticker(t) for t in tickers]
     stmt = select(*cols).where(prices.c.ticker.in_(tickers))
@@ -38,6 +46,11 @@ def load_prices(
     with engine.connect() as conn:
         df = _frame(conn.execute(stmt).all())
     out = {t: g.drop(columns="ticker").reset_index(drop=True) for t, g in df.groupby("ticker", sort=False)}
+    if adjusted and out:
+        from ldtm_core.data.corporate_actions import adjust_frame, load_actions
+
+        actions = load_actions(engine, list(out))
+        out = {t: adjust_frame(f, actions.get(t, [])) for t, f in out.items()}
     return {t: out.get(t, _frame([]).drop(columns="ticker")) for t in tickers}
 
 

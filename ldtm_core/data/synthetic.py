@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -125,8 +125,50 @@ def _ticker_frame(
     return frame.reset_index(drop=True)
 
 
-def generate(tickers: Sequence[str], start: dt.date | str, end: dt.date | str, seed: int = 0) -> pd.DataFrame:
-    """Long frame (ticker, date, open, high, low, close, adj_close, volume) over XNYS sessions."""
+def parse_splits(spec: str) -> dict[str, list[tuple[dt.date, float]]]:
+    """`NVDA:2024-06-10:10,AAPL:2020-08-31:4` (ticker:ex-date:ratio for a ratio:1 split) -> {ticker: [...]}."""
+    out: dict[str, list[tuple[dt.date, float]]] = {}
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            ticker, day, ratio = item.split(":")
+            out.setdefault(ticker.strip().upper(), []).append((dt.date.fromisoformat(day), float(ratio)))
+        except ValueError:
+            raise InputError(f"synthetic split {item!r}: expected TICKER:YYYY-MM-DD:RATIO") from None
+    return out
+
+
+def apply_splits(df: pd.DataFrame, splits: Mapping[str, Sequence[tuple[dt.date, float]]]) -> pd.DataFrame:
+    """The market as a style-1 source sends it: bars from each ex-date on divided by the ratio (volume
+    times it), raw; `adj_close` back-adjusted onto the latest basis. The continuous market stays the
+    truth: put on one basis through the recorded actions, it is unchanged (up to rounding)."""
+    df = df.copy()
+    levels = ["open", "high", "low", "close"]
+    for ticker, events in splits.items():
+        rows = df["ticker"] == ticker
+        for ex, ratio in events:
+            if not ratio > 0:
+                raise InputError(f"synthetic split {ticker} {ex}: ratio {ratio!r} must be > 0")
+            after = rows & (df["date"] >= ex)
+            df.loc[after, levels] = (df.loc[after, levels] / ratio).round(4)
+            df.loc[after, "volume"] = (df.loc[after, "volume"] * ratio).round().astype(np.int64)
+            df.loc[rows, "adj_close"] = (
+                df.loc[rows, "adj_close"] / ratio
+            )  # the whole history on the new basis
+        df.loc[rows, "adj_close"] = df.loc[rows, "adj_close"].round(4)
+    return df
+
+
+def generate(
+    tickers: Sequence[str],
+    start: dt.date | str,
+    end: dt.date | str,
+    seed: int = 0,
+    splits: Mapping[str, Sequence[tuple[dt.date, float]]] | None = None,
+) -> pd.DataFrame:
+    """Long frame (ticker, date, open, high, low, close, adj_close, volume) over XNYS sessions.
+
+    `splits` (off by default: the demo and the tests see the continuous market): {ticker: [(ex-date,
+    ratio)]} re-bases those tickers as raw closes after a ratio:1 split (`apply_splits`)."""
     days = sessions_between(start, end)
     if len(days) < 2:
         raise InputError(f"synthetic range {start}..{end} holds fewer than 2 XNYS sessions")
@@ -142,4 +184,8 @@ def generate(tickers: Sequence[str], start: dt.date | str, end: dt.date | str, s
     # Rounding can never break OHLC consistency: widen high/low to contain open and close.
     df["high"] = df[["high", "open", "close"]].max(axis=1)
     df["low"] = df[["low", "open", "close"]].min(axis=1)
+    if splits:
+        df = apply_splits(df, splits)
+        df["high"] = df[["high", "open", "close"]].max(axis=1)
+        df["low"] = df[["low", "open", "close"]].min(axis=1)
     return df

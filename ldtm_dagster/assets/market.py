@@ -55,6 +55,11 @@ class PricesConfig(Config):
         DEFAULT_OVERLAP_SESSIONS, description="sessions re-fetched before each ticker's last stored date"
     )
     refetch: bool = Field(False, description="fetch every ticker from `start`, not incrementally")
+    force_reingest: bool = Field(
+        False,
+        description="overwrite stored history the source changed in a way no corporate action explains "
+        "(default: that ticker is refused and named; LDTM_FORCE_REINGEST=1 does the same)",
+    )
 
 
 def _date(value: str, name: str) -> dt.date:
@@ -111,6 +116,7 @@ def prices(
             universe=universe,
             allow_new=config.allow_new,
             refetch=config.refetch,
+            force=config.force_reingest or None,  # None: LDTM_FORCE_REINGEST decides
         )
     except LDTMError as exc:
         raise Failure(f"prices: {exc}", allow_retries=False) from None

@@ -50,7 +50,15 @@ COLUMN_CONFIG = {
 st.title("Leaderboard")
 st.caption(database_caption())
 mode = st.radio("Snapshots", MODES, horizontal=True, help="live evenings, history replays, or both")
-board = leaderboard(engine(), mode)
+full_board = leaderboard(engine(), mode)
+# Tickers with a serving model but no filled evening in the window: named, not scored, never dropped.
+stale = full_board[full_board["stale"]]
+board = full_board[~full_board["stale"]]
+if len(stale):
+    st.warning(
+        "Stale, no filled evening in the window: "
+        + ", ".join(f"{r.ticker} (last filled {r.last_filled or 'never'})" for r in stale.itertuples())
+    )
 
 if board.empty:
     st.info(
@@ -59,7 +67,7 @@ if board.empty:
     )
     st.stop()
 
-st.markdown(f"**{verdict(board)}**")
+st.markdown(f"**{verdict(full_board)}**")
 st.caption(
     f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
     f"snapshots ending at the newest). p is the one-sided exact test of 'right more often than always-up' "

@@ -69,3 +69,25 @@ def test_the_nightly_fetches_up_to_its_own_evening(dagster_instance, sqlite_url,
     )
     assert meta["source"].value == "synthetic seed=0"
     assert meta["end"].value == meta["last_date"].value == "2024-03-08"
+
+
+def test_freshness_check_warns_and_names_the_ticker_without_the_latest_bar(
+    dagster_instance, sqlite_url, tmp_path
+):
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    df = generate(["AAPL", "NVDA"], "2024-05-20", "2024-06-14", seed=2)
+    df = df[~((df["ticker"] == "NVDA") & (df["date"] > dt.date(2024, 6, 12)))]  # NVDA's bars stop early
+    df.to_csv(drop / "week.csv", index=False)
+    resources = tiny_resources(tmp_path / "home", sqlite_url, universe="AAPL,NVDA")
+    result = materialize(
+        [assets.prices, checks.prices_latest_session_complete],
+        instance=dagster_instance,
+        resources=resources,
+        run_config={"ops": {"prices": {"config": {"source": f"files:{drop}", "end": "2024-06-14"}}}},
+    )
+    assert result.success  # a warning: the fresh tickers still go on to their snapshots
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed and check.severity.value == "WARN"
+    assert check.metadata["session"].value == "2024-06-14" and check.metadata["stale_tickers"].value == 1
+    assert check.metadata["stale"].value == {"NVDA": "last bar 2024-06-12, 2 session(s) before 2024-06-14"}

@@ -143,3 +143,56 @@ def test_missing_extra_is_a_clear_error(monkeypatch):
 
     with pytest.raises(InputError, match=r"pip install 'ldtm\[yfinance\]'"):
         YFinanceSource().fetch(["AAPL"], START, END)
+
+
+def with_split_evening(frame: pd.DataFrame) -> pd.DataFrame:
+    """The recorded raw answer plus 2024-06-10, NVDA's 10:1 ex-date, with the columns actions=True adds
+    ('Dividends', 'Stock Splits' per ticker; 0.0 on days without an event)."""
+    day = pd.Timestamp("2024-06-10")
+    bar = {
+        "AAPL": (196.90, 197.30, 192.15, 193.12, 193.12, 97262100),
+        "NVDA": (120.37, 123.10, 117.01, 121.79, 121.79, 314162700),
+    }
+    frame = frame.copy()
+    frame.loc[day] = float("nan")
+    for t, (o, h, lo, c, adj, v) in bar.items():
+        for name, value in zip(
+            ("Open", "High", "Low", "Close", "Adj Close", "Volume"), (o, h, lo, c, adj, v), strict=True
+        ):
+            frame.loc[day, (name, t)] = value
+    for t in ASKED:
+        frame[("Dividends", t)] = 0.0
+        frame[("Stock Splits", t)] = 0.0
+    frame.loc[day, ("Stock Splits", "NVDA")] = 10.0
+    return frame.sort_index(axis=1)
+
+
+def test_raw_download_with_actions_records_the_split_and_the_series_stays_continuous(engine):
+    from ldtm_core.data.corporate_actions import load_actions
+    from ldtm_core.data.price_moves import large_moves
+
+    fake = FakeDownload(with_split_evening(recorded(False)))
+    source = YFinanceSource(auto_adjust=False, download=fake, sleep=lambda s: None)
+    end = dt.date(2024, 6, 10)
+    report = fetch_prices(engine, source, ["AAPL", "NVDA"], first_start=START, end=end)
+    assert not report.failed
+    assert fake.calls[0][1]["actions"] is True  # events only with raw closes
+    [split] = load_actions(engine, ["NVDA"])["NVDA"]
+    assert (split.ex_date, split.kind, split.factor, split.source) == (
+        end,
+        "split",
+        pytest.approx(0.1),
+        "yfinance",
+    )
+    assert load_actions(engine, ["AAPL"]) == {}
+    raw = load_prices(engine, ["NVDA"], adjusted=False)["NVDA"]
+    assert raw["close"].tolist()[-2:] == pytest.approx([1208.88, 121.79], rel=1e-3)  # stored as sent
+    adjusted = load_prices(engine, ["NVDA"])["NVDA"]
+    assert adjusted["close"].tolist()[-2:] == pytest.approx([120.888, 121.79], rel=1e-3)
+    assert large_moves(engine, ["AAPL", "NVDA"], threshold_pct=40.0) == []  # the -90 % day is explained
+
+
+def test_back_adjusted_download_asks_for_no_events():
+    fake = FakeDownload(recorded(True))
+    answer = YFinanceSource(auto_adjust=True, download=fake, sleep=lambda s: None).fetch(["NVDA"], START, END)
+    assert fake.calls[0][1]["actions"] is False and answer.actions == []

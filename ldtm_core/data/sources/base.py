@@ -52,6 +52,8 @@ class SourceAnswer:
     failures: dict[str, str] = field(default_factory=dict)  # ticker -> named reason
     transient: set[str] = field(default_factory=set)  # failed tickers a retry may cure
     receipts: list[FileReceipt] = field(default_factory=list)  # files source only
+    # Style-1 sources (raw closes + events): the splits/dividends they reported (corporate_actions.Action).
+    actions: list = field(default_factory=list)
 
     def fail(self, ticker: str, reason: str, transient: bool = False) -> None:
         self.frames.pop(ticker, None)
@@ -69,6 +71,7 @@ class SourceAnswer:
         for ticker, reason in other.failures.items():
             self.fail(ticker, reason, ticker in other.transient)
         self.receipts.extend(other.receipts)
+        self.actions.extend(other.actions)
 
 
 class PriceSource(ABC):

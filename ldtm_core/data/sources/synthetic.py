@@ -1,21 +1,30 @@
-"""The deterministic synthetic market (ldtm_core.data.synthetic) as a price source: the offline default."""
+"""The deterministic synthetic market (ldtm_core.data.synthetic) as a price source: the offline default.
+
+Optional splits (`LDTM_SYNTHETIC_SPLITS=NVDA:2024-06-10:10,...`, off by default) make it a style-1
+source: raw bars re-based from each ex-date, and the split events in its answer.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Sequence
 
 from ldtm_core.data.calendar import sessions_between
+from ldtm_core.data.corporate_actions import Action, split_factor
 from ldtm_core.data.sources.base import RAW_COLUMNS, PriceSource, SourceAnswer
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic import generate, parse_splits
+
+ENV_SPLITS = "LDTM_SYNTHETIC_SPLITS"
 
 
 class SyntheticSource(PriceSource):
     name = "synthetic"
     batch_size = 1000  # no network: one call for any number of tickers
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, splits: dict | None = None):
         self.seed = seed
+        self.splits = parse_splits(os.environ.get(ENV_SPLITS, "")) if splits is None else splits
 
     def describe(self) -> str:
         return f"synthetic seed={self.seed}"
@@ -24,7 +33,11 @@ class SyntheticSource(PriceSource):
         answer = SourceAnswer()
         if len(sessions_between(start, end)) < 2:  # the generator needs two sessions; widen backwards
             start = start - dt.timedelta(days=7)
-        df = generate(list(tickers), start, end, self.seed)
+        df = generate(list(tickers), start, end, self.seed, splits=self.splits)
+        for ticker in tickers:
+            for ex, ratio in self.splits.get(ticker, []):
+                if start <= ex <= end:
+                    answer.actions.append(Action(ticker, ex, split_factor(ratio), "split", "synthetic"))
         for ticker, group in df.groupby("ticker", sort=False):
             answer.frames[str(ticker)] = group[RAW_COLUMNS].reset_index(drop=True)
         for ticker in tickers:

@@ -21,8 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
+import numpy as np
 import pandas as pd
 
+from ldtm_core.data.corporate_actions import Action, dividend_factor, split_factor
 from ldtm_core.data.sources.base import PriceSource, SourceAnswer, first_line
 from ldtm_core.errors import InputError
 
@@ -88,9 +90,17 @@ def classify(reason: str) -> tuple[str, bool]:
 
 
 def frames_from_download(
-    data: pd.DataFrame | None, tickers: Sequence[str], errors: dict[str, str], start: dt.date, end: dt.date
+    data: pd.DataFrame | None,
+    tickers: Sequence[str],
+    errors: dict[str, str],
+    start: dt.date,
+    end: dt.date,
+    events: bool = False,
 ) -> SourceAnswer:
-    """Split one `yf.download(..., group_by="column")` frame into raw per-ticker frames; name the misses."""
+    """Split one `yf.download(..., group_by="column")` frame into raw per-ticker frames; name the misses.
+
+    `events`: the download had actions=True on raw closes (auto_adjust=False); its 'Stock Splits' and
+    'Dividends' columns become corporate actions (style 1)."""
     answer = SourceAnswer()
     have = set()
     if data is not None and not data.empty and isinstance(data.columns, pd.MultiIndex):
@@ -99,6 +109,8 @@ def frames_from_download(
         frame = None
         if ticker in have:
             sub = data.xs(ticker, axis=1, level="Ticker")
+            if events:
+                answer.actions.extend(_events(ticker, sub))
             cols = [c for c in YF_COLUMNS if c in sub.columns]
             sub = sub[cols].rename(columns=YF_COLUMNS)
             # The frame spans every ticker's dates: rows this ticker has nothing in are not its bars.
@@ -117,6 +129,24 @@ def frames_from_download(
         else:
             answer.fail(ticker, f"empty answer: yfinance returned no bars for {ticker} from {start} to {end}")
     return answer
+
+
+def _events(ticker: str, sub: pd.DataFrame) -> list[Action]:
+    """Splits and dividends from one ticker's columns: 'Stock Splits' is the ratio (10.0 for 10:1, 0 on
+    other days); 'Dividends' the cash amount, turned into a factor with the previous raw close."""
+    out: list[Action] = []
+    days = [pd.Timestamp(d).date() for d in sub.index]
+    if "Stock Splits" in sub.columns:
+        for day, ratio in zip(days, sub["Stock Splits"].to_numpy(dtype=float), strict=True):
+            if np.isfinite(ratio) and ratio > 0 and ratio != 1.0:
+                out.append(Action(ticker, day, split_factor(ratio), "split", "yfinance"))
+    if "Dividends" in sub.columns and "Close" in sub.columns:
+        closes = sub["Close"].to_numpy(dtype=float)
+        for i, amount in enumerate(sub["Dividends"].to_numpy(dtype=float)):
+            prev = closes[:i][np.isfinite(closes[:i])]
+            if np.isfinite(amount) and amount > 0 and len(prev) and prev[-1] > amount:
+                out.append(Action(ticker, days[i], dividend_factor(amount, prev[-1]), "dividend", "yfinance"))
+    return out
 
 
 class YFinanceSource(PriceSource):
@@ -174,14 +204,16 @@ class YFinanceSource(PriceSource):
                         end=(end + dt.timedelta(days=1)).isoformat(),  # yfinance's end is exclusive
                         interval="1d",
                         auto_adjust=self.auto_adjust,
-                        actions=False,
+                        actions=not self.auto_adjust,  # events only go with raw closes
                         group_by="column",
                         multi_level_index=True,
                         progress=False,
                         threads=True,
                         timeout=self.timeout,
                     )
-                    part = frames_from_download(data, remaining, errors, start, end)
+                    part = frames_from_download(
+                        data, remaining, errors, start, end, events=not self.auto_adjust
+                    )
                 except Exception as exc:  # noqa: BLE001 - the whole request failed (network, HTTP)
                     part = SourceAnswer()
                     for t in remaining:
