@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ldtm_core.data.price_files import FILE_SUFFIXES, read_price_file
-from ldtm_core.data.price_validation import validate_prices
+from ldtm_core.data.price_validation import canonical_header, validate_prices
 from ldtm_core.data.sources.base import RAW_COLUMNS, FileReceipt, PriceSource, SourceAnswer
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, LDTMError
@@ -139,20 +138,6 @@ def _stem_ticker(path: Path, reason: str) -> dict[str, str]:
         return {}
 
 
-# Header spellings as the ingest rules accept them (compared lower-case without spaces, '_' and '-').
-_HEADERS = {
-    "date": "date",
-    "open": "open",
-    "high": "high",
-    "low": "low",
-    "close": "close",
-    "adjclose": "adj_close",
-    "volume": "volume",
-    "ticker": "ticker",
-    "symbol": "ticker",
-}
-
-
 def _raw_with_tickers(path: Path) -> pd.DataFrame | None:
     """The file's rows as written (strings), with canonical headers and source line numbers, when it is
     a readable long file with a ticker column; None otherwise (then the file fails as a whole)."""
@@ -167,7 +152,7 @@ def _raw_with_tickers(path: Path) -> pd.DataFrame | None:
             lines = np.arange(1, len(df) + 1)
     except Exception:  # noqa: BLE001 - unreadable: reported by read_price_file's own error
         return None
-    renamed = [_HEADERS.get(re.sub(r"[\s_\-]+", "", str(c).strip().lower()), str(c)) for c in df.columns]
+    renamed = [canonical_header(c) for c in df.columns]
     if "ticker" not in renamed or len(set(renamed)) != len(renamed):
         return None
     df.columns = renamed
