@@ -27,6 +27,8 @@ from sqlalchemy import (
     text,
 )
 
+from ldtm_core.data.features import FEATURE_NAMES
+
 metadata = MetaData()
 
 TICKER = String(12)
@@ -219,21 +221,9 @@ ingested_files = Table(
     UniqueConstraint("path", "sha256", name="uq_ingested_files_path_sha"),
 )
 
-# The 11 features of SPEC §3 per (ticker, session), in ldtm_core.data.features.FEATURE_NAMES order. Rows are
+# The 11 features of SPEC §3 per (ticker, session), one column each, named as the feature code names them. Rows are
 # only ever replaced together with their ticker's `feature_sets` row, in one transaction.
-FEATURE_COLUMNS = (
-    "open",
-    "high",
-    "low",
-    "close",
-    "volume",
-    "log_return_1d",
-    "log_return_5d",
-    "rsi_14",
-    "close_sma_5",
-    "close_sma_10",
-    "close_sma_20",
-)
+FEATURE_COLUMNS = FEATURE_NAMES
 
 features = Table(
     "features",
