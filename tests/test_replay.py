@@ -69,6 +69,7 @@ def test_cli_start_end(engine, world, ldtm_env):
     out = runner.invoke(app, ["predict", "--start", "2024-05-29", "--end", "2024-05-31", "-t", "AAPL"])
     assert out.exit_code == 0, out.output
     assert "replayed 3 sessions 2024-05-29..2024-05-31: 3 rows written" in " ".join(out.output.split())
+    assert "replay 3/3: 2024-05-31: 1 rows" in out.output  # progress lines when not on a terminal
     bad = runner.invoke(app, ["predict", "--start", "2024-05-29"])
     assert bad.exit_code == 2 and "--start and --end go together" in bad.stderr
     bad = runner.invoke(

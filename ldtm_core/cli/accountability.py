@@ -62,21 +62,40 @@ def predict_cmd(
         if start is None or end is None or run_date is not None:
             raise InputError("--start and --end go together, and not with --run-date")
         from ldtm_core.accountability.replay import predict_range
+        from ldtm_core.data.calendar import sessions_between
+        from ldtm_core.progress import progress
 
-        results = predict_range(
-            open_db(cfg),
-            cfg,
-            parse_date(start, "--start"),
-            parse_date(end, "--end"),
-            chosen,
-            mode,
-            neutral_band,
-            on_session=_print_predict,
-        )
+        first, last = parse_date(start, "--start"), parse_date(end, "--end")
+        # A bar (or periodic lines when piped) instead of a report per evening; the range is checked
+        # by predict_range before anything is written.
+        with progress(
+            "replay", max(1, len(sessions_between(first, last)) if first <= last else 1)
+        ) as advance:
+            results = predict_range(
+                open_db(cfg),
+                cfg,
+                first,
+                last,
+                chosen,
+                mode,
+                neutral_band,
+                on_session=lambda r: advance(f"{r.run_date}: {r.rows_written} rows"),
+            )
         written = sum(r.rows_written for r in results)
+        cohort = {d: sum(r.cohort.get(d, 0) for r in results) for d in ("bullish", "neutral", "bearish")}
         console.print(
-            f"replayed {len(results)} sessions {results[0].run_date}..{results[-1].run_date}: {written} rows written"
+            f"replayed {len(results)} sessions {results[0].run_date}..{results[-1].run_date}: {written} rows written, "
+            f"{sum(r.rows_existing for r in results)} already there; cohort "
+            f"{cohort['bullish']} bullish / {cohort['neutral']} neutral / {cohort['bearish']} bearish"
         )
+        skipped: dict[str, tuple[str, int]] = {}
+        for r in results:  # each ticker's first reason, and on how many evenings it was skipped
+            for ticker, why in r.skipped.items():
+                skipped[ticker] = (skipped.get(ticker, (why, 0))[0], skipped.get(ticker, (why, 0))[1] + 1)
+        for ticker, (why, n) in sorted(skipped.items()):
+            err_console.print(
+                f"[yellow]skipped {ticker} on {n} evening(s):[/] {why}", highlight=False, soft_wrap=True
+            )
         if all(r.skipped and not r.tickers_predicted for r in results):
             sys.exit(1)
         return
