@@ -42,6 +42,7 @@ from dagster import (
 from ldtm_core.learning import resume, training_pool
 from ldtm_core.learning.process_guard import Watchdog, die_with_parent
 from ldtm_core.learning.training import train_ticker
+from ldtm_core.learning.tuning_store import ticker_settings
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START
 from ldtm_core.progress import format_duration
 
@@ -176,7 +177,10 @@ def train_checkpoint_chunk(
         else nullcontext()
     )
     engine, settings = database.engine(store), database.settings(store)
-    cfg = training.config()
+    # Per ticker: the profile's config, or with `tuned` the ticker's best trial (reference without a study).
+    per_ticker = ticker_settings(
+        settings.database_url, chunk["tickers"], training.profile, training.overrides()
+    )
     as_of = _as_of(chunk["as_of"])
     run_tickers = chunk["run_tickers"]
     started = run_started_at(context.instance, context.run_id)
@@ -188,20 +192,23 @@ def train_checkpoint_chunk(
                 context.log.info(f"{ticker}: candidate already registered since the run started: skipped")
                 continue
             t0 = time.time()
+            chosen = per_ticker[ticker]
             o = train_ticker(
                 engine,
                 settings,
                 ticker,
-                cfg,
-                training.profile,
+                chosen.cfg,
+                chosen.profile,
                 as_of=as_of,
                 device=chunk["device"],
                 threads=1,
                 warm_start=chunk["warm_start"],
+                provenance=chosen.provenance,
             )
             rows.append(
                 {
                     "ticker": o.ticker,
+                    "settings": o.profile or "",  # with profile `tuned`: tuned, or reference where no study
                     "device": o.device or "",
                     "duration_s": round(o.duration_s, 2),
                     "epochs": o.epochs,
@@ -209,6 +216,7 @@ def train_checkpoint_chunk(
                     "val_loss": o.val_loss,
                     "model_id": o.model_id,
                     "reason": o.reason,
+                    "features": o.features,  # stored, or recomputed and why
                     "pid": os.getpid(),
                     "started": t0,
                     "finished": time.time(),

@@ -56,3 +56,45 @@ def test_training_profile_accepts_tuned_and_refuses_unknown_profiles():
         assert "tunned" in str(exc)
     else:
         raise AssertionError("an unknown profile must fail the run")
+
+
+def test_checkpoints_asset_trains_each_ticker_with_its_tuned_settings(tmp_path):
+    """`LDTM_PROFILE=tuned`: the graph-backed checkpoints asset trains AAPL with its study's best trial
+    and NVDA (no study) with `reference`, and records which settings each model used."""
+    from dagster import AssetSelection, instance_for_test
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    from ldtm_core.accountability.registry import newest_candidate
+    from ldtm_dagster.assets import checkpoints, features, prices
+    from ldtm_dagster.resources import TrainingProfile
+
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    engine = upgrade(url)
+    ingest_frame(engine, generate(["AAPL", "NVDA"], "2021-01-04", "2023-12-29", seed=7), "synthetic")
+    resources = tiny_resources(tmp_path / "home", url)
+    assert materialize(
+        [hpo_studies],
+        partition_key="AAPL",
+        resources=resources,
+        run_config={"ops": {"hpo_studies": {"config": {"trials": 2, "fixed": FIXED, "seed": 1}}}},
+    ).success
+    best = tuning_store.list_studies(url)[0].best_config
+    resources["training"] = TrainingProfile(profile="tuned", max_epochs=1)
+    with instance_for_test() as instance:
+        result = materialize(
+            [prices, features, checkpoints],
+            selection=AssetSelection.assets(checkpoints),
+            instance=instance,
+            resources=resources,
+            tags={ASSET_PARTITION_RANGE_START_TAG: "AAPL", ASSET_PARTITION_RANGE_END_TAG: "NVDA"},
+        )
+        assert result.success
+        summary = instance.fetch_materializations(AssetKey("checkpoints"), limit=1).records[0]
+        rows = {
+            r.data["ticker"]: r.data for r in summary.asset_materialization.metadata["summary"].value.records
+        }
+    assert rows["AAPL"]["settings"] == "tuned" and rows["NVDA"]["settings"] == "reference"
+    aapl = newest_candidate(engine, "AAPL")
+    assert aapl.profile == "tuned" and aapl.config.window == best["window"] and aapl.config.lr == best["lr"]
+    assert newest_candidate(engine, "NVDA").profile == "reference"
+    tuning_store._STORAGES.pop(url, None)
