@@ -101,3 +101,12 @@ def prices_latest_session_complete(
             "stale": MetadataValue.json(dict(list(report.stale.items())[:100])),
         },
     )
+
+
+# Every check on `prices`, for the definitions and the demo alike.
+PRICE_CHECKS = [
+    prices_ohlc_consistent,
+    prices_sessions_complete,
+    prices_no_unexplained_jumps,
+    prices_latest_session_complete,
+]

@@ -13,12 +13,7 @@ from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_senso
 
 defs = Definitions(
     assets=[getattr(assets, name) for name in assets.__all__],
-    asset_checks=[
-        checks.prices_ohlc_consistent,
-        checks.prices_sessions_complete,
-        checks.prices_no_unexplained_jumps,
-        checks.prices_latest_session_complete,
-    ],
+    asset_checks=checks.PRICE_CHECKS,
     jobs=[nightly_market_job, nightly_job, retrain_job, promotion_job],
     schedules=[nightly, weekly_retrain],
     sensors=[

@@ -109,12 +109,7 @@ def run_demo(
         # INFO keeps the assets' own messages (gate verdicts, skips) and drops Dagster's per-event DEBUG.
         run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": "INFO"}}}}
         result = materialize(
-            ALL_ASSETS
-            + [
-                checks.prices_ohlc_consistent,
-                checks.prices_sessions_complete,
-                checks.prices_no_unexplained_jumps,
-            ],
+            ALL_ASSETS + checks.PRICE_CHECKS,
             selection=selection,
             instance=instance,
             resources=resources,
