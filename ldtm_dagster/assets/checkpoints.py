@@ -187,6 +187,13 @@ def train_checkpoint_chunk(
     rows = []
     with guard:
         for ticker in chunk["tickers"]:
+            # A step the executor started after its run ended (failed, cancelled) trains nothing; the
+            # watchdog covers a run that ends while a ticker trains.
+            if own_process and run_is_over(context.instance, context.run_id):
+                context.log.warning(
+                    f"run {context.run_id} is over: {ticker} and the rest of the chunk not trained"
+                )
+                break
             # Checked again here: a re-execution from failure reuses the plan but not finished tickers.
             if not chunk["force"] and resume.trained_since(engine, [ticker], started, as_of):
                 context.log.info(f"{ticker}: candidate already registered since the run started: skipped")

@@ -181,10 +181,13 @@ def test_a_run_marked_failed_stops_its_training_steps(world, tmp_path):
     instance, engine, home = world
     worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "NVDA")
     try:
+        time.sleep(2)  # let the other chunk's step reach training too (or its own pause)
+        steps = [p for p in _children(worker.pid) if p != worker.pid]
+        assert trainer in steps
         (run,) = DagsterInstance.get().get_runs()
         instance.report_run_failed(run)  # what run monitoring or a cancel does while the step lives
-        # The step polls its run's status every 2 s and stops itself.
-        assert _wait_dead([trainer], 15) == []
+        # Every step polls its run's status every 2 s and stops itself; only then is anything released.
+        assert _wait_dead(steps, 15) == []
         (pause / "release").write_text("")
         time.sleep(3)
         with engine.connect() as conn:
