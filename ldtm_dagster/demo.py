@@ -30,13 +30,12 @@ from pathlib import Path
 
 import pandas as pd
 from dagster import DagsterInstance, materialize
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ldtm_core.cli.accountability import print_leaderboard
 from ldtm_core.data import calendar
 
 from . import assets, checks
-from .partitions import evening_partitions
+from .partitions import evening_partitions, range_tags
 from .pool import GPU_RUN_TAGS, sync_pool_limit
 from .resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
@@ -71,10 +70,6 @@ def demo_resources(universe: str = "demo", profile: str = "demo", max_epochs: in
         "training": TrainingProfile(profile=profile, max_epochs=max_epochs),
         "gpu": GpuProbe(),
     }
-
-
-def _range_tags(keys: list[str]) -> dict:
-    return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
 
 
 def run_demo(
@@ -130,7 +125,7 @@ def run_demo(
     run(
         f"features + checkpoints + backtests for {len(tickers)} tickers in one run (trained up to {replay_start})",
         [assets.features, assets.checkpoints, assets.backtests],
-        tags={**_range_tags(tickers), **GPU_RUN_TAGS},
+        tags={**range_tags(tickers), **GPU_RUN_TAGS},
         run_config={
             "ops": {
                 "checkpoints": {"config": {"as_of": replay_start}},
@@ -138,12 +133,12 @@ def run_demo(
             }
         },
     )
-    run("promotion gate + ONNX export", [assets.promotions, assets.onnx_exports], tags=_range_tags(tickers))
+    run("promotion gate + ONNX export", [assets.promotions, assets.onnx_exports], tags=range_tags(tickers))
     # A token search so the UI shows the asset; real searches: `ldtm tune` or a backfill of hpo_studies.
     run(
         "hpo_studies: 2 one-epoch Optuna trials per ticker (a real search: ldtm tune)",
         [assets.hpo_studies],
-        tags={**_range_tags(tickers), **GPU_RUN_TAGS},
+        tags={**range_tags(tickers), **GPU_RUN_TAGS},
         run_config={
             "ops": {"hpo_studies": {"config": {"trials": 2, "fixed": ["max_epochs=1", "patience=1"]}}}
         },
@@ -151,7 +146,7 @@ def run_demo(
     run(
         f"snapshots: replay of {len(evenings)} evenings {evenings[0]}..{evenings[-1]}",
         [assets.snapshots],
-        tags={**_range_tags(evenings), **GPU_RUN_TAGS},
+        tags={**range_tags(evenings), **GPU_RUN_TAGS},
     )
     run("fillbacks + leaderboard", [assets.fillbacks, assets.leaderboard])
 

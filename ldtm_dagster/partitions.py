@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from dagster import StaticPartitionsDefinition, TimeWindowPartitionsDefinition
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ldtm_core.data.universe import load_universe
 
@@ -35,3 +36,8 @@ evening_partitions = TimeWindowPartitionsDefinition(
     fmt="%Y-%m-%d",
     end_offset=1,
 )
+
+
+def range_tags(keys: list[str]) -> dict:
+    """Run tags for one single-run backfill over keys[0]..keys[-1] (a contiguous partition range)."""
+    return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}

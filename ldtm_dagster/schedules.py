@@ -8,16 +8,14 @@ from dagster import (
     ScheduleEvaluationContext,
     schedule,
 )
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from .jobs import nightly_market_job, retrain_job
-from .partitions import EVENING_TAG, MARKET_TZ, NIGHTLY_CRON, ticker_partitions
+from .partitions import EVENING_TAG, MARKET_TZ, NIGHTLY_CRON, range_tags, ticker_partitions
 from .pool import GPU_RUN_TAGS
 
 
 def _all_tickers_tags() -> dict:
-    keys = ticker_partitions.get_partition_keys()
-    return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
+    return range_tags(ticker_partitions.get_partition_keys())
 
 
 @schedule(

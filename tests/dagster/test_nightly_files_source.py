@@ -18,8 +18,8 @@ from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import ingested_files, snapshots
 from ldtm_dagster import assets, defs
-from ldtm_dagster.demo import _range_tags
 from ldtm_dagster.partitions import EVENING_TAG
+from ldtm_dagster.partitions import range_tags as _range_tags
 
 TICKER_LIST = TICKERS.split(",")
 EVENING_1, EVENING_2 = "2024-12-31", "2025-01-02"
