@@ -74,22 +74,21 @@ def price_summary(engine: Engine) -> pd.DataFrame:
         return pd.DataFrame(conn.execute(stmt).all(), columns=["ticker", "rows", "first_date", "last_date"])
 
 
-def latest_price_date(engine: Engine, tickers: Sequence[str] | None = None) -> dt.date | None:
-    stmt = select(func.max(prices.c.date))
+def _date_bound(engine: Engine, agg, tickers: Sequence[str] | None) -> dt.date | None:
+    stmt = select(agg(prices.c.date))
     if tickers:
         stmt = stmt.where(prices.c.ticker.in_(list(tickers)))
     with engine.connect() as conn:
         value = conn.execute(stmt).scalar()
     return pd.Timestamp(value).date() if value is not None else None
+
+
+def latest_price_date(engine: Engine, tickers: Sequence[str] | None = None) -> dt.date | None:
+    return _date_bound(engine, func.max, tickers)
 
 
 def earliest_price_date(engine: Engine, tickers: Sequence[str] | None = None) -> dt.date | None:
-    stmt = select(func.min(prices.c.date))
-    if tickers:
-        stmt = stmt.where(prices.c.ticker.in_(list(tickers)))
-    with engine.connect() as conn:
-        value = conn.execute(stmt).scalar()
-    return pd.Timestamp(value).date() if value is not None else None
+    return _date_bound(engine, func.min, tickers)
 
 
 @dataclass
