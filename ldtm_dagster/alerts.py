@@ -15,6 +15,7 @@ from dagster import (
     run_failure_sensor,
     sensor,
 )
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ldtm_core.accountability import alerts
 
@@ -43,8 +44,8 @@ def run_failure_alert(context: RunFailureSensorContext) -> None:
         job=run.job_name,
         partition=run.tags.get("dagster/partition")
         or (
-            f"{run.tags['dagster/asset_partition_range_start']}...{run.tags['dagster/asset_partition_range_end']}"
-            if "dagster/asset_partition_range_start" in run.tags
+            f"{run.tags[ASSET_PARTITION_RANGE_START_TAG]}...{run.tags[ASSET_PARTITION_RANGE_END_TAG]}"
+            if ASSET_PARTITION_RANGE_START_TAG in run.tags
             else None
         ),
         run_id=run.run_id,
