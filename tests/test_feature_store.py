@@ -17,7 +17,7 @@ from ldtm_core.data import feature_store as fs
 from ldtm_core.data.features import WARMUP_ROWS, compute_features
 from ldtm_core.data.prices import load_ticker_prices
 from ldtm_core.data.samples import build_samples
-from ldtm_core.learning import training
+from ldtm_core.learning import training, training_loop
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import feature_sets, features
 
@@ -111,13 +111,13 @@ def test_stale_features_are_not_used_for_training(engine, db_url, tmp_path, monk
     fs.build_features(engine, ["AAPL"])
     cfg = get_profile("demo", max_epochs=1)
     seen = []
-    real_fit = training.fit
+    real_fit = training_loop.fit
 
     def spy(train, val, *a, **kw):
         seen.append(train)
         return real_fit(train, val, *a, **kw)
 
-    monkeypatch.setattr(training, "fit", spy)
+    monkeypatch.setattr(training_loop, "fit", spy)
     first = training.train_ticker(engine, settings, "AAPL", cfg, "demo")
     assert (first.status, first.features) == ("trained", "stored")
 

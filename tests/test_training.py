@@ -18,7 +18,9 @@ from ldtm_core.db import get_engine
 from ldtm_core.learning.checkpoints import load_checkpoint, sha256_file
 from ldtm_core.learning.gpu_slots import SlotPlan
 from ldtm_core.learning.model import get_profile
-from ldtm_core.learning.training import fit, purged_split, train_ticker
+from ldtm_core.learning.split import purged_split
+from ldtm_core.learning.training import train_ticker
+from ldtm_core.learning.training_loop import fit
 from ldtm_core.learning.training_pool import train_many
 from ldtm_core.schema import model_registry, prices, registry_events
 

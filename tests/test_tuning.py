@@ -102,8 +102,7 @@ def test_no_trial_sees_a_date_on_or_after_the_backtests_first_cutoff(
     def stub_fit(train, val, cfg, **kw):
         return training_loop.FitResult(torch_model(cfg), 0.0, 1, 1, 0.0, "cpu", 0.0)
 
-    monkeypatch.setattr(training_loop, "fit", stub_fit)  # the backtest folds
-    monkeypatch.setattr(training, "fit", stub_fit)  # the candidate each backtest needs
+    monkeypatch.setattr(training_loop, "fit", stub_fit)  # the backtest folds and the candidate each needs
     for cfg, train, val in seen:
         # A backtest needs a candidate of the same settings (the gate trusts only its own config's folds).
         model_id = training.train_ticker(engine, settings, "AAPL", cfg, "reference").model_id
