@@ -18,6 +18,9 @@ from sqlalchemy.engine import make_url
 # The product serves the 103-ticker `full` universe by default; the tests choose the small `demo` one
 # explicitly, before any module (the Dagster partitions) reads it at import.
 os.environ["LDTM_UNIVERSE"] = "demo"
+# `amp=auto` trains in fp32 on CPUs without AMX whatever the CI machine's core: no bf16 probe (and no
+# cache file written under ~/.cache) unless a test asks for it (tests/test_precision.py).
+os.environ["LDTM_BF16_PROBE"] = "0"
 
 from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -49,17 +50,49 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     assert cpu_bf16_flags(tmp_path / "missing") == ()
 
 
-def test_detection_needs_amx(monkeypatch):
+@pytest.fixture
+def fresh_detection():
     precision.cpu_has_native_bf16.cache_clear()
-    try:
-        monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("avx512_bf16",))
-        assert precision.cpu_has_native_bf16() is False  # measured slower than fp32 without AMX
+    yield
+    precision.cpu_has_native_bf16.cache_clear()
+
+
+def test_detection_amx_yes_avx512_bf16_by_probe_none_no(monkeypatch, fresh_detection):
+    onednn = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ())
+    monkeypatch.setattr(precision, "bf16_probe_speedup", lambda: 9.0)
+    assert precision.cpu_has_native_bf16() is False  # emulated bf16: never, whatever a probe says
+    for flags, speedup, expected in (
+        (("avx512_bf16",), 0.85, False),  # a Xeon without AMX: measured slower
+        (("avx512_bf16",), 1.36, onednn),  # an AMD EPYC Zen 5: measured faster
+        (("avx512_bf16", "amx_bf16"), 0.0, onednn),  # AMX: faster wherever measured, no probe
+    ):
         precision.cpu_has_native_bf16.cache_clear()
-        monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("avx512_bf16", "amx_bf16"))
-        expected = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        assert precision.cpu_has_native_bf16() is expected
-    finally:
-        precision.cpu_has_native_bf16.cache_clear()
+        monkeypatch.setattr(precision, "cpu_bf16_flags", lambda f=flags: f)
+        monkeypatch.setattr(precision, "bf16_probe_speedup", lambda s=speedup: s)
+        assert precision.cpu_has_native_bf16() is expected, (flags, speedup)
+
+
+def test_probe_measures_once_per_cpu_and_torch_then_reads_its_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("LDTM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LDTM_BF16_PROBE", "1")
+    calls = []
+    monkeypatch.setattr(precision, "measure_bf16_speedup", lambda: calls.append(1) or 1.42)
+    assert precision.bf16_probe_speedup() == pytest.approx(1.42)
+    assert precision.bf16_probe_speedup() == pytest.approx(1.42)
+    assert len(calls) == 1  # the second answer came from the cache file
+    (cached,) = json.loads((tmp_path / "cache" / "bf16_probe.json").read_text()).items()
+    assert cached[0].endswith(f"torch {torch.__version__}") and cached[1] == pytest.approx(1.42)
+    (tmp_path / "cache" / "bf16_probe.json").write_text("not json")  # a damaged cache: measured again
+    assert precision.bf16_probe_speedup() == pytest.approx(1.42) and len(calls) == 2
+    monkeypatch.setenv("LDTM_BF16_PROBE", "0")
+    assert precision.bf16_probe_speedup() == 0.0 and len(calls) == 2
+
+
+def test_the_probe_times_real_training_steps_and_restores_the_thread_count():
+    threads = torch.get_num_threads()
+    speedup = precision.measure_bf16_speedup(batch=8, steps=1, rounds=1)
+    assert speedup > 0 and torch.get_num_threads() == threads
 
 
 @pytest.mark.parametrize("native", [True, False])

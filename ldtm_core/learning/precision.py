@@ -1,16 +1,21 @@
 """Which autocast dtype a training step runs under (`ModelConfig.amp`).
 
-CUDA: bf16 where the card supports it, else fp16. CPU: bf16 only where the CPU has AMX bf16 tiles
-(`amx_bf16`); the decision is detected from the CPU's flags, never guessed from the vendor. Measured
-(docs/performance.md): with AMX the reference training step is 1.6-2.5x faster in bf16; on a Xeon
-with AVX512-BF16 but no AMX it is ~0.85x (slower), and without either bf16 is emulated. So `auto`
-needs AMX; `amp=bf16` still forces it anywhere. Only the training step changes: validation,
-checkpoints, ONNX export and inference stay fp32.
+CUDA: bf16 where the card supports it, else fp16. CPU: bf16 where it is faster here, detected, never
+guessed from the vendor. Measured (docs/performance.md): with AMX bf16 tiles (`amx_bf16`) the
+reference training step is 1.6-2.5x faster in bf16; with AVX512-BF16 but no AMX it depends on the
+core (a Xeon: ~0.85x, slower; an AMD EPYC Zen 5: 1.36x at batch 32), so there `auto` times a few
+reference training steps in both precisions once per CPU model and torch version and caches the
+answer (`LDTM_CACHE_DIR`, default ~/.cache/ldtm); LDTM_BF16_PROBE=0 skips the probe (fp32). Without
+either flag bf16 is emulated: fp32. `amp=bf16` / `amp=off` force either. Only the training step
+changes: validation, checkpoints, ONNX export and inference stay fp32.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import time
 from pathlib import Path
 
 import torch
@@ -19,8 +24,10 @@ from ldtm_core.learning.model import ModelConfig
 
 # /proc/cpuinfo flags of native bf16 arithmetic (AVX512-BF16 dot products, AMX tiles), for reports.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-# The one that makes bf16 training faster than fp32 here (AVX512-BF16 alone measured slower).
+# The one that makes bf16 training faster than fp32 wherever measured; AVX512-BF16 alone is probed.
 FAST_BF16_FLAG = "amx_bf16"
+# bf16 must beat fp32 by this much in the probe: below it the difference is noise, not a reason.
+PROBE_MIN_SPEEDUP = 1.1
 
 
 def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
@@ -38,14 +45,89 @@ def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
 
 @functools.cache
 def cpu_has_native_bf16() -> bool:
-    """True where bf16 training is fast here: AMX bf16 in the CPU flags and oneDNN able to use bf16."""
-    if FAST_BF16_FLAG not in cpu_bf16_flags():
+    """True where bf16 training is faster here: oneDNN able to use bf16, and AMX bf16 in the CPU flags,
+    or AVX512-BF16 whose probe measured bf16 faster than fp32 on this CPU."""
+    flags = cpu_bf16_flags()
+    if not flags:
         return False
     probe = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
     try:
-        return bool(probe()) if probe is not None else True
+        if probe is not None and not probe():
+            return False
     except RuntimeError:
         return False
+    if FAST_BF16_FLAG in flags:
+        return True
+    return bf16_probe_speedup() >= PROBE_MIN_SPEEDUP
+
+
+def _probe_cache() -> Path:
+    root = (
+        os.environ.get("LDTM_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ldtm"
+    )
+    return Path(root) / "bf16_probe.json"
+
+
+def bf16_probe_speedup() -> float:
+    """bf16/fp32 speed of the reference training step on this CPU: cached per CPU and torch version,
+    measured on first use (about a second). 0.0 with LDTM_BF16_PROBE=0."""
+    if os.environ.get("LDTM_BF16_PROBE", "1") == "0":
+        return 0.0
+    key = f"{describe_cpu()} | torch {torch.__version__}"
+    path = _probe_cache()
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if not isinstance(cached, dict):
+        cached = {}
+    if isinstance(cached.get(key), int | float):
+        return float(cached[key])
+    speedup = measure_bf16_speedup()
+    try:  # best effort: a read-only home just means probing again next process
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**cached, key: round(speedup, 3)}, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return speedup
+
+
+def measure_bf16_speedup(batch: int = 32, steps: int = 12, rounds: int = 2) -> float:
+    """fp32 time / bf16 time of the reference model's training step (AdamW), one thread, interleaved."""
+    from ldtm_core.learning.model import LDTM, get_profile
+
+    cfg = get_profile("reference")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = LDTM(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+        x = torch.randn(batch, cfg.window, cfg.input_size)
+        y = torch.randn(batch, len(cfg.horizons))
+
+        def run(dtype: torch.dtype | None, n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
+                    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            return time.perf_counter() - t0
+
+        elapsed = {None: 0.0, torch.bfloat16: 0.0}
+        for dtype in elapsed:  # kernel creation stays out of the timing
+            run(dtype, 2)
+        for _ in range(rounds):
+            for dtype in elapsed:
+                elapsed[dtype] += run(dtype, steps)
+        return elapsed[None] / elapsed[torch.bfloat16]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def amp_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype | None:
