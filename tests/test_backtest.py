@@ -247,3 +247,42 @@ def test_fold_one_starts_cold_by_default(engine, world, recording_fit):
     s, _, _ = world
     bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30, warm_start=True)
     assert recording_fit[0][0] is None  # not the active model, not anything else
+
+
+def test_backtest_many_runs_each_candidate_in_its_own_worker_process(engine, db_url, tmp_path):
+    """The weekly loop's backtests run within the slot plan like training: one single-threaded worker
+    per slot, outcomes in the order asked, a ticker without a candidate or with too little history
+    reported as such while the others are backtested."""
+    from ldtm_core.learning.backtest_pool import backtest_many
+    from ldtm_core.learning.gpu_slots import SlotPlan
+
+    s = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL", "NVDA", "TSLA"], start="2022-01-03", end="2024-06-28")
+    ingest(engine, ["QQQ"], start="2024-05-01", end="2024-06-28")
+    ids = {t: make_model(engine, s, t, cfg=CFG) for t in ("AAPL", "NVDA", "QQQ")}
+    finished = []
+    outcomes = backtest_many(
+        s, ["NVDA", "TSLA", "QQQ", "AAPL"], folds=2, plan=SlotPlan(total=2), on_outcome=finished.append
+    )
+    assert [o.ticker for o in outcomes] == ["NVDA", "TSLA", "QQQ", "AAPL"]
+    assert [o.status for o in outcomes] == ["ok", "no candidate", "failed", "ok"]
+    assert sorted(o.ticker for o in finished) == ["AAPL", "NVDA", "QQQ", "TSLA"]
+    assert "QQQ" in outcomes[2].reason and "cannot hold 2 folds" in outcomes[2].reason
+    with engine.connect() as conn:
+        rows = conn.execute(select(backtest_folds.c.ticker, backtest_folds.c.model_id)).all()
+    assert sorted(rows) == sorted([("AAPL", ids["AAPL"])] * 2 + [("NVDA", ids["NVDA"])] * 2)
+    for o in (outcomes[0], outcomes[3]):
+        assert o.result.model_id == ids[o.ticker] and len(o.result.folds) == 2
+        assert o.result.leakage_rows == 0 and o.row()["n"] == o.result.n > 0
+
+
+def test_cli_backtest_many_tickers(engine, world, ldtm_env, stub_fit):
+    out = CliRunner().invoke(app, ["backtest", "--tickers", "AAPL", "--folds", "2"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "1 ok, 0 no candidate, 0 failed; leakage rows 0" in text
+    assert len(stub_fit) == 2  # two folds trained
+    both = CliRunner().invoke(app, ["backtest", "--ticker", "AAPL", "--tickers", "AAPL"])
+    assert both.exit_code == 2 and "exactly one of --ticker" in both.output
+    single_only = CliRunner().invoke(app, ["backtest", "--tickers", "AAPL", "--model-id", "1"])
+    assert single_only.exit_code == 2 and "go with --ticker" in single_only.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -51,6 +52,14 @@ def parse_date(value: str | None, option: str) -> dt.date | None:
         raise InputError(f"{option}: {value!r} is not a date (expected YYYY-MM-DD)") from None
 
 
+def fmt_pct(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 100:.1f}%"
+
+
+def fmt_num(v, digits=2) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Report LDTM errors as one clean line on stderr with exit code 2, not as a traceback."""
 
@@ -74,4 +83,4 @@ def handle_errors(fn: Callable) -> Callable:
 
 
 # Importing the command modules registers their commands on `app`.
-from ldtm_core.cli import accountability, dashboard, data, features, models, tuning  # noqa: E402,F401
+from ldtm_core.cli import accountability, dashboard, data, features, models, promotion, tuning  # noqa: E402,F401

@@ -1,0 +1,279 @@
+"""Commands on a model's road to production: backtest, gate, registry (list, history, rollback)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.table import Table
+
+from ldtm_core.cli import app, console, err_console, fmt_num, fmt_pct, handle_errors, open_db, settings
+from ldtm_core.errors import InputError
+
+registry_app = typer.Typer(help="Model registry: list, history, rollback.", no_args_is_help=True)
+app.add_typer(registry_app, name="registry")
+
+
+@app.command("backtest")
+@handle_errors
+def backtest_cmd(
+    ticker: str = typer.Option(None, "--ticker", help="Ticker to backtest (every fold shown)"),
+    tickers: str = typer.Option(
+        None,
+        "--tickers",
+        "-t",
+        help="comma list or 'all': each ticker's newest candidate, within the slot plan, one row each",
+    ),
+    workers: int = typer.Option(
+        None, "--workers", "-w", min=1, help="with --tickers: parallel workers (default: the slot plan)"
+    ),
+    folds: int = typer.Option(3, "--folds", help="Walk-forward folds"),
+    profile: str = typer.Option(
+        None,
+        "--profile",
+        help="Model profile (default: the candidate's own config; the gate accepts only a backtest of "
+        "the candidate's own config)",
+    ),
+    model_id: int = typer.Option(
+        None, "--model-id", help="Candidate the backtest validates (default newest)"
+    ),
+    test_sessions: int = typer.Option(
+        None, "--test-sessions", help="Sessions per test fold (default up to 63)"
+    ),
+    warm_start: bool = typer.Option(
+        None,
+        "--warm-start/--cold-start",
+        help="start fold k+1 from fold k's weights (fold 1 is always cold; default: cold)",
+    ),
+) -> None:
+    """Walk-forward backtest with the purge; writes backtest_folds rows."""
+    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.data.universe import validate_ticker
+    from ldtm_core.learning.backtest import DEFAULT_WARM_START, run_backtest
+    from ldtm_core.learning.model import get_profile
+
+    if (ticker is None) == (tickers is None):
+        raise InputError("give exactly one of --ticker T (one backtest, every fold) or --tickers T1,T2|all")
+    warm = DEFAULT_WARM_START if warm_start is None else warm_start
+    if tickers is not None:
+        if profile or model_id is not None or test_sessions is not None:
+            raise InputError("--profile, --model-id and --test-sessions go with --ticker, not --tickers")
+        _backtest_many(tickers, folds, workers, warm)
+        return
+    cfg = settings()
+    res = run_backtest(
+        open_db(cfg),
+        cfg,
+        validate_ticker(ticker),
+        get_profile(profile) if profile else None,
+        folds=folds,
+        model_id=model_id,
+        test_sessions=test_sessions,
+        warm_start=warm,
+    )
+    table = Table(
+        "fold",
+        "cutoff",
+        "train",
+        "test",
+        "n",
+        "dir acc",
+        "always-up",
+        "model/up only",
+        "p (beats up)",
+        "|err| 1d",
+        "leakage",
+        title=f"backtest {res.backtest_id}",
+    )
+    for f in res.folds:
+        table.add_row(
+            str(f.fold),
+            str(f.cutoff),
+            f"{f.train_start}..{f.train_end}",
+            f"{f.test_start}..{f.test_end}",
+            str(f.n),
+            fmt_pct(f.direction_accuracy),
+            fmt_pct(f.always_up_accuracy),
+            f"{f.model_only_hits}/{f.up_only_hits}",
+            format_p_value(f.skill.p_value),
+            fmt_num(f.mean_abs_pct_error),
+            str(f.leakage_rows),
+        )
+    console.print(table)
+    console.print(
+        f"{res.ticker} model {res.model_id}: accuracy {fmt_pct(res.direction_accuracy)} vs always-up "
+        f"{fmt_pct(res.always_up_accuracy)}, mean |err| {fmt_num(res.mean_abs_pct_error)}%, leakage {res.leakage_rows}"
+    )
+    if res.skill is not None:
+        console.print(f"skill test vs always-up: {res.skill.describe()}")
+    from ldtm_core.accountability.registry import config_signature, get_model
+
+    own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (
+        res.config_signature
+    )
+    console.print(
+        f"config {res.config_signature[:12]}…, prices {res.data_start}..{res.data_end}"
+        + ("" if own else " (not the candidate's own config: the gate will not use this backtest)")
+    )
+
+
+def _backtest_many(tickers: str, folds: int, workers: int | None, warm_start: bool) -> None:
+    """`ldtm backtest --tickers ...`: every ticker's newest candidate, progress, one summary row each."""
+    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.data.universe import load_universe, resolve_tickers
+    from ldtm_core.learning.backtest_pool import backtest_many
+    from ldtm_core.progress import progress
+
+    cfg = settings()
+    selection = None if tickers.strip().lower() == "all" else tickers
+    chosen = resolve_tickers(selection, load_universe(cfg.universe), allow_new=True)
+    open_db(cfg)
+    with progress("backtest", len(chosen)) as advance:
+        outcomes = backtest_many(
+            cfg,
+            chosen,
+            folds=folds,
+            max_workers=workers,
+            warm_start=warm_start,
+            on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
+        )
+    table = Table(
+        "ticker",
+        "model",
+        "n",
+        "dir acc",
+        "always-up",
+        "p (beats up)",
+        "leakage",
+        "duration",
+        "status",
+        title=f"backtest, {folds} folds",
+    )
+    colour = {"ok": "green", "no candidate": "yellow", "failed": "red"}
+    for o in outcomes:
+        r = o.result
+        table.add_row(
+            o.ticker,
+            "" if r is None else str(r.model_id),
+            "" if r is None else str(r.n),
+            "" if r is None else fmt_pct(r.direction_accuracy),
+            "" if r is None else fmt_pct(r.always_up_accuracy),
+            "" if r is None or r.skill is None else format_p_value(r.skill.p_value),
+            "" if r is None else str(r.leakage_rows),
+            "" if r is None else f"{r.duration_s:.1f}s",
+            f"[{colour[o.status]}]{o.status}[/]" + (f": {o.reason}" if o.reason else ""),
+        )
+    console.print(table)
+    counts = {s: sum(o.status == s for o in outcomes) for s in colour}
+    leakage = sum(o.result.leakage_rows for o in outcomes if o.result is not None)
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; leakage rows {leakage}")
+    if counts["failed"] or leakage or not counts["ok"]:
+        sys.exit(1)
+
+
+@registry_app.command("list")
+@handle_errors
+def registry_list(ticker: str = typer.Option(None, "--ticker", help="Only this ticker")) -> None:
+    """Every registered model with status and version."""
+    from ldtm_core.accountability.registry import list_models
+
+    table = Table(
+        "id", "ticker", "status", "version", "profile", "trained on", "val loss", title="model registry"
+    )
+    for m in list_models(open_db(), ticker):
+        table.add_row(
+            str(m.id),
+            m.ticker,
+            m.status,
+            m.version or "",
+            m.profile,
+            str(m.trained_on_date),
+            fmt_num(m.val_loss, 5),
+        )
+    console.print(table)
+
+
+@registry_app.command("history")
+@handle_errors
+def registry_history(ticker: str = typer.Argument(..., help="Ticker")) -> None:
+    """Every registry transition of a ticker: time, model, from, to, reason."""
+    from ldtm_core.accountability.registry import history
+    from ldtm_core.data.universe import validate_ticker
+
+    events = history(open_db(), validate_ticker(ticker))
+    table = Table("at", "model", "from", "to", "reason", title=f"{ticker}: {len(events)} events")
+    for e in events:
+        table.add_row(str(e.at)[:19], str(e.model_id), e.from_status or "", e.to_status, e.reason)
+    console.print(table)
+
+
+@registry_app.command("rollback")
+@handle_errors
+def registry_rollback(
+    ticker: str = typer.Argument(..., help="Ticker"),
+    reason: str = typer.Option("manual rollback", "--reason", help="Recorded in the history"),
+) -> None:
+    """Reactivate the most recently retired model and retire the current active one."""
+    from ldtm_core.accountability.registry import rollback
+    from ldtm_core.data.universe import validate_ticker
+
+    res = rollback(open_db(), validate_ticker(ticker), reason)
+    console.print(
+        f"{res.ticker}: model {res.reactivated_model_id} ({res.version}) active again; "
+        f"retired {res.retired_model_id if res.retired_model_id is not None else 'nothing'}"
+    )
+
+
+@app.command("gate")
+@handle_errors
+def gate_cmd(
+    ticker: str = typer.Option(..., "--ticker", help="Ticker to gate"),
+    model_id: int = typer.Option(None, "--model-id", help="Candidate (default newest)"),
+    min_folds: int = typer.Option(None, "--min-folds", help="Default 2"),
+    min_accuracy: float = typer.Option(
+        None, "--min-accuracy", help="Next-day direction accuracy in % (default 52)"
+    ),
+    max_error: float = typer.Option(None, "--max-error", help="Mean |pct error| in % (default 5)"),
+    beat_always_up: float = typer.Option(
+        None, "--beat-always-up", help="Also require accuracy above always-up by this many % points"
+    ),
+    max_p_value: float = typer.Option(
+        None,
+        "--max-p-value",
+        help="Also require the exact test of 'beats always-up' at p <= this (default LDTM_GATE_MAX_P_VALUE; off)",
+    ),
+) -> None:
+    """Judge a candidate on its newest backtest: promote on pass; exit 1 and notify on fail."""
+    from ldtm_core.accountability.gate import GateThresholds, run_gate
+    from ldtm_core.data.universe import validate_ticker
+
+    thresholds = GateThresholds.from_env(
+        min_folds=min_folds,
+        min_direction_accuracy=None if min_accuracy is None else min_accuracy / 100.0,
+        max_mean_abs_pct_error=max_error,
+        beat_always_up_margin=None if beat_always_up is None else beat_always_up / 100.0,
+        max_p_value=max_p_value,
+    )
+    cfg = settings()
+    report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds)
+    table = Table(
+        "criterion", "value", "threshold", "ok", title=f"gate {report.ticker} model {report.model_id}"
+    )
+    from ldtm_core.accountability.gate import _fmt
+
+    for c in report.criteria:
+        table.add_row(
+            c.name,
+            _fmt(c.name, c.value),
+            f"{c.op} {_fmt(c.name, c.threshold)}",
+            "yes" if c.passed else "[red]NO[/]",
+        )
+    console.print(table)
+    console.print(report.summary())
+    if report.passed:
+        p = report.promoted
+        console.print(f"promoted: version {p.version} -> {p.promoted_path}")
+        return
+    if report.notified and report.notified.error:
+        err_console.print(f"[yellow]webhook failed:[/] {report.notified.error}")
+    sys.exit(1)

@@ -1,0 +1,107 @@
+"""Backtesting many tickers' newest candidates at once, one worker process per slot (like training).
+
+A backtest is `folds` trainings, so over many tickers it is the weekly loop's heaviest phase: it
+runs within the slot plan exactly as training does (`ticker_pool`), never as threads of one process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from sqlalchemy.engine import Engine
+
+from ldtm_core.accountability.registry import newest_candidate
+from ldtm_core.config import Settings, mask_secrets
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.errors import InputError, LDTMError
+from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START, BacktestResult, run_backtest
+from ldtm_core.learning.gpu_slots import SlotPlan
+from ldtm_core.learning.ticker_pool import map_tickers
+
+
+@dataclass
+class BacktestOutcome:
+    ticker: str
+    status: str  # 'ok' | 'no candidate' | 'failed'
+    result: BacktestResult | None = None
+    reason: str = ""
+
+    def row(self) -> dict:
+        """One summary row (CLI table, Dagster metadata)."""
+        r = self.result
+        if r is None:
+            return {"ticker": self.ticker, "status": self.status, "reason": self.reason}
+        return {
+            "ticker": self.ticker,
+            "status": self.status,
+            "model_id": r.model_id,
+            "folds": len(r.folds),
+            "n": r.n,
+            "direction_accuracy": r.direction_accuracy,
+            "always_up_accuracy": r.always_up_accuracy,
+            "skill_model_only": r.skill.model_only,
+            "skill_up_only": r.skill.up_only,
+            "skill_p_value": r.skill.p_value,
+            "mean_abs_pct_error": r.mean_abs_pct_error,
+            "leakage_rows": r.leakage_rows,
+            "duration_s": round(r.duration_s, 2),
+            "features": r.features,
+        }
+
+
+def backtest_candidate(
+    engine: Engine,
+    ticker: str,
+    device: str | None,
+    threads: int,
+    *,
+    settings: Settings,
+    folds: int = DEFAULT_FOLDS,
+    warm_start: bool = DEFAULT_WARM_START,
+) -> BacktestOutcome:
+    """Backtest `ticker`'s newest candidate with its own config; a core error becomes a failed outcome
+    (one bad ticker never stops the others), anything else propagates."""
+    candidate = newest_candidate(engine, ticker)
+    if candidate is None:
+        return BacktestOutcome(ticker, "no candidate")
+    try:
+        result = run_backtest(
+            engine,
+            settings,
+            ticker,
+            folds=folds,
+            model_id=candidate.id,
+            device=device,
+            threads=threads,
+            warm_start=warm_start,
+        )
+    except LDTMError as exc:
+        return BacktestOutcome(ticker, "failed", reason=mask_secrets(str(exc), settings.database_url))
+    return BacktestOutcome(ticker, "ok", result)
+
+
+def backtest_many(
+    settings: Settings,
+    tickers: list[str],
+    folds: int = DEFAULT_FOLDS,
+    plan: SlotPlan | None = None,
+    max_workers: int | None = None,
+    warm_start: bool = DEFAULT_WARM_START,
+    on_outcome: Callable[[BacktestOutcome], None] | None = None,
+) -> list[BacktestOutcome]:
+    """Backtest every ticker's newest candidate within the slot plan; outcomes in the order given."""
+    if folds < 1:
+        raise InputError(f"folds must be >= 1, not {folds}")
+    tickers = [validate_ticker(t) for t in tickers]
+    work = partial(backtest_candidate, settings=settings, folds=folds, warm_start=warm_start)
+    return map_tickers(
+        settings,
+        tickers,
+        work,
+        failed=lambda ticker, reason: BacktestOutcome(ticker, "failed", reason=reason),
+        plan=plan,
+        max_workers=max_workers,
+        on_outcome=on_outcome,
+    )
