@@ -1,21 +1,40 @@
 """The `gpu` concurrency pool: its limit follows free VRAM (SPEC §6), set on the Dagster instance.
 
 Every GPU-bound step (training, backtests, inference) declares `pool="gpu"`, and each such step is
-ONE process on one device: training fans out into one step per ticker chunk (`assets/checkpoints.py`),
-so a run holds a slot per training process and the instance enforces the limit across runs. The
-limit is written to the instance's event log storage, which every executor re-reads; it is set by
-`gpu_pool_sensor` and, before its training steps start, by every retrain run itself.
+ONE process on one device: training and backtests fan out into one step per ticker chunk
+(`assets/checkpoints.py`, `assets/backtests.py`), so a run holds a slot per training process and the
+instance enforces the limit across runs. The limit is written to the instance's event log storage,
+which every executor re-reads; it is set by `gpu_pool_sensor` and, before its chunk steps start, by
+every fanned-out run itself.
+
+A chunk step dies with its run: it asks the kernel to kill it when the run worker dies and polls the
+run's status, so a failed or canceled run leaves no orphan training behind (`chunk_step_guard`).
 """
 
 from __future__ import annotations
 
-from dagster import AssetExecutionContext, DagsterInstance
+import datetime as dt
+import multiprocessing
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from dagster import DagsterInstance, DagsterRunStatus, OpExecutionContext
 
 from ldtm_core.learning.gpu_slots import SlotPlan
+from ldtm_core.learning.process_guard import Watchdog, die_with_parent
+from ldtm_core.learning.ticker_pool import worker_devices
 
 GPU_POOL = "gpu"
 # Tag on runs that hold GPU steps, so they can be found and filtered (and capped in dagster.yaml).
 GPU_RUN_TAGS = {"ldtm/gpu": "true"}
+RUN_OVER = {
+    DagsterRunStatus.SUCCESS,
+    DagsterRunStatus.FAILURE,
+    DagsterRunStatus.CANCELING,
+    DagsterRunStatus.CANCELED,
+}
+WATCHDOG_INTERVAL_S = 2.0
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
@@ -31,17 +50,39 @@ def sync_pool_limit(instance: DagsterInstance, plan: SlotPlan) -> tuple[int | No
     return info.limit, plan.total
 
 
-def step_workers(context: AssetExecutionContext, plan: SlotPlan, cap: int | None = None) -> int:
-    """CPU threads one single-process GPU step may use: the pool slots nobody else holds, within the plan.
+def plan_chunk_slots(context: OpExecutionContext, plan: SlotPlan, cap: int | None) -> tuple[int, list[str]]:
+    """(slots, device per slot) for a fanned-out run, after setting the pool limit from the plan, so
+    the very first run uses the plan's slots with or without the daemon's `gpu_pool_sensor`."""
+    before, after = sync_pool_limit(context.instance, plan)
+    if before != after:
+        context.log.info(f"gpu pool limit {before} -> {after}: {plan.reason}")
+    slots = max(1, min(plan.total, cap or plan.total))
+    return slots, worker_devices(plan, slots)
 
-    Only for steps that stay one process (backtests): more threads never start another GPU process.
-    Training does not use this; it takes one pool slot per process instead.
-    """
-    workers = plan.total
-    info = context.instance.event_log_storage.get_concurrency_info(GPU_POOL)
-    if info.limit is not None:
-        own = any(s.run_id == context.run_id for s in info.claimed_slots)
-        workers = min(workers, info.limit - len(info.claimed_slots) + (1 if own else 0))
-    if cap is not None:
-        workers = min(workers, cap)
-    return max(1, workers)
+
+def run_started_at(instance: DagsterInstance, run_id: str) -> dt.datetime:
+    """When this run's group began: a re-execution resumes from its root run's start."""
+    run = instance.get_run_by_id(run_id)
+    root = (run.root_run_id if run else None) or run_id
+    record = instance.get_run_record_by_id(root)
+    ts = (record.start_time or record.create_timestamp.timestamp()) if record else time.time()
+    return dt.datetime.fromtimestamp(ts, dt.UTC)
+
+
+def run_is_over(instance: DagsterInstance, run_id: str) -> bool:
+    run = instance.get_run_by_id(run_id)
+    return run is None or run.status in RUN_OVER
+
+
+@contextmanager
+def chunk_step_guard(context: OpExecutionContext) -> Iterator[bool]:
+    """Inside a chunk step: yields whether the step is its own process (multiprocess executor). If it
+    is, the step dies with the run worker and stops itself within `WATCHDOG_INTERVAL_S` once the run
+    is over (failed, canceled), taking its pool workers with it."""
+    own_process = multiprocessing.parent_process() is not None
+    if not own_process:
+        yield False
+        return
+    die_with_parent()
+    with Watchdog(lambda: run_is_over(context.instance, context.run_id), WATCHDOG_INTERVAL_S):
+        yield True

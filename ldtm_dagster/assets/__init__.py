@@ -1,8 +1,10 @@
 """Software-defined assets, by area: market data, models, accountability."""
 
 from .accountability import fillbacks, leaderboard, snapshots
+from .backtests import backtests
+from .checkpoints import checkpoints
 from .market import features, prices
-from .models import backtests, checkpoints, onnx_exports, promotions
+from .models import onnx_exports, promotions
 from .tuning import hpo_studies
 
 __all__ = [

@@ -15,17 +15,13 @@ run's status, so a failed or canceled run leaves no orphan training or registeri
 """
 
 import datetime as dt
-import multiprocessing
 import os
 import time
-from contextlib import nullcontext
 
 from dagster import (
     AssetIn,
     BackfillPolicy,
     ConfigMapping,
-    DagsterInstance,
-    DagsterRunStatus,
     DynamicOut,
     DynamicOutput,
     Failure,
@@ -39,8 +35,8 @@ from dagster import (
     op,
 )
 
-from ldtm_core.learning import resume, training_pool
-from ldtm_core.learning.process_guard import Watchdog, die_with_parent
+from ldtm_core.learning import resume
+from ldtm_core.learning.ticker_pool import ticker_chunks
 from ldtm_core.learning.training import train_ticker
 from ldtm_core.learning.tuning_store import ticker_settings
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START
@@ -48,7 +44,7 @@ from ldtm_core.progress import format_duration
 
 from ..metadata import records_table
 from ..partitions import ticker_partitions
-from ..pool import GPU_POOL, sync_pool_limit
+from ..pool import GPU_POOL, chunk_step_guard, plan_chunk_slots, run_is_over, run_started_at
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 CHECKPOINTS_CONFIG = {
@@ -64,13 +60,6 @@ CHECKPOINTS_CONFIG = {
         description="retrain tickers that already have a candidate since this run (or its original) started",
     ),
 }
-RUN_OVER = {
-    DagsterRunStatus.SUCCESS,
-    DagsterRunStatus.FAILURE,
-    DagsterRunStatus.CANCELING,
-    DagsterRunStatus.CANCELED,
-}
-WATCHDOG_INTERVAL_S = 2.0
 
 
 def _as_of(value: str) -> dt.date | None:
@@ -80,20 +69,6 @@ def _as_of(value: str) -> dt.date | None:
         return dt.date.fromisoformat(value)
     except ValueError:
         raise Failure(f"as_of={value!r} is not a date (YYYY-MM-DD)") from None
-
-
-def run_started_at(instance: DagsterInstance, run_id: str) -> dt.datetime:
-    """When this run's group began: a re-execution resumes from its root run's start."""
-    run = instance.get_run_by_id(run_id)
-    root = (run.root_run_id if run else None) or run_id
-    record = instance.get_run_record_by_id(root)
-    ts = (record.start_time or record.create_timestamp.timestamp()) if record else time.time()
-    return dt.datetime.fromtimestamp(ts, dt.UTC)
-
-
-def run_is_over(instance: DagsterInstance, run_id: str) -> bool:
-    run = instance.get_run_by_id(run_id)
-    return run is None or run.status in RUN_OVER
 
 
 @op(
@@ -113,9 +88,7 @@ def plan_checkpoint_chunks(
     as_of = _as_of(cfg["as_of"])
     tickers = list(context.partition_keys)
     plan = gpu.plan()
-    before, after = sync_pool_limit(context.instance, plan)
-    if before != after:
-        context.log.info(f"gpu pool limit {before} -> {after}: {plan.reason}")
+    slots, devices = plan_chunk_slots(context, plan, training.max_workers)
     engine = database.engine(store)  # migrate before any chunk step opens its own connections
     started = run_started_at(context.instance, context.run_id)
     done = set() if cfg["force"] else resume.trained_since(engine, tickers, started, as_of)
@@ -125,10 +98,8 @@ def plan_checkpoint_chunks(
             f"resuming: {len(done)} ticker(s) already have a candidate since {started:%Y-%m-%d %H:%M:%S} UTC "
             f"({', '.join(sorted(done)[:10])}{'…' if len(done) > 10 else ''}); force=true retrains them"
         )
-    slots = max(1, min(plan.total, training.max_workers or plan.total))
-    devices = training_pool.worker_devices(plan, slots)
     # At least one chunk, even empty, so the summary step runs and every partition is materialised.
-    chunks = training_pool.ticker_chunks(todo, slots) or [[]]
+    chunks = ticker_chunks(todo, slots) or [[]]
     context.log.info(
         f"training {len(todo)} ticker(s) in {len(chunks)} chunk(s) on up to {slots} slot(s): {plan.reason}"
     )
@@ -167,15 +138,6 @@ def train_checkpoint_chunk(
     training: TrainingProfile,
 ) -> list:
     """Train one chunk's tickers in this step process (one pool slot), one after another."""
-    # In a multiprocess run this is a child of the run worker: die with it, and stop when the run ends.
-    own_process = multiprocessing.parent_process() is not None
-    if own_process:
-        die_with_parent()
-    guard = (
-        Watchdog(lambda: run_is_over(context.instance, context.run_id), WATCHDOG_INTERVAL_S)
-        if own_process
-        else nullcontext()
-    )
     engine, settings = database.engine(store), database.settings(store)
     # Per ticker: the profile's config, or with `tuned` the ticker's best trial (reference without a study).
     per_ticker = ticker_settings(
@@ -185,7 +147,8 @@ def train_checkpoint_chunk(
     run_tickers = chunk["run_tickers"]
     started = run_started_at(context.instance, context.run_id)
     rows = []
-    with guard:
+    # In a multiprocess run this is a child of the run worker: die with it, and stop when the run ends.
+    with chunk_step_guard(context) as own_process:
         for ticker in chunk["tickers"]:
             # A step the executor started after its run ended (failed, cancelled) trains nothing; the
             # watchdog covers a run that ends while a ticker trains.

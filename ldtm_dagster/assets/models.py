@@ -1,99 +1,21 @@
-"""Models per ticker: checkpoints -> backtests -> promotions (the gate) -> onnx_exports.
+"""Models per ticker after training and backtests: promotions (the gate) -> onnx_exports.
 
-All four are partitioned by ticker and accept multi-partition (single-run) backfills: the bodies read
+Both are partitioned by ticker and accept multi-partition (single-run) backfills: the bodies read
 `context.partition_keys` and write to the database and the artifact store themselves (no IO manager).
-Training and backtests read the stored `features` of each ticker while their price fingerprint still
-matches, and recompute (saying so in the metadata's `features` column) when it does not.
 """
 
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    BackfillPolicy,
-    Config,
-    MaterializeResult,
-    asset,
-)
-from pydantic import Field
+from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
 
 from ldtm_core.accountability import gate, registry
-from ldtm_core.learning import backtest, export
+from ldtm_core.learning import export
 
 from ..metadata import records_table
 from ..partitions import ticker_partitions
-from ..pool import GPU_POOL, step_workers
-from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+from ..resources import AppDatabase, ArtifactStore
 from ..steps import for_each_partition
-from .checkpoints import checkpoints
+from .backtests import backtests
 
 SINGLE_RUN = BackfillPolicy.single_run()
-
-
-class BacktestsConfig(Config):
-    folds: int = Field(3, ge=2, description="walk-forward folds (the gate needs at least 2)")
-
-
-@asset(
-    partitions_def=ticker_partitions,
-    backfill_policy=SINGLE_RUN,
-    pool=GPU_POOL,
-    deps=[checkpoints, "features"],
-    group_name="models",
-    kinds={"pytorch"},
-    check_specs=[AssetCheckSpec("no_leakage", asset="backtests", blocking=True)],
-)
-def backtests(
-    context: AssetExecutionContext,
-    config: BacktestsConfig,
-    store: ArtifactStore,
-    database: AppDatabase,
-    training: TrainingProfile,
-    gpu: GpuProbe,
-) -> MaterializeResult:
-    """Walk-forward backtest folds (rows of `backtest_folds`) of each ticker's newest candidate."""
-    engine, settings = database.engine(store), database.settings(store)
-    threads = step_workers(context, gpu.plan(), training.max_workers)
-
-    def one(ticker: str) -> dict:
-        candidate = registry.newest_candidate(engine, ticker)
-        if candidate is None:
-            return {"ticker": ticker, "status": "no candidate"}
-        result = backtest.run_backtest(
-            engine, settings, ticker, folds=config.folds, model_id=candidate.id, threads=threads
-        )
-        return {
-            "ticker": ticker,
-            "status": "ok",
-            "model_id": candidate.id,
-            "folds": len(result.folds),
-            "n": result.n,
-            "direction_accuracy": result.direction_accuracy,
-            "always_up_accuracy": result.always_up_accuracy,
-            "skill_model_only": result.skill.model_only,
-            "skill_up_only": result.skill.up_only,
-            "skill_p_value": result.skill.p_value,
-            "mean_abs_pct_error": result.mean_abs_pct_error,
-            "leakage_rows": result.leakage_rows,
-            "duration_s": round(result.duration_s, 2),
-            "features": result.features,
-        }
-
-    rows = for_each_partition(context, "backtests", one)
-    leakage = sum(r.get("leakage_rows", 0) for r in rows)
-    return MaterializeResult(
-        metadata={"summary": records_table(rows), "leakage_rows": leakage, "tickers": len(rows)},
-        check_results=[
-            AssetCheckResult(
-                check_name="no_leakage",
-                passed=leakage == 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"leakage_rows": leakage},
-                description="test rows dated <= cutoff or training targets dated > cutoff (must be 0)",
-            )
-        ],
-    )
 
 
 @asset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,3 +64,27 @@ def tiny_resources(home: Path, url: str, universe: str = TICKERS, gpu: GpuProbe 
         "training": TrainingProfile(profile="demo", max_epochs=1),
         "gpu": gpu or GpuProbe(),
     }
+
+
+def process_tree(pid: int) -> list[int]:
+    """Every descendant of `pid` (Linux /proc), children before grandchildren."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(k) for k in (task / "children").read_text().split()]
+    return out + [g for k in out for g in process_tree(k)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def wait_dead(pids, seconds: float) -> list[int]:
+    """The pids still alive after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]

@@ -1,5 +1,5 @@
-"""The `checkpoints` graph asset holds one `gpu` slot per training process, follows the slot plan from
-its first run, resumes a killed retrain, and leaves no orphan training process behind a dead run."""
+"""The `checkpoints` and `backtests` graph assets hold one `gpu` slot per training process, follow the
+slot plan from their first run; a killed retrain resumes and leaves no orphan training process behind."""
 
 import datetime as dt
 import os
@@ -11,9 +11,17 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, ReexecutionOptions, execute_job, instance_for_test
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    DagsterInstance,
+    ReexecutionOptions,
+    execute_job,
+    instance_for_test,
+)
 from dagster._core.definitions.reconstruct import ReconstructableJob
-from ldtm_dagster_helpers import REPO, repo_instance_config
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from ldtm_dagster_helpers import REPO, process_tree, repo_instance_config, wait_dead
 from sqlalchemy import func, select
 
 from ldtm_core.config import Settings
@@ -21,10 +29,10 @@ from ldtm_core.data.ingest import ingest_synthetic
 from ldtm_core.db import get_engine
 from ldtm_core.learning.model import get_profile
 from ldtm_core.learning.training import train_ticker
-from ldtm_core.schema import model_registry
+from ldtm_core.schema import backtest_folds, model_registry
 from ldtm_dagster.pool import GPU_POOL
 
-JOB_FILE = str(Path(__file__).with_name("checkpoints_job.py"))
+JOB_FILE = str(Path(__file__).with_name("pool_jobs.py"))
 TICKERS = ["AAPL", "NVDA", "TSLA", "QQQ"]  # demo universe order: run A takes the first two, run B the rest
 
 
@@ -49,10 +57,6 @@ def world(sqlite_url, tmp_path, monkeypatch):
         yield instance, get_engine(sqlite_url), home
 
 
-def _tags(first, last):
-    return {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
-
-
 def _max_overlap(spans) -> int:
     events = sorted(
         [(s, 1) for _, s, _ in spans] + [(e, -1) for _, _, e in spans], key=lambda x: (x[0], x[1])
@@ -66,42 +70,37 @@ def _max_overlap(spans) -> int:
 
 @pytest.mark.timeout(600)
 def test_two_retrains_on_a_limit_of_two_never_train_more_than_two_at_once(world):
+    """Training and the backtests' fold trainings both fan out one pool step per chunk: two retrain runs
+    (checkpoints -> backtests) started together never have more than 2 training processes at once."""
     instance, engine, home = world
     assert instance.event_log_storage.get_concurrency_info(GPU_POOL).slot_count in (0, 1)  # before any run
     # Two run workers started together, as two launched runs would be.
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     workers = [
-        subprocess.Popen([sys.executable, JOB_FILE, first, last], env=env, cwd=REPO)
+        subprocess.Popen([sys.executable, JOB_FILE, first, last, "retrain"], env=env, cwd=REPO)
         for first, last in (("AAPL", "NVDA"), ("TSLA", "QQQ"))
     ]
     assert [w.wait(timeout=540) for w in workers] == [0, 0]
     # The first run set the pool to the slot plan (2), with no sensor tick and no daemon.
     info = instance.event_log_storage.get_concurrency_info(GPU_POOL)
     assert info.slot_count == 2 and info.active_slot_count == 0
-    records = instance.fetch_materializations(AssetKey("checkpoints"), limit=20).records
-    by_run = {r.run_id: r.asset_materialization.metadata["train_spans"].value for r in records}
-    assert len(by_run) == 2
-    spans = [s for run_spans in by_run.values() for s in run_spans]
-    assert len(spans) == 4 and len({pid for pid, _, _ in spans}) == 4  # one step process per chunk
-    assert _max_overlap(spans) <= 2, spans
+    spans = {}
+    for asset, key in (("checkpoints", "train_spans"), ("backtests", "backtest_spans")):
+        records = instance.fetch_materializations(AssetKey(asset), limit=20).records
+        by_run = {r.run_id: r.asset_materialization.metadata[key].value for r in records}
+        assert len(by_run) == 2, asset
+        spans[asset] = [s for run_spans in by_run.values() for s in run_spans]
+        assert len(spans[asset]) == 4 and len({pid for pid, _, _ in spans[asset]}) == 4  # a process per chunk
+    assert _max_overlap(spans["checkpoints"] + spans["backtests"]) <= 2, spans
     with engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(model_registry)).scalar() == 4
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        kids = (task / "children").read_text().split()
-        out += [int(k) for k in kids]
-    return out + [g for k in out for g in _children(k)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
+        models = dict(conn.execute(select(model_registry.c.ticker, model_registry.c.id)).all())
+        backtested = conn.execute(select(backtest_folds.c.ticker, backtest_folds.c.model_id).distinct()).all()
+    assert sorted(models) == sorted(TICKERS)
+    assert sorted(backtested) == sorted(models.items())  # each ticker's new candidate, backtested
+    checks = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey("backtests"), "no_leakage"), limit=5
+    )
+    assert len(checks) == 2 and all(c.status == AssetCheckExecutionRecordStatus.SUCCEEDED for c in checks)
 
 
 def _start_paused_run(home, tmp_path, first, last):
@@ -124,24 +123,17 @@ def _start_paused_run(home, tmp_path, first, last):
     return worker, trainer, pause
 
 
-def _wait_dead(pids, seconds):
-    deadline = time.monotonic() + seconds
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
-
-
 @pytest.mark.timeout(600)
 def test_killing_the_run_worker_kills_its_training_and_a_reexecution_resumes(world, tmp_path):
     instance, engine, home = world
     worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "NVDA")
-    descendants = _children(worker.pid)
+    descendants = process_tree(worker.pid)
     assert trainer in descendants
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     killed_at = dt.datetime.now(dt.UTC)
     # Workers die with their parent: nothing of the run survives it for more than a moment.
-    assert _wait_dead(descendants, 10) == []
+    assert wait_dead(descendants, 10) == []
     (pause / "release").write_text("")  # an orphan would now register its candidate
     time.sleep(3)
     with engine.connect() as conn:
@@ -182,12 +174,12 @@ def test_a_run_marked_failed_stops_its_training_steps(world, tmp_path):
     worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "NVDA")
     try:
         time.sleep(2)  # let the other chunk's step reach training too (or its own pause)
-        steps = [p for p in _children(worker.pid) if p != worker.pid]
+        steps = [p for p in process_tree(worker.pid) if p != worker.pid]
         assert trainer in steps
         (run,) = DagsterInstance.get().get_runs()
         instance.report_run_failed(run)  # what run monitoring or a cancel does while the step lives
         # Every step polls its run's status every 2 s and stops itself; only then is anything released.
-        assert _wait_dead(steps, 15) == []
+        assert wait_dead(steps, 15) == []
         (pause / "release").write_text("")
         time.sleep(3)
         with engine.connect() as conn:

@@ -1,0 +1,139 @@
+"""A retrain run launched by a real `dagster-daemon` whose run worker is SIGKILLed: Dagster marks the run
+failed, no training process of it survives, nothing is registered after its end, and run monitoring
+gives its `gpu` slots back (issue 12, measured then under `dagster dev`: orphans kept registering)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import DagsterInstance, DagsterRunStatus
+from ldtm_dagster_helpers import REPO, process_tree, wait_dead
+from sqlalchemy import func, select
+
+from ldtm_core.data.ingest import ingest_synthetic
+from ldtm_core.db import get_engine
+from ldtm_core.schema import model_registry
+from ldtm_dagster.partitions import range_tags
+from ldtm_dagster.pool import GPU_POOL
+
+BIN = Path(sys.executable).parent
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return f"{pid} (gone)"
+
+
+def _wait(what: str, seconds: float, probe):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+@pytest.mark.timeout(480)
+def test_killing_a_daemon_launched_run_worker_stops_its_training_and_frees_its_slots(
+    sqlite_url, tmp_path, monkeypatch
+):
+    engine = get_engine(sqlite_url)
+    ingest_synthetic(engine, ["AAPL", "NVDA"], "2023-01-03", "2024-06-28", seed=0)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    # The repo's settings, with run monitoring polling often enough for a test to wait on it.
+    config["run_monitoring"].update(free_slots_after_run_end_seconds=5, poll_interval_seconds=2)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LDTM_HOME": str(tmp_path / "ldtm"),
+        "LDTM_DATABASE_URL": sqlite_url,
+        "LDTM_UNIVERSE": "demo",
+        "LDTM_PROFILE": "demo",
+        "LDTM_MAX_EPOCHS": "1",
+        "LDTM_GPU_MAX_SLOTS": "2",
+        "LDTM_TEST_PAUSE_AT": "train.before_register",
+        "LDTM_TEST_PAUSE_DIR": str(pause),
+        "LDTM_TEST_PAUSE_S": "180",
+    }
+    log = (tmp_path / "daemon.log").open("w")
+    daemon = subprocess.Popen(
+        [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    run_id = str(uuid.uuid4())
+    try:
+        # Queued on the instance; the daemon dequeues it and launches its run worker.
+        launch = subprocess.run(
+            [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", "retrain_job"]
+            + ["--run-id", run_id, "--tags", json.dumps(range_tags(["AAPL", "NVDA"]))],
+            cwd=REPO,
+            env=env,
+            timeout=180,
+            capture_output=True,
+            text=True,
+        )
+        assert launch.returncode == 0, launch.stderr[-3000:]
+        paused = _wait("a training step at the pause point", 300, lambda: list(pause.glob("paused-*")))
+        trainer = int(paused[0].name.split("-")[1])
+        run_worker = int(
+            Path(f"/proc/{trainer}/stat").read_text().split(")")[-1].split()[1]
+        )  # ppid: the run worker
+        tree = process_tree(run_worker)
+        assert trainer in tree
+        os.kill(run_worker, signal.SIGKILL)
+        killed_at = time.monotonic()
+        # Every step (and its pool workers) dies with the run worker: no orphan training.
+        survivors = wait_dead(tree, 10)
+        assert survivors == [], [_cmdline(p) for p in survivors]
+        (pause / "release").write_text("")  # an orphan would now register its candidate
+
+        monkeypatch.setenv("DAGSTER_HOME", str(home))
+        with DagsterInstance.get() as instance:
+            _wait(
+                "the run marked failed",
+                60,
+                lambda: instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE,
+            )
+            failed_after = time.monotonic() - killed_at
+            _wait(
+                "run monitoring to free the run's gpu slots",
+                60,
+                lambda: (
+                    not [
+                        s
+                        for s in instance.event_log_storage.get_concurrency_info(GPU_POOL).claimed_slots
+                        if s.run_id == run_id
+                    ]
+                ),
+            )
+        assert failed_after < 60
+        time.sleep(3)
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(model_registry)).scalar() == 0
+    finally:
+        (pause / "release").write_text("")
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+        log.close()
