@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--speed-samples", type=int, default=4096)
     ap.add_argument("--speed-rounds", type=int, default=2)
     ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--speed-only", action="store_true", help="only the bf16 vs fp32 step speed")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -95,6 +96,8 @@ def main() -> None:
         print("| batch | fp32 | bf16 | bf16/fp32 |\n|---|---|---|---|")
         for r in speed((32, 64, 128), args.speed_samples, args.speed_rounds):
             print(f"| {r['batch']} | {r['fp32']:,.0f} | {r['bf16']:,.0f} | {r['ratio']:.2f}x |", flush=True)
+    if args.speed_only:
+        return
 
     tickers = load_universe("full")[: args.tickers]
     _, last = calendar_bounds()

@@ -6,8 +6,9 @@
 Phases, each on the same core functions the Dagster assets call:
   train     `checkpoints`: every ticker trained within the slot plan (one single-threaded worker per
             slot on a CPU), warm start from the active model as configured;
-  backtest  `backtests`: each ticker's newest candidate, walk-forward with the default folds (3), one
-            process using the slot plan's threads, folds warm-chained as configured;
+  backtest  `backtests`: each ticker's newest candidate, walk-forward with the default folds (3),
+            within the slot plan like training (one single-threaded worker per slot), folds
+            warm-chained as configured;
   gate      `promotions` (fired by promotion_gate_sensor per backtest): the gate, promoting passes.
 Data: N tickers of the full universe, 20 years of synthetic prices (seeded), in a throw-away SQLite
 database unless --url names a server (a fresh database `ldtm_weekly_<pid>` is created and dropped).
@@ -34,8 +35,9 @@ from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import calendar_bounds  # noqa: E402
 from ldtm_core.data.ingest import ingest_synthetic  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
+from ldtm_core.learning.backtest import DEFAULT_FOLDS  # noqa: E402
 from ldtm_core.learning.backtest import DEFAULT_WARM_START as BACKTEST_WARM  # noqa: E402
-from ldtm_core.learning.backtest import run_backtest  # noqa: E402
+from ldtm_core.learning.backtest_pool import backtest_many  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint  # noqa: E402
 from ldtm_core.learning.gpu_slots import current_plan  # noqa: E402
 from ldtm_core.learning.model import get_profile  # noqa: E402
@@ -43,8 +45,9 @@ from ldtm_core.learning.precision import amp_dtype, cpu_has_native_bf16, describ
 from ldtm_core.learning.training_pool import train_many  # noqa: E402
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START as TRAIN_WARM  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
+from ldtm_core.progress import ProgressLog  # noqa: E402
 
-BACKTEST_FOLDS = 3  # BacktestsConfig's default
+BACKTEST_FOLDS = DEFAULT_FOLDS  # the `backtests` asset's default
 
 
 def _server_db(url: str):
@@ -54,6 +57,12 @@ def _server_db(url: str):
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))  # name built from the pid only
     return base.set(database=name).render_as_string(hide_password=False), admin, name
+
+
+def _reporter(what: str, total: int):
+    """One line per finished ticker: n/N, elapsed, ETA (and why, when it failed)."""
+    log = ProgressLog(what, total)
+    return lambda o: print(f"  {log.advance(f'{o.ticker} {o.status} {o.reason}'.strip())}", flush=True)
 
 
 def main() -> None:
@@ -104,7 +113,13 @@ def main() -> None:
 
             t = time.perf_counter()
             outcomes = train_many(
-                settings, tickers, args.profile, overrides=overrides, plan=plan, warm_start=train_warm
+                settings,
+                tickers,
+                args.profile,
+                overrides=overrides,
+                plan=plan,
+                warm_start=train_warm,
+                on_outcome=_reporter("train", len(tickers)),
             )
             train_s = time.perf_counter() - t
             trained = [o for o in outcomes if o.status == "trained"]
@@ -120,22 +135,19 @@ def main() -> None:
             )
 
             t = time.perf_counter()
-            results = [
-                run_backtest(
-                    engine,
-                    settings,
-                    o.ticker,
-                    folds=BACKTEST_FOLDS,
-                    model_id=o.model_id,
-                    threads=plan.total,
-                    warm_start=bt_warm,
-                )
-                for o in trained
-            ]
+            bt = backtest_many(
+                settings,
+                [o.ticker for o in trained],
+                folds=BACKTEST_FOLDS,
+                plan=plan,
+                warm_start=bt_warm,
+                on_outcome=_reporter("backtest", len(trained)),
+            )
+            results = [o.result for o in bt if o.result is not None]
             bt_s = time.perf_counter() - t
             folds = [f for r in results for f in r.folds]
             print(
-                f"backtest: {bt_s:.1f} s wall for {len(results)} tickers x {BACKTEST_FOLDS} folds; fit per fold median "
+                f"backtest: {bt_s:.1f} s wall for {len(results)}/{len(bt)} tickers x {BACKTEST_FOLDS} folds; fit per fold median "
                 f"{statistics.median(f.fit_s for f in folds):.1f} s, epochs median {statistics.median(f.epochs for f in folds)}; "
                 f"direction accuracy mean {statistics.mean(r.direction_accuracy for r in results):.3f} "
                 f"(always-up {statistics.mean(r.always_up_accuracy for r in results):.3f}); leakage "
