@@ -19,6 +19,18 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def eta_tail(done: int, total: int, elapsed_s: float) -> str:
+    """`, ETA 12m30s` from the mean time per finished item; empty before the first and after the last."""
+    if done <= 0 or done >= total:
+        return ""
+    return f", ETA {format_duration(elapsed_s / done * (total - done))}"
+
+
+def run_line(label: str, done: int, total: int, elapsed_s: float, counted: str) -> str:
+    """`AAPL trained (run: 37/103 trained, ETA 12m30s)`: one item's news and the whole run's count."""
+    return f"{label} (run: {done}/{total} {counted}{eta_tail(done, total, elapsed_s)})"
+
+
 class ProgressLog:
     """n/N, elapsed and ETA (from the mean time per finished item) of `total` items."""
 
@@ -30,16 +42,11 @@ class ProgressLog:
         self.done += n
         return self.line(label)
 
-    def eta_s(self) -> float | None:
-        if self.done == 0:
-            return None
-        return (self.clock() - self.start) / self.done * (self.total - self.done)
-
     def line(self, label: str = "") -> str:
-        eta = self.eta_s()
-        tail = f", ETA {format_duration(eta)}" if eta is not None and self.done < self.total else ""
+        elapsed = self.clock() - self.start
         head = f"{self.what} {self.done}/{self.total}"
-        return f"{head}{': ' + label if label else ''} (elapsed {format_duration(self.clock() - self.start)}{tail})"
+        tail = eta_tail(self.done, self.total, elapsed)
+        return f"{head}{': ' + label if label else ''} (elapsed {format_duration(elapsed)}{tail})"
 
 
 @contextmanager

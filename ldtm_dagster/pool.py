@@ -16,14 +16,16 @@ from __future__ import annotations
 import datetime as dt
 import multiprocessing
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from dagster import DagsterInstance, DagsterRunStatus, OpExecutionContext
+from dagster import DagsterInstance, DagsterRunStatus, Failure, OpExecutionContext
 
 from ldtm_core.learning.gpu_slots import SlotPlan
 from ldtm_core.learning.process_guard import Watchdog, die_with_parent
 from ldtm_core.learning.ticker_pool import worker_devices
+
+from .metadata import records_table
 
 GPU_POOL = "gpu"
 # Tag on runs that hold GPU steps, so they can be found and filtered (and capped in dagster.yaml).
@@ -86,3 +88,41 @@ def chunk_step_guard(context: OpExecutionContext) -> Iterator[bool]:
     die_with_parent()
     with Watchdog(lambda: run_is_over(context.instance, context.run_id), WATCHDOG_INTERVAL_S):
         yield True
+
+
+TIMING_FIELDS = ("pid", "started", "finished")
+
+
+def summarise_chunks(
+    context: OpExecutionContext,
+    plan: dict,
+    chunk_rows: list[list[dict]],
+    *,
+    skipped_reason: str,
+    spans_key: str,
+    failure: str,
+    counts: Callable[[list[dict]], dict],
+) -> None:
+    """The fan-in of a fanned-out asset: every ticker's row (the chunks' plus the plan's skips) as its
+    metadata with `counts(rows)`, the chunks' slots and wall time, and each step's (pid, start, end)
+    under `spans_key`; raises `Failure` ("{failure} failed for ...") if any ticker failed, after the
+    other tickers' results were written, so the run fails and its partitions are retried."""
+    rows = [r for chunk in chunk_rows for r in chunk]
+    rows += [{"ticker": t, "status": "skipped", "reason": skipped_reason} for t in plan["skipped"]]
+    rows.sort(key=lambda r: r["ticker"])
+    spans = [[r[k] for k in TIMING_FIELDS] for r in rows if "started" in r]
+    failed = [r for r in rows if r["status"] == "failed"]
+    metadata = {
+        "summary": records_table([{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows]),
+        **counts(rows),
+        "failed": len(failed),
+        "chunks": plan["chunks"],
+        "slots": plan["slots"],
+        "slot_plan": plan["slot_plan"],
+        "wall_s": round(max(e for _, _, e in spans) - min(s for _, s, _ in spans), 2) if spans else 0.0,
+        spans_key: spans,
+    }
+    if failed:
+        tickers = ", ".join(r["ticker"] for r in failed)
+        raise Failure(f"{failure} failed for {tickers}: {failed[0]['reason']}", metadata=metadata)
+    context.add_output_metadata(metadata)

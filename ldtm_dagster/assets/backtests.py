@@ -38,11 +38,10 @@ from ldtm_core.learning import resume
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START
 from ldtm_core.learning.backtest_pool import backtest_candidate
 from ldtm_core.learning.ticker_pool import ticker_chunks
-from ldtm_core.progress import format_duration
+from ldtm_core.progress import run_line
 
-from ..metadata import records_table
 from ..partitions import ticker_partitions
-from ..pool import GPU_POOL, chunk_step_guard, plan_chunk_slots, run_is_over, run_started_at
+from ..pool import GPU_POOL, chunk_step_guard, plan_chunk_slots, run_is_over, run_started_at, summarise_chunks
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 BACKTESTS_CONFIG = {
@@ -159,45 +158,26 @@ def backtest_chunk(
 def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime, planned_at: float) -> str:
     """`AAPL ok: 3 folds, accuracy 52.1% (run: 37/103 backtested, ETA 12m30s)`, counted over every chunk."""
     n_done = len(resume.backtested_since(engine, run_tickers, started))
-    elapsed = time.time() - planned_at
-    eta = elapsed / n_done * (len(run_tickers) - n_done) if n_done else None
-    tail = f", ETA {format_duration(eta)}" if eta is not None and n_done < len(run_tickers) else ""
     what = outcome.status + (f": {outcome.reason}" if outcome.reason else "")
     if outcome.result is not None:
         what += f": {len(outcome.result.folds)} folds, accuracy {outcome.result.direction_accuracy:.1%}"
-    return f"{outcome.ticker} {what} (run: {n_done}/{len(run_tickers)} backtested{tail})"
+    return run_line(
+        f"{outcome.ticker} {what}", n_done, len(run_tickers), time.time() - planned_at, "backtested"
+    )
 
 
 @op(out=Out(Nothing))
 def backtests_summary(context: OpExecutionContext, plan: dict, chunk_rows: list) -> None:
     """Every ticker's backtest as the asset's metadata; the step fails if any ticker failed."""
-    rows = [r for chunk in chunk_rows for r in chunk]
-    rows += [
-        {"ticker": t, "status": "skipped", "reason": "already backtested by this run"}
-        for t in plan["skipped"]
-    ]
-    rows.sort(key=lambda r: r["ticker"])
-    spans = [(r["pid"], r["started"], r["finished"]) for r in rows if "pid" in r]
-    table = [{k: v for k, v in r.items() if k not in ("pid", "started", "finished")} for r in rows]
-    metadata = {
-        "summary": records_table(table),
-        "leakage_rows": _leakage(rows),
-        "tickers": len(rows),
-        "failed": sum(r["status"] == "failed" for r in rows),
-        "chunks": plan["chunks"],
-        "slots": plan["slots"],
-        "slot_plan": plan["slot_plan"],
-        "wall_s": round(max(e for _, _, e in spans) - min(s for _, s, _ in spans), 2) if spans else 0.0,
-        "backtest_spans": [list(s) for s in spans],
-    }
-    failed = [r for r in rows if r["status"] == "failed"]
-    if failed:
-        # Fold rows of the other tickers are written; the run fails so the partitions are retried.
-        raise Failure(
-            f"backtests failed for {', '.join(r['ticker'] for r in failed)}: {failed[0]['reason']}",
-            metadata=metadata,
-        )
-    context.add_output_metadata(metadata)
+    summarise_chunks(
+        context,
+        plan,
+        chunk_rows,
+        skipped_reason="already backtested by this run",
+        spans_key="backtest_spans",
+        failure="backtests",
+        counts=lambda rows: {"leakage_rows": _leakage(rows), "tickers": len(rows)},
+    )
 
 
 def _leakage(rows: list[dict]) -> int:

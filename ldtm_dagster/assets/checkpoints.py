@@ -40,11 +40,10 @@ from ldtm_core.learning.ticker_pool import ticker_chunks
 from ldtm_core.learning.training import train_ticker
 from ldtm_core.learning.tuning_store import ticker_settings
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START
-from ldtm_core.progress import format_duration
+from ldtm_core.progress import run_line
 
-from ..metadata import records_table
 from ..partitions import ticker_partitions
-from ..pool import GPU_POOL, chunk_step_guard, plan_chunk_slots, run_is_over, run_started_at
+from ..pool import GPU_POOL, chunk_step_guard, plan_chunk_slots, run_is_over, run_started_at, summarise_chunks
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 CHECKPOINTS_CONFIG = {
@@ -200,42 +199,22 @@ def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime
     """`AAPL trained (run: 37/103 done, ETA 12m30s)`: n counts every chunk's registered candidates."""
     n_done = len(resume.trained_since(engine, run_tickers, started, as_of))
     elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
-    eta = elapsed / n_done * (len(run_tickers) - n_done) if n_done else None
-    tail = f", ETA {format_duration(eta)}" if eta is not None and n_done < len(run_tickers) else ""
     what = outcome.status + (f": {outcome.reason}" if outcome.reason else "")
-    return f"{outcome.ticker} {what} (run: {n_done}/{len(run_tickers)} trained{tail})"
+    return run_line(f"{outcome.ticker} {what}", n_done, len(run_tickers), elapsed, "trained")
 
 
 @op(out=Out(Nothing))
 def checkpoints_summary(context: OpExecutionContext, plan: dict, chunk_rows: list) -> None:
     """Every ticker's outcome as the asset's metadata; the step fails if any ticker failed."""
-    rows = [r for chunk in chunk_rows for r in chunk]
-    rows += [
-        {"ticker": t, "status": "skipped", "reason": "candidate already registered by this run"}
-        for t in plan["skipped"]
-    ]
-    rows.sort(key=lambda r: r["ticker"])
-    table = [{k: v for k, v in r.items() if k not in ("started", "finished")} for r in rows]
-    spans = [(r["started"], r["finished"]) for r in rows if "started" in r]
-    metadata = {
-        "summary": records_table(table),
-        "trained": sum(r["status"] == "trained" for r in rows),
-        "skipped": sum(r["status"] == "skipped" for r in rows),
-        "failed": sum(r["status"] == "failed" for r in rows),
-        "chunks": plan["chunks"],
-        "slots": plan["slots"],
-        "slot_plan": plan["slot_plan"],
-        "wall_s": round(max(e for _, e in spans) - min(s for s, _ in spans), 2) if spans else 0.0,
-        "train_spans": [[r["pid"], r["started"], r["finished"]] for r in rows if "started" in r],
-    }
-    failed = [r for r in rows if r["status"] == "failed"]
-    if failed:
-        # The other tickers' candidates are registered; the run fails so the partitions are retried.
-        raise Failure(
-            f"training failed for {', '.join(r['ticker'] for r in failed)}: {failed[0]['reason']}",
-            metadata=metadata,
-        )
-    context.add_output_metadata(metadata)
+    summarise_chunks(
+        context,
+        plan,
+        chunk_rows,
+        skipped_reason="candidate already registered by this run",
+        spans_key="train_spans",
+        failure="training",
+        counts=lambda rows: {s: sum(r["status"] == s for r in rows) for s in ("trained", "skipped")},
+    )
 
 
 @graph_asset(

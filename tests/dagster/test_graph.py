@@ -3,6 +3,7 @@ both the application database and the Dagster instance storage."""
 
 import datetime as dt
 import os
+import re
 import uuid
 
 import pytest
@@ -84,6 +85,15 @@ def _run_whole_graph(instance, resources) -> None:
         len({r.run_id for r in instance.fetch_materializations(AssetKey("checkpoints"), limit=10).records})
         == 1
     )
+    # The chunk steps log each finished ticker with the run's n/N (and an ETA while some are left).
+    for key, counted in (("checkpoints", "trained"), ("backtests", "backtested")):
+        run_id = instance.fetch_materializations(AssetKey(key), limit=1).records[0].run_id
+        counts = [
+            tuple(map(int, m.groups()))
+            for e in instance.all_logs(run_id)
+            if (m := re.search(rf"\(run: (\d+)/(\d+) {counted}", e.user_message or ""))
+        ]
+        assert len(counts) == len(tickers) and max(counts) == (len(tickers), len(tickers)), (key, counts)
     for asset_key, name in CHECKS:
         record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [AssetCheckKey(AssetKey(asset_key), name)]
