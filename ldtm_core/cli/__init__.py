@@ -6,12 +6,13 @@ import datetime as dt
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import wraps
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from ldtm_core.config import Settings, mask_secrets, masked_url
@@ -58,6 +59,24 @@ def fmt_pct(v) -> str:
 
 def fmt_num(v, digits=2) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def print_outcomes(
+    title: str,
+    columns: Sequence[str],
+    outcomes: Sequence,
+    cells: Callable[[object, str], Sequence[str]],
+    colours: dict[str, str],
+) -> dict[str, int]:
+    """One row per ticker outcome of a many-ticker command (`cells(outcome, coloured status)`), then
+    the count per status (in `colours`' order), printed and returned."""
+    table = Table(*columns, title=title)
+    for o in outcomes:
+        table.add_row(*cells(o, f"[{colours[o.status]}]{o.status}[/]"))
+    console.print(table)
+    counts = {s: sum(o.status == s for o in outcomes) for s in colours}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()), end="")
+    return counts
 
 
 def handle_errors(fn: Callable) -> Callable:

@@ -9,7 +9,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.cli import (
+    app,
+    console,
+    err_console,
+    handle_errors,
+    open_db,
+    parse_date,
+    print_outcomes,
+    settings,
+)
 from ldtm_core.errors import InputError, NotFoundError
 
 gpu_app = typer.Typer(help="GPU slots derived from free VRAM.", no_args_is_help=True)
@@ -79,32 +88,23 @@ def train(
             on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
         )
 
-    table = Table(
-        "ticker",
-        "settings",
-        "device",
-        "duration",
-        "epochs",
-        "status",
-        "val_loss",
-        "reason",
-        title=f"train ({profile})",
-    )
-    colour = {"trained": "green", "skipped": "yellow", "failed": "red"}
-    for o in outcomes:
-        table.add_row(
+    counts = print_outcomes(
+        f"train ({profile})",
+        ("ticker", "settings", "device", "duration", "epochs", "status", "val_loss", "reason"),
+        outcomes,
+        lambda o, status: (
             o.ticker,
             o.profile or "",
             o.device or "",
             f"{o.duration_s:.1f}s",
             "" if o.epochs is None else str(o.epochs),
-            f"[{colour[o.status]}]{o.status}[/]",
+            status,
             _fmt(o.val_loss, ".5f"),
             o.reason,
-        )
-    console.print(table)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("trained", "skipped", "failed")}
-    console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+        ),
+        {"trained": "green", "skipped": "yellow", "failed": "red"},
+    )
+    console.print()
     if not counts["trained"]:
         err_console.print("[bold red]error:[/] nothing was trained", highlight=False)
     if counts["failed"] or not counts["trained"]:

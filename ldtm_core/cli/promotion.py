@@ -7,7 +7,17 @@ import sys
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import app, console, err_console, fmt_num, fmt_pct, handle_errors, open_db, settings
+from ldtm_core.cli import (
+    app,
+    console,
+    err_console,
+    fmt_num,
+    fmt_pct,
+    handle_errors,
+    open_db,
+    print_outcomes,
+    settings,
+)
 from ldtm_core.errors import InputError
 
 registry_app = typer.Typer(help="Model registry: list, history, rollback.", no_args_is_help=True)
@@ -137,36 +147,31 @@ def _backtest_many(tickers: str, folds: int, workers: int | None, warm_start: bo
             warm_start=warm_start,
             on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
         )
-    table = Table(
-        "ticker",
-        "model",
-        "n",
-        "dir acc",
-        "always-up",
-        "p (beats up)",
-        "leakage",
-        "duration",
-        "status",
-        title=f"backtest, {folds} folds",
-    )
-    colour = {"ok": "green", "no candidate": "yellow", "failed": "red"}
-    for o in outcomes:
-        r = o.result
-        table.add_row(
+    counts = print_outcomes(
+        f"backtest, {folds} folds",
+        ("ticker", "model", "n", "dir acc", "always-up", "p (beats up)", "leakage", "duration", "status"),
+        outcomes,
+        lambda o, status: (
             o.ticker,
-            "" if r is None else str(r.model_id),
-            "" if r is None else str(r.n),
-            "" if r is None else fmt_pct(r.direction_accuracy),
-            "" if r is None else fmt_pct(r.always_up_accuracy),
-            "" if r is None or r.skill is None else format_p_value(r.skill.p_value),
-            "" if r is None else str(r.leakage_rows),
-            "" if r is None else f"{r.duration_s:.1f}s",
-            f"[{colour[o.status]}]{o.status}[/]" + (f": {o.reason}" if o.reason else ""),
-        )
-    console.print(table)
-    counts = {s: sum(o.status == s for o in outcomes) for s in colour}
+            *(
+                [""] * 7
+                if (r := o.result) is None
+                else (
+                    str(r.model_id),
+                    str(r.n),
+                    fmt_pct(r.direction_accuracy),
+                    fmt_pct(r.always_up_accuracy),
+                    "" if r.skill is None else format_p_value(r.skill.p_value),
+                    str(r.leakage_rows),
+                    f"{r.duration_s:.1f}s",
+                )
+            ),
+            status + (f": {o.reason}" if o.reason else ""),
+        ),
+        {"ok": "green", "no candidate": "yellow", "failed": "red"},
+    )
     leakage = sum(o.result.leakage_rows for o in outcomes if o.result is not None)
-    console.print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; leakage rows {leakage}")
+    console.print(f"; leakage rows {leakage}")
     if counts["failed"] or leakage or not counts["ok"]:
         sys.exit(1)
 
