@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
+from dagster import DagsterInstance
 
 from ldtm_dagster.resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
@@ -55,6 +57,27 @@ class FakeGpuProbe(GpuProbe):
 
 def repo_instance_config(path: str = "dagster.yaml") -> dict:
     return yaml.safe_load((REPO / path).read_text())
+
+
+def dagster_cli_env(tmp_path: Path, run_monitoring: dict | None = None, **ldtm: str) -> dict[str, str]:
+    """Environment for a real `dagster` / `dagster-daemon` / `dagster-webserver` subprocess: its own
+    DAGSTER_HOME under `tmp_path` holding the repo's dagster.yaml (with `run_monitoring` settings
+    merged in), LDTM_HOME beside it, and `ldtm` as LDTM_* variables (database_url -> LDTM_DATABASE_URL)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    config = repo_instance_config()
+    config["run_monitoring"].update(run_monitoring or {})
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    # Create the instance's SQLite storages now: a daemon and a CLI started together would otherwise
+    # both create and stamp them, and alembic then refuses the doubly stamped database.
+    with DagsterInstance.from_config(str(home)):
+        pass
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LDTM_HOME": str(tmp_path / "ldtm"),
+        **{f"LDTM_{k.upper()}": str(v) for k, v in ldtm.items()},
+    }
 
 
 def tiny_resources(home: Path, url: str, universe: str = TICKERS, gpu: GpuProbe | None = None) -> dict:

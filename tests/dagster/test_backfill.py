@@ -2,14 +2,13 @@
 one run trains all of them and records a materialization per partition."""
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 from dagster import AssetKey, DagsterInstance
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-from ldtm_dagster_helpers import REPO
+from ldtm_dagster_helpers import REPO, dagster_cli_env
 from sqlalchemy import select
 
 from ldtm_core.data.ingest import ingest_synthetic
@@ -21,18 +20,7 @@ from ldtm_core.schema import model_registry
 def test_cli_partition_range_trains_three_tickers_in_one_run(sqlite_url, tmp_path):
     engine = get_engine(sqlite_url)
     ingest_synthetic(engine, ["AAPL", "NVDA", "TSLA", "QQQ"], "2023-01-03", "2024-06-28", seed=0)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "LDTM_HOME": str(tmp_path / "ldtm"),
-        "LDTM_DATABASE_URL": sqlite_url,
-        "LDTM_UNIVERSE": "demo",
-        "LDTM_PROFILE": "demo",
-        "LDTM_MAX_EPOCHS": "1",
-    }
+    env = dagster_cli_env(tmp_path, database_url=sqlite_url, universe="demo", profile="demo", max_epochs=1)
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
     cmd = [dagster, "asset", "materialize", "-m", "ldtm_dagster", "--select", "checkpoints"]
     out = subprocess.run(
@@ -45,7 +33,7 @@ def test_cli_partition_range_trains_three_tickers_in_one_run(sqlite_url, tmp_pat
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
-    instance = DagsterInstance.from_config(str(home))
+    instance = DagsterInstance.from_config(env["DAGSTER_HOME"])
     try:
         runs = instance.get_runs()
         assert len(runs) == 1

@@ -12,9 +12,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 from dagster import DagsterInstance, DagsterRunStatus
-from ldtm_dagster_helpers import REPO, process_tree, wait_dead
+from ldtm_dagster_helpers import REPO, dagster_cli_env, process_tree, wait_dead
 from sqlalchemy import func, select
 
 from ldtm_core.data.ingest import ingest_synthetic
@@ -49,27 +48,22 @@ def test_killing_a_daemon_launched_run_worker_stops_its_training_and_frees_its_s
 ):
     engine = get_engine(sqlite_url)
     ingest_synthetic(engine, ["AAPL", "NVDA"], "2023-01-03", "2024-06-28", seed=0)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    config = yaml.safe_load((REPO / "dagster.yaml").read_text())
-    # The repo's settings, with run monitoring polling often enough for a test to wait on it.
-    config["run_monitoring"].update(free_slots_after_run_end_seconds=5, poll_interval_seconds=2)
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     pause = tmp_path / "pause"
     pause.mkdir()
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "LDTM_HOME": str(tmp_path / "ldtm"),
-        "LDTM_DATABASE_URL": sqlite_url,
-        "LDTM_UNIVERSE": "demo",
-        "LDTM_PROFILE": "demo",
-        "LDTM_MAX_EPOCHS": "1",
-        "LDTM_GPU_MAX_SLOTS": "2",
-        "LDTM_TEST_PAUSE_AT": "train.before_register",
-        "LDTM_TEST_PAUSE_DIR": str(pause),
-        "LDTM_TEST_PAUSE_S": "180",
-    }
+    # The repo's settings, with run monitoring polling often enough for a test to wait on it.
+    env = dagster_cli_env(
+        tmp_path,
+        run_monitoring={"free_slots_after_run_end_seconds": 5, "poll_interval_seconds": 2},
+        database_url=sqlite_url,
+        universe="demo",
+        profile="demo",
+        max_epochs=1,
+        gpu_max_slots=2,
+        test_pause_at="train.before_register",
+        test_pause_dir=pause,
+        test_pause_s=180,
+    )
+    home = env["DAGSTER_HOME"]
     log = (tmp_path / "daemon.log").open("w")
     daemon = subprocess.Popen(
         [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
@@ -106,7 +100,7 @@ def test_killing_a_daemon_launched_run_worker_stops_its_training_and_frees_its_s
         assert survivors == [], [_cmdline(p) for p in survivors]
         (pause / "release").write_text("")  # an orphan would now register its candidate
 
-        monkeypatch.setenv("DAGSTER_HOME", str(home))
+        monkeypatch.setenv("DAGSTER_HOME", home)
         with DagsterInstance.get() as instance:
             _wait(
                 "the run marked failed",

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import requests
-from ldtm_dagster_helpers import REPO
+from ldtm_dagster_helpers import REPO, dagster_cli_env
 
 from ldtm_dagster.partitions import ticker_partitions
 
@@ -31,8 +31,7 @@ def _free_port() -> int:
 @pytest.mark.timeout(180)
 def test_webserver_serves_assets_and_partitions_over_graphql(tmp_path):
     port = _free_port()
-    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "LDTM_HOME": str(tmp_path / "ldtm")}
+    env = dagster_cli_env(tmp_path)
     exe = os.path.join(os.path.dirname(sys.executable), "dagster-webserver")
     proc = subprocess.Popen(
         [exe, "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
