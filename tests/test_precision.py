@@ -89,6 +89,15 @@ def test_probe_measures_once_per_cpu_and_torch_then_reads_its_cache(monkeypatch,
     assert precision.bf16_probe_speedup() == 0.0 and len(calls) == 2
 
 
+def test_probe_cache_tells_core_generations_with_one_model_name_apart(tmp_path):
+    zen4, zen5 = tmp_path / "zen4", tmp_path / "zen5"
+    zen4.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n")
+    zen5.write_text("processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n")
+    assert precision.cpu_generation(zen4) == "family 25 model 17"
+    assert precision.cpu_generation(zen5) == "family 26 model 2"
+    assert precision.cpu_generation(tmp_path / "missing") == "family ? model ?"
+
+
 def test_the_probe_times_real_training_steps_and_restores_the_thread_count():
     threads = torch.get_num_threads()
     speedup = precision.measure_bf16_speedup(batch=8, steps=1, rounds=1)

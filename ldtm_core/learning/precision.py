@@ -74,7 +74,7 @@ def bf16_probe_speedup() -> float:
     measured on first use (about a second). 0.0 with LDTM_BF16_PROBE=0."""
     if os.environ.get("LDTM_BF16_PROBE", "1") == "0":
         return 0.0
-    key = f"{describe_cpu()} | torch {torch.__version__}"
+    key = f"{describe_cpu()} {cpu_generation()} | torch {torch.__version__}"
     path = _probe_cache()
     try:
         cached = json.loads(path.read_text())
@@ -147,6 +147,22 @@ def amp_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype | None:
 
 def precision_name(dtype: torch.dtype | None) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
+def cpu_generation(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """`family 25 model 17`: VMs often report one model name ("AMD EPYC") for several core generations,
+    and bf16 speed differs between them (Zen 4 vs Zen 5), so the probe's cache tells them apart."""
+    found = {}
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("cpu family", "model") and key.strip() not in found:
+                found[key.strip()] = value.strip()
+            if len(found) == 2:
+                break
+    except OSError:
+        pass
+    return f"family {found.get('cpu family', '?')} model {found.get('model', '?')}"
 
 
 def describe_cpu() -> str:
