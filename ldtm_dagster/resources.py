@@ -91,6 +91,8 @@ class TrainingProfile(ConfigurableResource):
 
     profile: str = "reference"
     max_epochs: int | None = None
+    patience: int | None = None  # early-stopping patience; None: the profile's (reference: 5)
+    amp: str | None = None  # training precision auto | bf16 | fp16 | off; None: the profile's (auto)
     max_workers: int | None = None
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
@@ -102,7 +104,9 @@ class TrainingProfile(ConfigurableResource):
             raise Failure(f"TrainingProfile.max_workers must be >= 1, got {self.max_workers}")
 
     def overrides(self) -> dict:
-        return {"max_epochs": self.max_epochs} if self.max_epochs is not None else {}
+        """The fields set here, as ModelConfig overrides of the profile."""
+        fields = (("max_epochs", self.max_epochs), ("patience", self.patience), ("amp", self.amp))
+        return {k: v for k, v in fields if v is not None}
 
     def config(self) -> ModelConfig:
         return check_profile(self.profile, self.overrides())
@@ -152,6 +156,8 @@ def resources_from_env() -> dict:
         "training": TrainingProfile(
             profile=_env("LDTM_PROFILE", "reference"),
             max_epochs=EnvVar.int("LDTM_MAX_EPOCHS") if os.environ.get("LDTM_MAX_EPOCHS") else None,
+            patience=EnvVar.int("LDTM_PATIENCE") if os.environ.get("LDTM_PATIENCE") else None,
+            amp=_env("LDTM_AMP", None),
             max_workers=EnvVar.int("LDTM_MAX_WORKERS") if os.environ.get("LDTM_MAX_WORKERS") else None,
         ),
         "gpu": GpuProbe(),

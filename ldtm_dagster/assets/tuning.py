@@ -56,8 +56,11 @@ def hpo_studies(
     rows = []
     try:
         fixed = parse_overrides(config.fixed)
-        if training.max_epochs is not None:
-            fixed.setdefault("max_epochs", training.max_epochs)
+        for (
+            key,
+            value,
+        ) in training.overrides().items():  # the resource's settings, unless the study fixes them
+            fixed.setdefault(key, value)
         for ticker in context.partition_keys:
             r = tuning.tune(
                 settings, [ticker], config.trials, timeout=config.timeout_s, fixed=fixed, seed=config.seed

@@ -2,7 +2,7 @@
 message before anything is written."""
 
 import pytest
-from dagster import EnvVar, materialize
+from dagster import EnvVar, Failure, build_init_resource_context, materialize
 from ldtm_dagster_helpers import tiny_resources
 from sqlalchemy import func, select
 
@@ -38,17 +38,35 @@ def _count(url, table) -> int:
 
 
 def test_environment_feeds_the_resources(monkeypatch):
-    for var in ("LDTM_HOME", "LDTM_DATABASE_URL", "LDTM_UNIVERSE", "LDTM_PROFILE", "LDTM_MAX_EPOCHS"):
+    for var in (
+        "LDTM_HOME",
+        "LDTM_DATABASE_URL",
+        "LDTM_UNIVERSE",
+        "LDTM_PROFILE",
+        "LDTM_MAX_EPOCHS",
+        "LDTM_PATIENCE",
+        "LDTM_AMP",
+    ):
         monkeypatch.delenv(var, raising=False)
     defaults = resources_from_env()
     assert (defaults["store"].home, defaults["store"].universe) == (".ldtm", "full")
     assert defaults["database"].url == "" and defaults["training"].profile == "reference"
+    assert defaults["training"].overrides() == {}
     monkeypatch.setenv("LDTM_DATABASE_URL", "postgresql+psycopg2://u:pw@db/ldtm")
     monkeypatch.setenv("LDTM_MAX_EPOCHS", "2")
     fed = resources_from_env()
     # EnvVar, not the value: the UI and run config show the variable's name, never the password.
     assert fed["database"].url == EnvVar("LDTM_DATABASE_URL")
     assert fed["training"].max_epochs == EnvVar.int("LDTM_MAX_EPOCHS")
+
+
+def test_training_profile_passes_patience_and_precision_to_the_model_config():
+    """Patience and precision are the weekly loop's speed levers; the UI can set them per run."""
+    cfg = TrainingProfile(profile="reference", patience=10, amp="off").config()
+    assert (cfg.patience, cfg.amp, cfg.batch_size) == (10, "off", 32)
+    assert TrainingProfile().config().patience == 5
+    with pytest.raises(Failure, match="amp='fast'"):
+        TrainingProfile(amp="fast").setup_for_execution(build_init_resource_context())
 
 
 @pytest.mark.parametrize(
