@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import multiprocessing
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -71,6 +73,20 @@ def speed(batches: tuple[int, ...], n_samples: int, rounds: int) -> list[dict]:
     return out
 
 
+def speed_in_processes(n: int, batches: tuple[int, ...], n_samples: int, rounds: int) -> list[dict]:
+    """`speed` in `n` single-threaded processes started together; samples/s summed over them."""
+    if n == 1:
+        return speed(batches, n_samples, rounds)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        parts = list(pool.map(speed, *zip(*[(batches, n_samples, rounds)] * n, strict=True)))
+    out = []
+    for rows in zip(*parts, strict=True):
+        fp32, bf16 = sum(r["fp32"] for r in rows), sum(r["bf16"] for r in rows)
+        out.append({"batch": rows[0]["batch"], "fp32": fp32, "bf16": bf16, "ratio": bf16 / fp32})
+    return out
+
+
 def fit_on(prices, cfg, init_state=None):
     samples = build_samples(prices, cfg.window)
     tr, va = purged_split(samples, cfg.val_fraction)
@@ -87,14 +103,26 @@ def main() -> None:
     ap.add_argument("--speed-rounds", type=int, default=2)
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--speed-only", action="store_true", help="only the bf16 vs fp32 step speed")
+    ap.add_argument(
+        "--speed-processes",
+        type=int,
+        default=1,
+        help="run the speed test in this many single-threaded processes at once (as the training workers "
+        "do) and report their sum",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
 
     print(f"CPU: {describe_cpu()}; torch {torch.__version__}; native bf16 detected: {cpu_has_native_bf16()}")
     if not args.skip_speed:
-        print("\n## speed: reference model training step, samples/s, 1 thread, interleaved")
+        n = args.speed_processes
+        print(
+            f"\n## speed: reference model training step, samples/s, {n} process(es) x 1 thread at once"
+            + (" (sum)" if n > 1 else "")
+            + ", interleaved"
+        )
         print("| batch | fp32 | bf16 | bf16/fp32 |\n|---|---|---|---|")
-        for r in speed((32, 64, 128), args.speed_samples, args.speed_rounds):
+        for r in speed_in_processes(n, (32, 64, 128), args.speed_samples, args.speed_rounds):
             print(f"| {r['batch']} | {r['fp32']:,.0f} | {r['bf16']:,.0f} | {r['ratio']:.2f}x |", flush=True)
     if args.speed_only:
         return
@@ -199,5 +227,5 @@ def main() -> None:
         )
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # guard: --speed-processes spawns workers
     main()

@@ -86,31 +86,47 @@ def _hits(model, test: SampleSet) -> int:
     return score(pred, test.target_close[:, 0], test.close)[0]
 
 
+WARM_FOLDS = "warm_folds"  # not a ModelConfig field: fold k+1 fine-tunes fold k's weights, as `--warm-start`
+
+
 def parse_variant(spec: str) -> tuple[str, dict]:
     """`name=field:value,field:value` -> (name, overrides of the reference profile), values typed by
-    the field they replace."""
+    the field they replace; `warm_folds:1` chains the backtest folds like `ldtm backtest --warm-start`."""
     name, _, fields = spec.partition("=")
     if not name or "=" not in spec:
         raise SystemExit(f"--variant {spec!r}: expected name=field:value[,field:value...]")
     types = {f.name: type(getattr(ModelConfig(), f.name)) for f in dataclasses.fields(ModelConfig)}
+    types[WARM_FOLDS] = lambda v: bool(int(v))
     overrides = {}
     for item in filter(None, fields.split(",")):
         key, _, value = item.partition(":")
         if key not in types or not value:
             raise SystemExit(f"--variant {spec!r}: {item!r} is not field:value of ModelConfig")
         overrides[key] = types[key](value)
-    get_profile("reference", **overrides)  # refuse an invalid combination before any training
+    _config(overrides)  # refuse an invalid combination before any training
     return name, overrides
 
 
-def _fit(train: SampleSet, val: SampleSet, cfg: ModelConfig, shorter: list[int]):
+def _config(overrides: dict) -> tuple[ModelConfig, bool]:
+    """(the variant's config, whether its folds are warm-chained)."""
+    fields = {k: v for k, v in overrides.items() if k != WARM_FOLDS}
+    return get_profile("reference", **fields), bool(overrides.get(WARM_FOLDS))
+
+
+def _fit(train: SampleSet, val: SampleSet, cfg: ModelConfig, shorter: list[int], init_state=None):
     hook = StopPoints(shorter)
-    fit = training_loop.fit(train, val, cfg, threads=1, on_epoch=hook)
+    fit = training_loop.fit(train, val, cfg, threads=1, init_state=init_state, on_epoch=hook)
     return fit, hook
 
 
-def _one_variant(samples: SampleSet, ticker: str, cfg: ModelConfig, patiences: list[int], folds: int) -> dict:
-    every = sorted(set(p for p in patiences if p <= cfg.patience) | {cfg.patience})
+def _one_variant(
+    samples: SampleSet, ticker: str, cfg: ModelConfig, warm: bool, patiences: list[int], folds: int
+) -> dict:
+    # A warm chain with a shorter patience starts its folds from other weights: not derivable, so a
+    # warm variant reports its own patience only (set `patience:` in the variant for a real run).
+    every = (
+        [cfg.patience] if warm else sorted(set(p for p in patiences if p <= cfg.patience) | {cfg.patience})
+    )
     shorter = every[:-1]
     # per patience: candidate (epochs, best epoch, val loss), fold hits, fold rows, epochs of all fits,
     # wall of all fits (measured for the profile's patience, prorated by epochs for shorter ones)
@@ -125,10 +141,13 @@ def _one_variant(samples: SampleSet, ticker: str, cfg: ModelConfig, patiences: l
 
     evaluable, spans = fold_spans(samples, folds, None, ticker)
     labeled = np.flatnonzero(samples.labeled)
+    init_state = None  # fold 1 always starts cold
     for span in spans:
         test_idx, _, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
         ftr, fva = split.purged_split(samples.subset(pool), cfg.val_fraction)
-        fit, hook = _fit(samples.subset(pool[ftr]), samples.subset(pool[fva]), cfg, shorter)
+        fit, hook = _fit(samples.subset(pool[ftr]), samples.subset(pool[fva]), cfg, shorter, init_state)
+        if warm:
+            init_state = fit.model.state_dict()
         test = samples.subset(test_idx)
         for p in every:
             epochs, _, _, model = hook.result(p, fit, cfg)
@@ -146,18 +165,18 @@ def _one_ticker(
     prices, feats = prices_and_features(get_engine(url), ticker)
     result = {"ticker": ticker, "variants": {}}
     for name, overrides in variants.items():
-        cfg = get_profile("reference", **overrides)
+        cfg, warm = _config(overrides)
         samples = build_samples(prices, cfg.window, features=feats.frame)
         if verify:  # one-off kernel builds are not charged to the first variant
             tr, va = split.purged_split(samples, cfg.val_fraction)
             training_loop.fit(
                 samples.subset(tr), samples.subset(va), dataclasses.replace(cfg, max_epochs=1), threads=1
             )
-        result["variants"][name] = _one_variant(samples, ticker, cfg, patiences, folds)
+        result["variants"][name] = _one_variant(samples, ticker, cfg, warm, patiences, folds)
     if verify:
         # The prefix claim, checked: a real fit with the shortest patience ends where the hook said.
         name, overrides = next(iter(variants.items()))
-        cfg = get_profile("reference", **overrides)
+        cfg, _ = _config(overrides)
         p = min(result["variants"][name])
         if p < cfg.patience:
             samples = build_samples(prices, cfg.window, features=feats.frame)
@@ -197,10 +216,11 @@ def main() -> None:
         f"{len(tickers)} tickers {tickers}, {args.years} years synthetic {start}..{end}, {args.folds} folds"
     )
     for name, overrides in variants.items():
-        cfg = get_profile("reference", **overrides)
+        cfg, warm = _config(overrides)
         print(
             f"  {name}: reference with {overrides or 'nothing'} -> amp {cfg.amp}, batch {cfg.batch_size}, "
-            f"lr {cfg.lr:g}, patience {cfg.patience}, max_epochs {cfg.max_epochs}"
+            f"lr {cfg.lr:g}, patience {cfg.patience}, max_epochs {cfg.max_epochs}, "
+            f"folds {'warm-chained' if warm else 'cold'}"
         )
     with tempfile.TemporaryDirectory() as home:
         url = f"sqlite:///{home}/recipe.db"

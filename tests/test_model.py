@@ -26,7 +26,10 @@ def test_reference_has_about_227k_parameters():
 def test_reference_matches_spec():
     cfg = PROFILES["reference"]
     assert (cfg.hidden_size, cfg.num_layers, cfg.window, cfg.dropout, cfg.input_size) == (128, 2, 30, 0.2, 11)
-    assert (cfg.batch_size, cfg.patience, cfg.val_fraction, cfg.head_hidden) == (32, 10, 0.15, 64)
+    assert (cfg.batch_size, cfg.val_fraction, cfg.head_hidden) == (32, 0.15, 64)
+    # The one departure, measured (issue 12, docs/performance.md): patience 5 instead of the seed's 10
+    # kept validation loss and backtest accuracy and cut training by a third; 10 is one override away.
+    assert cfg.patience == 5 and get_profile("reference", patience=10).patience == 10
 
 
 def test_upgrade_is_one_change_of_architecture_only():
