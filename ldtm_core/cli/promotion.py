@@ -53,7 +53,7 @@ def backtest_cmd(
     warm_start: bool = typer.Option(
         None,
         "--warm-start/--cold-start",
-        help="start fold k+1 from fold k's weights (fold 1 is always cold; default: cold)",
+        help="start fold k+1 from fold k's weights (fold 1 is always cold; default: warm, see docs/performance.md)",
     ),
 ) -> None:
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
