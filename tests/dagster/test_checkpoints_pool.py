@@ -37,12 +37,13 @@ TICKERS = ["AAPL", "NVDA", "TSLA", "QQQ"]  # demo universe order: run A takes th
 
 
 @pytest.fixture
-def world(sqlite_url, tmp_path, monkeypatch):
-    """Prices for four tickers, LDTM_* resources for the step processes, an instance on disk."""
-    ingest_synthetic(get_engine(sqlite_url), TICKERS, "2023-01-03", "2024-06-28", seed=0)
+def world(pg_url, tmp_path, monkeypatch):
+    """Prices for four tickers on PostgreSQL (the production database: the kill and resume tests need
+    its transactions), LDTM_* resources for the step processes, a Dagster instance on disk."""
+    ingest_synthetic(get_engine(pg_url), TICKERS, "2023-01-03", "2024-06-28", seed=0)
     env = {
         "LDTM_HOME": str(tmp_path / "ldtm"),
-        "LDTM_DATABASE_URL": sqlite_url,
+        "LDTM_DATABASE_URL": pg_url,
         "LDTM_PROFILE": "demo",
         "LDTM_MAX_EPOCHS": "1",
         "LDTM_GPU_MAX_SLOTS": "2",
@@ -54,7 +55,7 @@ def world(sqlite_url, tmp_path, monkeypatch):
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     with instance_for_test(temp_dir=str(home), overrides=repo_instance_config()) as instance:
-        yield instance, get_engine(sqlite_url), home
+        yield instance, get_engine(pg_url), home
 
 
 def _max_overlap(spans) -> int:
