@@ -67,10 +67,18 @@ def backtest_world(tmp_path, sqlite_url, monkeypatch):
     from ldtm_core.db import get_engine
     from ldtm_core.learning import training_loop
 
+    class LastStep(torch.nn.Module):  # any module mapping [B, W, F] -> [B, 3] will do
+        def __init__(self, features: int):
+            super().__init__()
+            self.linear = torch.nn.Linear(features, 3)
+
+        def forward(self, x):
+            return self.linear(x[:, -1, :])
+
     def constant_fit(train, val, cfg, device=None, threads=None, init_state=None):
-        model = torch.nn.Linear(cfg.input_size, 3)  # any module mapping [B, W, F] -> [B, 3] will do
+        # A module, not a bare function: warm-chained folds hand its state_dict to the next fold.
         return training_loop.FitResult(
-            model=lambda x: model(x[:, -1, :]),
+            model=LastStep(cfg.input_size),
             val_loss=0.0,
             epochs=1,
             best_epoch=1,
