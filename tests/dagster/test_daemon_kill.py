@@ -86,7 +86,13 @@ def test_killing_a_daemon_launched_run_worker_stops_its_training_and_frees_its_s
             text=True,
         )
         assert launch.returncode == 0, launch.stderr[-3000:]
-        paused = _wait("a training step at the pause point", 300, lambda: list(pause.glob("paused-*")))
+        try:
+            paused = _wait("a training step at the pause point", 300, lambda: list(pause.glob("paused-*")))
+        except AssertionError as exc:  # say why: a daemon that never launched the run, a failed step
+            log.flush()
+            raise AssertionError(
+                f"{exc}; daemon log tail:\n{(tmp_path / 'daemon.log').read_text()[-3000:]}"
+            ) from None
         trainer = int(paused[0].name.split("-")[1])
         run_worker = int(
             Path(f"/proc/{trainer}/stat").read_text().split(")")[-1].split()[1]
