@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,6 +89,16 @@ def tiny_resources(home: Path, url: str, universe: str = TICKERS, gpu: GpuProbe 
         "training": TrainingProfile(profile="demo", max_epochs=1),
         "gpu": gpu or GpuProbe(),
     }
+
+
+def stop_group(proc, timeout: float) -> None:
+    """SIGTERM the process group a test started (start_new_session=True), SIGKILL it if it lingers."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def process_tree(pid: int) -> list[int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus
-from ldtm_dagster_helpers import REPO, dagster_cli_env, process_tree, wait_dead
+from ldtm_dagster_helpers import REPO, dagster_cli_env, process_tree, stop_group, wait_dead
 from sqlalchemy import func, select
 
 from ldtm_core.data.ingest import ingest_synthetic
@@ -131,9 +131,5 @@ def test_killing_a_daemon_launched_run_worker_stops_its_training_and_frees_its_s
             assert conn.execute(select(func.count()).select_from(model_registry)).scalar() == 0
     finally:
         (pause / "release").write_text("")
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
+        stop_group(daemon, 30)
         log.close()

@@ -2,7 +2,6 @@
 checkpoints partitions."""
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import time
 
 import pytest
 import requests
-from ldtm_dagster_helpers import REPO, dagster_cli_env
+from ldtm_dagster_helpers import REPO, dagster_cli_env, stop_group
 
 from ldtm_dagster.partitions import ticker_partitions
 
@@ -68,9 +67,4 @@ def test_webserver_serves_assets_and_partitions_over_graphql(tmp_path):
         } <= keys
         assert data["assetNodeOrError"]["partitionKeys"] == ticker_partitions.get_partition_keys()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, 20)
