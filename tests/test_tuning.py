@@ -254,3 +254,25 @@ def test_a_shared_study_scores_every_ticker_and_tunes_each_without_its_own(sqlit
     assert chosen["AAPL"].provenance["tuned_study"] == "ldtm:shared:AAPL+NVDA"
     assert chosen["TSLA"].profile == "reference" and chosen["TSLA"].cfg == get_profile("reference")
     tuning_store._STORAGES.pop(sqlite_url, None)
+
+
+def test_tuning_works_with_the_documented_bare_database_url(studies_url, tmp_path, monkeypatch):
+    """`postgresql://` (what the docs and everyone type) must open the study storage with the
+    installed driver, like the application database does: tune, tune show and the tuned profile."""
+    bare = make_url(studies_url)
+    if bare.get_backend_name() == "postgresql":
+        bare = bare.set(drivername="postgresql")
+    url = bare.render_as_string(hide_password=False)
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LDTM_DATABASE_URL", url)
+    ingest(get_engine(url), ["AAPL"], start=START, end=END)
+    out = CliRunner().invoke(
+        app, ["tune", "--tickers", "AAPL", "--trials", "1", "--base-profile", "demo", *FIXED_ARGS]
+    )
+    assert out.exit_code == 0, out.output
+    show = CliRunner().invoke(app, ["tune", "show", "AAPL"])
+    assert show.exit_code == 0, show.output
+    assert "best trial #0" in show.output
+    chosen = tuning_store.ticker_settings(url, ["AAPL"], "tuned")
+    assert chosen["AAPL"].profile == "tuned" and chosen["AAPL"].provenance["tuned_study"] == "ldtm:AAPL"
+    tuning_store._STORAGES.pop(url, None)

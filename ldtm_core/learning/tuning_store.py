@@ -20,7 +20,7 @@ from pathlib import Path
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
-from ldtm_core.config import mask_secrets, masked_url
+from ldtm_core.config import engine_url, mask_secrets, masked_url
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning.model import ModelConfig, get_profile
@@ -48,8 +48,12 @@ def study_name(tickers: list[str]) -> str:
 
 
 def optuna_url(database_url: str) -> str:
-    """The URL Optuna's storage uses for the application database `database_url`."""
-    url = make_url(database_url)
+    """The URL Optuna's storage uses for the application database `database_url`.
+
+    Resolved like the application's own engine (`config.engine_url`): a bare `postgresql://` names no
+    driver, and Optuna's SQLAlchemy would otherwise pick one this project does not install.
+    """
+    url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
         db = url.database
         if not db or db == ":memory:":
@@ -62,7 +66,7 @@ def optuna_url(database_url: str) -> str:
         ).render_as_string(hide_password=False)
     if url.get_backend_name() != "postgresql":
         raise InputError(f"studies are stored on SQLite or PostgreSQL, not {url.get_backend_name()}")
-    return database_url
+    return url.render_as_string(hide_password=False)
 
 
 def _engine_kwargs(database_url: str) -> dict:
