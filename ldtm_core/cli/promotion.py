@@ -116,6 +116,8 @@ def backtest_cmd(
     )
     if res.skill is not None:
         console.print(f"skill test vs always-up: {res.skill.describe()}")
+    if res.tuning_note:
+        err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
     from ldtm_core.accountability.registry import config_signature, get_model
 
     own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (

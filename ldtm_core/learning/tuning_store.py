@@ -36,6 +36,9 @@ ATTR_FIXED = "ldtm_fixed"  # fields fixed for every trial (`--set`)
 ATTR_BASE = "ldtm_base_profile"
 ATTR_SEED = "ldtm_seed"
 ATTR_FOLDS = "ldtm_backtest_folds"
+# {ticker: ISO date}: the latest price date any trial's rows used (a target or an input). A backtest
+# whose test rows reach back to it would test on data the search chose its settings on.
+ATTR_LAST_DATE = "ldtm_last_data_date"
 TRIAL_CONFIG = "ldtm_config"  # trial user attribute: the full ModelConfig the trial trained
 
 
@@ -158,6 +161,8 @@ class StudyInfo:
     best_number: int | None
     best_config: dict | None
     holdout: dict
+    last_date: dict = field(default_factory=dict)
+    folds: int | None = None
 
 
 def list_studies(database_url: str) -> list[StudyInfo]:
@@ -181,6 +186,8 @@ def list_studies(database_url: str) -> list[StudyInfo]:
                 best_number=best.number if best else None,
                 best_config=best.user_attrs.get(TRIAL_CONFIG) if best else None,
                 holdout=dict(s.user_attrs.get(ATTR_HOLDOUT, {})),
+                last_date=dict(s.user_attrs.get(ATTR_LAST_DATE, {})),
+                folds=s.user_attrs.get(ATTR_FOLDS),
             )
         )
     return out
@@ -220,6 +227,10 @@ def ticker_settings(
                 "tuned_trial": study.best_number,
                 "tuned_value": study.best_value,
                 "tuning_holdout_cutoff": study.holdout.get(t, ""),
+                # The backtest counts its test rows dated up to here as leakage (older studies:
+                # before the hold-out cutoff).
+                "tuning_last_date": study.last_date.get(t, ""),
+                "tuning_folds": study.folds,
             },
         )
     return out
