@@ -70,7 +70,7 @@ def _num(x: float) -> str:
 
 
 NUMERIC_SETTINGS: dict[str, NumberSetting] = {
-    "LDTM_NEUTRAL_BAND_PCT": NumberSetting(float, 0, 10, "a percent (0.25 for 0.25 %)"),
+    "LDTM_NEUTRAL_BAND_PCT": NumberSetting(float, 0, 100, "a percent (0.25 for 0.25 %)"),
     "LDTM_GATE_MIN_FOLDS": NumberSetting(int, 1, 1000, "a whole number of folds"),
     "LDTM_GATE_MIN_ACCURACY": NumberSetting(float, 0, 100, "a percent (52 for 52 %)"),
     "LDTM_GATE_MAX_ERROR_PCT": NumberSetting(float, 0, 1e6, "a percent (5 for 5 %)"),

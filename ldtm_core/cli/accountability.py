@@ -58,7 +58,7 @@ def predict_cmd(
 
     cfg = settings()
     if neutral_band is not None:
-        check_number("--neutral-band", neutral_band, NUMERIC_SETTINGS["LDTM_NEUTRAL_BAND_PCT"])
+        check_number("neutral band --neutral-band", neutral_band, NUMERIC_SETTINGS["LDTM_NEUTRAL_BAND_PCT"])
     chosen = _tickers(tickers)
     if start is not None or end is not None:
         if start is None or end is None or run_date is not None:
