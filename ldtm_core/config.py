@@ -3,11 +3,16 @@
 `LDTM_HOME` holds artifacts (checkpoints, exports, the default SQLite database),
 `LDTM_DATABASE_URL` is any SQLAlchemy URL, `LDTM_UNIVERSE` picks the tickers.
 Secrets only ever come from the environment; `masked_url` is what logs and errors show.
+
+Every numeric `LDTM_*` setting has its unit and sane range in `NUMERIC_SETTINGS`, checked here
+(`Settings.from_env` checks all that are set, so a bad one is one ConfigError before any work).
+Percentages are typed as percents everywhere (52 means 52 %), like the CLI options.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +51,119 @@ _MKDIR_REASONS = {
 
 
 @dataclass(frozen=True)
+class NumberSetting:
+    """The unit and sane range of one numeric setting; `unit` is how the message names what to type."""
+
+    kind: type  # int or float
+    low: float
+    high: float
+    unit: str
+    low_open: bool = False  # `low` itself is refused
+
+    def expected(self) -> str:
+        low = f"above {_num(self.low)}" if self.low_open else f"from {_num(self.low)}"
+        return f"expected {self.unit}, {low} to {_num(self.high)}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+NUMERIC_SETTINGS: dict[str, NumberSetting] = {
+    "LDTM_NEUTRAL_BAND_PCT": NumberSetting(float, 0, 100, "a percent (0.25 for 0.25 %)"),
+    "LDTM_GATE_MIN_FOLDS": NumberSetting(int, 1, 1000, "a whole number of folds"),
+    "LDTM_GATE_MIN_ACCURACY": NumberSetting(float, 0, 100, "a percent (52 for 52 %)"),
+    "LDTM_GATE_MAX_ERROR_PCT": NumberSetting(float, 0, 1e6, "a percent (5 for 5 %)"),
+    "LDTM_GATE_BEAT_ALWAYS_UP": NumberSetting(
+        float, -100, 100, "percentage points of accuracy above always-up (2 for 2 points)"
+    ),
+    "LDTM_GATE_MAX_P_VALUE": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
+    "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
+    "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
+    "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
+    "LDTM_GPU_MAX_SLOTS": NumberSetting(int, 0, 1e5, "a whole number of slots"),
+    "LDTM_SOURCE_ATTEMPTS": NumberSetting(int, 1, 100, "a whole number of attempts"),
+    "LDTM_YFINANCE_TIMEOUT": NumberSetting(float, 0, 3600, "seconds", low_open=True),
+    "LDTM_YFINANCE_BATCH": NumberSetting(int, 1, 1000, "a whole number of tickers per request"),
+    "LDTM_IB_PORT": NumberSetting(int, 1, 65535, "a whole number (a TCP port)"),
+    "LDTM_IB_CLIENT_ID": NumberSetting(int, 0, 2**31 - 1, "a whole number (the IB API client id)"),
+    "LDTM_IB_TIMEOUT": NumberSetting(float, 0, 3600, "seconds", low_open=True),
+    "LDTM_MAX_EPOCHS": NumberSetting(int, 1, 1e5, "a whole number of epochs"),
+    "LDTM_PATIENCE": NumberSetting(int, 1, 1e5, "a whole number of epochs"),
+    "LDTM_MAX_WORKERS": NumberSetting(int, 1, 1024, "a whole number of workers"),
+    "LDTM_TEST_PAUSE_S": NumberSetting(float, 0, 1e6, "seconds", low_open=True),
+}
+# The other settings the code reads (text, paths, URLs, flags): listed so that a test can tell a new
+# numeric setting that was never given a range here.
+OTHER_SETTINGS = (
+    "LDTM_HOME",
+    "LDTM_DATABASE_URL",
+    "LDTM_UNIVERSE",
+    "LDTM_PROFILE",
+    "LDTM_AMP",
+    "LDTM_PRICE_SOURCE",
+    "LDTM_FORCE_REINGEST",
+    "LDTM_AUDIT_KEY",
+    "LDTM_NOTIFY_WEBHOOK_URL",
+    "LDTM_SNAPSHOT_DEADLINE",
+    "LDTM_SYNTHETIC_SPLITS",
+    "LDTM_IB_HOST",
+    "LDTM_IB_WHAT_TO_SHOW",
+    "LDTM_YFINANCE_AUTO_ADJUST",
+    "LDTM_CACHE_DIR",
+    "LDTM_BF16_PROBE",
+    "LDTM_TEST_PAUSE_AT",
+    "LDTM_TEST_PAUSE_DIR",
+)
+
+
+def check_number(name: str, value, spec: NumberSetting | None = None) -> int | float:
+    """`value` (a string from the environment, or a number from an option) as the setting's kind,
+    or a ConfigError naming the setting, the value and the unit expected."""
+    spec = spec or NUMERIC_SETTINGS[name]
+    shown = repr(value.strip()) if isinstance(value, str) else repr(value)
+    try:
+        number = spec.kind(value.strip()) if isinstance(value, str) else value
+    except ValueError:
+        what = "a whole number" if spec.kind is int else "a number"
+        raise ConfigError(f"{name}={shown} is not {what}: {spec.expected()}") from None
+    if spec.kind is int and isinstance(number, float) and not number.is_integer():
+        raise ConfigError(f"{name}={shown} is not a whole number: {spec.expected()}")
+    if not math.isfinite(number):
+        raise ConfigError(f"{name}={shown} is not a finite number: {spec.expected()}")
+    number = spec.kind(number)
+    low_ok = number > spec.low if spec.low_open else number >= spec.low
+    if not (low_ok and number <= spec.high):
+        raise ConfigError(f"{name}={shown} is out of range: {spec.expected()}")
+    if name == "LDTM_GATE_MIN_ACCURACY" and 0 < number < 1:
+        # Read as a fraction before issue 20: 0.52 would now silently ask for 0.52 % accuracy.
+        raise ConfigError(
+            f"{name}={shown} looks like a fraction: {spec.expected()}; 0 switches the criterion off"
+        )
+    return number
+
+
+def env_number(name: str, default: int | float | None = None) -> int | float | None:
+    """The numeric setting `name` from the environment (checked), or `default` when unset or empty."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    return check_number(name, raw)
+
+
+def check_environment() -> None:
+    """Check every numeric setting that is set; one ConfigError lists each bad one."""
+    problems = []
+    for name in NUMERIC_SETTINGS:
+        try:
+            env_number(name)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path
     database_url: str
@@ -53,6 +171,10 @@ class Settings:
     notify_webhook_url: str | None = None
     neutral_band_pct: float = 0.25
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # A NaN band judges every move "neutral" into the hash-chained table: refuse it however given.
+        check_number("neutral_band_pct", self.neutral_band_pct, NUMERIC_SETTINGS["LDTM_NEUTRAL_BAND_PCT"])
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -69,7 +191,8 @@ class Settings:
         if not url:
             url = f"sqlite:///{home / 'ldtm.db'}"
         universe = overrides.pop("universe", None) or os.environ.get("LDTM_UNIVERSE") or "full"
-        band = float(os.environ.get("LDTM_NEUTRAL_BAND_PCT", "0.25"))
+        check_environment()
+        band = env_number("LDTM_NEUTRAL_BAND_PCT", 0.25)
         return cls(
             home=home,
             database_url=url,

@@ -157,18 +157,44 @@ def run_demo(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ldtm_dagster.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--universe", default=os.environ.get("LDTM_UNIVERSE") or "demo")
-    parser.add_argument("--profile", default="demo")
-    parser.add_argument("--max-epochs", type=int, default=None)
-    parser.add_argument("--start", default="2023-01-03")
-    parser.add_argument("--end", default="2024-12-31")
-    parser.add_argument("--replay-sessions", type=int, default=30)
+    parser.add_argument(
+        "--universe",
+        default=os.environ.get("LDTM_UNIVERSE") or "demo",
+        help="tickers: 'demo' (6), 'full' (103), a comma list such as AAPL,NVDA, or a file "
+        "(default: LDTM_UNIVERSE, else demo)",
+    )
+    parser.add_argument(
+        "--profile",
+        default="demo",
+        help="model profile to train: demo (small, fast), reference, upgrade (default: demo)",
+    )
+    parser.add_argument(
+        "--max-epochs",
+        type=int,
+        default=None,
+        help="cap on training epochs per model (default: the profile's own)",
+    )
+    parser.add_argument(
+        "--start", default="2023-01-03", help="first date of the synthetic prices (default: 2023-01-03)"
+    )
+    parser.add_argument(
+        "--end",
+        default="2024-12-31",
+        help="the last replayed evening; prices continue --outcome-sessions sessions after it "
+        "(default: 2024-12-31)",
+    )
+    parser.add_argument(
+        "--replay-sessions",
+        type=int,
+        default=30,
+        help="evenings replayed into snapshots; models are trained on data before the first (default: 30)",
+    )
     parser.add_argument(
         "--outcome-sessions",
         type=int,
         default=21,
         help="sessions of prices after the last replayed evening, so every horizon can be filled back "
-        "(0: the last evening is the newest data and its row is live)",
+        "(0: the last evening is the newest data and its row is live; default: 21)",
     )
     args = parser.parse_args(argv)
     resources = demo_resources(args.universe, args.profile, args.max_epochs)

@@ -55,3 +55,13 @@ def test_backtest_before_training_says_train_first(ldtm_env, engine):
     assert r.exit_code == 2, r.output
     assert "AAPL has no candidate model to backtest: train first" in r.output
     assert _count(engine, backtest_folds) == 0
+
+
+@pytest.mark.parametrize("band", ["nan", "inf", "-1"])
+def test_predict_refuses_a_neutral_band_that_is_no_percent(one_model, band):
+    """A NaN band judged +1.16 % as 'neutral' and stored it in the hash-chained table (issue 20 item 15)."""
+    r = runner.invoke(app, ["predict", "--run-date", "2024-06-03", "--neutral-band", band])
+    assert r.exit_code == 2, r.output
+    msg = " ".join(r.output.split())
+    assert f"--neutral-band={float(band)!r}" in msg and "a percent (0.25 for 0.25 %)" in msg, msg
+    assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0

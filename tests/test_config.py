@@ -167,3 +167,74 @@ def test_universe_keyword_in_any_case_ingests_the_real_tickers(ldtm_env, monkeyp
     assert stored_tickers(ldtm_env["url"]) == {"AAPL": 21, "ABNB": 21}
     monkeypatch.setenv("LDTM_UNIVERSE", "dmeo")
     one_clean_error_line(invoke("universe"), "did you mean 'demo'")
+
+
+# --- numeric settings (issue 20 item 15) -------------------------------------------------------------
+
+BAD_NUMBERS = [
+    ("LDTM_NEUTRAL_BAND_PCT", "abc", "a percent"),
+    ("LDTM_NEUTRAL_BAND_PCT", "nan", "a percent"),
+    ("LDTM_NEUTRAL_BAND_PCT", "inf", "a percent"),
+    ("LDTM_NEUTRAL_BAND_PCT", "-0.5", "a percent"),
+    ("LDTM_GATE_MIN_ACCURACY", "0.52", "52 for 52 %"),  # a fraction where a percent is expected
+    ("LDTM_GATE_MIN_ACCURACY", "5200", "a percent"),
+    ("LDTM_GATE_MAX_ERROR_PCT", "-1", "a percent"),
+    ("LDTM_GATE_BEAT_ALWAYS_UP", "150", "percentage points"),
+    ("LDTM_GATE_MAX_P_VALUE", "0", "a probability"),
+    ("LDTM_GATE_MIN_FOLDS", "2.5", "a whole number"),
+    ("LDTM_MAX_DAILY_MOVE_PCT", "nan", "a percent"),
+    ("LDTM_GPU_PER_JOB_MIB", "lots", "MiB"),
+    ("LDTM_GPU_MAX_SLOTS", "-1", "slots"),
+    ("LDTM_SOURCE_ATTEMPTS", "0", "attempts"),
+    ("LDTM_YFINANCE_TIMEOUT", "inf", "seconds"),
+    ("LDTM_YFINANCE_BATCH", "x", "tickers"),
+    ("LDTM_IB_PORT", "70000", "TCP port"),
+    ("LDTM_IB_CLIENT_ID", "1e3", "a whole number"),
+    ("LDTM_IB_TIMEOUT", "-5", "seconds"),
+    ("LDTM_MAX_EPOCHS", "0", "epochs"),
+    ("LDTM_PATIENCE", "abc", "epochs"),
+    ("LDTM_MAX_WORKERS", "0", "workers"),
+]
+
+
+@pytest.mark.parametrize("var, value, unit", BAD_NUMBERS, ids=[f"{v}={x}" for v, x, _ in BAD_NUMBERS])
+def test_a_bad_numeric_setting_is_one_clear_line_naming_it_its_value_and_unit(
+    tmp_path, monkeypatch, var, value, unit
+):
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("LDTM_DATABASE_URL", raising=False)
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env()
+    for fragment in (var, repr(value), unit):
+        assert fragment in str(err.value), (fragment, str(err.value))
+    one_clean_error_line(invoke("leaderboard"), var, unit)
+
+
+def test_every_ldtm_setting_the_code_reads_is_classified():
+    """A numeric setting added without a range in config.NUMERIC_SETTINGS would escape the check."""
+    import re
+    from pathlib import Path
+
+    from ldtm_core import config
+
+    root = Path(config.__file__).resolve().parents[1]
+    named = set()
+    for package in ("ldtm_core", "ldtm_dagster", "ldtm_dashboard"):
+        for path in (root / package).rglob("*.py"):
+            named |= set(re.findall(r"[\"'](LDTM_[A-Z0-9_]+)[\"']", path.read_text()))
+    classified = set(config.NUMERIC_SETTINGS) | set(config.OTHER_SETTINGS)
+    assert named - classified == set()
+
+
+def test_gate_settings_are_percent_like_the_gate_options(monkeypatch):
+    from ldtm_core.accountability.gate import GateThresholds
+
+    monkeypatch.setenv("LDTM_GATE_MIN_ACCURACY", "52")
+    monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "5")
+    monkeypatch.setenv("LDTM_GATE_BEAT_ALWAYS_UP", "2")
+    t = GateThresholds.from_env()
+    assert t.min_direction_accuracy == pytest.approx(0.52)  # stored as a fraction, typed as a percent
+    assert t.max_mean_abs_pct_error == 5.0 and t.beat_always_up_margin == pytest.approx(0.02)
+    # The CLI option in the same unit gives the same thresholds.
+    assert GateThresholds.from_env(min_direction_accuracy=0.52) == t

@@ -102,16 +102,80 @@ def test_rollback_reactivates_the_most_recently_retired(engine, db_url, tmp_path
     ids = [
         make_model(engine, s, "AAPL", seed=i, trained_on=registry.dt.date(2024, 1, 2 + i)) for i in range(3)
     ]
-    with pytest.raises(NotFoundError, match="no retired model"):
+    with pytest.raises(NotFoundError, match="no earlier active model"):
         registry.rollback(engine, "AAPL", "nothing yet")
     for i in ids:
         registry.promote(engine, i, "next", s)
     res = registry.rollback(engine, "AAPL", "bad live numbers")
     assert res.reactivated_model_id == ids[1] and res.retired_model_id == ids[2]
     assert _statuses(engine, "AAPL") == {ids[0]: "retired", ids[1]: "active", ids[2]: "retired"}
-    # Rolling back again brings back the one just retired (ids[2]): rollback is its own undo.
-    assert registry.rollback(engine, "AAPL", "undo").reactivated_model_id == ids[2]
-    assert registry.history(engine, "AAPL")[-1].reason == "rollback: undo"
+    assert registry.history(engine, "AAPL")[-1].reason == "rollback: bad live numbers"
+
+
+def test_each_rollback_goes_one_activation_further_back(engine, db_url, tmp_path):
+    """Models 1, 4, 6 promoted in turn: rollback -> 4, again -> 1 (never 6, the one rolled back)."""
+    s = make_settings(tmp_path, db_url)
+    ids = [
+        make_model(engine, s, "AAPL", seed=i, trained_on=registry.dt.date(2024, 1, 2 + i)) for i in range(3)
+    ]
+    make_model(engine, s, "NVDA", seed=9)  # another ticker's history must not interfere
+    for i in ids:
+        registry.promote(engine, i, "next", s)
+    first = registry.rollback(engine, "AAPL", "bad live numbers")
+    assert (first.reactivated_model_id, first.retired_model_id) == (ids[1], ids[2])
+    second = registry.rollback(engine, "AAPL", "still bad")
+    assert (second.reactivated_model_id, second.retired_model_id) == (ids[0], ids[1])
+    assert _statuses(engine, "AAPL") == {ids[0]: "active", ids[1]: "retired", ids[2]: "retired"}
+    with pytest.raises(NotFoundError, match="no earlier active model"):
+        registry.rollback(engine, "AAPL", "nothing left")
+    assert registry.active_model(engine, "AAPL").id == ids[0]
+    # A model promoted after the rollbacks starts a new step: rolling it back returns to ids[0].
+    newer = make_model(engine, s, "AAPL", seed=7, trained_on=registry.dt.date(2024, 2, 1))
+    registry.promote(engine, newer, "retrained", s)
+    assert registry.rollback(engine, "AAPL", "again").reactivated_model_id == ids[0]
+
+
+def test_rollback_to_a_named_model(engine, db_url, tmp_path):
+    s = make_settings(tmp_path, db_url)
+    ids = [
+        make_model(engine, s, "AAPL", seed=i, trained_on=registry.dt.date(2024, 1, 2 + i)) for i in range(3)
+    ]
+    never = make_model(engine, s, "AAPL", seed=8, trained_on=registry.dt.date(2024, 1, 20))
+    other = make_model(engine, s, "NVDA", seed=9)
+    for i in ids:
+        registry.promote(engine, i, "next", s)
+    for bad, message in (
+        (ids[2], "already active"),
+        (never, "candidate"),
+        (other, "belongs to NVDA"),
+        (999, "not in the registry"),
+    ):
+        with pytest.raises((InputError, NotFoundError), match=message):
+            registry.rollback(engine, "AAPL", "x", to_model_id=bad)
+    assert _statuses(engine, "AAPL")[ids[2]] == "active"  # nothing changed by the refusals
+    res = registry.rollback(engine, "AAPL", "straight to the first", to_model_id=ids[0])
+    assert (res.reactivated_model_id, res.retired_model_id) == (ids[0], ids[2])
+    # ids[1] was skipped over, so it is rolled back too: nothing earlier remains.
+    with pytest.raises(NotFoundError, match="no earlier active model"):
+        registry.rollback(engine, "AAPL", "nothing left")
+
+
+def test_cli_rollback_to(ldtm_env, tmp_path):
+    from ldtm_core.config import Settings
+
+    s = Settings.from_env()
+    s.ensure_dirs()
+    engine = get_engine(ldtm_env["url"])
+    ids = [
+        make_model(engine, s, "AAPL", seed=i, trained_on=registry.dt.date(2024, 1, 2 + i)) for i in range(3)
+    ]
+    for i in ids:
+        registry.promote(engine, i, "next", s)
+    out = CliRunner().invoke(app, ["registry", "rollback", "AAPL", "--to", str(ids[0])])
+    assert out.exit_code == 0, out.output
+    assert f"model {ids[0]}" in out.output and registry.active_model(engine, "AAPL").id == ids[0]
+    again = CliRunner().invoke(app, ["registry", "rollback", "AAPL"])
+    assert again.exit_code == 2 and "no earlier active model" in again.output
 
 
 def test_database_refuses_two_active_models(engine, db_url, tmp_path):

@@ -189,7 +189,7 @@ def test_run_date_not_a_session_is_a_clear_error(engine, world):
 
 def test_neutral_band_setting_changes_direction(engine, world):
     settings, _, _ = world
-    res = predict(engine, settings, neutral_band_pct=1000.0)
+    res = predict(engine, settings, neutral_band_pct=100.0)
     assert res.cohort == {"bullish": 0, "neutral": 3, "bearish": 0}
 
 

@@ -254,3 +254,64 @@ def test_a_shared_study_scores_every_ticker_and_tunes_each_without_its_own(sqlit
     assert chosen["AAPL"].provenance["tuned_study"] == "ldtm:shared:AAPL+NVDA"
     assert chosen["TSLA"].profile == "reference" and chosen["TSLA"].cfg == get_profile("reference")
     tuning_store._STORAGES.pop(sqlite_url, None)
+
+
+def test_tuning_works_with_the_documented_bare_database_url(studies_url, tmp_path, monkeypatch):
+    """`postgresql://` (what the docs and everyone type) must open the study storage with the
+    installed driver, like the application database does: tune, tune show and the tuned profile."""
+    bare = make_url(studies_url)
+    if bare.get_backend_name() == "postgresql":
+        bare = bare.set(drivername="postgresql")
+    url = bare.render_as_string(hide_password=False)
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LDTM_DATABASE_URL", url)
+    ingest(get_engine(url), ["AAPL"], start=START, end=END)
+    out = CliRunner().invoke(
+        app, ["tune", "--tickers", "AAPL", "--trials", "1", "--base-profile", "demo", *FIXED_ARGS]
+    )
+    assert out.exit_code == 0, out.output
+    show = CliRunner().invoke(app, ["tune", "show", "AAPL"])
+    assert show.exit_code == 0, show.output
+    assert "best trial #0" in show.output
+    chosen = tuning_store.ticker_settings(url, ["AAPL"], "tuned")
+    assert chosen["AAPL"].profile == "tuned" and chosen["AAPL"].provenance["tuned_study"] == "ldtm:AAPL"
+    tuning_store._STORAGES.pop(url, None)
+
+
+def test_a_backtest_with_more_folds_than_the_study_counts_the_test_rows_the_study_saw(
+    engine, studies_url, tmp_path, monkeypatch
+):
+    """The study's hold-out is fixed by the fold geometry it was tuned for (3 folds); a backtest with
+    8 folds starts earlier, inside the dates the trials used: those test rows are leakage (issue 20 item 5)."""
+    import datetime as dt
+
+    from ldtm_core.accountability.gate import run_gate
+    from ldtm_core.schema import prices
+
+    ingest(engine, ["AAPL"], start=START, end=END)
+    settings = make_settings(tmp_path, studies_url)
+    result = _tune(settings, trials=1, seed=1, folds=3)
+    holdout = dt.date.fromisoformat(result.holdout["AAPL"])
+    with engine.connect() as conn:
+        dates = sorted(conn.execute(select(prices.c.date).where(prices.c.ticker == "AAPL")).scalars())
+    # The study records the last date its trials used: the session before its hold-out (a one-month target).
+    last = max(d for d in dates if d < holdout)
+    chosen = tuning_store.ticker_settings(studies_url, ["AAPL"], "tuned")["AAPL"]
+    assert chosen.provenance["tuning_last_date"] == last.isoformat()
+
+    def stub_fit(train, val, cfg, **kw):
+        return training_loop.FitResult(torch_model(cfg), 0.0, 1, 1, 0.0, "cpu", 0.0)
+
+    monkeypatch.setattr(training_loop, "fit", stub_fit)
+    model_id = training.train_ticker(
+        engine, settings, "AAPL", chosen.cfg, "tuned", provenance=chosen.provenance
+    ).model_id
+    same = bt.run_backtest(engine, settings, "AAPL", folds=3, model_id=model_id)
+    assert same.leakage_rows == 0 and same.folds[0].cutoff >= last
+    more = bt.run_backtest(engine, settings, "AAPL", folds=8, model_id=model_id)
+    assert more.folds[0].cutoff < last
+    for f in more.folds:  # every test row dated on or before the study's last date was seen by it
+        assert f.leakage_rows == sum(f.test_start <= d <= min(f.test_end, last) for d in dates), f
+    assert more.leakage_rows > 0 and more.folds[-1].leakage_rows == 0
+    assert "tuning study ldtm:AAPL" in more.tuning_note and "tuned for 3 folds" in more.tuning_note
+    assert "leakage_rows" in {c.name for c in run_gate(engine, settings, "AAPL", model_id=model_id).failing}

@@ -14,7 +14,6 @@ criterion with its value and threshold.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, select
@@ -29,7 +28,7 @@ from ldtm_core.accountability.registry import (
     record_event,
 )
 from ldtm_core.accountability.skill import SkillTest, format_p_value, pooled
-from ldtm_core.config import Settings
+from ldtm_core.config import Settings, env_number
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, NotFoundError
@@ -76,21 +75,23 @@ class GateThresholds:
 
     @classmethod
     def from_env(cls, **overrides) -> GateThresholds:
+        """Thresholds from LDTM_GATE_* (checked by `config`), then `overrides` (already fractions).
+
+        The accuracy and margin settings are percents, like `ldtm gate --min-accuracy 52`; the
+        thresholds hold them as fractions.
+        """
         env = {
-            "min_folds": ("LDTM_GATE_MIN_FOLDS", int),
-            "min_direction_accuracy": ("LDTM_GATE_MIN_ACCURACY", float),
-            "max_mean_abs_pct_error": ("LDTM_GATE_MAX_ERROR_PCT", float),
-            "beat_always_up_margin": ("LDTM_GATE_BEAT_ALWAYS_UP", float),
-            "max_p_value": ("LDTM_GATE_MAX_P_VALUE", float),
+            "min_folds": ("LDTM_GATE_MIN_FOLDS", 1),
+            "min_direction_accuracy": ("LDTM_GATE_MIN_ACCURACY", 100),
+            "max_mean_abs_pct_error": ("LDTM_GATE_MAX_ERROR_PCT", 1),
+            "beat_always_up_margin": ("LDTM_GATE_BEAT_ALWAYS_UP", 100),
+            "max_p_value": ("LDTM_GATE_MAX_P_VALUE", 1),
         }
         values = {}
-        for name, (var, kind) in env.items():
-            raw = os.environ.get(var)
-            if raw:
-                try:
-                    values[name] = kind(raw)
-                except ValueError:
-                    raise InputError(f"{var}={raw!r} is not a {kind.__name__}") from None
+        for name, (var, per_unit) in env.items():
+            value = env_number(var)
+            if value is not None:
+                values[name] = value / per_unit if per_unit != 1 else value
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values).validate()
 

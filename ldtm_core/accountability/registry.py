@@ -355,28 +355,75 @@ class RollbackResult:
     retired_model_id: int | None
 
 
-def rollback(engine: Engine, ticker: str, reason: str) -> RollbackResult:
-    """Reactivate the most recently retired model of `ticker` and retire the current active one."""
+def activation_history(conn: Connection, ticker: str) -> list[int]:
+    """The models `rollback` can walk back through, oldest first; the last is normally the active one.
+
+    Built from the registry events: a promotion (candidate -> active) adds its model on top; a
+    rollback (retired -> active) to a model still in the list removes every model above it, so a
+    rolled-back model is never a rollback target again. A model brought back that is no longer in the
+    list (an explicit `--to`, or a rollback recorded before this rule) is added on top, as a promotion.
+    """
+    rows = conn.execute(
+        select(registry_events.c.model_id, registry_events.c.from_status)
+        .where(registry_events.c.ticker == ticker, registry_events.c.to_status == "active")
+        .order_by(registry_events.c.id)
+    ).all()
+    stack: list[int] = []
+    for model_id, from_status in rows:
+        if from_status == "retired" and model_id in stack:
+            del stack[stack.index(model_id) + 1 :]
+        else:
+            if model_id in stack:
+                stack.remove(model_id)
+            stack.append(model_id)
+    return stack
+
+
+def _rollback_target(
+    conn: Connection, ticker: str, current: ModelRecord | None, to_model_id: int | None
+) -> int:
+    if to_model_id is not None:
+        rec = get_model(conn, to_model_id)
+        if rec.ticker != ticker:
+            raise InputError(f"model {to_model_id} belongs to {rec.ticker}, not {ticker}")
+        if rec.status == "active":
+            raise InputError(f"model {to_model_id} of {ticker} is already active")
+        if rec.status != "retired":  # retired models are exactly the ones that were once active
+            raise InputError(
+                f"model {to_model_id} of {ticker} is a {rec.status} that was never active: only a model "
+                "that was active can be rolled back to (a candidate goes through the gate: ldtm gate)"
+            )
+        return rec.id
+    stack = activation_history(conn, ticker)
+    earlier = [m for m in stack if current is None or m != current.id]
+    statuses = dict(
+        conn.execute(
+            select(model_registry.c.id, model_registry.c.status).where(model_registry.c.ticker == ticker)
+        ).all()
+    )
+    earlier = [m for m in earlier if statuses.get(m) == "retired"]
+    if not earlier:
+        before = f" before model {current.id}" if current is not None else ""
+        raise NotFoundError(
+            f"{ticker} has no earlier active model to roll back to: no retired model was active{before} "
+            "and not rolled back since (ldtm registry history shows them)"
+        )
+    return earlier[-1]
+
+
+def rollback(engine: Engine, ticker: str, reason: str, to_model_id: int | None = None) -> RollbackResult:
+    """Retire the active model of `ticker` and reactivate the one active before it.
+
+    Each rollback goes one step further back through `activation_history` (a model rolled back is
+    not brought back by the next rollback). `to_model_id` names the model to reactivate instead: any
+    retired model of the ticker that was once active; the models active after it count as rolled back.
+    """
     ticker = validate_ticker(ticker)
 
     def work(conn: Connection) -> RollbackResult:
         _lock_ticker(conn, ticker)
         current = active_model(conn, ticker)
-        # The most recent retirement event names the model to bring back.
-        stmt = (
-            select(registry_events.c.model_id)
-            .join(model_registry, model_registry.c.id == registry_events.c.model_id)
-            .where(
-                registry_events.c.ticker == ticker,
-                registry_events.c.to_status == "retired",
-                model_registry.c.status == "retired",
-            )
-            .order_by(registry_events.c.id.desc())
-            .limit(1)
-        )
-        target = conn.execute(stmt).scalar()
-        if target is None:
-            raise NotFoundError(f"{ticker} has no retired model to roll back to")
+        target = _rollback_target(conn, ticker, current, to_model_id)
         now = dt.datetime.now(dt.UTC)
         if current is not None:
             conn.execute(

@@ -35,7 +35,7 @@ from ldtm_core.accountability.price_windows import (
     start_for,
 )
 from ldtm_core.accountability.registry import ModelRecord, serving_models
-from ldtm_core.config import Settings
+from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import is_session, target_dates
 from ldtm_core.data.features import WARMUP_ROWS
@@ -118,9 +118,11 @@ def predict(
     """Predict the three horizons for every ticker with a model and record them (see module doc)."""
     if mode is not None and mode not in ("live", "replay"):
         raise InputError(f"mode must be 'live' or 'replay', not {mode!r}")
-    band = settings.neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
-    if band < 0:
-        raise InputError(f"neutral band must be >= 0 %, not {band}")
+    band = (
+        settings.neutral_band_pct
+        if neutral_band_pct is None  # NaN/inf would judge every move "neutral" into the chain
+        else check_number("neutral band", neutral_band_pct, NUMERIC_SETTINGS["LDTM_NEUTRAL_BAND_PCT"])
+    )
     t0 = time.perf_counter()
     if tickers is not None:
         tickers = list(dict.fromkeys(validate_ticker(t) for t in tickers))

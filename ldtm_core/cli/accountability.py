@@ -53,9 +53,12 @@ def predict_cmd(
 ) -> None:
     """Predict three horizons per ticker and record hash-chained snapshot rows (rerun = no-op)."""
     from ldtm_core.accountability.snapshots import predict
+    from ldtm_core.config import NUMERIC_SETTINGS, check_number
     from ldtm_core.errors import InputError
 
     cfg = settings()
+    if neutral_band is not None:
+        check_number("neutral band --neutral-band", neutral_band, NUMERIC_SETTINGS["LDTM_NEUTRAL_BAND_PCT"])
     chosen = _tickers(tickers)
     if start is not None or end is not None:
         if start is None or end is None or run_date is not None:

@@ -116,6 +116,8 @@ def backtest_cmd(
     )
     if res.skill is not None:
         console.print(f"skill test vs always-up: {res.skill.describe()}")
+    if res.tuning_note:
+        err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
     from ldtm_core.accountability.registry import config_signature, get_model
 
     own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (
@@ -217,12 +219,18 @@ def registry_history(ticker: str = typer.Argument(..., help="Ticker")) -> None:
 def registry_rollback(
     ticker: str = typer.Argument(..., help="Ticker"),
     reason: str = typer.Option("manual rollback", "--reason", help="Recorded in the history"),
+    to: int = typer.Option(
+        None,
+        "--to",
+        help="MODEL_ID: reactivate this retired model of the ticker (default: the one active before "
+        "the current one; each rollback goes one step further back)",
+    ),
 ) -> None:
-    """Reactivate the most recently retired model and retire the current active one."""
+    """Retire the active model and reactivate the one active before it (or --to MODEL_ID)."""
     from ldtm_core.accountability.registry import rollback
     from ldtm_core.data.universe import validate_ticker
 
-    res = rollback(open_db(), validate_ticker(ticker), reason)
+    res = rollback(open_db(), validate_ticker(ticker), reason, to_model_id=to)
     console.print(
         f"{res.ticker}: model {res.reactivated_model_id} ({res.version}) active again; "
         f"retired {res.retired_model_id if res.retired_model_id is not None else 'nothing'}"

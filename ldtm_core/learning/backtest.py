@@ -4,12 +4,15 @@ Fold k tests on a block of consecutive sessions; its cutoff is the last session 
 Training rows are the labeled samples whose every target date is on or before the cutoff (the purge),
 split chronologically into train/validation by `split.purged_split`. Leakage is counted from the
 index sets actually used, never assumed: test rows dated on or before the cutoff plus training or
-validation rows with a target date after it.
+validation rows with a target date after it. For a model whose settings come from a tuning study,
+test rows dated on or before the last price date the study's trials used count too: the search chose
+its settings on them (a backtest with more folds, or longer ones, than the study was tuned for).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, insert, select
 
 from ldtm_core.accountability.registry import config_signature, get_model, newest_candidate
 from ldtm_core.accountability.skill import SkillTest, discordant_counts, pooled
@@ -29,7 +32,7 @@ from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning import split, training_loop
 from ldtm_core.learning.model import ModelConfig
-from ldtm_core.schema import backtest_folds
+from ldtm_core.schema import backtest_folds, model_registry
 
 DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
 DEFAULT_FOLDS = 3
@@ -63,6 +66,7 @@ class FoldResult:
     val_loss: float = float("nan")
     fit_s: float = 0.0
     warm_start: bool = False
+    tuning_leakage_rows: int = 0  # of leakage_rows: test rows the tuning study's trials used
 
     @property
     def skill(self) -> SkillTest:
@@ -80,6 +84,7 @@ class BacktestResult:
     folds: list[FoldResult] = field(default_factory=list)
     duration_s: float = 0.0
     features: str = ""  # "stored" or "recomputed (why)"
+    tuning_note: str = ""  # why test rows the tuning study saw count as leakage; empty when none did
 
     @property
     def n(self) -> int:
@@ -190,6 +195,40 @@ def fold_one_start(samples: SampleSet, labeled: np.ndarray) -> tuple[dict | None
     return None, labeled[:0]
 
 
+@dataclass(frozen=True)
+class TuningSeen:
+    """Test rows dated before `before` were seen by the study the model's settings come from."""
+
+    before: np.datetime64
+    study: str
+    last: str  # what the study recorded, for the message
+    folds: int | None
+
+
+def tuning_seen(engine: Engine, model_id: int, cfg: ModelConfig) -> TuningSeen | None:
+    """From the model's recorded provenance (`tuning_store.ticker_settings`), when the backtested
+    config is the model's own (another config's hyper-parameters did not come from the study)."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(model_registry.c.metrics_json, model_registry.c.config_json).where(
+                model_registry.c.id == model_id
+            )
+        ).first()
+    if row is None or config_signature(ModelConfig.from_dict(json.loads(row.config_json))) != (
+        config_signature(cfg)
+    ):
+        return None
+    metrics = json.loads(row.metrics_json or "{}")
+    last, holdout = metrics.get("tuning_last_date"), metrics.get("tuning_holdout_cutoff")
+    if last:
+        before, shown = np.datetime64(last, "D") + 1, f"used prices up to {last}"
+    elif holdout:  # a study recorded before its last date was: its trials used only dates before this
+        before, shown = np.datetime64(holdout, "D"), f"used prices before {holdout}"
+    else:
+        return None
+    return TuningSeen(before, str(metrics.get("tuned_study", "?")), shown, metrics.get("tuning_folds"))
+
+
 @torch.no_grad()
 def _predict_next_day(model, samples: SampleSet) -> np.ndarray:
     y = np.concatenate(
@@ -241,6 +280,7 @@ def run_backtest(
     prices, feats = prices_and_features(engine, ticker)
     if prices.empty:
         raise NotFoundError(f"no prices for {ticker}")
+    seen_by_study = tuning_seen(engine, model_id, cfg)
     samples = build_samples(prices, cfg.window, features=feats.frame)
     evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
     sessions = samples.dates
@@ -280,6 +320,7 @@ def run_backtest(
         skill = skill_test(pred, test.target_close[:, 0], test.close)
         used = np.concatenate([train_idx, val_idx])
         lineage = np.union1d(seen, used)
+        study_rows = int((samples.dates[test_idx] < seen_by_study.before).sum()) if seen_by_study else 0
         result.folds.append(
             FoldResult(
                 fold=k + 1,
@@ -294,7 +335,7 @@ def run_backtest(
                 direction_accuracy=hits / len(test_idx),
                 always_up_accuracy=up / len(test_idx),
                 mean_abs_pct_error=mape,
-                leakage_rows=count_leakage(samples, lineage, test_idx, cutoff),
+                leakage_rows=count_leakage(samples, lineage, test_idx, cutoff) + study_rows,
                 n_train=len(train_idx),
                 n_val=len(val_idx),
                 model_only_hits=skill.model_only,
@@ -304,12 +345,23 @@ def run_backtest(
                 val_loss=fit.val_loss,
                 fit_s=fit.duration_s,
                 warm_start=init_state is not None,
+                tuning_leakage_rows=study_rows,
             )
         )
         if warm_start:
             init_state, seen = fit.model.state_dict(), lineage
         else:
             init_state, seen = None, labeled[:0]
+    study_rows = sum(f.tuning_leakage_rows for f in result.folds)
+    if study_rows:
+        s = seen_by_study
+        tuned_for = f" (it was tuned for {s.folds} folds)" if s.folds else ""
+        result.tuning_note = (
+            f"{ticker}: {study_rows} test row(s) of fold(s) "
+            f"{', '.join(str(f.fold) for f in result.folds if f.tuning_leakage_rows)} are dated within "
+            f"what tuning study {s.study} {s.last}{tuned_for}: its settings were chosen on them, so "
+            f"they count as leakage; backtest with the study's folds, or tune again for this backtest"
+        )
     now = dt.datetime.now(dt.UTC)
     rows = [
         {

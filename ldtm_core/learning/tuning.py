@@ -45,6 +45,7 @@ from ldtm_core.learning.tuning_store import (
     ATTR_FIXED,
     ATTR_FOLDS,
     ATTR_HOLDOUT,
+    ATTR_LAST_DATE,
     ATTR_SEED,
     ATTR_TICKERS,
     TRIAL_CONFIG,
@@ -134,6 +135,18 @@ class TickerData:
     def holdout(self, windows: Sequence[int], folds: int, test_sessions: int | None) -> dt.date:
         """The earliest first-fold cutoff of a backtest over any window the search may propose."""
         return min(first_backtest_cutoff(self.samples(w), folds, test_sessions, self.ticker) for w in windows)
+
+    def last_used(self, windows: Sequence[int], holdout: dt.date) -> dt.date | None:
+        """The latest price date any trial can use: the latest target of a row `trial_split` keeps."""
+        latest = None
+        for w in windows:
+            s = self.samples(w)
+            targets = s.target_dates.max(axis=1)
+            kept = s.labeled & (targets < np.datetime64(holdout, "D"))
+            if kept.any():
+                d = pd.Timestamp(targets[kept].max()).date()
+                latest = d if latest is None else max(latest, d)
+        return latest
 
 
 class PriceError:
@@ -329,6 +342,9 @@ def tune(
         load_if_exists=True,
     )
     holdout = _bind_study_attrs(study, tickers, holdout, fixed, base_profile, seed, folds)
+    if ATTR_LAST_DATE not in study.user_attrs:  # also for a study started before it was recorded
+        last = {t: data[t].last_used(windows, holdout[t]) for t in tickers}
+        study.set_user_attr(ATTR_LAST_DATE, {t: d.isoformat() for t, d in last.items() if d is not None})
 
     def objective(trial: optuna.Trial) -> float:
         cfg = suggest_config(trial, base, fixed)

@@ -20,7 +20,7 @@ from pathlib import Path
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
-from ldtm_core.config import mask_secrets, masked_url
+from ldtm_core.config import engine_url, mask_secrets, masked_url
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning.model import ModelConfig, get_profile
@@ -36,6 +36,9 @@ ATTR_FIXED = "ldtm_fixed"  # fields fixed for every trial (`--set`)
 ATTR_BASE = "ldtm_base_profile"
 ATTR_SEED = "ldtm_seed"
 ATTR_FOLDS = "ldtm_backtest_folds"
+# {ticker: ISO date}: the latest price date any trial's rows used (a target or an input). A backtest
+# whose test rows reach back to it would test on data the search chose its settings on.
+ATTR_LAST_DATE = "ldtm_last_data_date"
 TRIAL_CONFIG = "ldtm_config"  # trial user attribute: the full ModelConfig the trial trained
 
 
@@ -48,8 +51,12 @@ def study_name(tickers: list[str]) -> str:
 
 
 def optuna_url(database_url: str) -> str:
-    """The URL Optuna's storage uses for the application database `database_url`."""
-    url = make_url(database_url)
+    """The URL Optuna's storage uses for the application database `database_url`.
+
+    Resolved like the application's own engine (`config.engine_url`): a bare `postgresql://` names no
+    driver, and Optuna's SQLAlchemy would otherwise pick one this project does not install.
+    """
+    url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
         db = url.database
         if not db or db == ":memory:":
@@ -62,7 +69,7 @@ def optuna_url(database_url: str) -> str:
         ).render_as_string(hide_password=False)
     if url.get_backend_name() != "postgresql":
         raise InputError(f"studies are stored on SQLite or PostgreSQL, not {url.get_backend_name()}")
-    return database_url
+    return url.render_as_string(hide_password=False)
 
 
 def _engine_kwargs(database_url: str) -> dict:
@@ -154,6 +161,8 @@ class StudyInfo:
     best_number: int | None
     best_config: dict | None
     holdout: dict
+    last_date: dict = field(default_factory=dict)
+    folds: int | None = None
 
 
 def list_studies(database_url: str) -> list[StudyInfo]:
@@ -177,6 +186,8 @@ def list_studies(database_url: str) -> list[StudyInfo]:
                 best_number=best.number if best else None,
                 best_config=best.user_attrs.get(TRIAL_CONFIG) if best else None,
                 holdout=dict(s.user_attrs.get(ATTR_HOLDOUT, {})),
+                last_date=dict(s.user_attrs.get(ATTR_LAST_DATE, {})),
+                folds=s.user_attrs.get(ATTR_FOLDS),
             )
         )
     return out
@@ -216,6 +227,10 @@ def ticker_settings(
                 "tuned_trial": study.best_number,
                 "tuned_value": study.best_value,
                 "tuning_holdout_cutoff": study.holdout.get(t, ""),
+                # The backtest counts its test rows dated up to here as leakage (older studies:
+                # before the hold-out cutoff).
+                "tuning_last_date": study.last_date.get(t, ""),
+                "tuning_folds": study.folds,
             },
         )
     return out

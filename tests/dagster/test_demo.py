@@ -54,3 +54,27 @@ def test_the_demos_instance_holds_a_materialisation_of_every_asset(tmp_path, mon
         assert ran == set(checks), set(checks) - ran  # every check ran and passed
     finally:
         instance.dispose()
+
+
+def test_every_demo_option_has_a_description(capsys):
+    """`python -m ldtm_dagster.demo --help` listed options with no word on what they do (issue 20 item 18)."""
+    import pytest
+
+    with pytest.raises(SystemExit) as done:
+        demo.main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    options = text.split("options:", 1)[1]
+    entries: list[list[str]] = []
+    for line in options.splitlines():
+        if re.match(r"^  -", line):
+            entries.append([line])
+        elif line.strip() and entries:
+            entries[-1].append(line)
+    names = [re.match(r"^\s+(-[-\w]+)", e[0]).group(1) for e in entries]
+    assert {"--universe", "--profile", "--max-epochs", "--start", "--end", "--replay-sessions"} <= set(names)
+    for entry in entries:
+        # The first line is "  --opt METAVAR" then the description (same line or the next ones).
+        head = re.sub(r"^\s+(-[-\w]+(?: [A-Z_]+)?)(, -[-\w]+(?: [A-Z_]+)?)*", "", entry[0])
+        description = " ".join([head, *entry[1:]]).strip()
+        assert len(description) > 10, f"{entry[0].strip()} has no description"
