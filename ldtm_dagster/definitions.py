@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dagster import Definitions
 
-from . import assets, checks
+from . import assets, checks, deployment
 from .alerts import run_failure_alert, snapshots_freshness_alert
 from .jobs import nightly_job, nightly_market_job, promotion_job, retrain_job
 from .resources import resources_from_env
@@ -24,4 +24,6 @@ defs = Definitions(
         snapshots_freshness_alert,
     ],
     resources=resources_from_env(),
+    # k8s_job_executor on Kubernetes (LDTM_DEPLOYMENT=k8s), Dagster's multiprocess executor elsewhere.
+    executor=deployment.executor(),
 )

@@ -21,10 +21,12 @@ from contextlib import contextmanager
 
 from dagster import DagsterInstance, DagsterRunStatus, Failure, OpExecutionContext
 
+from ldtm_core.errors import LDTMError
 from ldtm_core.learning.gpu_slots import SlotPlan
 from ldtm_core.learning.process_guard import Watchdog, die_with_parent
 from ldtm_core.learning.ticker_pool import worker_devices
 
+from . import deployment
 from .metadata import records_table
 
 GPU_POOL = "gpu"
@@ -52,13 +54,28 @@ def sync_pool_limit(instance: DagsterInstance, plan: SlotPlan) -> tuple[int | No
     return info.limit, plan.total
 
 
+def chunk_slot_plan(context: OpExecutionContext, gpu) -> SlotPlan:
+    """The plan a fanned-out run cuts its chunks by: the `GpuProbe`'s NVML view of this machine, or on
+    k8s the instance's `gpu` limit (this pod's NVML says nothing about the cluster's GPUs)."""
+    if not deployment.is_k8s():
+        return gpu.plan()
+    try:
+        return deployment.cluster_plan(pool_limit(context.instance))
+    except LDTMError as exc:
+        raise Failure(str(exc)) from None
+
+
 def plan_chunk_slots(context: OpExecutionContext, plan: SlotPlan, cap: int | None) -> tuple[int, list[str]]:
     """(slots, device per slot) for a fanned-out run, after setting the pool limit from the plan, so
-    the very first run uses the plan's slots with or without the daemon's `gpu_pool_sensor`."""
+    the very first run uses the plan's slots with or without the daemon's `gpu_pool_sensor`. On k8s
+    the limit is the cluster's, set by config, and is left alone, and the devices are the step pods'
+    (each gets its own GPU), not those of this planning pod, which has none."""
+    slots = max(1, min(plan.total, cap or plan.total))
+    if deployment.is_k8s():
+        return slots, plan.devices()[:slots]
     before, after = sync_pool_limit(context.instance, plan)
     if before != after:
         context.log.info(f"gpu pool limit {before} -> {after}: {plan.reason}")
-    slots = max(1, min(plan.total, cap or plan.total))
     return slots, worker_devices(plan, slots)
 
 

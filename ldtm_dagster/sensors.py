@@ -15,9 +15,10 @@ from dagster import (
     sensor,
 )
 
+from . import deployment
 from .jobs import nightly_job, nightly_market_job, promotion_job
 from .partitions import EVENING_TAG, ticker_partitions
-from .pool import sync_pool_limit
+from .pool import pool_limit, sync_pool_limit
 from .resources import GpuProbe
 
 BACKTESTS = AssetKey("backtests")
@@ -27,7 +28,13 @@ BATCH = 500
 
 @sensor(minimum_interval_seconds=180, default_status=DefaultSensorStatus.RUNNING)
 def gpu_pool_sensor(context: SensorEvaluationContext, gpu: GpuProbe) -> SkipReason:
-    """Re-derive the `gpu` pool limit from NVML (CPU-sized without a GPU) and set it on the instance."""
+    """Re-derive the `gpu` pool limit from NVML (CPU-sized without a GPU) and set it on the instance.
+    On k8s it only reports: the daemon pod's NVML is not the cluster's GPUs (deployment.py)."""
+    if deployment.is_k8s():
+        limit = pool_limit(context.instance)
+        return SkipReason(
+            f"gpu pool at {limit} (k8s: the cluster's limit, set on the instance; not from NVML)"
+        )
     plan = gpu.plan()
     before, after = sync_pool_limit(context.instance, plan)
     change = f"{before} -> {after}" if before != after else f"unchanged at {after}"

@@ -21,6 +21,7 @@ from ldtm_core.accountability import leaderboard as board
 from ldtm_core.accountability import snapshots as snaps
 from ldtm_core.data.calendar import is_session
 
+from ..deployment import gpu_step_tags
 from ..metadata import records_table
 from ..partitions import evening_partitions
 from ..plots import leaderboard_figure_markdown
@@ -33,6 +34,7 @@ from ..steps import failing_as, for_each_partition
     partitions_def=evening_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     pool=GPU_POOL,
+    op_tags=gpu_step_tags(),
     # Every evening reads the serving model and the stored features of every ticker: all partitions.
     deps=[
         "prices",

@@ -40,8 +40,17 @@ from ldtm_core.learning.backtest_pool import backtest_candidate
 from ldtm_core.learning.ticker_pool import ticker_chunks
 from ldtm_core.progress import run_line
 
+from ..deployment import gpu_step_tags
 from ..partitions import ticker_partitions
-from ..pool import GPU_POOL, chunk_step_guard, plan_chunk_slots, run_is_over, run_started_at, summarise_chunks
+from ..pool import (
+    GPU_POOL,
+    chunk_slot_plan,
+    chunk_step_guard,
+    plan_chunk_slots,
+    run_is_over,
+    run_started_at,
+    summarise_chunks,
+)
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 BACKTESTS_CONFIG = {
@@ -78,7 +87,7 @@ def plan_backtest_chunks(
     if cfg["folds"] < 2:
         raise Failure(f"backtests: folds must be at least 2 (the gate needs 2), not {cfg['folds']}")
     tickers = list(context.partition_keys)
-    plan = gpu.plan()
+    plan = chunk_slot_plan(context, gpu)
     slots, devices = plan_chunk_slots(context, plan, training.max_workers)
     engine = database.engine(store)  # migrate before any chunk step opens its own connections
     started = run_started_at(context.instance, context.run_id)
@@ -119,7 +128,7 @@ def plan_backtest_chunks(
     )
 
 
-@op(pool=GPU_POOL)
+@op(pool=GPU_POOL, tags=gpu_step_tags())
 def backtest_chunk(
     context: OpExecutionContext, chunk: dict, store: ArtifactStore, database: AppDatabase
 ) -> list:

@@ -42,8 +42,17 @@ from ldtm_core.learning.tuning_store import ticker_settings
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START
 from ldtm_core.progress import run_line
 
+from ..deployment import gpu_step_tags
 from ..partitions import ticker_partitions
-from ..pool import GPU_POOL, chunk_step_guard, plan_chunk_slots, run_is_over, run_started_at, summarise_chunks
+from ..pool import (
+    GPU_POOL,
+    chunk_slot_plan,
+    chunk_step_guard,
+    plan_chunk_slots,
+    run_is_over,
+    run_started_at,
+    summarise_chunks,
+)
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 CHECKPOINTS_CONFIG = {
@@ -86,7 +95,7 @@ def plan_checkpoint_chunks(
     cfg = context.op_config
     as_of = _as_of(cfg["as_of"])
     tickers = list(context.partition_keys)
-    plan = gpu.plan()
+    plan = chunk_slot_plan(context, gpu)
     slots, devices = plan_chunk_slots(context, plan, training.max_workers)
     engine = database.engine(store)  # migrate before any chunk step opens its own connections
     started = run_started_at(context.instance, context.run_id)
@@ -128,7 +137,7 @@ def plan_checkpoint_chunks(
     )
 
 
-@op(pool=GPU_POOL)
+@op(pool=GPU_POOL, tags=gpu_step_tags())
 def train_checkpoint_chunk(
     context: OpExecutionContext,
     chunk: dict,

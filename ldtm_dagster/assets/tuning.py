@@ -20,6 +20,7 @@ from ldtm_core.errors import LDTMError
 from ldtm_core.learning import tuning
 from ldtm_core.learning.training import parse_overrides
 
+from ..deployment import gpu_step_tags
 from ..metadata import records_table
 from ..partitions import ticker_partitions
 from ..pool import GPU_POOL
@@ -39,6 +40,7 @@ class HpoConfig(Config):
     partitions_def=ticker_partitions,
     backfill_policy=BackfillPolicy.single_run(),
     pool=GPU_POOL,
+    op_tags=gpu_step_tags(),
     deps=["prices"],
     group_name="models",
     kinds={"pytorch", "optuna"},

@@ -1,0 +1,103 @@
+"""Where the code location runs, from the environment: the executor, the GPU steps' pod tags and the
+`gpu` pool's slot plan that follow from it.
+
+`LDTM_DEPLOYMENT` = `local` (default) | `docker` | `k8s`. Only `k8s` changes anything:
+
+- every job runs with `k8s_job_executor`: one pod per step, so each checkpoints/backtests chunk
+  step of the `gpu` pool is its own pod;
+- every `gpu` pool step carries the op tag `dagster-k8s/config`: with `LDTM_K8S_GPU_PER_STEP`
+  (default on) its pod requests `nvidia.com/gpu: 1`, off it gets a CPU pod; both request
+  `LDTM_K8S_STEP_CPU` / `LDTM_K8S_STEP_MEMORY`;
+- the pool limit is the cluster's, set on the instance (`dagster instance concurrency set gpu N` or
+  the Helm values' `concurrency.pools.defaultLimit`): NVML in the daemon's or a run worker's pod
+  describes one node (usually none of its GPUs), so nothing here writes the limit from it.
+
+Read when the code location is imported: the gRPC server and every run/step pod import it with
+the same environment, so they agree on the tags.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ldtm_core.errors import InputError
+from ldtm_core.learning.gpu_slots import SlotPlan
+
+DEPLOYMENT_ENV = "LDTM_DEPLOYMENT"
+DEPLOYMENTS = ("local", "docker", "k8s")
+GPU_PER_STEP_ENV = "LDTM_K8S_GPU_PER_STEP"
+STEP_CPU_ENV = "LDTM_K8S_STEP_CPU"
+STEP_MEMORY_ENV = "LDTM_K8S_STEP_MEMORY"
+DEFAULT_STEP_CPU = "1"
+DEFAULT_STEP_MEMORY = "2Gi"
+K8S_CONFIG_TAG = "dagster-k8s/config"  # the tag dagster-k8s reads a step's pod config from
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def deployment() -> str:
+    value = os.environ.get(DEPLOYMENT_ENV, "").strip().lower() or "local"
+    if value not in DEPLOYMENTS:
+        raise InputError(f"{DEPLOYMENT_ENV}={value!r} is not one of {', '.join(DEPLOYMENTS)}")
+    return value
+
+
+def is_k8s() -> bool:
+    return deployment() == "k8s"
+
+
+def gpu_per_step() -> bool:
+    """Whether a `gpu` pool step's pod requests one GPU (`LDTM_K8S_GPU_PER_STEP`, default on)."""
+    value = os.environ.get(GPU_PER_STEP_ENV, "").strip().lower()
+    if not value or value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InputError(f"{GPU_PER_STEP_ENV}={value!r} is not a boolean (1/0, true/false, yes/no, on/off)")
+
+
+def gpu_step_resources() -> dict:
+    """The container resources of one `gpu` pool step's pod."""
+    requests = {
+        "cpu": os.environ.get(STEP_CPU_ENV) or DEFAULT_STEP_CPU,
+        "memory": os.environ.get(STEP_MEMORY_ENV) or DEFAULT_STEP_MEMORY,
+    }
+    if not gpu_per_step():
+        return {"requests": requests}
+    # Extended resources are requested through limits (the request defaults to the limit).
+    return {"requests": requests, "limits": {GPU_RESOURCE: "1"}}
+
+
+def gpu_step_tags() -> dict:
+    """Op tags of every `gpu` pool step: its pod's resources on k8s, nothing elsewhere."""
+    if not is_k8s():
+        return {}
+    return {K8S_CONFIG_TAG: {"container_config": {"resources": gpu_step_resources()}}}
+
+
+def executor():
+    """The executor of every job: `k8s_job_executor` on k8s, None (Dagster's multiprocess) elsewhere."""
+    if not is_k8s():
+        return None
+    from dagster_k8s import k8s_job_executor  # imported only here: the kubernetes client is heavy
+
+    return k8s_job_executor
+
+
+def cluster_plan(limit: int | None) -> SlotPlan:
+    """The slot plan of a fanned-out run on k8s: as many chunks as the instance's `gpu` limit, each in
+    its own pod; with a GPU per step every pod sees its one GPU as cuda:0."""
+    if limit is None or limit < 1:
+        raise InputError(
+            f"{DEPLOYMENT_ENV}=k8s: the instance's gpu pool has no limit ({limit}); set it to the "
+            "cluster's GPUs with `dagster instance concurrency set gpu N` or the Helm values' "
+            "concurrency.pools.defaultLimit"
+        )
+    if gpu_per_step():
+        return SlotPlan(
+            per_gpu=[(0, 0, limit)],
+            total=limit,
+            kind="cuda",
+            reason=f"k8s: up to {limit} step pod(s) at once (gpu pool limit), each with one {GPU_RESOURCE}",
+        )
+    return SlotPlan(total=limit, kind="cpu", reason=f"k8s: up to {limit} CPU step pod(s) (gpu pool limit)")
