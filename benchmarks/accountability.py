@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core import registry  # noqa: E402
+from ldtm_core.accountability import registry  # noqa: E402
 from ldtm_core.accountability.chain import row_hash, write_rows  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
 from ldtm_core.accountability.inference import clear_model_cache  # noqa: E402

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.pool import StaticPool  # noqa: E402
 
-from ldtm_core.accountability.snapshots import RSI_SETTLE_ROWS, _load_price_arrays, _start_for  # noqa: E402
+from ldtm_core.accountability.price_windows import RSI_SETTLE_ROWS, load_price_arrays, start_for  # noqa: E402
 from ldtm_core.config import masked_url  # noqa: E402
 from ldtm_core.data import feature_store as fs  # noqa: E402
 from ldtm_core.data.features import WARMUP_ROWS, compute_features  # noqa: E402
@@ -131,7 +131,7 @@ def main() -> int:
     # Inference: the window check + read it adds for all tickers on the latest evening.
     run_date = summary["last_date"].max()
     need = 30 + WARMUP_ROWS + RSI_SETTLE_ROWS
-    arrays = _load_price_arrays(engine, tickers, _start_for(run_date, need), run_date)
+    arrays = load_price_arrays(engine, tickers, start_for(run_date, need), run_date)
     windows = dict.fromkeys(tickers, 30)
     t_windows = statistics.median(
         timed(lambda: fs.stored_windows(engine, arrays, run_date, windows))[0] for _ in range(args.repeat)

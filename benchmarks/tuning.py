@@ -27,11 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
 
-from ldtm_core import tuning  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.synthetic import generate  # noqa: E402
-from ldtm_core.learning import backtest
+from ldtm_core.learning import backtest, tuning  # noqa: E402
 from ldtm_core.learning.model import ModelConfig, get_profile  # noqa: E402
 from ldtm_core.learning.training import parse_overrides  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
