@@ -112,8 +112,9 @@ def test_recipe(bench):
 def test_tuning(bench):
     out = bench(
         "tuning",
-        *("--tickers", "AAPL", "--start", "2023-01-03", "--end", "2025-06-30", "--trials", "1"),
-        *("--set", "max_epochs=1", "--folds", "2", "--profile", "demo"),
+        *("--tickers", "AAPL", "--start", "2023-06-01", "--end", "2025-06-30", "--trials", "1"),
+        *("--folds", "2", "--profile", "demo", "--set", "max_epochs=1", "--set", "window=20"),
+        *("--set", "hidden_size=8", "--set", "num_layers=1", "--set", "batch_size=128"),
     )
     assert "AAPL: study" in out and "(held out)" in out
     assert re.search(r"^pooled\s+reference\s+\d+", out, re.M) and re.search(
