@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/accountability.py postgresql+psycopg2://postgres@127.0.0.1:5432/postgres
 
 Creates a fresh database `ldtm_bench_<pid>` on that server (dropped at the end unless --keep), so it
-never touches real data and can be rerun. Models are UNTRAINED demo-profile LDTMs (seeded), saved as
+never touches real data and can be rerun; a `sqlite://` URL runs it on a SQLite file in a temporary
+directory instead (the smoke test's tiny run: `--tickers 2 --repeat 1 --per-ticker 3`). Models are UNTRAINED demo-profile LDTMs (seeded), saved as
 real checkpoints, registered and promoted through the registry: inference cost does not depend on the
 weights' values. Side by side, in the same process and database:
 
@@ -29,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sqlalchemy import bindparam, create_engine, text, update
+from sqlalchemy import bindparam, create_engine, select, text, update
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core import registry  # noqa: E402
+from ldtm_core.accountability import registry  # noqa: E402
 from ldtm_core.accountability.chain import row_hash, write_rows  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
 from ldtm_core.accountability.inference import clear_model_cache  # noqa: E402
@@ -52,7 +53,7 @@ from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
-from ldtm_core.schema import snapshots  # noqa: E402
+from ldtm_core.schema import prices, snapshots  # noqa: E402
 
 
 def setup(url: str, home: Path, tickers: list[str]) -> tuple[Settings, list]:
@@ -105,7 +106,7 @@ def pending_rows(engine, dates: list, tickers: list[str], per_ticker: int) -> li
     """per_ticker chained, unfilled rows per ticker on run dates whose three targets have prices."""
     closes = {
         (t, d): c
-        for t, d, c in engine.connect().execute(text("SELECT ticker, date, close FROM prices")).all()
+        for t, d, c in engine.connect().execute(select(prices.c.ticker, prices.c.date, prices.c.close)).all()
     }
     run_dates = dates[-(per_ticker + 40) : -40]
     nd, nm, om = (
@@ -161,23 +162,32 @@ def naive_fillback(engine) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("url", help="PostgreSQL URL of any database on the server (a fresh one is created)")
+    ap.add_argument(
+        "url", help="PostgreSQL URL of any database on the server (a fresh one is created), or sqlite://"
+    )
+    ap.add_argument("--tickers", type=int, default=103, help="first N tickers of the full universe")
     ap.add_argument("--repeat", type=int, default=3, help="predict runs per variant (distinct run dates)")
     ap.add_argument("--per-ticker", type=int, default=250, help="pending fillback rows per ticker")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    admin = make_url(args.url).set(database="postgres")
-    name = f"ldtm_bench_{os.getpid()}"
-    admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with admin_engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = admin.set(database=name).render_as_string(hide_password=False)
+    sqlite = make_url(args.url).get_backend_name() == "sqlite"
+    admin_engine = None
+    scratch = tempfile.TemporaryDirectory()
+    if sqlite:
+        url = f"sqlite:///{scratch.name}/bench.db"
+    else:
+        admin = make_url(args.url).set(database="postgres")
+        name = f"ldtm_bench_{os.getpid()}"
+        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+        with admin_engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = admin.set(database=name).render_as_string(hide_password=False)
     try:
         upgrade(url)
         engine = get_engine(url)
-        tickers = load_universe("full")
+        tickers = load_universe("full")[: args.tickers]
         with tempfile.TemporaryDirectory() as home:
             t0 = time.perf_counter()
             settings, dates = setup(url, Path(home), tickers)
@@ -262,14 +272,16 @@ def main() -> None:
             print("  target <= 2 s")
     finally:
         get_engine.cache_clear()
-        if not args.keep:
+        scratch.cleanup()
+        if admin_engine is not None and not args.keep:
             with admin_engine.connect() as conn:
                 conn.execute(
                     text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
                     {"n": name},
                 )
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin_engine.dispose()
+        if admin_engine is not None:
+            admin_engine.dispose()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ then the per-ticker read that training does and the window read that inference a
 The box is shared, so next to wall time each build reports the CPU seconds it cost: this process
 (getrusage) plus its PostgreSQL backend (/proc/<pid>/stat of the one pooled connection; the server must
 run on this host). On an idle machine the wall time of this sequential work is about their sum.
+On SQLite (the smoke test's tiny run) the database works inside this process: server CPU reads 0.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.pool import StaticPool  # noqa: E402
 
-from ldtm_core.accountability.snapshots import RSI_SETTLE_ROWS, _load_price_arrays, _start_for  # noqa: E402
+from ldtm_core.accountability.price_windows import RSI_SETTLE_ROWS, load_price_arrays, start_for  # noqa: E402
 from ldtm_core.config import masked_url  # noqa: E402
 from ldtm_core.data import feature_store as fs  # noqa: E402
 from ldtm_core.data.features import WARMUP_ROWS, compute_features  # noqa: E402
@@ -53,7 +54,9 @@ def timed(fn):
     return time.perf_counter() - t0, out
 
 
-def _backend_cpu(pid: int) -> float:
+def _backend_cpu(pid: int | None) -> float:
+    if pid is None:  # SQLite: in-process, counted in the client's CPU
+        return 0.0
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
@@ -63,7 +66,7 @@ def _own_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def costed(fn, backend_pid: int):
+def costed(fn, backend_pid: int | None):
     """(wall s, client CPU s, server CPU s, result)."""
     c0, s0, t0 = _own_cpu(), _backend_cpu(backend_pid), time.perf_counter()
     out = fn()
@@ -94,8 +97,10 @@ def main() -> int:
     upgrade(args.database_url)
     # One connection for everything, so its server process's CPU time is the whole server-side cost.
     engine = create_engine(args.database_url, poolclass=StaticPool)
-    with engine.connect() as conn:
-        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    pid = None
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
     summary = price_summary(engine)
     tickers = list(summary["ticker"])
     print(
@@ -131,7 +136,7 @@ def main() -> int:
     # Inference: the window check + read it adds for all tickers on the latest evening.
     run_date = summary["last_date"].max()
     need = 30 + WARMUP_ROWS + RSI_SETTLE_ROWS
-    arrays = _load_price_arrays(engine, tickers, _start_for(run_date, need), run_date)
+    arrays = load_price_arrays(engine, tickers, start_for(run_date, need), run_date)
     windows = dict.fromkeys(tickers, 30)
     t_windows = statistics.median(
         timed(lambda: fs.stored_windows(engine, arrays, run_date, windows))[0] for _ in range(args.repeat)

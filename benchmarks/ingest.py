@@ -78,6 +78,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--baseline-tickers", type=int, default=15, help="tickers for the side-by-side (0: skip)")
     ap.add_argument("--repeats", type=int, default=5, help="repeats of build_samples")
+    ap.add_argument("--tickers", type=int, default=103, help="first N tickers of the full universe")
+    ap.add_argument("--start", default=START, help="first synthetic day")
     ap.add_argument("--reset", action="store_true", help="delete existing rows of prices first")
     args = ap.parse_args()
 
@@ -88,7 +90,7 @@ def main() -> int:
             console.print("prices is not empty: pass --reset to delete its rows (scratch databases only)")
             return 2
         clear(engine)
-    universe = load_universe("full")
+    universe = load_universe("full")[: args.tickers]
     rows: list[tuple[str, str, str, str, str]] = []  # phase, rows, written, seconds, rows/s
 
     def add(phase: str, n: int, written: int | str, seconds: float) -> None:
@@ -102,8 +104,8 @@ def main() -> int:
             )
         )
 
-    t_gen, df = timed(lambda: generate(universe, START, END, args.seed))
-    add(f"generate {df['ticker'].nunique()} tickers {START}..{END}", len(df), "-", t_gen)
+    t_gen, df = timed(lambda: generate(universe, args.start, END, args.seed))
+    add(f"generate {df['ticker'].nunique()} tickers {args.start}..{END}", len(df), "-", t_gen)
     t_val, clean = timed(lambda: validate_prices(df, "synthetic"))
     add("validate (vectorised checks)", len(clean), "-", t_val)
 
@@ -141,13 +143,13 @@ def main() -> int:
     add("overlapping newer data (last 20 sessions changed)", len(newer), w3, t3)
     add("generate + first ingest (end to end)", len(clean), w1, t_gen + t_val + t1)
 
-    one = df[df["ticker"] == "AAPL"].reset_index(drop=True)
+    one = df[df["ticker"] == universe[0]].reset_index(drop=True)
     times = []
     for _ in range(args.repeats):
         t, s = timed(lambda: build_samples(one, 30))
         times.append(t)
     add(
-        f"build_samples AAPL ({len(one)} days) -> x {list(s.x.shape)}, median of {args.repeats}",
+        f"build_samples {universe[0]} ({len(one)} days) -> x {list(s.x.shape)}, median of {args.repeats}",
         len(s),
         "-",
         statistics.median(times),

@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ldtm_core.accountability.registry import register_candidate  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
@@ -39,6 +40,7 @@ from ldtm_core.data.samples import build_samples  # noqa: E402
 from ldtm_core.data.synthetic import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.backtest import run_backtest  # noqa: E402
+from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
 from ldtm_core.learning.precision import cpu_has_native_bf16, describe_cpu  # noqa: E402
 from ldtm_core.learning.split import purged_split  # noqa: E402
@@ -46,8 +48,8 @@ from ldtm_core.learning.training_loop import EpochLoop, fit, make_optimizer  # n
 from ldtm_core.migrate import upgrade  # noqa: E402
 
 
-def speed(batches: tuple[int, ...], n_samples: int, rounds: int) -> list[dict]:
-    cfg = get_profile("reference")
+def speed(batches: tuple[int, ...], n_samples: int, rounds: int, profile: str = "reference") -> list[dict]:
+    cfg = get_profile(profile)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n_samples, cfg.window, cfg.input_size, generator=g)
     y = torch.randn(n_samples, len(cfg.horizons), generator=g)
@@ -73,18 +75,31 @@ def speed(batches: tuple[int, ...], n_samples: int, rounds: int) -> list[dict]:
     return out
 
 
-def speed_in_processes(n: int, batches: tuple[int, ...], n_samples: int, rounds: int) -> list[dict]:
+def speed_in_processes(
+    n: int, batches: tuple[int, ...], n_samples: int, rounds: int, profile: str = "reference"
+) -> list[dict]:
     """`speed` in `n` single-threaded processes started together; samples/s summed over them."""
     if n == 1:
-        return speed(batches, n_samples, rounds)
+        return speed(batches, n_samples, rounds, profile)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(n, mp_context=ctx, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        parts = list(pool.map(speed, *zip(*[(batches, n_samples, rounds)] * n, strict=True)))
+        parts = list(pool.map(speed, *zip(*[(batches, n_samples, rounds, profile)] * n, strict=True)))
     out = []
     for rows in zip(*parts, strict=True):
         fp32, bf16 = sum(r["fp32"] for r in rows), sum(r["bf16"] for r in rows)
         out.append({"batch": rows[0]["batch"], "fp32": fp32, "bf16": bf16, "ratio": bf16 / fp32})
     return out
+
+
+def stand_in_candidate(engine, settings: Settings, ticker: str, cfg) -> int:
+    """run_backtest validates a registered candidate: an untrained one of `cfg` stands in (the folds
+    fit their own models; the candidate's weights are never used)."""
+    path = settings.checkpoint_dir / "candidates" / f"{ticker}_{cfg.signature}.pt"
+    sha = save_checkpoint(path, LDTM(cfg).eval(), cfg, ticker, dt.date.today(), None)
+    return register_candidate(
+        engine, ticker=ticker, cfg=cfg, profile="benchmark", trained_on_date=dt.date.today(),
+        checkpoint_path=str(path), checkpoint_sha256=sha, val_loss=None,
+    )  # fmt: skip
 
 
 def fit_on(prices, cfg, init_state=None):
@@ -99,7 +114,9 @@ def main() -> None:
     ap.add_argument("--years", type=int, default=6)
     ap.add_argument("--max-epochs", type=int, default=30)
     ap.add_argument("--folds", type=int, default=3)
-    ap.add_argument("--speed-samples", type=int, default=4096)
+    ap.add_argument("--profile", default="reference", help="model profile for every fit and the speed test")
+    ap.add_argument("--speed-samples", type=int, default=4096, help="at least 16 x the largest batch")
+    ap.add_argument("--speed-batches", default="32,64,128", help="batch sizes of the speed test")
     ap.add_argument("--speed-rounds", type=int, default=2)
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--speed-only", action="store_true", help="only the bf16 vs fp32 step speed")
@@ -122,7 +139,8 @@ def main() -> None:
             + ", interleaved"
         )
         print("| batch | fp32 | bf16 | bf16/fp32 |\n|---|---|---|---|")
-        for r in speed_in_processes(n, (32, 64, 128), args.speed_samples, args.speed_rounds):
+        batches = tuple(int(b) for b in args.speed_batches.split(","))
+        for r in speed_in_processes(n, batches, args.speed_samples, args.speed_rounds, args.profile):
             print(f"| {r['batch']} | {r['fp32']:,.0f} | {r['bf16']:,.0f} | {r['ratio']:.2f}x |", flush=True)
     if args.speed_only:
         return
@@ -131,10 +149,10 @@ def main() -> None:
     _, last = calendar_bounds()
     end = min(last, dt.date.today())
     start = end - dt.timedelta(days=365 * args.years)
-    base = get_profile("reference", max_epochs=args.max_epochs)
+    base = get_profile(args.profile, max_epochs=args.max_epochs)
     fp32_cfg, bf16_cfg = dataclasses.replace(base, amp="off"), dataclasses.replace(base, amp="bf16")
     print(
-        f"\nsettings: reference profile, max_epochs {args.max_epochs}, patience {base.patience}, "
+        f"\nsettings: {args.profile} profile, max_epochs {args.max_epochs}, patience {base.patience}, "
         f"batch {base.batch_size}, {args.years} years synthetic (seed 0), {args.folds} folds, tickers {tickers}"
     )
 
@@ -157,8 +175,9 @@ def main() -> None:
         for t in tickers:
             prices = load_ticker_prices(engine, t)
             a, b = fit_on(prices, fp32_cfg), fit_on(prices, bf16_cfg)
-            bt_a = run_backtest(engine, settings, t, fp32_cfg, folds=args.folds, warm_start=False)
-            bt_b = run_backtest(engine, settings, t, bf16_cfg, folds=args.folds, warm_start=False)
+            mid = stand_in_candidate(engine, settings, t, base)
+            bt_a = run_backtest(engine, settings, t, fp32_cfg, args.folds, mid, warm_start=False)
+            bt_b = run_backtest(engine, settings, t, bf16_cfg, args.folds, mid, warm_start=False)
             q.append((a, b, bt_a, bt_b))
             print(
                 f"| {t} | {a.val_loss:.5f} | {b.val_loss:.5f} | {100 * (b.val_loss / a.val_loss - 1):+.1f}% | "
@@ -211,8 +230,9 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|")
         b = []
         for t in tickers:
-            cold = run_backtest(engine, settings, t, cfg, folds=args.folds, warm_start=False)
-            warm = run_backtest(engine, settings, t, cfg, folds=args.folds, warm_start=True)
+            mid = stand_in_candidate(engine, settings, t, cfg)
+            cold = run_backtest(engine, settings, t, cfg, args.folds, mid, warm_start=False)
+            warm = run_backtest(engine, settings, t, cfg, args.folds, mid, warm_start=True)
             b.append((cold, warm))
             print(
                 f"| {t} | {cold.direction_accuracy:.3f} | {warm.direction_accuracy:.3f} | "

@@ -16,6 +16,7 @@ own: it writes prices, studies and backtest rows there). Nothing is promoted.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import sys
@@ -27,18 +28,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
 
-from ldtm_core import tuning  # noqa: E402
+from ldtm_core.accountability.registry import register_candidate  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.synthetic import generate  # noqa: E402
-from ldtm_core.learning import backtest
-from ldtm_core.learning.model import ModelConfig, get_profile  # noqa: E402
+from ldtm_core.learning import backtest, tuning  # noqa: E402
+from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402
+from ldtm_core.learning.model import LDTM, ModelConfig, get_profile  # noqa: E402
 from ldtm_core.learning.training import parse_overrides  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 
 # Where the leaderboard's exact test ("beats always-up", SPEC §9) shows up on a backtest result once the
 # backtest exposes it; the first attribute found is reported, else "n/a".
 SKILL_ATTRS = ("skill_p_value", "p_value_vs_always_up", "p_value")
+
+
+def stand_in_candidate(engine, settings: Settings, ticker: str, cfg) -> int:
+    """run_backtest validates a registered candidate: an untrained one of `cfg` stands in (the folds
+    fit their own models; the candidate's weights are never used)."""
+    path = settings.checkpoint_dir / "candidates" / f"{ticker}_{cfg.signature}.pt"
+    sha = save_checkpoint(path, LDTM(cfg).eval(), cfg, ticker, dt.date.today(), None)
+    return register_candidate(
+        engine, ticker=ticker, cfg=cfg, profile="benchmark", trained_on_date=dt.date.today(),
+        checkpoint_path=str(path), checkpoint_sha256=sha, val_loss=None,
+    )  # fmt: skip
 
 
 def skill_p(result: backtest.BacktestResult) -> float | None:
@@ -64,6 +77,9 @@ def main() -> int:
     )
     ap.add_argument("--folds", type=int, default=backtest.DEFAULT_FOLDS)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--profile", default="reference", help="base profile of the search and of the reference side"
+    )
     ap.add_argument("--url", default=None, help="database URL (default: a temporary SQLite file)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args()
@@ -78,18 +94,27 @@ def main() -> int:
     ingest_frame(engine, generate(tickers, args.start, args.end, seed=args.seed), "synthetic")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-    reference = get_profile("reference", **fixed)
+    reference = get_profile(args.profile, **fixed)
     rows, pooled = [], {"reference": [0, 0, 0, 0.0], "tuned": [0, 0, 0, 0.0]}  # n, hits, up, sum |err|
     t_all = time.perf_counter()
     for ticker in tickers:
         t0 = time.perf_counter()
-        study = tuning.tune(settings, [ticker], args.trials, fixed=fixed, seed=args.seed, folds=args.folds)
+        study = tuning.tune(
+            settings,
+            [ticker],
+            args.trials,
+            fixed=fixed,
+            base_profile=args.profile,
+            seed=args.seed,
+            folds=args.folds,
+        )
         t_tune = time.perf_counter() - t0
         tuned = ModelConfig.from_dict(study.best_config)
         results = {}
         for label, cfg in (("reference", reference), ("tuned", tuned)):
             t1 = time.perf_counter()
-            results[label] = backtest.run_backtest(engine, settings, ticker, cfg, folds=args.folds)
+            mid = stand_in_candidate(engine, settings, ticker, cfg)
+            results[label] = backtest.run_backtest(engine, settings, ticker, cfg, args.folds, mid)
             results[label].duration_s = time.perf_counter() - t1
         ref, tun = results["reference"], results["tuned"]
         same_folds = [(f.test_start, f.test_end) for f in ref.folds] == [

@@ -73,6 +73,7 @@ def main() -> None:
     ap.add_argument("--max-epochs", type=int, default=None, help="cap epochs (default: the profile's)")
     ap.add_argument("--amp", default=None, help="override ModelConfig.amp (default: the profile's, auto)")
     ap.add_argument("--url", default=None, help="PostgreSQL server URL (default: SQLite in a temp dir)")
+    ap.add_argument("--folds", type=int, default=BACKTEST_FOLDS, help="backtest folds per ticker")
     ap.add_argument("--cold-start", action="store_true", help="no warm starts (train nor backtest folds)")
     args = ap.parse_args()
 
@@ -93,7 +94,7 @@ def main() -> None:
         f"{args.years} years synthetic {start}..{end}, profile {args.profile} {overrides or ''}, "
         f"training precision {precision_name(amp_dtype(cfg, torch.device('cpu')))} (amp={cfg.amp}, "
         f"native bf16 {cpu_has_native_bf16()}), slot plan {plan.kind} x{plan.total}, "
-        f"warm start train {train_warm} / backtest folds {bt_warm}, {BACKTEST_FOLDS} folds, "
+        f"warm start train {train_warm} / backtest folds {bt_warm}, {args.folds} folds, "
         f"db {'PostgreSQL' if args.url else 'SQLite'}",
         flush=True,
     )
@@ -138,7 +139,7 @@ def main() -> None:
             bt = backtest_many(
                 settings,
                 [o.ticker for o in trained],
-                folds=BACKTEST_FOLDS,
+                folds=args.folds,
                 plan=plan,
                 warm_start=bt_warm,
                 on_outcome=_reporter("backtest", len(trained)),
@@ -147,7 +148,7 @@ def main() -> None:
             bt_s = time.perf_counter() - t
             folds = [f for r in results for f in r.folds]
             print(
-                f"backtest: {bt_s:.1f} s wall for {len(results)}/{len(bt)} tickers x {BACKTEST_FOLDS} folds; fit per fold median "
+                f"backtest: {bt_s:.1f} s wall for {len(results)}/{len(bt)} tickers x {args.folds} folds; fit per fold median "
                 f"{statistics.median(f.fit_s for f in folds):.1f} s, epochs median {statistics.median(f.epochs for f in folds)}; "
                 f"direction accuracy mean {statistics.mean(r.direction_accuracy for r in results):.3f} "
                 f"(always-up {statistics.mean(r.always_up_accuracy for r in results):.3f}); leakage "

@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from ldtm_core.accountability.audit import HASHED_COLUMNS, verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
+from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.schema import snapshots
 
@@ -128,3 +129,64 @@ def test_concurrent_fillbacks_fill_each_value_once(engine, world):
     assert not errors
     total = {h: sum(r.filled[h] for r in results) for h in ("next_day", "next_monday", "one_month")}
     assert total == {"next_day": 40, "next_monday": 40, "one_month": 40}
+
+
+def test_an_action_rebases_only_the_horizons_it_straddles_next_to_plain_rows(engine, world):
+    """The rebased rows are filled first and the set-based UPDATE fills the rest: one ticker with a
+    recent dividend (some horizons straddle its ex-date), one with an action older than every run date."""
+    settings, df = world
+    dates = sorted(df["date"].unique())
+    for d in dates[-40:-30]:
+        predict(engine, settings, run_date=d)
+    ex = pd.Timestamp(dates[-35]).date()
+    with engine.begin() as conn:
+        record_actions(
+            conn,
+            [
+                Action("AAPL", ex, 0.98, "dividend", "test"),
+                Action("QQQ", pd.Timestamp(dates[0]).date(), 0.5, "split", "test"),
+            ],
+        )
+    dry = {(p.id, p.horizon): p.actual for p in fillback(engine, dry_run=True).pending}
+    res = fillback(engine, neutral_band_pct=0.25)
+    assert res.filled == {"next_day": 20, "next_monday": 20, "one_month": 20}
+    closes = df.set_index(["ticker", "date"])["close"]
+    straddling = 0
+    for r in _rows(engine).itertuples():
+        for h in ("next_day", "next_monday", "one_month"):
+            target = getattr(r, f"{h}_date")
+            on_basis = r.ticker == "AAPL" and r.run_date < ex <= target
+            straddling += on_basis
+            want = closes[(r.ticker, target)] / (0.98 if on_basis else 1.0)
+            assert getattr(r, f"{h}_actual") == pytest.approx(want, rel=1e-12), (r.ticker, r.run_date, h)
+            assert getattr(r, f"{h}_actual") == pytest.approx(dry[(r.id, h)], rel=1e-12)
+            pred = getattr(r, f"{h}_pred")
+            assert getattr(r, f"{h}_pct_error") == pytest.approx((pred - want) / want * 100, rel=1e-9)
+        move = (r.next_day_actual - r.run_date_close) / r.run_date_close * 100
+        assert r.next_day_direction_actual == (
+            "bullish" if move > 0.25 else "bearish" if move < -0.25 else "neutral"
+        )
+    assert 0 < straddling < 15  # both paths ran: AAPL's 5 rows straddle on some horizons, not all
+    assert fillback(engine).total_filled == 0
+
+
+def test_the_set_based_fill_carries_no_per_row_action_check(engine, world):
+    """A correlated EXISTS on corporate_actions inside the set-based UPDATE made PostgreSQL misplan it
+    (a nested loop over the whole table: fillback of 103 x 250 rows 0.8 s -> 11 s+). Without a recorded
+    action only the one lookup of the actions table runs; the count and the UPDATE never read it."""
+    settings, df = world
+    for d in sorted(df["date"].unique())[-40:-35]:
+        predict(engine, settings, run_date=d)
+    seen: list[str] = []
+
+    def before_cursor_execute(conn, cursor, statement, params, context, executemany):
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", before_cursor_execute)
+    try:
+        assert fillback(engine).filled == {"next_day": 10, "next_monday": 10, "one_month": 10}
+    finally:
+        event.remove(engine, "before_cursor_execute", before_cursor_execute)
+    updates = [s for s in seen if s.lstrip().upper().startswith("UPDATE")]
+    assert len(updates) == 1 and "corporate_actions" not in updates[0]
+    assert sum("corporate_actions" in s for s in seen) == 1

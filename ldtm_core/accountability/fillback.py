@@ -18,7 +18,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 import numpy as np
-from sqlalchemy import Engine, and_, case, exists, func, not_, or_, select, update
+from sqlalchemy import Engine, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from ldtm_core.config import Settings
@@ -138,10 +138,11 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
     frm = snapshots
     for h in HORIZONS:
         frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
-    fillable = {
-        h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None), not_(_rebased(h))) for h in HORIZONS
-    }
+    # The rebased horizons are filled first, so the set-based UPDATE below finds them no longer NULL and
+    # needs no per-row action check: a correlated EXISTS there made PostgreSQL misestimate the join
+    # (rows=1 on fresh statistics) and pick a nested loop over the whole table (fillback 0.8 s -> 11 s+).
     rebased = _fill_rebased(conn, band, now, frm, px)
+    fillable = {h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None)) for h in HORIZONS}
     counts = conn.execute(
         select(*(func.coalesce(func.sum(case((fillable[h], 1), else_=0)), 0).label(h) for h in HORIZONS))
         .select_from(frm)
@@ -179,7 +180,13 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
     """Fill the horizons with a corporate action between run date and target date, row by row: the
     actual is the target's close on the run date's basis (close / basis_factor), so a 10:1 split gives
     the same pct error and direction as no split. Rare (a few rows per action); counts per horizon."""
-    s = snapshots.c
+    s, ca = snapshots.c, corporate_actions.c
+    filled = dict.fromkeys(HORIZONS, 0)
+    # Only tickers with a recorded action, and run dates before the latest ex-date, can need the basis
+    # rule: one lookup on the small actions table, and none of the per-row checks without any.
+    latest = conn.execute(select(ca.ticker, func.max(ca.ex_date)).group_by(ca.ticker)).all()
+    if not latest:
+        return filled
     todo = {h: and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None), _rebased(h)) for h in HORIZONS}
     rows = conn.execute(
         select(
@@ -192,10 +199,13 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
         )
         .select_from(frm)
-        .where(or_(*todo.values()))
+        .where(
+            s.ticker.in_([t for t, _ in latest]),
+            s.run_date < max(ex for _, ex in latest),
+            or_(*todo.values()),
+        )
         .order_by(s.id)
     ).all()
-    filled = dict.fromkeys(HORIZONS, 0)
     actions = _on_basis(conn, rows)
     for r in rows:
         values: dict = {"filled_at": now}

@@ -1,0 +1,133 @@
+"""Smoke runs of every benchmark in benchmarks/ at tiny sizes on SQLite, so none can rot unnoticed.
+
+Each test calls the benchmark's own `main()` with the smallest arguments it accepts and checks that it
+ran to the end and printed its figures (no timing is asserted: the figures are whatever the box gives).
+The modules are loaded from their files under their own names with benchmarks/ on sys.path, so the
+ones that spawn worker processes (recipe) can be unpickled there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
+from ldtm_core.db import get_engine
+from ldtm_core.migrate import upgrade
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+NUMBER = r"[\d,]+(?:\.\d+)?"
+
+
+@pytest.fixture
+def bench(monkeypatch, capsys):
+    """bench(name, *argv) -> what main() printed; main() must return None or 0."""
+    threads = torch.get_num_threads()
+    monkeypatch.syspath_prepend(str(BENCH))
+
+    def run(name: str, *argv: str) -> str:
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])
+        rc = module.main()
+        out = capsys.readouterr().out
+        assert rc in (None, 0), out[-2000:]
+        return out
+
+    yield run
+    torch.set_num_threads(threads)  # some benchmarks pin one thread for their run
+    get_engine.cache_clear()
+
+
+def test_accountability(bench):
+    out = bench("accountability", "sqlite://", "--tickers", "2", "--repeat", "1", "--per-ticker", "3")
+    assert "setup: 2 tickers" in out
+    assert re.search(rf"batched, cold models\s+{NUMBER} ms", out)
+    assert re.search(rf"per-ticker seed style\s+{NUMBER} ms", out)
+    assert "fillback of 6 pending rows x 3 horizons (2 x 3" in out
+    assert re.search(rf"\(a\) batched fillback\s+{NUMBER} ms", out)
+    assert re.search(r"rerun \(nothing pending\)\s+\d+ ms\s+filled 0", out)
+
+
+def test_features(bench, tmp_path):
+    url = f"sqlite:///{tmp_path / 'features.db'}"
+    engine = upgrade(url)
+    df = generate(["AAPL", "MSFT"], "2024-01-02", "2025-06-30", seed=1)
+    ingest_frame(engine, df, "synthetic")
+    out = bench("features", "--database-url", url, "--repeat", "1")
+    assert f"{len(df)} price rows" in out
+    assert re.search(r"feature rows: \d+ \(2 tickers\)", out)
+    for line in ("table   first build", "parquet build", "no-op rebuild", "CPU ratio table first build"):
+        assert line in out
+    assert "inference window check + read, 2 tickers" in out
+
+
+def test_ingest(bench, tmp_path):
+    out = bench(
+        "ingest",
+        "--database-url",
+        f"sqlite:///{tmp_path / 'ingest.db'}",
+        "--tickers",
+        "2",
+        "--start",
+        "2026-06-01",
+        "--baseline-tickers",
+        "1",
+        "--repeats",
+        "1",
+    )
+    assert "written counts as expected" in out  # 0 on the re-ingest, 20 per ticker on the newer file
+    assert "first ingest" in out and "build_samples" in out
+
+
+def test_levers(bench):
+    out = bench(
+        "levers",
+        *("--tickers", "1", "--years", "2", "--max-epochs", "1", "--folds", "2", "--profile", "demo"),
+        *("--speed-samples", "128", "--speed-batches", "8", "--speed-rounds", "1"),
+    )
+    assert re.search(rf"\| 8 \| {NUMBER} \| {NUMBER} \| {NUMBER}x \|", out)
+    assert "## quality: bf16 vs fp32" in out and "## warm vs cold" in out
+    assert re.search(r"\| all \| [\d.]+ \| [\d.]+ \| [\d.]+/[\d.]+ \([\d.]+x\)", out)  # the backtest summary
+
+
+def test_recipe(bench):
+    out = bench(
+        "recipe",
+        *("--tickers", "1", "--years", "2", "--patience", "1", "--folds", "2", "--workers", "1"),
+        *("--variant", "a=max_epochs:2,hidden_size:8", "--variant", "b=max_epochs:2,hidden_size:8,amp:off"),
+    )
+    assert re.search(r"wall \d+ s for 1 tickers", out)
+    assert re.search(r"^\| a \| \d+ \|", out, re.M) and re.search(r"^\| b \| 1 \|", out, re.M)
+
+
+def test_tuning(bench):
+    out = bench(
+        "tuning",
+        *("--tickers", "AAPL", "--start", "2023-06-01", "--end", "2025-06-30", "--trials", "1"),
+        *("--folds", "2", "--profile", "demo", "--set", "max_epochs=1", "--set", "window=20"),
+        *("--set", "hidden_size=8", "--set", "num_layers=1", "--set", "batch_size=128"),
+    )
+    assert "AAPL: study" in out and "(held out)" in out
+    assert re.search(r"^pooled\s+reference\s+\d+", out, re.M) and re.search(
+        r"^pooled\s+tuned\s+\d+", out, re.M
+    )
+
+
+def test_weekly(bench):
+    out = bench(
+        "weekly",
+        *("--tickers", "1", "--years", "2", "--profile", "demo", "--max-epochs", "1", "--folds", "2"),
+    )
+    assert "train: " in out and "1/1 trained" in out
+    assert re.search(r"backtest: [\d.]+ s wall for 1/1 tickers x 2 folds", out)
+    assert "leakage 0" in out
+    assert re.search(r"weekly loop: [\d.]+ s = train", out)
