@@ -37,7 +37,7 @@ from ldtm_core.accountability.price_windows import (
 from ldtm_core.accountability.registry import ModelRecord, serving_models
 from ldtm_core.config import Settings
 from ldtm_core.data import feature_store
-from ldtm_core.data.calendar import is_session, target_dates
+from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
 from ldtm_core.data.features import WARMUP_ROWS
 from ldtm_core.data.prices import latest_price_date
 from ldtm_core.data.samples import HORIZONS, denormalise
@@ -146,6 +146,13 @@ def predict(
         )
     if mode is None:
         mode = "replay" if run_date < latest else "live"
+    if mode == "live" and not has_closed(run_date):
+        # A bar for a session still trading (or not yet open) is no close to predict from.
+        raise InputError(
+            f"live prediction refused for {run_date}: that session has not closed yet (close "
+            f"{session_close(run_date).astimezone(MARKET_TZ):%Y-%m-%d %H:%M} New York); the stored "
+            f"bar for it is not a final close"
+        )
     elif mode == "live" and run_date < latest:
         # A live row claims the answer was unknown when it was written; later prices say otherwise.
         raise InputError(

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from ldtm_core.data.calendar import latest_session_on_or_before, session_array
+from ldtm_core.data.calendar import latest_closed_session, session_array
 from ldtm_core.data.corporate_actions import HistoryRewriteRefused, force_from_env, reconcile, record_actions
 from ldtm_core.data.price_validation import validate_prices
 from ldtm_core.data.price_writer import write_prices
@@ -145,12 +145,12 @@ def fetch_prices(
     refetch: bool = False,
     force: bool | None = None,
 ) -> FetchReport:
-    """Fetch `tickers` from `source` up to `end` (default: the latest session up to today) and store
+    """Fetch `tickers` from `source` up to `end` (default: the latest session already closed in New York) and store
     every ticker that passes validation. `refetch` asks every ticker from `first_start`. `force` (default
     LDTM_FORCE_REINGEST) merges history rewrites that no single corporate action explains."""
     force = force_from_env() if force is None else force
     tickers = list(dict.fromkeys(tickers))
-    end = end or latest_session_on_or_before(dt.date.today())
+    end = end or latest_closed_session()
     accepted = set(universe if universe is not None else tickers) | set(tickers)
     report = FetchReport(source.describe(), end)
     source.prepare(engine)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from ldtm_core.data.calendar import market_today
 from ldtm_core.data.sources.base import (
     PriceSource,
     SourceAnswer,
@@ -88,7 +89,7 @@ class IBSource(PriceSource):
         sleep: Callable[[float], None] = time.sleep,
         client_factory: Callable[[], object] | None = None,
         contract_factory: Callable[[str], object] | None = None,
-        today: Callable[[], dt.date] = dt.date.today,
+        today: Callable[[], dt.date] = market_today,
     ):
         if what_to_show not in ("TRADES", "ADJUSTED_LAST"):
             raise InputError(f"LDTM_IB_WHAT_TO_SHOW must be TRADES or ADJUSTED_LAST, got {what_to_show!r}")
