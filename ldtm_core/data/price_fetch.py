@@ -192,7 +192,16 @@ def fetch_prices(
                 answer.fail(t, f"{source.name}: {first_line(exc)}", transient=True)
             answers = [answer]
         for answer in answers:
-            _store_answer(engine, source, answer, report, accepted=accepted, allow_new=allow_new, force=force)
+            _store_answer(
+                engine,
+                source,
+                answer,
+                report,
+                accepted=accepted,
+                allow_new=allow_new,
+                force=force,
+                overlap=overlap,
+            )
 
     if not source.incremental:
         idle = [t for t in wanted if report.outcomes[t].status == "ok" and report.outcomes[t].rows == 0]
@@ -217,6 +226,7 @@ def _store_answer(
     accepted: set[str],
     allow_new: bool,
     force: bool = False,
+    overlap: int = DEFAULT_OVERLAP_SESSIONS,
 ) -> None:
     clean: dict[str, pd.DataFrame] = {}
     for ticker, reason in answer.failures.items():
@@ -242,7 +252,10 @@ def _store_answer(
     with engine.connect() as conn:
         for ticker in list(clean):
             try:
-                rec = reconcile(conn, ticker, clean[ticker], source=source.name, force=force)
+                # Every bar the overlap re-asked may come back revised.
+                rec = reconcile(
+                    conn, ticker, clean[ticker], source=source.name, force=force, revision_sessions=overlap
+                )
             except HistoryRewriteRefused as exc:
                 del clean[ticker]
                 actions = [a for a in actions if a.ticker != ticker]
