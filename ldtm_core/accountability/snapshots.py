@@ -39,7 +39,7 @@ from ldtm_core.config import Settings
 from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
 from ldtm_core.data.features import WARMUP_ROWS
-from ldtm_core.data.prices import latest_price_date
+from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.data.samples import HORIZONS, denormalise
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import CheckpointError, InputError, NotFoundError
@@ -140,10 +140,14 @@ def predict(
     if not is_session(run_date):
         raise InputError(f"run date {run_date} is not an XNYS trading session")
     if latest is None or run_date > latest or not _has_prices_on(engine, list(models), run_date):
-        raise InputError(
-            f"run date {run_date} is outside the price data: no ticker with a model has a close on it"
-            + (f" (latest close {latest})" if latest else "")
-        )
+        earliest = earliest_price_date(engine, list(models)) if latest is not None else None
+        if earliest is not None and run_date < earliest:  # name the bound it is past, not the other one
+            where = f"it is before the earliest close ({earliest})"
+        else:
+            where = "no ticker with a model has a close on it" + (
+                f" (latest close {latest})" if latest else ""
+            )
+        raise InputError(f"run date {run_date} is outside the price data: {where}")
     if mode is None:
         mode = "replay" if run_date < latest else "live"
     if mode == "live" and not has_closed(run_date):
