@@ -43,7 +43,7 @@ SAME_REL = 1e-6
 ADJUSTED_REL = 5e-5
 # One constant rescale: every changed bar's ratio (open/high/low/close) within this of their median, and
 # every one of them on the same side of 1 by more than SAME_REL (a $0.01 dividend on a $140 close, a
-# factor of 0.99993, is an action: no lower bound on |factor - 1| beyond float noise).
+# factor of 0.99993, is an action; a rescale within ADJUSTED_REL of 1 is taken for the stored bars).
 CONSTANT_REL = 1e-3
 # A rescale this far from 1 is a split (or reverse split); closer to 1 it is a dividend.
 SPLIT_BAND = (0.8, 1.25)
