@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 
 from ldtm_core.config import masked_url
 from ldtm_core.db import DatabaseError, get_engine
+from ldtm_core.errors import ConfigError
 
 
 def alembic_config(url: str) -> Config:
@@ -37,10 +38,26 @@ def _sqlite_lock(engine: Engine) -> contextlib.AbstractContextManager:
     return FileLock(f"{Path(database).resolve()}.migrate.lock", timeout=MIGRATION_LOCK_TIMEOUT_S)
 
 
+def _require_sqlite_folder(engine: Engine, url: str) -> None:
+    """A SQLite file's folder must exist: a mistyped URL must not create folders (the migration lock
+    would) and an empty database, not even for a command that only reads."""
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    folder = Path(database).expanduser().resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(
+            f"database {masked_url(url)}: the folder {folder} of the SQLite database does not exist; "
+            "create it first, or point LDTM_DATABASE_URL at an existing folder (nothing was created)"
+        )
+
+
 def upgrade(url: str, revision: str = "head") -> Engine:
     """Bring the database at `url` to `revision` and return its engine. Concurrent callers are
     serialised (an advisory lock on PostgreSQL, a file lock on SQLite); the later ones find the head."""
     engine = get_engine(url)
+    if engine.dialect.name == "sqlite":
+        _require_sqlite_folder(engine, url)
     cfg = alembic_config(url)
     is_sqlite = engine.dialect.name == "sqlite"
     try:

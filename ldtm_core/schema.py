@@ -217,6 +217,8 @@ ingested_files = Table(
     Column("written", Integer, nullable=False),
     Column("error", Text),
     Column("ingested_at", DateTime(timezone=True), nullable=False),
+    # JSON {ticker: reason} of the tickers refused from the file (NULL before migration 0018).
+    Column("refused", Text),
     CheckConstraint("status IN ('ok','partial','rejected')", name="ck_ingested_files_status"),
     UniqueConstraint("path", "sha256", name="uq_ingested_files_path_sha"),
 )

@@ -4,7 +4,6 @@ console at 18:15."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
 from dagster import (
@@ -18,6 +17,7 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ldtm_core.accountability import alerts
+from ldtm_core.data import calendar
 
 from .resources import AppDatabase, ArtifactStore
 
@@ -64,7 +64,7 @@ def snapshots_freshness_alert(
 ) -> SkipReason:
     """After the deadline (LDTM_SNAPSHOT_DEADLINE, default 21:00 New York), alert once per session
     that has no snapshot row. The cursor is the last session alerted for."""
-    freshness = alerts.snapshot_freshness(database.engine(store), dt.datetime.now(dt.UTC))
+    freshness = alerts.snapshot_freshness(database.engine(store), calendar.now())
     if not freshness.stale:
         return SkipReason(f"session {freshness.session}: {freshness.rows} snapshot rows")
     if context.cursor == str(freshness.session):

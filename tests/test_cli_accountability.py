@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
@@ -47,6 +49,25 @@ def test_predict_before_the_data_quotes_the_earliest_close(one_model):
     )
     assert "latest close" not in msg
     assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0
+
+
+def test_predict_range_starting_before_the_data_quotes_the_earliest_close(one_model, ldtm_env, tmp_path):
+    """Issue 20 item 18: `predict --start 2015-12-01 …` said 'latest close …' when the problem was that
+    the range starts before the first close."""
+    r = runner.invoke(app, ["predict", "--start", "2015-12-01", "--end", "2023-01-10"])
+    assert r.exit_code == 2, r.output
+    msg = " ".join(r.output.split())
+    assert "--start 2015-12-01 is before the earliest close of the tickers with a model (2023-01-03)" in msg
+    assert "latest close" not in msg
+    assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0
+    # The core says the same for one evening (the Dagster path has no CLI pre-check).
+    from ldtm_core.accountability.snapshots import predict
+    from ldtm_core.errors import InputError
+
+    with pytest.raises(
+        InputError, match=r"2015-12-01 is outside the price data: it is before the earliest close"
+    ):
+        predict(one_model, make_settings(tmp_path, ldtm_env["url"]), dt.date(2015, 12, 1))
 
 
 def test_backtest_before_training_says_train_first(ldtm_env, engine):

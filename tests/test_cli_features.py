@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
 from ldtm_core.cli import app
+from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
 
 runner = CliRunner()
@@ -59,3 +63,32 @@ def test_show_errors_are_one_clean_line(ldtm_env):
     assert bad.exit_code == 2 and "--start" in bad.stderr
     unknown = invoke("features", "build", "--tickers", "ZZZZ")
     assert unknown.exit_code == 2 and "ZZZZ" in unknown.stderr
+
+
+def _suggested(output: str) -> list[str]:
+    """The `ldtm …` command a message suggests (the last one in backticks), as arguments."""
+    commands = re.findall(r"`ldtm ([^`]+)`", " ".join(output.split()))
+    assert commands, output
+    return commands[-1].split()
+
+
+def test_show_suggests_a_command_that_works(ldtm_env):
+    """Issue 20 item 18: `features show ZZZZ` suggested `ldtm features build --tickers ZZZZ`, which then
+    failed ('not in the universe'). Each suggestion is run here and must do what it promises."""
+    nothing = invoke("features", "show", "ZZZZ")  # no prices, outside the universe
+    assert nothing.exit_code == 2
+    assert "ZZZZ has no prices either" in " ".join(nothing.stderr.split())
+    assert "`ldtm ingest fetch --tickers ZZZZ --allow-new`" in " ".join(nothing.stderr.split())
+    assert _suggested(nothing.stderr) == ["features", "build", "--tickers", "ZZZZ", "--allow-new"]
+
+    frame = generate(["ZZZZ"], "2024-01-02", "2024-03-28", seed=1)
+    ingest_frame(get_engine(ldtm_env["url"]), frame, "synthetic")
+    prices_only = invoke("features", "show", "ZZZZ")
+    assert prices_only.exit_code == 2
+    built = invoke(*_suggested(prices_only.stderr))
+    assert built.exit_code == 0, built.output
+    assert invoke("features", "show", "ZZZZ").exit_code == 0
+
+    in_universe = invoke("features", "show", "AAPL")  # in the universe, no prices
+    assert "AAPL has no prices either" in " ".join(in_universe.stderr.split())
+    assert "--allow-new" not in in_universe.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from typer.testing import CliRunner
 
 from ldtm_core.cli import app
@@ -57,3 +58,29 @@ def test_fetch_records_a_split_and_does_not_warn_about_its_move(ldtm_env, monkey
     assert result.exit_code == 0, result.output
     assert "corporate action recorded: NVDA split 10:1 ex 2024-06-10" in result.output
     assert "not explained by a recorded corporate action" not in result.output
+
+
+def test_fetch_force_rereads_the_refused_file_from_the_cli(ldtm_env, tmp_path, monkeypatch):
+    """Issue 20 item 13: `--force` / LDTM_FORCE_REINGEST=1 printed 'no new data', exit 0, prices unchanged."""
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    monkeypatch.setenv("LDTM_PRICE_SOURCE", f"files:{drop}")
+    monkeypatch.delenv("LDTM_FORCE_REINGEST", raising=False)
+    generate(["AAPL"], "2024-03-01", "2024-03-28").to_csv(drop / "a.csv", index=False)
+    assert runner.invoke(app, ["ingest", "fetch", "--tickers", "AAPL"]).exit_code == 0
+    revised = generate(["AAPL"], "2024-03-01", "2024-03-28")
+    early = revised["date"] == dt.date(2024, 3, 5)
+    revised.loc[early, ["close", "high"]] = revised.loc[early, "high"] * 1.05
+    revised.to_csv(drop / "b.csv", index=False)
+    refused = runner.invoke(app, ["ingest", "fetch", "--tickers", "AAPL"])
+    assert refused.exit_code == 1 and "in a way that is not one constant rescale" in refused.output
+
+    monkeypatch.setenv("LDTM_FORCE_REINGEST", "1")
+    forced = runner.invoke(app, ["ingest", "fetch", "--tickers", "AAPL"])
+    assert forced.exit_code == 0, forced.output
+    assert "no new data" not in forced.output
+    stored = load_prices(get_engine(ldtm_env["url"]), ["AAPL"], adjusted=False)["AAPL"]
+    day = stored[stored["date"] == dt.date(2024, 3, 5)]
+    assert day["close"].item() == pytest.approx(
+        revised.loc[revised["date"] == dt.date(2024, 3, 5), "close"].item()
+    )

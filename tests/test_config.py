@@ -238,3 +238,20 @@ def test_gate_settings_are_percent_like_the_gate_options(monkeypatch):
     assert t.max_mean_abs_pct_error == 5.0 and t.beat_always_up_margin == pytest.approx(0.02)
     # The CLI option in the same unit gives the same thresholds.
     assert GateThresholds.from_env(min_direction_accuracy=0.52) == t
+
+
+@pytest.mark.parametrize(
+    "args", [["leaderboard"], ["prices", "summary"], ["ingest", "synthetic", "--tickers", "1"]]
+)
+def test_a_sqlite_url_in_a_missing_folder_is_refused_and_creates_nothing(tmp_path, monkeypatch, args):
+    """Issue 20 item 18: `LDTM_DATABASE_URL=sqlite:////nonexistent/dir/x.db` silently created the folder
+    and an empty database, even for a command that only reads."""
+    missing = tmp_path / "nonexistent" / "dir"
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LDTM_DATABASE_URL", f"sqlite:///{missing / 'x.db'}")
+    monkeypatch.setenv("LDTM_UNIVERSE", "demo")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    msg = " ".join(r.output.split())
+    assert f"the folder {missing} of the SQLite database does not exist" in msg
+    assert not (tmp_path / "nonexistent").exists()

@@ -244,3 +244,57 @@ def test_revisions_of_the_latest_sessions_are_written_not_taken_for_actions(engi
     assert load_actions(engine, [ticker]) == {}
     stored = load_prices(engine, [ticker], adjusted=False)[ticker].set_index("date")["close"]
     assert stored[last] == pytest.approx(truth.set_index("date")["close"][last] * 1.01)
+
+
+@pytest.mark.parametrize("dividend_pct", [0.008, 0.08])  # NVDA ~0.008 %, META ~0.08 % of the close
+def test_a_small_dividend_in_back_adjusted_history_is_recorded_not_refused(engine, dividend_pct):
+    """Issue 20 item 8: a rescale was an action only when |factor - 1| > 1e-3, so a small dividend in
+    back-adjusted history was taken for a history rewrite: the ticker was refused every night."""
+    ticker, ex = "NVDA", dt.date(2024, 6, 3)
+    factor = 1.0 - dividend_pct / 100
+    truth = generate([ticker], "2024-03-01", "2024-06-14", seed=5)
+    truth["date"] = pd.to_datetime(truth["date"]).dt.date
+    source = SplitSource(truth, ticker, ex, factor, style=2)
+    first = truth["date"].iloc[0]
+    fetch_prices(engine, source, [ticker], first_start=first, end=dt.date(2024, 5, 31))
+    before = load_prices(engine, [ticker], adjusted=False)[ticker]
+
+    evenings = [dt.date(2024, 6, 3), dt.date(2024, 6, 4), dt.date(2024, 6, 5)]
+    for evening in evenings:  # the ex-date evening and the two after: never refused
+        report = fetch_prices(engine, source, [ticker], first_start=first, end=evening)
+        assert not report.failed, report.failed[0].reason
+        assert report.outcomes[ticker].written == 1  # only the new bar; history is not rewritten
+
+    [action] = load_actions(engine, [ticker])[ticker]
+    assert (action.ex_date, action.kind) == (ex, "dividend")
+    assert action.factor == pytest.approx(factor, rel=1e-9)
+    raw = load_prices(engine, [ticker], adjusted=False)[ticker]
+    pd.testing.assert_frame_equal(raw.iloc[: len(before)], before)  # stored bars keep their own basis
+    adjusted = load_prices(engine, [ticker])[ticker].set_index("date")["close"]
+    # The source's bars are the truth on the post-dividend basis (SplitSource): one continuous series.
+    expected = truth.set_index("date")["close"].loc[adjusted.index] * factor
+    np.testing.assert_allclose(adjusted.to_numpy(), expected.to_numpy(), rtol=1e-9)
+
+
+def test_a_revision_of_the_oldest_overlap_bar_is_written_not_refused(engine):
+    """Issue 20 item 8: the incremental fetch re-asks the last stored session and the 5 before it, but
+    only the last 5 were revisable, so a revision of the oldest re-asked bar refused the ticker."""
+    ticker, (ex, factor, *_) = "NVDA", EVENTS["NVDA"]
+    truth = generate([ticker], "2024-03-01", "2024-06-07", seed=11)
+    truth["date"] = pd.to_datetime(truth["date"]).dt.date
+    source = SplitSource(truth, ticker, ex, factor, style=1)
+    first, last = truth["date"].iloc[0], dt.date(2024, 5, 31)
+    fetch_prices(engine, source, [ticker], first_start=first, end=last)
+    oldest = _sessions("2024-05-01", last)[-6]  # 2024-05-23: five sessions before the last stored
+    revised = truth.copy()
+    at = revised["date"] == oldest
+    revised.loc[at, ["close", "high"]] = revised.loc[at, "high"] * 1.002
+    source.truth = revised
+
+    report = fetch_prices(engine, source, [ticker], first_start=first, end=dt.date(2024, 6, 3))
+    assert report.outcomes[ticker].requested_from == oldest
+    assert not report.failed, report.failed[0].reason
+    assert report.outcomes[ticker].written == 2  # the revised bar and the new one
+    stored = load_prices(engine, [ticker], adjusted=False)[ticker].set_index("date")["close"]
+    assert stored[oldest] == pytest.approx(revised.loc[at, "close"].item())
+    assert load_actions(engine, [ticker]) == {}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import exchange_calendars as xcals
+import numpy as np
 import pandas as pd
 import pytest
 from sqlalchemy import select
@@ -515,10 +517,38 @@ def test_two_sources_that_agree_are_both_stored_once(db_url, tmp_path):
     [
         ("2030-01-02", "2030-03-29", "synthetic start: 2030-01-02 is beyond the XNYS calendar's range"),
         ("2024-01-02", "2031-01-02", "synthetic end: 2031-01-02 is beyond the XNYS calendar's range"),
-        ("1985-01-02", "2024-01-02", "synthetic start: 1985-01-02 is before the XNYS calendar's range"),
+        ("1985-01-02", "2024-01-02", "synthetic start 1985-01-02: the synthetic market begins on 1990-01-01"),
     ],
 )
 def test_synthetic_range_past_the_calendar_is_refused_by_name(db_url, start, end, message):
     with pytest.raises(InputError, match=message):
         ingest_synthetic(get_engine(db_url), ["AAPL"], start, end)
     assert table_rows(db_url) == []
+
+
+def test_a_full_history_from_1986_is_stored_whole_and_read_back_on_its_sessions(db_url, tmp_path):
+    """Issue 20 item 7: a real full download (MSFT from 1986-03-13) was refused whole, 962 lines
+    'before the XNYS calendar's range, which starts at 1990-01-02'. The calendar reaches back instead."""
+    from ldtm_core.data.calendar import is_session, next_session
+    from ldtm_core.data.prices import load_prices
+
+    # The sessions straight from exchange_calendars, independent of ldtm's calendar module.
+    xnys = xcals.get_calendar("XNYS", start="1986-01-02", end="1990-12-31")
+    days = [d.date() for d in xnys.sessions_in_range("1986-03-13", "1990-03-30")]
+    close = 100 * np.cumprod(1 + 0.01 * np.random.default_rng(3).standard_normal(len(days)))
+    df = pd.DataFrame(
+        {"date": days, "open": close, "high": close * 1.01, "low": close * 0.99, "close": close}
+    ).assign(adj_close=close, volume=1_000_000)
+    assert df["date"].iloc[0] == dt.date(1986, 3, 13) and len(df) > 962
+    path = tmp_path / "MSFT.csv"
+    write_csv(path, yahoo(df))
+
+    [outcome] = ingest_files(get_engine(db_url), [path], ["MSFT"])
+
+    assert outcome.ok, outcome.error
+    assert outcome.written == len(df)
+    stored = load_prices(get_engine(db_url), ["MSFT"])["MSFT"]
+    assert stored["date"].iloc[0] == dt.date(1986, 3, 13) and len(stored) == len(df)
+    # Real 1980s closures, not weekdays: Hurricane Gloria (1985-09-27) and a 1987 Good Friday.
+    assert not is_session("1987-04-17") and next_session("1987-04-16") == dt.date(1987, 4, 20)
+    assert not is_session("1985-09-27")

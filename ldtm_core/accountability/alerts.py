@@ -12,17 +12,15 @@ import datetime as dt
 import os
 import re
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo
 
 from sqlalchemy import Engine, func, select
 
 from ldtm_core.accountability import notify
 from ldtm_core.config import mask_secrets
-from ldtm_core.data.calendar import is_session, latest_session_on_or_before
+from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, latest_session_on_or_before
 from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
 
-MARKET_TZ = ZoneInfo("America/New_York")
 DEFAULT_DEADLINE = "21:00"
 ENV_DEADLINE = "LDTM_SNAPSHOT_DEADLINE"
 _EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_][\w]*\.)+[A-Z]\w*: ")
@@ -78,10 +76,11 @@ def deadline_from_env() -> dt.time:
 
 
 def due_session(now: dt.datetime, deadline: dt.time) -> dt.date:
-    """The latest session whose snapshot deadline (New York time) has passed at `now`."""
+    """The latest session whose snapshot deadline (New York time) has passed at `now`; a deadline set
+    before the close (early-close days included) waits for the close."""
     local = now.astimezone(MARKET_TZ)
     today = local.date()
-    if is_session(today) and local.time() >= deadline:
+    if is_session(today) and local.time() >= deadline and has_closed(today, now):
         return today
     return latest_session_on_or_before(today - dt.timedelta(days=1))
 

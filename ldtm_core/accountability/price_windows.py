@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from ldtm_core.data.calendar import session_array
+from ldtm_core.data.calendar import cover, session_array
 from ldtm_core.data.corporate_actions import adjust_arrays, load_actions
 from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features, feature_array
 from ldtm_core.data.samples import normalise_windows
@@ -81,6 +81,7 @@ def load_price_arrays(engine: Engine, tickers: list[str], start: dt.date, end: d
     cols_t = list(zip(*rows, strict=True))
     names = np.array(cols_t[0], dtype=object)
     dates = np.array(cols_t[1], dtype="datetime64[D]")
+    cover(dates.min())
     values = {f: np.array(cols_t[i + 2], dtype=np.float64) for i, f in enumerate(PRICE_FIELDS)}
     out = {}
     bounds = np.flatnonzero(names[1:] != names[:-1]) + 1

@@ -14,7 +14,7 @@ from ldtm_core.accountability.registry import serving_models
 from ldtm_core.accountability.snapshots import PredictResult, predict
 from ldtm_core.config import Settings
 from ldtm_core.data.calendar import sessions_between
-from ldtm_core.data.prices import latest_price_date
+from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.errors import InputError, NotFoundError
 
 
@@ -30,8 +30,8 @@ def predict_range(
 ) -> list[PredictResult]:
     """Predict every XNYS session from `start` to `end` (inclusive), oldest first.
 
-    The whole range is checked before anything is written: a range with no session, or ending after
-    the newest close of the tickers with a model, is refused.
+    The whole range is checked before anything is written: a range with no session, starting before
+    the earliest or ending after the newest close of the tickers with a model, is refused.
     """
     if start > end:
         raise InputError(f"--start {start} is after --end {end}")
@@ -44,6 +44,12 @@ def predict_range(
         raise NotFoundError("no prices for any ticker with a model: ingest prices and train models first")
     if days[-1] > latest:
         raise InputError(f"--end {end}: the newest close of the tickers with a model is {latest}")
+    earliest = earliest_price_date(engine, list(models))
+    if earliest is not None and days[0] < earliest:
+        raise InputError(
+            f"--start {start} is before the earliest close of the tickers with a model ({earliest}); "
+            f"start on or after it"
+        )
     results = []
     for day in days:
         result = predict(engine, settings, day, tickers, mode, neutral_band_pct)

@@ -37,9 +37,9 @@ from ldtm_core.accountability.price_windows import (
 from ldtm_core.accountability.registry import ModelRecord, serving_models
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
-from ldtm_core.data.calendar import is_session, target_dates
+from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
 from ldtm_core.data.features import WARMUP_ROWS
-from ldtm_core.data.prices import latest_price_date
+from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.data.samples import HORIZONS, denormalise
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import CheckpointError, InputError, NotFoundError
@@ -142,12 +142,23 @@ def predict(
     if not is_session(run_date):
         raise InputError(f"run date {run_date} is not an XNYS trading session")
     if latest is None or run_date > latest or not _has_prices_on(engine, list(models), run_date):
-        raise InputError(
-            f"run date {run_date} is outside the price data: no ticker with a model has a close on it"
-            + (f" (latest close {latest})" if latest else "")
-        )
+        earliest = earliest_price_date(engine, list(models)) if latest is not None else None
+        if earliest is not None and run_date < earliest:  # name the bound it is past, not the other one
+            where = f"it is before the earliest close ({earliest})"
+        else:
+            where = "no ticker with a model has a close on it" + (
+                f" (latest close {latest})" if latest else ""
+            )
+        raise InputError(f"run date {run_date} is outside the price data: {where}")
     if mode is None:
         mode = "replay" if run_date < latest else "live"
+    if mode == "live" and not has_closed(run_date):
+        # A bar for a session still trading (or not yet open) is no close to predict from.
+        raise InputError(
+            f"live prediction refused for {run_date}: that session has not closed yet (close "
+            f"{session_close(run_date).astimezone(MARKET_TZ):%Y-%m-%d %H:%M} New York); the stored "
+            f"bar for it is not a final close"
+        )
     elif mode == "live" and run_date < latest:
         # A live row claims the answer was unknown when it was written; later prices say otherwise.
         raise InputError(

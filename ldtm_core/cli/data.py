@@ -92,17 +92,19 @@ def ingest_synthetic_cmd(
         None, "--tickers", "-t", help="N (first N of the universe) or T1,T2; default: the whole universe"
     ),
     start: str = typer.Option(None, help="first date YYYY-MM-DD; default 20 years before --end"),
-    end: str = typer.Option(None, help="last date YYYY-MM-DD; default the latest XNYS session up to today"),
+    end: str = typer.Option(
+        None, help="last date YYYY-MM-DD; default the latest XNYS session already closed (New York time)"
+    ),
     seed: int = typer.Option(0, help="random seed; the same seed gives the same prices"),
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
 ) -> None:
     """Generate the deterministic synthetic market and upsert it (idempotent)."""
-    from ldtm_core.data.calendar import latest_session_on_or_before
+    from ldtm_core.data.calendar import latest_closed_session
     from ldtm_core.data.ingest import ingest_synthetic
 
     cfg = settings()
     selected = _select_tickers(tickers, load_universe(cfg.universe), allow_new)
-    end_d = parse_date(end, "--end") or latest_session_on_or_before(dt.date.today())
+    end_d = parse_date(end, "--end") or latest_closed_session()
     start_d = parse_date(start, "--start") or _years_before(end_d, 20)
     if start_d > end_d:
         raise InputError(f"--start {start_d} is after --end {end_d}")
@@ -167,7 +169,9 @@ def ingest_fetch_cmd(
     start: str = typer.Option(
         None, help="first date for a ticker with no stored prices (YYYY-MM-DD); default 20 years before --end"
     ),
-    end: str = typer.Option(None, help="last date YYYY-MM-DD; default the latest XNYS session up to today"),
+    end: str = typer.Option(
+        None, help="last date YYYY-MM-DD; default the latest XNYS session already closed (New York time)"
+    ),
     source: str = typer.Option(
         None, "--source", "-s", help="synthetic | files:<dir> | yfinance | ib; default $LDTM_PRICE_SOURCE"
     ),
@@ -184,7 +188,7 @@ def ingest_fetch_cmd(
 ) -> None:
     """Fetch prices from the configured source, incrementally, and store every ticker that passes
     validation. Each ticker's outcome is listed; exit code 1 if any ticker failed."""
-    from ldtm_core.data.calendar import latest_session_on_or_before
+    from ldtm_core.data.calendar import latest_closed_session
     from ldtm_core.data.price_fetch import fetch_prices
     from ldtm_core.data.price_moves import large_moves, threshold_from_env
     from ldtm_core.data.sources import configured_spec, make_source
@@ -192,7 +196,7 @@ def ingest_fetch_cmd(
     cfg = settings()
     universe = load_universe(cfg.universe)
     selected = _select_tickers(tickers, universe, allow_new)
-    end_d = parse_date(end, "--end") or latest_session_on_or_before(dt.date.today())
+    end_d = parse_date(end, "--end") or latest_closed_session()
     start_d = parse_date(start, "--start") or _years_before(end_d, 20)
     if start_d > end_d:
         raise InputError(f"--start {start_d} is after --end {end_d}")

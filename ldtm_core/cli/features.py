@@ -27,6 +27,7 @@ def features_build(
         None, "--tickers", "-t", help="N (first N of the universe) or T1,T2; default: the whole universe"
     ),
     force: bool = typer.Option(False, "--force", help="rewrite every set, even those still current"),
+    allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
 ) -> None:
     """Compute and store features with the fingerprint of their prices.
 
@@ -36,7 +37,7 @@ def features_build(
     from ldtm_core.data.feature_store import build_features
 
     cfg = settings()
-    selected = _select_tickers(tickers, load_universe(cfg.universe), allow_new=False)
+    selected = _select_tickers(tickers, load_universe(cfg.universe), allow_new=allow_new)
     t0 = time.perf_counter()
     outcomes = build_features(open_db(cfg), selected, force=force)
     wall = time.perf_counter() - t0
@@ -54,6 +55,20 @@ def features_build(
             escape(o.reason),
         )
     console.print(table)
+
+
+def _no_features_hint(engine, ticker: str) -> str:
+    """Why `ticker` has no stored features, with the next command that will work (not one that fails)."""
+    from ldtm_core.data.prices import latest_price_date
+
+    new = " --allow-new" if ticker not in load_universe(settings().universe) else ""
+    if latest_price_date(engine, [ticker]) is None:
+        return (
+            f"no stored features for {ticker}: {ticker} has no prices either; load them first "
+            f"(`ldtm ingest csv FILE{new}`, or `ldtm ingest fetch --tickers {ticker}{new}`), then build its "
+            f"features (`ldtm features build --tickers {ticker}{new}`)"
+        )
+    return f"no stored features for {ticker}: run `ldtm features build --tickers {ticker}{new}`"
 
 
 @features_app.command("show")
@@ -74,7 +89,7 @@ def features_show(
     engine = open_db()
     stored = stored_sets(engine, [ticker]).get(ticker)
     if stored is None:
-        raise NotFoundError(f"no stored features for {ticker}: run `ldtm features build --tickers {ticker}`")
+        raise NotFoundError(_no_features_hint(engine, ticker))
     frame = read_stored(engine, ticker, start=start_d, end=end_d)
     if start_d is None and end_d is None:
         frame = frame.tail(SHOW_DEFAULT_ROWS)

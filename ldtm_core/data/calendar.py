@@ -2,12 +2,21 @@
 
 Scalar helpers raise a clear error past the calendar's end; the vectorised `target_dates`
 returns NaT there, because the newest samples legitimately have no target yet.
+
+The clock: every default date ("today", the latest session, live mode, deadlines) is read from
+`now()` in the exchange's own time zone, never from the server's date; "the latest session" is the
+latest one whose close (16:00 New York, or the early close) has passed. `now()` is the one seam
+tests freeze.
+
+The range: the calendar starts at CALENDAR_START and is rebuilt from an earlier date whenever older
+data is offered or read (`cover`), so a real full history is never refused for the calendar's limits.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from functools import lru_cache
+from zoneinfo import ZoneInfo
 
 import exchange_calendars as xcals
 import numpy as np
@@ -16,16 +25,46 @@ import pandas as pd
 from ldtm_core.errors import InputError
 
 CALENDAR_NAME = "XNYS"
-# exchange_calendars covers only 20 years back by default; real histories start in the 1990s.
+MARKET_TZ = ZoneInfo("America/New_York")
+# exchange_calendars covers only 20 years back by default; this is where the calendar starts until
+# older data is offered or read (`cover`), e.g. a full MSFT history from 1986.
 CALENDAR_START = "1990-01-02"
 ONE_MONTH_SESSIONS = 21
 NAT = np.datetime64("NaT", "D")
+_start = dt.date.fromisoformat(CALENDAR_START)
+
+
+def now() -> dt.datetime:
+    """The current instant (UTC-aware): the one clock behind every default date. Tests freeze it."""
+    return dt.datetime.now(dt.UTC)
+
+
+def market_today(at: dt.datetime | None = None) -> dt.date:
+    """The date in New York at `at` (default `now()`): 19:53 New York on the 24th is still the 24th."""
+    return (at or now()).astimezone(MARKET_TZ).date()
 
 
 @lru_cache(maxsize=1)
 def _calendar() -> xcals.ExchangeCalendar:
-    end = (pd.Timestamp.today().normalize() + pd.DateOffset(years=2)).strftime("%Y-%m-%d")
-    return xcals.get_calendar(CALENDAR_NAME, start=CALENDAR_START, end=end)
+    end = (pd.Timestamp(market_today()) + pd.DateOffset(years=2)).strftime("%Y-%m-%d")
+    return xcals.get_calendar(CALENDAR_NAME, start=_start.isoformat(), end=end)
+
+
+def cover(day) -> None:
+    """Make the calendar reach back to `day` (the earliest date stored or offered): rebuilt from the
+    January before it when it starts later. Cheap when it already does."""
+    global _start
+    if type(day) is dt.date and day >= _start:  # the common case, without pandas
+        return
+    if day is None or pd.isna(day):
+        return
+    d = pd.Timestamp(day).date()
+    if d >= _start:
+        return
+    # From 1 January, a year early: the overlap of an incremental fetch looks a few sessions back.
+    _start = dt.date(max(d.year - 1, 1800), 1, 1)
+    for cached in (_calendar, session_array, _holiday_names):
+        cached.cache_clear()
 
 
 @lru_cache(maxsize=1)
@@ -49,12 +88,14 @@ def _to_date(value: np.datetime64) -> dt.date:
 
 def sessions_between(start, end) -> list[dt.date]:
     """Sessions in [start, end], inclusive."""
+    cover(start)
     s = session_array()
     lo, hi = np.searchsorted(s, _to_d64(start), "left"), np.searchsorted(s, _to_d64(end), "right")
     return [_to_date(x) for x in s[lo:hi]]
 
 
 def is_session(day) -> bool:
+    cover(day)
     s = session_array()
     d = _to_d64(day)
     i = np.searchsorted(s, d)
@@ -62,6 +103,7 @@ def is_session(day) -> bool:
 
 
 def latest_session_on_or_before(day) -> dt.date:
+    cover(day)
     s = session_array()
     i = np.searchsorted(s, _to_d64(day), "right") - 1
     if i < 0:
@@ -69,9 +111,30 @@ def latest_session_on_or_before(day) -> dt.date:
     return _to_date(s[i])
 
 
+def session_close(day) -> dt.datetime:
+    """When session `day` closes (UTC-aware): 16:00 New York, earlier on an early-close day."""
+    return _calendar().session_close(pd.Timestamp(day).date()).to_pydatetime()
+
+
+def latest_closed_session(at: dt.datetime | None = None) -> dt.date:
+    """The latest session whose close has passed at `at` (default `now()`): at 10:00 New York on a
+    session day that session is still trading, so it is the one before."""
+    at = at or now()
+    day = latest_session_on_or_before(market_today(at))
+    if session_close(day) > at:
+        day = latest_session_on_or_before(day - dt.timedelta(days=1))
+    return day
+
+
+def has_closed(day, at: dt.datetime | None = None) -> bool:
+    """Whether session `day`'s close has passed at `at` (default `now()`)."""
+    return session_close(day) <= (at or now())
+
+
 def range_problem(day) -> str | None:
-    """Why `day` is outside the calendar's range (None when inside it): the calendar knows sessions only
-    from CALENDAR_START to two years ahead, so a date past that is unknown, not a closed day."""
+    """Why `day` is outside the calendar's range (None when inside it): the calendar knows sessions up
+    to two years ahead, so a date past that is unknown, not a closed day. Earlier dates extend it."""
+    cover(day)
     first, last = calendar_bounds()
     d = pd.Timestamp(day).date()
     if d < first:
@@ -135,8 +198,10 @@ def sessions_after(day, n: int = ONE_MONTH_SESSIONS) -> dt.date:
 
 def target_dates(days: np.ndarray, month_sessions: int = ONE_MONTH_SESSIONS):
     """Vectorised (next_day, next_monday, one_month) target dates for datetime64[D] `days`; NaT past the end."""
-    s = session_array()
     days = np.asarray(days, dtype="datetime64[D]")
+    if days.size:
+        cover(days.min())
+    s = session_array()
     n = len(s)
 
     def take(idx: np.ndarray) -> np.ndarray:

@@ -41,11 +41,14 @@ PRICE_LEVELS = ("open", "high", "low", "close")
 # own rounding, so "the stored bar on the new basis" is matched a little more loosely.
 SAME_REL = 1e-6
 ADJUSTED_REL = 5e-5
-# One constant rescale: every changed bar's ratio (open/high/low/close) within this of their median.
+# One constant rescale: every changed bar's ratio (open/high/low/close) within this of their median, and
+# every one of them on the same side of 1 by more than SAME_REL (a $0.01 dividend on a $140 close, a
+# factor of 0.99993, is an action; a rescale within ADJUSTED_REL of 1 is taken for the stored bars).
 CONSTANT_REL = 1e-3
 # A rescale this far from 1 is a split (or reverse split); closer to 1 it is a dividend.
 SPLIT_BAND = (0.8, 1.25)
-# Revisions of the last few stored sessions are ordinary (the incremental fetch re-asks them).
+# Revisions of the last stored session and the few before it are ordinary: the incremental fetch re-asks
+# exactly those (price_fetch's overlap, 5 sessions before the last stored one, passed in here).
 DEFAULT_REVISION_SESSIONS = 5
 
 
@@ -253,7 +256,8 @@ def reconcile(
     - Bars equal to the stored ones, or to them on the basis of the recorded actions: nothing to do.
     - Changed bars forming the start of the overlap, all the stored bar times one constant, with an
       unchanged or new bar after them: a new action ex that next date; recorded, the rescaled bars dropped.
-    - Changed bars only among the last `revision_sessions` stored sessions: revisions, written.
+    - Changed bars only among the last stored session and the `revision_sessions` before it (the
+      incremental fetch's overlap): revisions, written.
     - Anything else: HistoryRewriteRefused naming the ticker and the first changed bar, unless `force`.
     """
     if incoming.empty:
@@ -271,7 +275,7 @@ def reconcile(
     stored = pd.DataFrame(stored_rows, columns=["date", *PRICE_LEVELS])
     stored["date"] = pd.to_datetime(stored["date"]).dt.date
     last_stored = conn.execute(
-        select(p.date).where(p.ticker == ticker).order_by(p.date.desc()).limit(revision_sessions)
+        select(p.date).where(p.ticker == ticker).order_by(p.date.desc()).limit(revision_sessions + 1)
     ).all()
     revisable_from = pd.Timestamp(last_stored[-1][0]).date()
     actions = load_actions(conn, [ticker]).get(ticker, [])
@@ -300,8 +304,9 @@ def reconcile(
             and not changed[first_unchanged[0] :].any()
         )
         later = inc_days[inc_days > days[changed].max()]
-        constant = (
-            bool(np.all(np.abs(ratio / median - 1.0) <= CONSTANT_REL)) and abs(median - 1.0) > CONSTANT_REL
+        off_one = ratio - 1.0
+        constant = bool(np.all(np.abs(ratio / median - 1.0) <= CONSTANT_REL)) and (
+            bool(np.all(off_one > SAME_REL)) or bool(np.all(off_one < -SAME_REL))
         )
         # Two bars at least: one bar scaled in all four prices is more likely a revision than an action.
         if prefix and constant and len(later) and changed.sum() >= 2:

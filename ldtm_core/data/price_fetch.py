@@ -14,6 +14,7 @@ dropped file for the files source) is written in one transaction.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,12 +22,12 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from ldtm_core.data.calendar import latest_session_on_or_before, session_array
+from ldtm_core.data.calendar import latest_closed_session, session_array
 from ldtm_core.data.corporate_actions import HistoryRewriteRefused, force_from_env, reconcile, record_actions
 from ldtm_core.data.price_validation import validate_prices
 from ldtm_core.data.price_writer import write_prices
 from ldtm_core.data.sources.base import FileReceipt, PriceSource, SourceAnswer, first_line
-from ldtm_core.db import run_in_transaction
+from ldtm_core.db import run_in_transaction, upsert
 from ldtm_core.errors import InputError, LDTMError
 from ldtm_core.schema import ingested_files, prices
 
@@ -145,15 +146,15 @@ def fetch_prices(
     refetch: bool = False,
     force: bool | None = None,
 ) -> FetchReport:
-    """Fetch `tickers` from `source` up to `end` (default: the latest session up to today) and store
+    """Fetch `tickers` from `source` up to `end` (default: the latest session already closed in New York) and store
     every ticker that passes validation. `refetch` asks every ticker from `first_start`. `force` (default
     LDTM_FORCE_REINGEST) merges history rewrites that no single corporate action explains."""
     force = force_from_env() if force is None else force
     tickers = list(dict.fromkeys(tickers))
-    end = end or latest_session_on_or_before(dt.date.today())
+    end = end or latest_closed_session()
     accepted = set(universe if universe is not None else tickers) | set(tickers)
     report = FetchReport(source.describe(), end)
-    source.prepare(engine)
+    source.prepare(engine, reread=force or refetch)
     starts = (
         {t: first_start for t in tickers}
         if refetch
@@ -191,13 +192,28 @@ def fetch_prices(
                 answer.fail(t, f"{source.name}: {first_line(exc)}", transient=True)
             answers = [answer]
         for answer in answers:
-            _store_answer(engine, source, answer, report, accepted=accepted, allow_new=allow_new, force=force)
+            _store_answer(
+                engine,
+                source,
+                answer,
+                report,
+                accepted=accepted,
+                allow_new=allow_new,
+                force=force,
+                overlap=overlap,
+            )
 
     if not source.incremental:
-        for t in wanted:
+        idle = [t for t in wanted if report.outcomes[t].status == "ok" and report.outcomes[t].rows == 0]
+        stored = last_stored_dates(engine, idle) if idle else {}
+        for t in idle:
             o = report.outcomes[t]
-            if o.status == "ok" and o.rows == 0:
-                o.status, o.reason = "no new data", "no new file holds this ticker"
+            o.status, o.reason = "no new data", "no new file holds this ticker"
+            refusal = source.refusal(t)
+            if refusal and t not in stored:  # nothing ever stored: still a failure, with its cause
+                o.status, o.reason = "failed", f"no prices stored for {t}: {refusal}"
+            elif refusal:
+                o.reason = f"no new file holds this ticker; the newest, {refusal}"
     return report
 
 
@@ -210,6 +226,7 @@ def _store_answer(
     accepted: set[str],
     allow_new: bool,
     force: bool = False,
+    overlap: int = DEFAULT_OVERLAP_SESSIONS,
 ) -> None:
     clean: dict[str, pd.DataFrame] = {}
     for ticker, reason in answer.failures.items():
@@ -235,7 +252,10 @@ def _store_answer(
     with engine.connect() as conn:
         for ticker in list(clean):
             try:
-                rec = reconcile(conn, ticker, clean[ticker], source=source.name, force=force)
+                # Every bar the overlap re-asked may come back revised.
+                rec = reconcile(
+                    conn, ticker, clean[ticker], source=source.name, force=force, revision_sessions=overlap
+                )
             except HistoryRewriteRefused as exc:
                 del clean[ticker]
                 actions = [a for a in actions if a.ticker != ticker]
@@ -319,16 +339,25 @@ def _receipt_status(receipt: FileReceipt, answer: SourceAnswer, clean: dict) -> 
 def _record_receipt(conn, receipt: FileReceipt, answer: SourceAnswer, clean: dict, written: dict) -> None:
     refused = {t: answer.failures[t] for t in receipt.tickers if t in answer.failures}
     error = receipt.error or "; ".join(f"{t}: {r}" for t, r in refused.items()) or None
-    conn.execute(
-        ingested_files.insert().values(
-            path=receipt.path,
-            sha256=receipt.sha256,
-            size_bytes=receipt.size_bytes,
-            status=_receipt_status(receipt, answer, clean),
-            tickers=",".join(receipt.tickers),
-            rows=sum(len(clean[t]) for t in receipt.tickers if t in clean),
-            written=sum(written.get(t, 0) for t in receipt.tickers),
-            error=error,
-            ingested_at=dt.datetime.now(dt.UTC),
-        )
+    if receipt.error:
+        refused = {t: refused.get(t, receipt.error) for t in receipt.tickers}
+    row = {
+        "path": receipt.path,
+        "sha256": receipt.sha256,
+        "size_bytes": receipt.size_bytes,
+        "status": _receipt_status(receipt, answer, clean),
+        "tickers": ",".join(receipt.tickers),
+        "rows": sum(len(clean[t]) for t in receipt.tickers if t in clean),
+        "written": sum(written.get(t, 0) for t in receipt.tickers),
+        "error": error,
+        "refused": json.dumps(refused) if refused else None,
+        "ingested_at": dt.datetime.now(dt.UTC),
+    }
+    # A file re-read under --force / --refetch updates its own ledger row.
+    upsert(
+        conn,
+        ingested_files,
+        [row],
+        key=["path", "sha256"],
+        update=[c for c in row if c not in ("path", "sha256")],
     )

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ldtm_core.data.calendar import closed_reason, session_array
+from ldtm_core.data.calendar import closed_reason, cover, session_array
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError
 
@@ -191,6 +191,7 @@ def validate_prices(
 
     # Only exchange sessions: a weekend or holiday row would sit inside every training window after it.
     day = dates.to_numpy().astype("datetime64[D]")
+    cover(dates.min())  # the calendar reaches back to the oldest offered date: never refused for its range
     sessions = session_array()
     pos = np.minimum(np.searchsorted(sessions, day), len(sessions) - 1)
     off_calendar = dates.notna().to_numpy() & (sessions[pos] != day)

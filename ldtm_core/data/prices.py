@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
+from ldtm_core.data.calendar import cover
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.schema import prices
 
@@ -45,6 +46,8 @@ def load_prices(
     stmt = stmt.order_by(prices.c.ticker, prices.c.date)
     with engine.connect() as conn:
         df = _frame(conn.execute(stmt).all())
+    if not df.empty:
+        cover(df["date"].min())  # stored history older than the calendar's default start
     out = {t: g.drop(columns="ticker").reset_index(drop=True) for t, g in df.groupby("ticker", sort=False)}
     if adjusted and out:
         from ldtm_core.data.corporate_actions import adjust_frame, load_actions

@@ -169,6 +169,9 @@ def generate(
 
     `splits` (off by default: the demo and the tests see the continuous market): {ticker: [(ex-date,
     ratio)]} re-bases those tickers as raw closes after a ratio:1 split (`apply_splits`)."""
+    if np.datetime64(pd.Timestamp(start).date(), "D") < GRID_START:
+        # The random grid is fixed (prices never depend on the range asked), so it cannot grow backwards.
+        raise InputError(f"synthetic start {start}: the synthetic market begins on {GRID_START}")
     days = sessions_between(start, end)
     if len(days) < 2:
         raise InputError(f"synthetic range {start}..{end} holds fewer than 2 XNYS sessions")

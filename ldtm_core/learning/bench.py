@@ -51,11 +51,11 @@ class BenchData:
 
 def bench_data(n_samples: int, window: int, seed: int = 0) -> BenchData:
     """One synthetic ticker's samples (the newest `n_samples` labeled rows) and its raw feature rows."""
-    from ldtm_core.data.calendar import calendar_bounds
+    from ldtm_core.data.calendar import CALENDAR_START, latest_closed_session
     from ldtm_core.data.synthetic import generate
 
-    first, last = calendar_bounds()
-    end = min(last, dt.date.today())
+    # The default start, not calendar_bounds(): the calendar reaches further back once older data is read.
+    first, end = dt.date.fromisoformat(CALENDAR_START), latest_closed_session()
     df = generate([BENCH_TICKER], first, end, seed=seed).drop(columns="ticker")
     samples = build_samples(df, window)
     labeled = np.flatnonzero(samples.labeled)
@@ -207,11 +207,10 @@ def early_stop_run(threads: int = 1, seed: int = 0, max_epochs: int = 100) -> di
     """Reference profile on one synthetic ticker (~5,000 samples) with the real purged split."""
     torch.set_num_threads(threads)
     cfg = get_profile("reference", seed=seed, max_epochs=max_epochs)
-    from ldtm_core.data.calendar import calendar_bounds
+    from ldtm_core.data.calendar import CALENDAR_START, latest_closed_session
     from ldtm_core.data.synthetic import generate
 
-    first, last = calendar_bounds()
-    end = min(last, dt.date.today())
+    first, end = dt.date.fromisoformat(CALENDAR_START), latest_closed_session()
     # Twenty years, like a long-listed ticker of the universe: ~5,000 samples.
     start = max(first, end.replace(year=end.year - 20))
     df = generate([BENCH_TICKER], start, end, seed=seed)

@@ -21,7 +21,7 @@ from dagster import (
 from pydantic import Field
 
 from ldtm_core.data import feature_store, ingest
-from ldtm_core.data.calendar import is_session, latest_session_on_or_before
+from ldtm_core.data.calendar import is_session, latest_closed_session, latest_session_on_or_before
 from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, fetch_prices
 from ldtm_core.data.prices import price_summary
 from ldtm_core.data.sources import SPEC_HELP, configured_spec, make_source
@@ -29,7 +29,7 @@ from ldtm_core.data.universe import resolve_tickers
 from ldtm_core.errors import LDTMError
 
 from ..metadata import records_table
-from ..partitions import EVENING_TAG, MARKET_TZ, ticker_partitions
+from ..partitions import EVENING_TAG, ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
 from ..steps import failing_as
 
@@ -73,7 +73,7 @@ def _date(value: str, name: str) -> dt.date:
 
 def _end_date(context: AssetExecutionContext, config: PricesConfig) -> dt.date:
     """The configured end, else the evening this run is for (the nightly market run's tag, or an
-    evening partition), else today in New York."""
+    evening partition), else the latest session already closed in New York."""
     if config.end:
         return _date(config.end, "end")
     tags = context.run.tags if context.run else {}
@@ -81,7 +81,7 @@ def _end_date(context: AssetExecutionContext, config: PricesConfig) -> dt.date:
     try:
         day = dt.date.fromisoformat(evening)
     except ValueError:
-        day = pd.Timestamp.now(tz=MARKET_TZ).date()
+        return latest_closed_session()
     return day if is_session(day) else latest_session_on_or_before(day)
 
 

@@ -3,6 +3,7 @@
 import datetime as dt
 
 import pandas as pd
+import pytest
 from sqlalchemy import select
 
 from ldtm_core.data.price_fetch import fetch_prices
@@ -115,3 +116,67 @@ def test_a_bad_one_ticker_long_file_names_its_ticker(db_url, tmp_path):
         and "volume -5 is negative" in report.outcomes["NVDA"].reason
     )
     assert [f["status"] for f in report.rejected_files] == ["rejected"]
+
+
+def test_force_and_refetch_reread_a_file_refused_for_a_history_change(db_url, tmp_path, monkeypatch):
+    """Issue 20 item 13: the refusal says 're-run with --force (or LDTM_FORCE_REINGEST=1)', but the
+    refused file was in the ledger, so the forced run found 'no new file holds this ticker'."""
+    monkeypatch.delenv("LDTM_FORCE_REINGEST", raising=False)
+    engine = get_engine(db_url)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    generate(["AAPL"], "2024-03-01", "2024-03-28").to_csv(drop / "a.csv", index=False)
+    _fetch(engine, drop)
+    revised = generate(["AAPL"], "2024-03-01", "2024-03-28")
+    early = revised["date"] == dt.date(2024, 3, 5)  # far outside the 5-session revision window
+    revised.loc[early, ["close", "high"]] = revised.loc[early, "high"] * 1.05
+    revised.to_csv(drop / "b.csv", index=False)
+    refused = _fetch(engine, drop)
+    assert refused.outcomes["AAPL"].status == "failed" and "--force" in refused.outcomes["AAPL"].reason
+
+    plain = _fetch(engine, drop)  # nothing new: the refusal is still the reason, not "no new data"
+    assert plain.outcomes["AAPL"].status == "no new data"
+    assert "b.csv was refused" in plain.outcomes["AAPL"].reason
+
+    refetched = fetch_prices(
+        engine, make_source(f"files:{drop}"), ["AAPL"], first_start=START, universe=UNIVERSE, refetch=True
+    )  # re-read, and refused again for the same reason (not forced)
+    assert refetched.outcomes["AAPL"].status == "failed" and "--force" in refetched.outcomes["AAPL"].reason
+
+    forced = fetch_prices(
+        engine, make_source(f"files:{drop}"), ["AAPL"], first_start=START, universe=UNIVERSE, force=True
+    )
+    assert forced.outcomes["AAPL"].status == "ok" and forced.outcomes["AAPL"].written >= 1
+    stored = load_prices(engine, ["AAPL"], adjusted=False)["AAPL"]
+    assert stored.loc[stored["date"] == dt.date(2024, 3, 5), "close"].item() == pytest.approx(
+        revised.loc[early, "close"].item()
+    )
+    assert sorted(_ledger(engine)) == sorted(
+        [(str((drop / "a.csv").resolve()), "ok"), (str((drop / "b.csv").resolve()), "ok")]
+    )  # the refused file's ledger row now says ok; no second row
+    assert _fetch(engine, drop).outcomes["AAPL"].status == "no new data"
+
+
+def test_a_ticker_whose_only_file_was_refused_fails_with_that_reason_next_time(db_url, tmp_path):
+    """Issue 20 item 13: after a NaN file was refused, the next fetch said NVDA 'no new data', exit 0,
+    though NVDA had no prices at all."""
+    engine = get_engine(db_url)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    day = generate(["AAPL", "NVDA"], "2024-02-26", "2024-03-01")
+    day.loc[(day["ticker"] == "NVDA") & (day["date"] == dt.date(2024, 2, 28)), "close"] = float("nan")
+    day.to_csv(drop / "2024-03-01.csv", index=False)
+    assert _fetch(engine, drop).outcomes["NVDA"].status == "failed"
+
+    nxt = _fetch(engine, drop)
+    assert nxt.outcomes["AAPL"].status == "no new data"
+    nvda = nxt.outcomes["NVDA"]
+    assert nvda.status == "failed", nvda
+    assert "2024-03-01.csv was refused" in nvda.reason and "missing close" in nvda.reason
+    assert "no prices stored" in nvda.reason
+    assert nxt.failed == [nvda]
+
+    fixed = generate(["NVDA"], "2024-02-26", "2024-03-01")
+    fixed.to_csv(drop / "2024-03-01-fixed.csv", index=False)
+    assert _fetch(engine, drop).outcomes["NVDA"].status == "ok"
+    assert _fetch(engine, drop).outcomes["NVDA"].status == "no new data"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from ldtm_core.data.corporate_actions import load_actions
 from ldtm_core.data.price_fetch import fetch_prices
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.sources.ib import IBSource, duration_for
@@ -155,8 +156,8 @@ def test_bars_are_stored_and_unknown_empty_timeout_are_named(engine):
         and stored["NVDA"]["volume"].iloc[0] == 370142
     )
     assert all(stored[t].empty for t in ("ZZZZ", "EMPTY", "SLOW", "BAD"))
-    # Daily TRADES bars over regular hours; the timed-out ticker was asked three times.
-    assert {r[3:] for r in fake.requests} == {("1 day", "TRADES", True)}
+    # Daily ADJUSTED_LAST bars (the default) over regular hours; the timed-out ticker was asked three times.
+    assert {r[3:] for r in fake.requests} == {("1 day", "ADJUSTED_LAST", True)}
     assert [r[0] for r in fake.requests].count("SLOW") == 3
 
 
@@ -194,3 +195,25 @@ def test_settings_come_from_the_environment(monkeypatch):
 def test_duration_strings():
     assert duration_for(dt.date(2024, 6, 3), dt.date(2024, 6, 7)) == "5 D"
     assert duration_for(dt.date(2020, 1, 2), dt.date(2024, 6, 7)) == "5 Y"
+
+
+def test_the_default_basis_is_adjusted_last_so_actions_are_recorded(engine, monkeypatch, caplog):
+    """Issue 20 item 8: the default TRADES delivers raw closes and no corporate-action events, so IB's
+    splits were never recorded. ADJUSTED_LAST (style 2) is the default: a split is recognised."""
+    monkeypatch.delenv("LDTM_IB_WHAT_TO_SHOW", raising=False)
+    assert IBSource.from_env().what_to_show == "ADJUSTED_LAST"
+    assert make_source(FakeIB({})).what_to_show == "ADJUSTED_LAST"
+    with caplog.at_level("WARNING", logger="ldtm.sources"):
+        assert make_source(FakeIB({}), what_to_show="TRADES").what_to_show == "TRADES"
+    assert "splits and dividends are not recorded" in caplog.text
+
+    fetch_prices(engine, make_source(FakeIB({"NVDA": NVDA})), ["NVDA"], first_start=DAYS[0], end=DAYS[-2])
+    # After a 2:1 split ex on the last day, IB's adjusted history halves every earlier bar.
+    split = [(o / 2, h / 2, lo / 2, c / 2, v * 2) for o, h, lo, c, v in NVDA[:-1]] + [NVDA[-1]]
+    report = fetch_prices(
+        engine, make_source(FakeIB({"NVDA": split})), ["NVDA"], first_start=DAYS[0], end=DAYS[-1]
+    )
+    assert not report.failed, report.failed[0].reason
+    assert [(a.ex_date, a.factor, a.kind) for a in load_actions(engine, ["NVDA"])["NVDA"]] == [
+        (DAYS[-1], 0.5, "split")
+    ]

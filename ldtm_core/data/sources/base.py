@@ -84,8 +84,13 @@ class PriceSource(ABC):
     # Tickers per request where the API takes several at once.
     batch_size: int = 50
 
-    def prepare(self, engine: Engine) -> None:  # noqa: B027 - optional hook
-        """Called once before fetching, with the application database (the files source reads its ledger)."""
+    def prepare(self, engine: Engine, *, reread: bool = False) -> None:  # noqa: B027 - optional hook
+        """Called once before fetching, with the application database (the files source reads its ledger).
+        `reread` (--force / --refetch): offer again what an earlier run refused."""
+
+    def refusal(self, ticker: str) -> str | None:
+        """Why the newest data this source offered for `ticker` was refused, while nothing newer came."""
+        return None
 
     @abstractmethod
     def fetch(self, tickers: Sequence[str], start: dt.date, end: dt.date) -> SourceAnswer: ...

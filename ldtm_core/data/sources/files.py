@@ -11,12 +11,17 @@ fails validation, its tickers are validated one by one, so one bad ticker is ref
 reason and the others are stored. A file that cannot be read at all is recorded as rejected and
 is not retried until its content changes. Newer files win over older ones for the same
 (ticker, date): a later file is a revision.
+
+A refused ticker is remembered with its reason (`ingested_files.refused`): while no newer file holds
+it, `refusal(ticker)` names that file and reason (the fetch reports it instead of "no new data"), and
+`--force` / `--refetch` re-read the file that refused it (the fix the refusal message gives).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -49,6 +54,34 @@ def ingested_keys(engine: Engine) -> set[tuple[str, str]]:
         }
 
 
+def refused_tickers(row) -> dict[str, str]:
+    """{ticker: reason} refused from one ledger row (a row from before migration 0018 has no `refused`:
+    a rejected file then refused every ticker it named, with its error)."""
+    if row.refused:
+        return json.loads(row.refused)
+    if row.status == "rejected" and row.error:
+        return {t: row.error for t in (row.tickers or "").split(",") if t}
+    return {}
+
+
+def last_refusals(engine: Engine) -> dict[str, tuple[str, str, str]]:
+    """Per ticker whose newest file refused it: (path, sha256, reason). A ticker a later file stored is absent."""
+    f = ingested_files.c
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(f.path, f.sha256, f.status, f.tickers, f.error, f.refused).order_by(f.id)
+        ).all()
+    out: dict[str, tuple[str, str, str]] = {}
+    for row in rows:
+        refused = refused_tickers(row)
+        for t in (row.tickers or "").split(","):
+            if t in refused:
+                out[t] = (row.path, row.sha256, refused[t])
+            else:
+                out.pop(t, None)
+    return out
+
+
 class FilesSource(PriceSource):
     name = "files"
     incremental = False  # a dropped file is ingested whole, whatever range is asked
@@ -56,23 +89,39 @@ class FilesSource(PriceSource):
     def __init__(self, directory: str | Path):
         self.directory = Path(directory).expanduser()
         self._done: set[tuple[str, str]] = set()
+        self._refusals: dict[str, tuple[str, str, str]] = {}
+        self._reread = False
 
     def describe(self) -> str:
         return f"files:{self.directory}"
 
-    def prepare(self, engine: Engine) -> None:
+    def prepare(self, engine: Engine, *, reread: bool = False) -> None:
         if not self.directory.is_dir():
             raise InputError(f"files source: {self.directory} is not a directory")
         self._done = ingested_keys(engine)
+        self._refusals = last_refusals(engine)
+        self._reread = reread
 
-    def pending(self) -> list[tuple[Path, str]]:
-        """New files, oldest first (modification time, then name), with their content hash."""
+    def refusal(self, ticker: str) -> str | None:
+        if ticker not in self._refusals:
+            return None
+        path, _, reason = self._refusals[ticker]
+        return f"{path} was refused: {reason}"
+
+    def pending(self, tickers: Sequence[str] | None = None) -> list[tuple[Path, str]]:
+        """New files, oldest first (modification time, then name), with their content hash; with `reread`
+        (--force / --refetch) also the file whose refusal of one of `tickers` is the newest word on it."""
         files = [p for p in self.directory.iterdir() if p.is_file() and p.suffix.lower() in FILE_SUFFIXES]
         files.sort(key=lambda p: (p.stat().st_mtime_ns, p.name))
+        again = set()
+        if self._reread:
+            wanted = self._refusals if tickers is None else [t for t in tickers if t in self._refusals]
+            again = {self._refusals[t][:2] for t in wanted}
         out = []
         for path in files:
             sha = file_sha256(path)
-            if (str(path.resolve()), sha) not in self._done:
+            key = (str(path.resolve()), sha)
+            if key not in self._done or key in again:
                 out.append((path, sha))
         return out
 
@@ -90,7 +139,7 @@ class FilesSource(PriceSource):
 
     def answers(self, tickers: Sequence[str], start: dt.date, end: dt.date) -> Iterator[SourceAnswer]:
         """One answer per pending file, oldest first: each is stored with its receipt in one transaction."""
-        for path, sha in self.pending():
+        for path, sha in self.pending(tickers):
             answer = SourceAnswer()
             receipt = FileReceipt(str(path.resolve()), sha, path.stat().st_size)
             frames, failures = _read_per_ticker(path)

@@ -1,8 +1,13 @@
 """Interactive Brokers through `ib_async` (optional extra: pip install 'ldtm[ib]'), imported lazily.
 
 Talks to a running IB Gateway / TWS: LDTM_IB_HOST (127.0.0.1), LDTM_IB_PORT (4002, the Gateway's
-paper port; 4001 live), LDTM_IB_CLIENT_ID (17), LDTM_IB_WHAT_TO_SHOW (TRADES = raw prices;
-ADJUSTED_LAST = split/dividend-adjusted history), LDTM_IB_TIMEOUT (seconds per request).
+paper port; 4001 live), LDTM_IB_CLIENT_ID (17), LDTM_IB_WHAT_TO_SHOW (ADJUSTED_LAST, the default =
+split/dividend-adjusted history; TRADES = raw prices), LDTM_IB_TIMEOUT (seconds per request).
+
+Corporate actions: IB's corporate-action feed is not wired, so TRADES (raw closes) would store a split
+as a -90 % day with nothing recorded. ADJUSTED_LAST is a style-2 source (corporate_actions): each
+split or dividend rescales the history IB sends, `reconcile` recognises the rescale in the fetch
+overlap and records the action. Hence the default; TRADES is still accepted, with a warning.
 
 IB serves one contract per historical request, so a batch shares one connection and asks ticker
 by ticker: `qualifyContracts` first (a symbol IB does not know is named, not requested), then
@@ -22,11 +27,13 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from ldtm_core.data.calendar import market_today
 from ldtm_core.data.sources.base import (
     PriceSource,
     SourceAnswer,
     TransientSourceError,
     first_line,
+    log,
     with_retries,
 )
 from ldtm_core.errors import InputError
@@ -79,7 +86,7 @@ class IBSource(PriceSource):
         host: str = "127.0.0.1",
         port: int = 4002,
         client_id: int = 17,
-        what_to_show: str = "TRADES",
+        what_to_show: str = "ADJUSTED_LAST",
         timeout: float = 60.0,
         connect_timeout: float = 10.0,
         attempts: int = 3,
@@ -88,10 +95,15 @@ class IBSource(PriceSource):
         sleep: Callable[[float], None] = time.sleep,
         client_factory: Callable[[], object] | None = None,
         contract_factory: Callable[[str], object] | None = None,
-        today: Callable[[], dt.date] = dt.date.today,
+        today: Callable[[], dt.date] = market_today,
     ):
         if what_to_show not in ("TRADES", "ADJUSTED_LAST"):
-            raise InputError(f"LDTM_IB_WHAT_TO_SHOW must be TRADES or ADJUSTED_LAST, got {what_to_show!r}")
+            raise InputError(f"LDTM_IB_WHAT_TO_SHOW must be ADJUSTED_LAST or TRADES, got {what_to_show!r}")
+        if what_to_show == "TRADES":
+            log.warning(
+                "LDTM_IB_WHAT_TO_SHOW=TRADES: raw closes without IB's corporate-action events; splits and "
+                "dividends are not recorded (use ADJUSTED_LAST, the default)"
+            )
         self.host, self.port, self.client_id = host, port, client_id
         self.what_to_show, self.timeout, self.connect_timeout = what_to_show, timeout, connect_timeout
         self.attempts, self.base_delay, self.batch_size = max(1, attempts), base_delay, batch_size
@@ -106,7 +118,7 @@ class IBSource(PriceSource):
                 host=env("LDTM_IB_HOST", "127.0.0.1"),
                 port=int(env("LDTM_IB_PORT", "4002")),
                 client_id=int(env("LDTM_IB_CLIENT_ID", "17")),
-                what_to_show=env("LDTM_IB_WHAT_TO_SHOW", "TRADES").strip().upper(),
+                what_to_show=env("LDTM_IB_WHAT_TO_SHOW", "ADJUSTED_LAST").strip().upper(),
                 timeout=float(env("LDTM_IB_TIMEOUT", "60")),
                 attempts=int(env("LDTM_SOURCE_ATTEMPTS", "3")),
             )
