@@ -114,6 +114,11 @@ OTHER_SETTINGS = (
     "LDTM_BF16_PROBE",
     "LDTM_TEST_PAUSE_AT",
     "LDTM_TEST_PAUSE_DIR",
+    # Kubernetes deployment switches (ldtm_dagster/deployment.py checks them): a mode, a flag, k8s quantities.
+    "LDTM_DEPLOYMENT",
+    "LDTM_K8S_GPU_PER_STEP",
+    "LDTM_K8S_STEP_CPU",
+    "LDTM_K8S_STEP_MEMORY",
 )
 
 
