@@ -11,9 +11,8 @@ evening that just closed. Weekday holidays are partitions too: the snapshots ass
 
 from __future__ import annotations
 
-import os
-
 import datetime as dt
+import os
 
 from dagster import Failure, StaticPartitionsDefinition, TimeWindowPartitionsDefinition
 from dagster._core.storage.tags import (
