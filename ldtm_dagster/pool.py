@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from dagster import DagsterInstance, DagsterRunStatus, Failure, OpExecutionContext
 
-from ldtm_core.learning.gpu_slots import SlotPlan
+from ldtm_core.learning.gpu_slots import ENV_POOL_ID, SlotPlan
 from ldtm_core.learning.process_guard import Watchdog, die_with_parent
 from ldtm_core.learning.ticker_pool import worker_devices
 
@@ -37,6 +38,11 @@ RUN_OVER = {
     DagsterRunStatus.CANCELED,
 }
 WATCHDOG_INTERVAL_S = 2.0
+
+# Marks every process started after the code location loaded (run workers, step processes, their
+# ticker-pool workers) as this instance's `gpu` pool, so the pool's limit counts the VRAM they hold as
+# its own (gpu_slots.probe) instead of shrinking under its own load. Set by the deployment to override.
+os.environ.setdefault(ENV_POOL_ID, f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}")
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:

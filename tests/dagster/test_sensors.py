@@ -3,6 +3,8 @@ backtest partition materialization."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
 from dagster import (
@@ -48,6 +50,24 @@ def test_a_co_tenant_taking_memory_lowers_the_pool_on_the_next_tick(dagster_inst
     fake_nvml["module"] = FakeNVML([("A", 24576, 3072), ("B", 24576, 2224)])
     _tick(dagster_instance)
     assert _limit(dagster_instance) == 3 + 2
+
+
+def test_the_pool_limit_counts_its_own_running_steps_as_available(dagster_instance, fake_nvml):
+    # A process started from here inherits the code location's pool marker, like a run's step process;
+    # `sleep` stands in for a step holding 600 MiB of the card.
+    steps = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
+    try:
+        fake_nvml["module"] = FakeNVML([("L4", 23034, 6000)])
+        _tick(dagster_instance)
+        assert _limit(dagster_instance) == 8  # floor((6000 - 1024) / 600)
+        held = {0: [(p.pid, 600) for p in steps]}
+        fake_nvml["module"] = FakeNVML([("L4", 23034, 6000 - 4 * 600)], processes=held)
+        result = _tick(dagster_instance)
+        assert _limit(dagster_instance) == 8 and "unchanged at 8" in result.skip_message
+    finally:
+        for p in steps:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize("nvml", [FakeNVML([], broken=True), FakeNVML([]), FakeNVML([("RTX", 8192, 900)])])
