@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-import torch
 from dagster import (
     AssetKey,
     SkipReason,
@@ -16,7 +15,7 @@ from dagster import (
     materialize,
     op,
 )
-from ldtm_dagster_helpers import TICKERS, FakeGpuProbe, FakeNVML, tiny_resources
+from ldtm_dagster_helpers import TICKERS, FakeGpuProbe, FakeNVML
 from sqlalchemy import select
 
 from ldtm_core.schema import backtest_folds
@@ -76,45 +75,6 @@ def test_without_a_usable_gpu_the_pool_is_sized_from_cores(dagster_instance, fak
     result = _tick(dagster_instance)
     assert _limit(dagster_instance) == 2  # cpu_count is 2 in these tests
     assert "(cpu)" in result.skip_message
-
-
-@pytest.fixture
-def backtest_world(tmp_path, sqlite_url, monkeypatch):
-    """Prices and a candidate per ticker, so the real `backtests` asset writes real fold rows; the
-    optimiser is stubbed (a constant model) to keep each materialization about a second."""
-    from accountability_helpers import ingest, make_model, make_settings
-
-    from ldtm_core.db import get_engine
-    from ldtm_core.learning import training_loop
-
-    class LastStep(torch.nn.Module):  # any module mapping [B, W, F] -> [B, 3] will do
-        def __init__(self, features: int):
-            super().__init__()
-            self.linear = torch.nn.Linear(features, 3)
-
-        def forward(self, x):
-            return self.linear(x[:, -1, :])
-
-    def constant_fit(train, val, cfg, device=None, threads=None, init_state=None):
-        # A module, not a bare function: warm-chained folds hand its state_dict to the next fold.
-        return training_loop.FitResult(
-            model=LastStep(cfg.input_size),
-            val_loss=0.0,
-            epochs=1,
-            best_epoch=1,
-            duration_s=0,
-            device="cpu",
-            samples_per_s=0,
-        )
-
-    monkeypatch.setattr(training_loop, "fit", constant_fit)  # what the backtest folds call
-    engine = get_engine(sqlite_url)
-    settings = make_settings(tmp_path, sqlite_url)
-    tickers = TICKERS.split(",")
-    ingest(engine, tickers, start="2022-01-03", end="2024-06-28")
-    for i, t in enumerate(tickers):
-        make_model(engine, settings, t, seed=i)
-    return tiny_resources(tmp_path / "home", sqlite_url), engine
 
 
 def _materialize(instance, world, ticker: str) -> None:
