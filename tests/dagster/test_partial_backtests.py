@@ -64,7 +64,11 @@ def test_one_failing_ticker_does_not_stop_the_others_promotion(
     assert _partitions(dagster_instance, "backtests") == ok
 
     # The promotion sensor fires for exactly those two; their gate runs promote them.
-    sensor = promotion_gate_sensor(build_sensor_context(instance=dagster_instance, definitions=defs))
+    sensor = promotion_gate_sensor(
+        build_sensor_context(
+            instance=dagster_instance, resources={k: resources[k] for k in ("store", "database")}
+        )
+    )
     assert sorted(r.partition_key for r in sensor.run_requests) == ok
     for request in sensor.run_requests:
         gate_run = defs.resolve_job_def("promotion_job").execute_in_process(

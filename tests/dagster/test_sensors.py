@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from ldtm_core.schema import backtest_folds
 from ldtm_dagster import assets, defs
-from ldtm_dagster.partitions import EVENING_TAG
+from ldtm_dagster.partitions import EVENING_TAG, range_tags
 from ldtm_dagster.pool import GPU_POOL
 from ldtm_dagster.sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
 
@@ -89,15 +89,17 @@ def _materialize(instance, world, ticker: str) -> None:
     assert result.success
 
 
-def _evaluate(instance, cursor):
-    context = build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
-    result = promotion_gate_sensor(context)
+def _evaluate(instance, cursor, world):
+    resources = {k: world[0][k] for k in ("store", "database")}  # the sensor reads gate decisions
+    result = promotion_gate_sensor(
+        build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+    )
     return result.run_requests or [], result.cursor
 
 
 def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance, backtest_world):
     tickers = TICKERS.split(",")
-    requests, cursor = _evaluate(dagster_instance, None)
+    requests, cursor = _evaluate(dagster_instance, None, backtest_world)
     assert requests == []
 
     for t in tickers:  # three tickers land between two ticks
@@ -105,16 +107,16 @@ def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance, b
     _, engine = backtest_world
     with engine.connect() as conn:  # the real asset ran the real backtest for each partition
         assert sorted(conn.execute(select(backtest_folds.c.ticker).distinct()).scalars()) == sorted(tickers)
-    requests, cursor = _evaluate(dagster_instance, cursor)
+    requests, cursor = _evaluate(dagster_instance, cursor, backtest_world)
     assert sorted(r.partition_key for r in requests) == sorted(tickers)
     assert len({r.run_key for r in requests}) == 3
     assert [r.job_name for r in requests] == ["promotion_job"] * 3
 
-    again, cursor = _evaluate(dagster_instance, cursor)
+    again, cursor = _evaluate(dagster_instance, cursor, backtest_world)
     assert again == []
 
     _materialize(dagster_instance, backtest_world, tickers[1])
-    new, cursor = _evaluate(dagster_instance, cursor)
+    new, cursor = _evaluate(dagster_instance, cursor, backtest_world)
     assert [r.partition_key for r in new] == [tickers[1]]
     assert new[0].run_key not in {r.run_key for r in requests}
 
@@ -122,11 +124,50 @@ def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance, b
 def test_promotion_sensor_run_keys_dedupe_a_reevaluation_from_an_old_cursor(dagster_instance, backtest_world):
     t = TICKERS.split(",")[0]
     _materialize(dagster_instance, backtest_world, t)
-    first, _ = _evaluate(dagster_instance, None)
-    replay, _ = _evaluate(dagster_instance, None)  # e.g. a lost cursor: same keys, so the daemon skips them
+    first, _ = _evaluate(dagster_instance, None, backtest_world)
+    replay, _ = _evaluate(
+        dagster_instance, None, backtest_world
+    )  # e.g. a lost cursor: same keys, so the daemon skips them
     assert [r.run_key for r in first] == [r.run_key for r in replay]
     record = dagster_instance.fetch_materializations(AssetKey("backtests"), limit=1).records[0]
     assert first[0].run_key == f"{t}:{record.storage_id}"
+
+
+def test_make_dev_after_make_demo_judges_no_backtest_again(
+    dagster_instance, backtest_world, webhook, monkeypatch
+):
+    """`make demo` backtests and gates every ticker in its own runs; `make dev` then starts the daemon,
+    whose promotion sensor has no cursor yet: it must not launch gate runs for backtests already judged
+    (before: one per materialization, re-failing and re-notifying every held candidate)."""
+    resources, engine = backtest_world
+    tickers = TICKERS.split(",")
+    monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "0")  # every candidate is held: a notice each
+    demo = materialize(
+        [assets.backtests],
+        instance=dagster_instance,
+        resources=resources,
+        tags=range_tags(tickers),
+        run_config={"ops": {"backtests": {"config": {"folds": 2}}}},
+    )
+    assert demo.success
+    gated = materialize(
+        [assets.promotions], instance=dagster_instance, resources=resources, tags=range_tags(tickers)
+    )
+    assert gated.success and len(webhook) == 3
+
+    requests, cursor = _evaluate(dagster_instance, None, backtest_world)  # the daemon's first tick
+    assert requests == []
+    # A gate run launched anyway (by hand) judges nothing again and posts nothing.
+    again = defs.resolve_job_def("promotion_job").execute_in_process(
+        instance=dagster_instance, resources=resources, partition_key=tickers[0]
+    )
+    assert again.success and len(webhook) == 3
+    [row] = again.asset_materializations_for_node("promotions")[0].metadata["summary"].value.records
+    assert row.data["decision"] == "already judged"
+    # A new backtest is judged as before.
+    _materialize(dagster_instance, backtest_world, tickers[1])
+    new, _ = _evaluate(dagster_instance, cursor, backtest_world)
+    assert [r.partition_key for r in new] == [tickers[1]]
 
 
 # --- nightly_after_market: the evening run follows its market run -------------------------------------
