@@ -140,7 +140,7 @@ def test_make_dev_after_make_demo_judges_no_backtest_again(
     whose promotion sensor has no cursor yet: it must not launch gate runs for backtests already judged
     (before: one per materialization, re-failing and re-notifying every held candidate)."""
     resources, engine = backtest_world
-    tickers = TICKERS.split(",")
+    tickers = TICKERS.split(",")[:2]  # two contiguous partitions keep it short
     monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "0")  # every candidate is held: a notice each
     demo = materialize(
         [assets.backtests],
@@ -153,7 +153,7 @@ def test_make_dev_after_make_demo_judges_no_backtest_again(
     gated = materialize(
         [assets.promotions], instance=dagster_instance, resources=resources, tags=range_tags(tickers)
     )
-    assert gated.success and len(webhook) == 3
+    assert gated.success and len(webhook) == 2
 
     requests, cursor = _evaluate(dagster_instance, None, backtest_world)  # the daemon's first tick
     assert requests == []
@@ -161,13 +161,10 @@ def test_make_dev_after_make_demo_judges_no_backtest_again(
     again = defs.resolve_job_def("promotion_job").execute_in_process(
         instance=dagster_instance, resources=resources, partition_key=tickers[0]
     )
-    assert again.success and len(webhook) == 3
+    assert again.success and len(webhook) == 2
     [row] = again.asset_materializations_for_node("promotions")[0].metadata["summary"].value.records
     assert row.data["decision"] == "already judged"
-    # A new backtest is judged as before.
-    _materialize(dagster_instance, backtest_world, tickers[1])
-    new, _ = _evaluate(dagster_instance, cursor, backtest_world)
-    assert [r.partition_key for r in new] == [tickers[1]]
+    # (A new backtest is judged as before: tests/test_gate.py::test_a_backtest_already_judged_...)
 
 
 # --- nightly_after_market: the evening run follows its market run -------------------------------------
