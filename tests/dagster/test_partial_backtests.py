@@ -1,5 +1,5 @@
-"""A weekly backtest where one of three tickers fails deterministically: the other two materialise,
-get their gate runs and are promoted; the failed one is named in the run's failure and in the alert
+"""A weekly training and backtest where one of three tickers fails deterministically: the other two
+materialise, get their gate runs and are promoted; the failed one is named in the run's failure and in the alert
 (issue 20 item 2, and its "Done when")."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from dagster import (
     materialize,
 )
 from ldtm_dagster_helpers import TICKERS
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 
 from ldtm_core.accountability import registry
 from ldtm_core.schema import backtest_folds, features, prices
-from ldtm_dagster import assets, defs
+from ldtm_dagster import assets
 from ldtm_dagster.alerts import run_failure_alert
 from ldtm_dagster.partitions import range_tags
 from ldtm_dagster.sensors import promotion_gate_sensor
@@ -35,13 +35,37 @@ def test_one_failing_ticker_does_not_stop_the_others_promotion(
     resources, engine = backtest_world
     tickers = TICKERS.split(",")
     ok = [t for t in tickers if t != FAILS]
-    # TSLA's candidate is registered but its prices are gone: its backtest fails every time it is run.
+    # One of TSLA's closes is 0 (a bad bar): every window over it holds non-finite features, so its
+    # training fails every time it runs (its older candidate stays registered).
     with engine.begin() as conn:
-        conn.execute(delete(features).where(features.c.ticker == FAILS))
-        conn.execute(delete(prices).where(prices.c.ticker == FAILS))
+        days = conn.execute(
+            select(prices.c.date).where(prices.c.ticker == FAILS).order_by(prices.c.date)
+        ).scalars()
+        day = list(days)[-60]  # inside the training and the backtest folds' windows
+        conn.execute(update(prices).where(prices.c.ticker == FAILS, prices.c.date == day).values(close=0.0))
     # Gate thresholds any backtest of the stub model meets, so a gate run means a promotion.
     monkeypatch.setenv("LDTM_GATE_MIN_ACCURACY", "0")
     monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "50")
+
+    # The weekly training first: TSLA's training fails, AAPL's and NVDA's candidates are registered
+    # and their `checkpoints` partitions materialised; the step fails naming TSLA.
+    trained = materialize(
+        [assets.checkpoints],
+        instance=dagster_instance,
+        resources=resources,
+        tags=range_tags(tickers),
+        raise_on_error=False,
+    )
+    assert not trained.success
+    [failure] = [e for e in trained.all_events if e.is_step_failure]
+    assert f"training failed for 1 of 3 ticker(s): {FAILS}: " in failure.step_failure_data.error.message
+    assert _partitions(dagster_instance, "checkpoints") == ok
+
+    # Its prices are then withdrawn altogether (a zero close would fail the backtest too, but on a
+    # database constraint): TSLA's backtest fails with "no prices for TSLA" every time it runs.
+    with engine.begin() as conn:
+        conn.execute(delete(features).where(features.c.ticker == FAILS))
+        conn.execute(delete(prices).where(prices.c.ticker == FAILS))
 
     run = materialize(
         [assets.backtests],
@@ -71,8 +95,12 @@ def test_one_failing_ticker_does_not_stop_the_others_promotion(
     )
     assert sorted(r.partition_key for r in sensor.run_requests) == ok
     for request in sensor.run_requests:
-        gate_run = defs.resolve_job_def("promotion_job").execute_in_process(
-            instance=dagster_instance, resources=resources, partition_key=request.partition_key
+        # The job's `promotions` step (its `onnx_exports` would export the stub-trained module).
+        gate_run = materialize(
+            [assets.promotions],
+            instance=dagster_instance,
+            resources=resources,
+            partition_key=request.partition_key,
         )
         assert gate_run.success
     for t in ok:
