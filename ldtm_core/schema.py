@@ -1,7 +1,7 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, run_log, ingested_files, features, feature_sets, corporate_actions, and the views accuracy_30d,
+backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions, and the views accuracy_30d,
 accuracy_30d_with_in_sample and accuracy_30d_by_model (created by migrations).
 """
 
@@ -201,6 +201,20 @@ backtest_folds = Table(
     Column("data_end", Date),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
+)
+
+# One row per promotion-gate decision: the backtest it judged, so that backtest is never judged again
+# (by the promotion sensor or `ldtm gate`) unless an operator forces it.
+gate_decisions = Table(
+    "gate_decisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("backtest_id", String(36), nullable=False),
+    Column("model_id", Integer, ForeignKey("model_registry.id"), nullable=False),
+    Column("ticker", TICKER, nullable=False),
+    Column("passed", Boolean, nullable=False),
+    Column("decided_at", DateTime(timezone=True), nullable=False),
+    Index("ix_gate_decisions_backtest", "backtest_id"),
 )
 
 # Price files the `files:<dir>` source has ingested, by path + content hash (written with their prices).

@@ -19,9 +19,21 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from ldtm_core.accountability import alerts
 from ldtm_core.data import calendar
 
+from .pool import FAILED_TICKERS
 from .resources import AppDatabase, ArtifactStore
 
 WEBHOOK_ENV = "LDTM_NOTIFY_WEBHOOK_URL"
+
+
+def _failed_tickers(context: RunFailureSensorContext) -> dict[str, str] | None:
+    """{ticker: error} a fanned-out step failed with (pool.summarise_chunks), else None."""
+    found: dict[str, str] = {}
+    for event in context.get_step_failure_events():
+        data = getattr(event.event_specific_data, "user_failure_data", None)
+        value = (data.metadata or {}).get(FAILED_TICKERS) if data is not None else None
+        if value is not None and isinstance(value.value, dict):
+            found.update({str(k): str(v) for k, v in value.value.items()})
+    return found or None
 
 
 def _error_text(context: RunFailureSensorContext) -> str:
@@ -50,6 +62,7 @@ def run_failure_alert(context: RunFailureSensorContext) -> None:
         ),
         run_id=run.run_id,
         error=_error_text(context),
+        failed_tickers=_failed_tickers(context),
         database_url=os.environ.get("LDTM_DATABASE_URL"),
         webhook_url=webhook,
     )

@@ -11,11 +11,17 @@ evening that just closed. Weekday holidays are partitions too: the snapshots ass
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 
-from dagster import StaticPartitionsDefinition, TimeWindowPartitionsDefinition
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster import Failure, StaticPartitionsDefinition, TimeWindowPartitionsDefinition
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
 
+from ldtm_core.data import calendar
 from ldtm_core.data.universe import load_universe
 
 NIGHTLY_CRON = "15 18 * * 1-5"
@@ -41,3 +47,33 @@ evening_partitions = TimeWindowPartitionsDefinition(
 def range_tags(keys: list[str]) -> dict:
     """Run tags for one single-run backfill over keys[0]..keys[-1] (a contiguous partition range)."""
     return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
+
+
+def check_evening_keys(run_tags: dict, keys: list[str]) -> None:
+    """Fail unless the run was launched for real evening partitions, every one inside the calendar.
+
+    A run launched over GraphQL or with the partition tag set by hand is not checked by Dagster: a
+    Saturday key resolves to the next window (Monday's evening would be predicted) and a key past the
+    calendar's end to "no session" and success. Weekday holidays stay valid ("no session" by design).
+    """
+    asked = [
+        run_tags[t]
+        for t in (PARTITION_NAME_TAG, ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG)
+        if run_tags.get(t)
+    ]
+    for key in asked:
+        if evening_partitions.has_partition_key(key):
+            continue
+        try:
+            why = calendar.closed_reason(dt.date.fromisoformat(key))
+        except ValueError:
+            why = "not a date (YYYY-MM-DD)"
+        raise Failure(
+            f"{key!r} is not an evening partition (weekday evenings from {EVENINGS_START} up to the latest "
+            f"18:15 New York): {why}; nothing was predicted",
+            allow_retries=False,
+        )
+    for key in keys:
+        problem = calendar.range_problem(dt.date.fromisoformat(key))
+        if problem:
+            raise Failure(f"evening {key}: {problem}; nothing was predicted", allow_retries=False)

@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from dagster import DagsterInstance, DagsterRunStatus, Failure, OpExecutionContext
+from dagster import (
+    AssetMaterialization,
+    DagsterInstance,
+    DagsterRunStatus,
+    Failure,
+    MetadataValue,
+    OpExecutionContext,
+)
 
 from ldtm_core.errors import LDTMError
-from ldtm_core.learning.gpu_slots import SlotPlan
+from ldtm_core.learning.gpu_slots import ENV_POOL_ID, SlotPlan
 from ldtm_core.learning.process_guard import Watchdog, die_with_parent
 from ldtm_core.learning.ticker_pool import worker_devices
 
@@ -39,6 +47,11 @@ RUN_OVER = {
     DagsterRunStatus.CANCELED,
 }
 WATCHDOG_INTERVAL_S = 2.0
+
+# Marks every process started after the code location loaded (run workers, step processes, their
+# ticker-pool workers) as this instance's `gpu` pool, so the pool's limit counts the VRAM they hold as
+# its own (gpu_slots.probe) instead of shrinking under its own load. Set by the deployment to override.
+os.environ.setdefault(ENV_POOL_ID, f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}")
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
@@ -112,6 +125,7 @@ TIMING_FIELDS = ("pid", "started", "finished")
 
 def summarise_chunks(
     context: OpExecutionContext,
+    asset_key: str,
     plan: dict,
     chunk_rows: list[list[dict]],
     *,
@@ -120,10 +134,15 @@ def summarise_chunks(
     failure: str,
     counts: Callable[[list[dict]], dict],
 ) -> None:
-    """The fan-in of a fanned-out asset: every ticker's row (the chunks' plus the plan's skips) as its
-    metadata with `counts(rows)`, the chunks' slots and wall time, and each step's (pid, start, end)
-    under `spans_key`; raises `Failure` ("{failure} failed for ...") if any ticker failed, after the
-    other tickers' results were written, so the run fails and its partitions are retried."""
+    """The fan-in of a fanned-out asset: every ticker's row (the chunks' plus the plan's skips) as the
+    asset's metadata with `counts(rows)`, the chunks' slots and wall time, and each step's (pid, start,
+    end) under `spans_key`; each partition also gets its own ticker's row.
+
+    Not all-or-nothing: when some tickers failed, the others' partitions are materialised here (so
+    their downstream work, e.g. the promotion gate, goes ahead) and the step then raises `Failure`
+    naming each failed ticker with its error (metadata `failed_tickers`, read by the run-failure
+    alert), so the run ends failed and only the failed partitions stay unmaterialised.
+    """
     rows = [r for chunk in chunk_rows for r in chunk]
     rows += [{"ticker": t, "status": "skipped", "reason": skipped_reason} for t in plan["skipped"]]
     rows.sort(key=lambda r: r["ticker"])
@@ -139,7 +158,41 @@ def summarise_chunks(
         "wall_s": round(max(e for _, _, e in spans) - min(s for _, s, _ in spans), 2) if spans else 0.0,
         spans_key: spans,
     }
-    if failed:
-        tickers = ", ".join(r["ticker"] for r in failed)
-        raise Failure(f"{failure} failed for {tickers}: {failed[0]['reason']}", metadata=metadata)
-    context.add_output_metadata(metadata)
+    if not failed:
+        for r in rows:
+            # OpExecutionContext has no add_asset_metadata; its step context does (public in AssetExecutionContext).
+            context.get_step_execution_context().add_asset_metadata(
+                ticker_metadata(r), asset_key=asset_key, partition_key=r["ticker"]
+            )
+        context.add_output_metadata(metadata)
+        return
+    done = [r for r in rows if r["status"] != "failed"]
+    for r in done:
+        context.log_event(
+            AssetMaterialization(
+                asset_key=asset_key, partition=r["ticker"], metadata={**metadata, **ticker_metadata(r)}
+            )
+        )
+    reasons = {r["ticker"]: r.get("reason") or "no reason given" for r in failed}
+    named = "; ".join(f"{t}: {why}" for t, why in reasons.items())
+    others = (
+        f"{len(done)} other(s) materialised: {', '.join(r['ticker'] for r in done)}" if done else "none other"
+    )
+    raise Failure(
+        f"{failure} failed for {len(failed)} of {len(rows)} ticker(s): {named}; {others}",
+        metadata={**metadata, FAILED_TICKERS: MetadataValue.json(reasons)},
+        allow_retries=False,  # a deterministic failure fails again; the others are already stored
+    )
+
+
+# Failure metadata key: {ticker: error} of the tickers that failed (ldtm_dagster/alerts.py posts it).
+FAILED_TICKERS = "failed_tickers"
+
+
+def ticker_metadata(row: dict) -> dict:
+    """One ticker's row as its partition's metadata: plain values only, timing and empty values left out."""
+    return {
+        k: v
+        for k, v in row.items()
+        if k not in TIMING_FIELDS and v is not None and isinstance(v, str | int | float | bool)
+    }

@@ -15,11 +15,13 @@ from dagster import (
     sensor,
 )
 
+from ldtm_core.accountability import gate
+
 from . import deployment
 from .jobs import nightly_job, nightly_market_job, promotion_job
 from .partitions import EVENING_TAG, ticker_partitions
 from .pool import pool_limit, sync_pool_limit
-from .resources import GpuProbe
+from .resources import AppDatabase, ArtifactStore, GpuProbe
 
 BACKTESTS = AssetKey("backtests")
 # Materializations read per tick; a longer backlog is worked off over the next ticks.
@@ -42,18 +44,27 @@ def gpu_pool_sensor(context: SensorEvaluationContext, gpu: GpuProbe) -> SkipReas
 
 
 @sensor(job=promotion_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
-def promotion_gate_sensor(context: SensorEvaluationContext) -> SensorResult:
-    """One gate run per new `backtests` partition materialization (cursor = last storage id seen).
+def promotion_gate_sensor(
+    context: SensorEvaluationContext, store: ArtifactStore, database: AppDatabase
+) -> SensorResult:
+    """One gate run per new `backtests` partition materialization (cursor = last storage id seen),
+    except for a backtest the gate already judged.
 
     `@asset_sensor` would fire once when several tickers land between two ticks, so this reads
     every materialization after the cursor; the run key (partition, storage id) makes a repeated
-    evaluation a no-op and a later re-materialization a new run.
+    evaluation a no-op and a later re-materialization a new run. A materialization names the backtest
+    it stored (`backtest_id`); one with a decision in `gate_decisions` is skipped, so a daemon starting
+    with no cursor (`make dev` after `make demo`) re-judges and re-notifies nothing.
     """
     after = int(context.cursor) if context.cursor else None
     records = context.instance.fetch_materializations(
         AssetRecordsFilter(asset_key=BACKTESTS, after_storage_id=after), limit=BATCH, ascending=True
     ).records
     known = set(ticker_partitions.get_partition_keys())
+    backtest_ids = {r.storage_id: _backtest_id(r) for r in records}
+    wanted = {b for b in backtest_ids.values() if b}
+    # Only read the app database when there is something to look up.
+    judged = gate.judged_backtests(database.engine(store), wanted) if wanted else {}
     requests = []
     for record in records:
         key = record.partition_key
@@ -62,11 +73,24 @@ def promotion_gate_sensor(context: SensorEvaluationContext) -> SensorResult:
                 f"backtests materialization {record.storage_id} has partition {key!r} not in the universe"
             )
             continue
+        backtest = backtest_ids[record.storage_id]
+        if backtest in judged:
+            context.log.info(
+                f"{key}: backtest {backtest} already judged ({'passed' if judged[backtest] else 'failed'}): "
+                "no gate run"
+            )
+            continue
         requests.append(
             RunRequest(run_key=f"{key}:{record.storage_id}", partition_key=key, job_name=promotion_job.name)
         )
     cursor = str(records[-1].storage_id) if records else context.cursor
     return SensorResult(run_requests=requests, cursor=cursor)
+
+
+def _backtest_id(record) -> str | None:
+    """The backtest a `backtests` partition materialization stored (None for older ones, or none run)."""
+    value = record.asset_materialization.metadata.get("backtest_id")
+    return str(value.value) if value is not None and value.value else None
 
 
 @run_status_sensor(

@@ -12,7 +12,7 @@ import pytest
 from accountability_helpers import add_backtest, make_model, make_settings
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import registry
+from ldtm_core.accountability import gate, registry
 from ldtm_core.accountability.gate import GateThresholds, run_gate
 from ldtm_core.accountability.notify import send
 from ldtm_core.cli import app
@@ -134,6 +134,26 @@ def test_a_broken_webhook_never_breaks_the_gate(engine, s, caplog):
     assert "secret" not in caplog.text
 
 
+def test_a_backtest_already_judged_is_not_judged_again_unless_forced(engine, s):
+    # `make dev` after `make demo`: the sensor re-launched the gate for every backtest the demo had
+    # judged, and each failing candidate was failed (and notified) again (issue 20 item 17).
+    mid = make_model(engine, s, "AAPL")
+    first = add_backtest(engine, mid, [(80, 0.50, 0.55, 6.25, 0), (80, 0.50, 0.55, 6.25, 0)])
+    with Hook() as hook:
+        s2 = make_settings(s.home.parent, s.database_url, notify_webhook_url=hook.url)
+        assert not run_gate(engine, s2, "AAPL").passed
+        with pytest.raises(InputError, match=f"backtest {first} .* already judged.*failed.*force"):
+            run_gate(engine, s2, "AAPL")
+        assert len(hook.received) == 1  # no second notice
+        again = run_gate(engine, s2, "AAPL", force=True)  # an operator's explicit re-judgement
+        assert not again.passed and again.backtest_id == first and len(hook.received) == 2
+        # A new backtest of the same candidate is judged as usual (and this one passes).
+        second = add_backtest(engine, mid, [(100, 0.60, 0.50, 2.0, 0), (100, 0.60, 0.50, 2.0, 0)])
+        report = run_gate(engine, s2, "AAPL")
+        assert report.passed and report.backtest_id == second and len(hook.received) == 2
+    assert gate.judged_backtests(engine, [first, second, "never-judged"]) == {first: False, second: True}
+
+
 def test_gate_errors(engine, s):
     with pytest.raises(NotFoundError, match="no candidate"):
         run_gate(engine, s, "AAPL")
@@ -153,8 +173,10 @@ def test_cli_gate_exit_codes_and_thresholds(engine, s, ldtm_env):
     assert out.exit_code == 1 and "direction_accuracy" in out.output and "60.00%" in out.output
     assert registry.get_model(engine, mid).status == "candidate"
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--max-p-value", "0.05"])
+    assert out.exit_code == 2 and "already judged" in out.output  # the same backtest: --force to re-judge
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--max-p-value", "0.05", "--force"])
     assert out.exit_code == 1 and "skill_p_value" in out.output and "unknown" in out.output
-    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--beat-always-up", "1"])
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--beat-always-up", "1", "--force"])
     assert out.exit_code == 0, out.output
     assert (
         "always-up 51.00%" in " ".join(out.output.split())
@@ -175,9 +197,10 @@ def test_skill_p_value_is_reported_and_can_be_required(engine, s, monkeypatch):
     assert report.skill.p_value == pytest.approx(expected)
     assert report.to_dict()["skill_p_value"] == pytest.approx(expected)
     assert "one-sided p = 0.056" in report.summary()
-    # Off by default: the seed's gate promotes the same backtest, and still states the p-value.
+    # Off by default: the seed's gate promotes the same backtest (judged again: forced), and still
+    # states the p-value.
     monkeypatch.delenv("LDTM_GATE_MAX_P_VALUE", raising=False)
-    report = run_gate(engine, s, "AAPL")
+    report = run_gate(engine, s, "AAPL", force=True)
     assert report.passed and "p = 0.056" in report.summary()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +13,7 @@ from ldtm_core.learning import gpu_slots
 from ldtm_core.learning.gpu_slots import GpuMemory, current_plan, plan_slots, probe
 
 MIB = 1024 * 1024
+POOL_ID = "LDTM_GPU_POOL_ID"  # the marker every process of the pool carries in its environment
 
 
 class NVMLError(Exception):
@@ -24,8 +27,9 @@ class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801 - the real pynvml name
 class FakeNVML:
     """The subset of pynvml that probe() uses; memory in bytes like the real thing."""
 
-    def __init__(self, gpus, fail_on=None, exc=NVMLError):
+    def __init__(self, gpus, fail_on=None, exc=NVMLError, processes=None):
         self.gpus = gpus  # [(name, total_mib, free_mib)]
+        self.processes = processes or {}  # {gpu index: [(pid, used_mib)]}
         self.fail_on, self.exc = fail_on, exc
         self.shutdowns = 0
 
@@ -55,10 +59,14 @@ class FakeNVML:
     def nvmlDeviceGetName(self, h):
         return self.gpus[h][0].encode() if h % 2 else self.gpus[h][0]  # bytes from old bindings too
 
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        self._maybe_fail("processes")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mib * MIB) for pid, mib in self.processes.get(h, [])]
+
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for var in (gpu_slots.ENV_PER_JOB, gpu_slots.ENV_HEADROOM, gpu_slots.ENV_MAX_SLOTS):
+    for var in (gpu_slots.ENV_PER_JOB, gpu_slots.ENV_HEADROOM, gpu_slots.ENV_MAX_SLOTS, POOL_ID):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(gpu_slots, "cpu_count", lambda: 2)
 
@@ -158,3 +166,58 @@ def test_env_overrides(monkeypatch):
     monkeypatch.setenv(gpu_slots.ENV_PER_JOB, "lots")
     with pytest.raises(InputError, match=gpu_slots.ENV_PER_JOB):
         current_plan(nvml)
+
+
+@pytest.fixture
+def processes(monkeypatch):
+    """Start sleeping processes, marked as the pool's own (`own=True`) or not; killed at the end."""
+    monkeypatch.setenv(POOL_ID, "gpu@test-instance")
+    started = []
+
+    def start(n: int, own: bool) -> list[int]:
+        env = {k: v for k, v in os.environ.items() if k != POOL_ID}
+        if own:
+            env[POOL_ID] = "gpu@test-instance"
+        started.extend(subprocess.Popen(["sleep", "60"], env=env) for _ in range(n))
+        return [p.pid for p in started[len(started) - n :]]
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("own_jobs", [0, 4, 6, 8])
+def test_the_pools_own_jobs_do_not_shrink_its_limit(processes, own_jobs):
+    # 6,000 MiB free with none of the pool's jobs running, 16 cores: floor((6000 - 1024) / 600) = 8.
+    # Each own job holds 600 MiB: the card shows less free memory, the plan stays at 8 (issue 20 item 3:
+    # before, 4 with four running, 2 with six, and the 16-slot CPU plan with eight).
+    pids = processes(own_jobs, own=True)
+    nvml = FakeNVML([("L4", 23034, 6000 - 600 * own_jobs)], processes={0: [(p, 600) for p in pids]})
+    plan = current_plan(nvml, cpu_slots=16)
+    assert (plan.kind, plan.total) == ("cuda", 8)
+    assert probe(nvml)[0].own_mib == 600 * own_jobs
+
+
+def test_another_tenants_memory_still_shrinks_the_pool(processes, monkeypatch):
+    own = processes(4, own=True)
+    [tenant] = processes(1, own=False)  # same host, no marker (another deployment has another one)
+    nvml = FakeNVML(
+        [("L4", 23034, 6000 - 4 * 600 - 1800)],
+        processes={0: [(p, 600) for p in own] + [(tenant, 1800)]},
+    )
+    # free 1800 + own 2400 = 4200 available to the pool: floor((4200 - 1024) / 600) = 5.
+    assert current_plan(nvml, cpu_slots=16).total == 5
+    # A process of another deployment (another marker) is another tenant too.
+    monkeypatch.setenv(POOL_ID, "gpu@another-instance")
+    assert current_plan(nvml, cpu_slots=16).total == (1800 - 1024) // 600
+    # Without a marker in our own environment nothing counts as ours (free memory only, as before).
+    monkeypatch.delenv(POOL_ID)
+    assert current_plan(nvml, cpu_slots=16).total == (1800 - 1024) // 600
+
+
+def test_an_unreadable_process_list_counts_nothing_as_ours(processes):
+    pids = processes(4, own=True)
+    nvml = FakeNVML([("L4", 23034, 3600)], processes={0: [(p, 600) for p in pids]}, fail_on="processes")
+    plan = current_plan(nvml, cpu_slots=16)
+    assert plan.total == (3600 - 1024) // 600  # free memory only, never a failed probe

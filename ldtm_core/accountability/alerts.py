@@ -51,14 +51,23 @@ def run_failure_payload(
     error: str | None,
     database_url: str | None = None,
     webhook_url: str | None = None,
+    failed_tickers: dict[str, str] | None = None,
 ) -> dict:
-    return {
+    """The alert for a failed run; `failed_tickers` ({ticker: error}) where a fanned-out step failed
+    for some tickers only (the others were materialised)."""
+    payload = {
         "event": "run_failure",
         "job": job,
         "partition": partition,
         "run_id": run_id,
         "error": scrub(first_line(error), database_url=database_url, webhook_url=webhook_url),
     }
+    if failed_tickers:
+        payload["failed_tickers"] = {
+            t: scrub(first_line(why), database_url=database_url, webhook_url=webhook_url)
+            for t, why in failed_tickers.items()
+        }
+    return payload
 
 
 def notify_run_failure(payload: dict, webhook_url: str | None) -> notify.NotifyResult:

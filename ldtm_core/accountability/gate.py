@@ -8,7 +8,10 @@ accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optional
 always-up by a margin or a p-value at most `max_p_value` in the exact test of "the model beats always-up"
 (ldtm_core.accountability.skill). Every report states the accuracy beside always-up on the same folds, with that p-value.
 Pass -> registry.promote. Fail -> the model stays candidate and a notification lists each failing
-criterion with its value and threshold.
+criterion with its value and threshold. Every decision is recorded with the backtest it judged
+(`gate_decisions`); a backtest already judged is refused (`AlreadyJudgedError`) unless forced, so a
+repeated gate run (the promotion sensor after a restart, `make dev` after `make demo`) neither flips
+nor re-notifies anything.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, insert, select
 
 from ldtm_core.accountability import notify
 from ldtm_core.accountability.registry import (
@@ -32,7 +35,11 @@ from ldtm_core.config import Settings, env_number
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, NotFoundError
-from ldtm_core.schema import backtest_folds
+from ldtm_core.schema import backtest_folds, gate_decisions
+
+
+class AlreadyJudgedError(InputError):
+    """The newest backtest of the candidate already has a gate decision (force to judge it again)."""
 
 
 @dataclass(frozen=True)
@@ -251,13 +258,42 @@ def newest_backtest(
         return latest, [dict(r) for r in rows]
 
 
+def judged_backtests(engine: Engine, backtest_ids) -> dict[str, bool]:
+    """{backtest_id: passed} of the latest gate decision on each of `backtest_ids` that has one."""
+    ids = sorted({str(b) for b in backtest_ids})
+    if not ids:
+        return {}
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(gate_decisions.c.backtest_id, gate_decisions.c.passed)
+            .where(gate_decisions.c.backtest_id.in_(ids))
+            .order_by(gate_decisions.c.id)
+        ).all()
+    return {b: bool(passed) for b, passed in rows}
+
+
+def _decision(conn, report: GateReport, at: dt.datetime) -> None:
+    conn.execute(
+        insert(gate_decisions).values(
+            backtest_id=report.backtest_id,
+            model_id=report.model_id,
+            ticker=report.ticker,
+            passed=report.passed,
+            decided_at=at,
+        )
+    )
+
+
 def run_gate(
     engine: Engine,
     settings: Settings,
     ticker: str,
     model_id: int | None = None,
     thresholds: GateThresholds | None = None,
+    force: bool = False,
 ) -> GateReport:
+    """Judge the candidate on its newest backtest of its own config; `force` judges a backtest that
+    already has a decision again (otherwise AlreadyJudgedError)."""
     ticker = validate_ticker(ticker)
     thresholds = thresholds or GateThresholds.from_env()
     if model_id is None:
@@ -286,6 +322,13 @@ def run_gate(
             f"`ldtm backtest --ticker {ticker} --model-id {model_id}` without --profile to backtest this model"
         )
     backtest_id, folds = found
+    previous = judged_backtests(engine, [backtest_id]).get(backtest_id)
+    if previous is not None and not force:
+        raise AlreadyJudgedError(
+            f"backtest {backtest_id} of model {model_id} ({ticker}) was already judged by the gate: "
+            f"{'passed' if previous else 'failed'}; backtest the candidate again, or force (`ldtm gate --force`) "
+            "to judge the same backtest again"
+        )
     fig, criteria = evaluate(folds, thresholds)
     report = GateReport(
         ticker=ticker,
@@ -305,19 +348,17 @@ def run_gate(
     )
     if report.passed:
         report.promoted = promote(engine, model_id, f"gate passed (backtest {backtest_id})", settings)
+        # After the promotion (its own transaction): a kill in between leaves an active model, which the
+        # gate refuses to judge anyway.
+        run_in_transaction(engine, lambda conn: _decision(conn, report, dt.datetime.now(dt.UTC)))
     else:
-        # Recorded in the model's history too (status unchanged), so `registry history` shows why.
-        run_in_transaction(
-            engine,
-            lambda conn: record_event(
-                conn,
-                model_id,
-                ticker,
-                "candidate",
-                "candidate",
-                report.summary()[:2000],
-                dt.datetime.now(dt.UTC),
-            ),
-        )
+        now = dt.datetime.now(dt.UTC)
+
+        def held(conn) -> None:
+            # Recorded in the model's history too (status unchanged), so `registry history` shows why.
+            record_event(conn, model_id, ticker, "candidate", "candidate", report.summary()[:2000], now)
+            _decision(conn, report, now)
+
+        run_in_transaction(engine, held)
         report.notified = notify.send(report.to_dict(), settings.notify_webhook_url, text=report.summary())
     return report

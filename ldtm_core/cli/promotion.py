@@ -255,6 +255,9 @@ def gate_cmd(
         "--max-p-value",
         help="Also require the exact test of 'beats always-up' at p <= this (default LDTM_GATE_MAX_P_VALUE; off)",
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Judge the newest backtest again even if the gate already judged it"
+    ),
 ) -> None:
     """Judge a candidate on its newest backtest: promote on pass; exit 1 and notify on fail."""
     from ldtm_core.accountability.gate import GateThresholds, run_gate
@@ -268,7 +271,7 @@ def gate_cmd(
         max_p_value=max_p_value,
     )
     cfg = settings()
-    report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds)
+    report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds, force=force)
     table = Table(
         "criterion", "value", "threshold", "ok", title=f"gate {report.ticker} model {report.model_id}"
     )

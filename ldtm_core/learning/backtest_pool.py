@@ -36,6 +36,7 @@ class BacktestOutcome:
         return {
             "ticker": self.ticker,
             "status": self.status,
+            "backtest_id": r.backtest_id,
             "model_id": r.model_id,
             "folds": len(r.folds),
             "n": r.n,

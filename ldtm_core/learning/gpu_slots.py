@@ -1,8 +1,16 @@
 """How many training/inference jobs fit at once, derived from free VRAM (SPEC §6).
 
-Per GPU: `slots = floor((free_MiB - headroom_MiB) / per_job_MiB)`, never below 0, capped by config.
-The sum is the pool limit. No NVML, no GPU, or no GPU with room -> a CPU pool sized from the cores.
-NVML is read through an injectable module so tests can play zero, one, several or crowded GPUs.
+Per GPU: `slots = floor((free_MiB + own_MiB - headroom_MiB) / per_job_MiB)`, never below 0, capped by
+config. The sum is the pool limit. No NVML, no GPU, or no GPU with room -> a CPU pool sized from the
+cores. NVML is read through an injectable module so tests can play zero, one, several or crowded GPUs.
+
+`own_MiB` is the memory the pool's own running jobs hold (NVML per-process usage), so the limit is
+stable under the pool's own load and shrinks only for other tenants. A process is the pool's own when
+its environment (`/proc/<pid>/environ`, as it was started) carries `LDTM_GPU_POOL_ID` with the same
+value as ours: the Dagster code location sets it (`ldtm_dagster/pool.py`) and every run worker, step
+process and ticker-pool worker started after that inherits it. Where the variable is unset, or a
+process's environment cannot be read (another user, PIDs of another namespace in a container), that
+process counts as another tenant: the limit is then what free memory alone allows, never higher.
 """
 
 from __future__ import annotations
@@ -18,6 +26,9 @@ DEFAULT_HEADROOM_MIB = 1024
 ENV_PER_JOB = "LDTM_GPU_PER_JOB_MIB"
 ENV_HEADROOM = "LDTM_GPU_HEADROOM_MIB"
 ENV_MAX_SLOTS = "LDTM_GPU_MAX_SLOTS"
+ENV_POOL_ID = "LDTM_GPU_POOL_ID"
+# NVML's "not available" for a process's memory (no per-process accounting, e.g. some containers).
+_NOT_AVAILABLE = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,11 @@ class GpuMemory:
     name: str
     total_mib: int
     free_mib: int
+    own_mib: int = 0  # held by the pool's own running processes: available to the pool
+
+    @property
+    def available_mib(self) -> int:
+        return self.free_mib + self.own_mib
 
 
 @dataclass(frozen=True)
@@ -61,8 +77,33 @@ def _mib(value: int) -> int:
     return int(value) // (1024 * 1024)
 
 
+def is_pool_process(pid: int, pool_id: str) -> bool:
+    """Whether process `pid` was started with LDTM_GPU_POOL_ID=`pool_id` (False when unreadable)."""
+    try:
+        with open(f"/proc/{int(pid)}/environ", "rb") as f:
+            environ = f.read()
+    except (OSError, ValueError):
+        return False
+    return f"{ENV_POOL_ID}={pool_id}".encode() in environ.split(b"\0")
+
+
+def _own_mib(nvml, handle, is_own) -> int:
+    """MiB held on this GPU by the pool's own processes; 0 when NVML cannot list them."""
+    try:
+        procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:  # noqa: BLE001 - no per-process view: count nothing as ours (the safe side)
+        return 0
+    used = 0
+    for p in procs:
+        memory = getattr(p, "usedGpuMemory", None)
+        if memory is not None and memory != _NOT_AVAILABLE and is_own(int(p.pid)):
+            used += int(memory)
+    return _mib(used)
+
+
 def probe(nvml=None) -> list[GpuMemory]:
-    """Free/total memory of every GPU NVML sees; [] when NVML is missing or fails in any way."""
+    """Free/total memory of every GPU NVML sees, with what the pool's own processes hold there;
+    [] when NVML is missing or fails in any way."""
     if nvml is None:
         try:
             import pynvml as nvml  # the maintained module of the nvidia-ml-py package
@@ -72,6 +113,8 @@ def probe(nvml=None) -> list[GpuMemory]:
         nvml.nvmlInit()
     except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound / DriverNotLoaded on CPU machines
         return []
+    pool_id = os.environ.get(ENV_POOL_ID)
+    is_own = (lambda pid: is_pool_process(pid, pool_id)) if pool_id else (lambda _pid: False)
     try:
         gpus = []
         for i in range(int(nvml.nvmlDeviceGetCount())):
@@ -81,7 +124,13 @@ def probe(nvml=None) -> list[GpuMemory]:
             if isinstance(name, bytes):  # older bindings return bytes
                 name = name.decode(errors="replace")
             gpus.append(
-                GpuMemory(index=i, name=str(name), total_mib=_mib(mem.total), free_mib=_mib(mem.free))
+                GpuMemory(
+                    index=i,
+                    name=str(name),
+                    total_mib=_mib(mem.total),
+                    free_mib=_mib(mem.free),
+                    own_mib=_own_mib(nvml, handle, is_own),
+                )
             )
         return gpus
     except Exception:  # noqa: BLE001 - a GPU that cannot be queried is not one we can schedule on
@@ -111,7 +160,7 @@ def plan_slots(
 
     raw = []
     for g in gpus:
-        slots = max(0, (g.free_mib - headroom_mib) // per_job_mib)
+        slots = max(0, (g.available_mib - headroom_mib) // per_job_mib)
         if max_per_gpu is not None:
             slots = min(slots, max_per_gpu)
         raw.append((g.index, g.free_mib, int(slots)))
@@ -136,7 +185,8 @@ def plan_slots(
             per_gpu=per_gpu,
             total=total,
             kind="cuda",
-            reason=f"{len(gpus)} GPU(s): floor((free - {headroom_mib}) / {per_job_mib}) MiB per GPU"
+            reason=f"{len(gpus)} GPU(s): floor((free + own - {headroom_mib}) / {per_job_mib}) MiB per GPU"
+            + (f", own jobs hold {own} MiB" if (own := sum(g.own_mib for g in gpus)) else "")
             + (f", capped at {max_total} in total" if max_total is not None else "")
             + (f", at most {max_per_gpu} per GPU" if max_per_gpu is not None else ""),
         )

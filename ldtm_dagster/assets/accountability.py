@@ -23,7 +23,7 @@ from ldtm_core.data.calendar import is_session
 
 from ..deployment import gpu_step_tags
 from ..metadata import records_table
-from ..partitions import evening_partitions
+from ..partitions import check_evening_keys, evening_partitions
 from ..plots import leaderboard_figure_markdown
 from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore
@@ -56,6 +56,7 @@ def snapshots(
 
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
+    check_evening_keys(context.run.tags, list(context.partition_keys))
     engine, settings = database.engine(store), database.settings(store)
     previous_heads = _previous_chain_heads(context)
     duplicates: dict[str, int] = {}

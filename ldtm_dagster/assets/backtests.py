@@ -177,9 +177,11 @@ def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime
 
 @op(out=Out(Nothing))
 def backtests_summary(context: OpExecutionContext, plan: dict, chunk_rows: list) -> None:
-    """Every ticker's backtest as the asset's metadata; the step fails if any ticker failed."""
+    """Every ticker's backtest as the asset's metadata; the step fails naming the tickers that failed,
+    after the others were materialised (`summarise_chunks`)."""
     summarise_chunks(
         context,
+        "backtests",
         plan,
         chunk_rows,
         skipped_reason="already backtested by this run",

@@ -214,9 +214,11 @@ def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime
 
 @op(out=Out(Nothing))
 def checkpoints_summary(context: OpExecutionContext, plan: dict, chunk_rows: list) -> None:
-    """Every ticker's outcome as the asset's metadata; the step fails if any ticker failed."""
+    """Every ticker's outcome as the asset's metadata; the step fails naming the tickers that failed,
+    after the others were materialised (`summarise_chunks`)."""
     summarise_chunks(
         context,
+        "checkpoints",
         plan,
         chunk_rows,
         skipped_reason="candidate already registered by this run",

@@ -39,7 +39,17 @@ def promotions(
         if candidate is None:
             active = registry.active_model(engine, ticker)
             return {"ticker": ticker, "decision": "no candidate", "active_version": active and active.version}
-        report = gate.run_gate(engine, settings, ticker, model_id=candidate.id)
+        try:
+            report = gate.run_gate(engine, settings, ticker, model_id=candidate.id)
+        except gate.AlreadyJudgedError as exc:
+            # A repeated gate run (sensor restart, a run launched by hand): nothing flips, no notice.
+            context.log.info(str(exc))
+            return {
+                "ticker": ticker,
+                "decision": "already judged",
+                "model_id": candidate.id,
+                "failing": str(exc),
+            }
         if report.passed:  # a failure is logged by the gate's notification (the `ldtm` logger)
             context.log.info(report.summary())
         return {
@@ -61,6 +71,7 @@ def promotions(
             "summary": records_table(rows),
             "promoted": sum(r["decision"] == "promoted" for r in rows),
             "held": sum(r["decision"] == "held" for r in rows),
+            "already_judged": sum(r["decision"] == "already judged" for r in rows),
         }
     )
 

@@ -23,8 +23,9 @@ TICKERS = "AAPL,NVDA,TSLA"
 class FakeNVML:
     """The part of pynvml that gpu_slots.probe reads; `gpus` is [(name, total_mib, free_mib)]."""
 
-    def __init__(self, gpus, broken: bool = False):
+    def __init__(self, gpus, broken: bool = False, processes=None):
         self.gpus, self.broken = list(gpus), broken
+        self.processes = processes or {}  # {gpu index: [(pid, used_mib)]}
 
     def nvmlInit(self):
         if self.broken:
@@ -45,6 +46,9 @@ class FakeNVML:
 
     def nvmlDeviceGetName(self, h):
         return self.gpus[h][0]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mib * MIB) for pid, mib in self.processes.get(h, [])]
 
 
 FAKE_NVML = {"module": FakeNVML([], broken=True)}

@@ -3,10 +3,7 @@ snapshots for the latest session by the deadline."""
 
 import datetime as dt
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
 from dagster import build_run_status_sensor_context, build_sensor_context, materialize
 from ldtm_dagster_helpers import tiny_resources
 
@@ -15,28 +12,6 @@ from ldtm_dagster.alerts import run_failure_alert, snapshots_freshness_alert
 from ldtm_dagster.assets import prices
 
 NY = alerts.MARKET_TZ
-
-
-@pytest.fixture
-def webhook(monkeypatch):
-    received = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/hook/s3cr3t-token"
-    monkeypatch.setenv("LDTM_NOTIFY_WEBHOOK_URL", url)
-    yield received
-    server.shutdown()
 
 
 def test_a_failed_run_posts_job_partition_run_id_and_first_error_line(

@@ -3,8 +3,9 @@ backtest partition materialization."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
-import torch
 from dagster import (
     AssetKey,
     SkipReason,
@@ -14,12 +15,12 @@ from dagster import (
     materialize,
     op,
 )
-from ldtm_dagster_helpers import TICKERS, FakeGpuProbe, FakeNVML, tiny_resources
+from ldtm_dagster_helpers import TICKERS, FakeGpuProbe, FakeNVML
 from sqlalchemy import select
 
 from ldtm_core.schema import backtest_folds
 from ldtm_dagster import assets, defs
-from ldtm_dagster.partitions import EVENING_TAG
+from ldtm_dagster.partitions import EVENING_TAG, range_tags
 from ldtm_dagster.pool import GPU_POOL
 from ldtm_dagster.sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
 
@@ -50,51 +51,30 @@ def test_a_co_tenant_taking_memory_lowers_the_pool_on_the_next_tick(dagster_inst
     assert _limit(dagster_instance) == 3 + 2
 
 
+def test_the_pool_limit_counts_its_own_running_steps_as_available(dagster_instance, fake_nvml):
+    # A process started from here inherits the code location's pool marker, like a run's step process;
+    # `sleep` stands in for a step holding 600 MiB of the card.
+    steps = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
+    try:
+        fake_nvml["module"] = FakeNVML([("L4", 23034, 6000)])
+        _tick(dagster_instance)
+        assert _limit(dagster_instance) == 8  # floor((6000 - 1024) / 600)
+        held = {0: [(p.pid, 600) for p in steps]}
+        fake_nvml["module"] = FakeNVML([("L4", 23034, 6000 - 4 * 600)], processes=held)
+        result = _tick(dagster_instance)
+        assert _limit(dagster_instance) == 8 and "unchanged at 8" in result.skip_message
+    finally:
+        for p in steps:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize("nvml", [FakeNVML([], broken=True), FakeNVML([]), FakeNVML([("RTX", 8192, 900)])])
 def test_without_a_usable_gpu_the_pool_is_sized_from_cores(dagster_instance, fake_nvml, nvml):
     fake_nvml["module"] = nvml
     result = _tick(dagster_instance)
     assert _limit(dagster_instance) == 2  # cpu_count is 2 in these tests
     assert "(cpu)" in result.skip_message
-
-
-@pytest.fixture
-def backtest_world(tmp_path, sqlite_url, monkeypatch):
-    """Prices and a candidate per ticker, so the real `backtests` asset writes real fold rows; the
-    optimiser is stubbed (a constant model) to keep each materialization about a second."""
-    from accountability_helpers import ingest, make_model, make_settings
-
-    from ldtm_core.db import get_engine
-    from ldtm_core.learning import training_loop
-
-    class LastStep(torch.nn.Module):  # any module mapping [B, W, F] -> [B, 3] will do
-        def __init__(self, features: int):
-            super().__init__()
-            self.linear = torch.nn.Linear(features, 3)
-
-        def forward(self, x):
-            return self.linear(x[:, -1, :])
-
-    def constant_fit(train, val, cfg, device=None, threads=None, init_state=None):
-        # A module, not a bare function: warm-chained folds hand its state_dict to the next fold.
-        return training_loop.FitResult(
-            model=LastStep(cfg.input_size),
-            val_loss=0.0,
-            epochs=1,
-            best_epoch=1,
-            duration_s=0,
-            device="cpu",
-            samples_per_s=0,
-        )
-
-    monkeypatch.setattr(training_loop, "fit", constant_fit)  # what the backtest folds call
-    engine = get_engine(sqlite_url)
-    settings = make_settings(tmp_path, sqlite_url)
-    tickers = TICKERS.split(",")
-    ingest(engine, tickers, start="2022-01-03", end="2024-06-28")
-    for i, t in enumerate(tickers):
-        make_model(engine, settings, t, seed=i)
-    return tiny_resources(tmp_path / "home", sqlite_url), engine
 
 
 def _materialize(instance, world, ticker: str) -> None:
@@ -109,15 +89,17 @@ def _materialize(instance, world, ticker: str) -> None:
     assert result.success
 
 
-def _evaluate(instance, cursor):
-    context = build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
-    result = promotion_gate_sensor(context)
+def _evaluate(instance, cursor, world):
+    resources = {k: world[0][k] for k in ("store", "database")}  # the sensor reads gate decisions
+    result = promotion_gate_sensor(
+        build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+    )
     return result.run_requests or [], result.cursor
 
 
 def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance, backtest_world):
     tickers = TICKERS.split(",")
-    requests, cursor = _evaluate(dagster_instance, None)
+    requests, cursor = _evaluate(dagster_instance, None, backtest_world)
     assert requests == []
 
     for t in tickers:  # three tickers land between two ticks
@@ -125,16 +107,16 @@ def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance, b
     _, engine = backtest_world
     with engine.connect() as conn:  # the real asset ran the real backtest for each partition
         assert sorted(conn.execute(select(backtest_folds.c.ticker).distinct()).scalars()) == sorted(tickers)
-    requests, cursor = _evaluate(dagster_instance, cursor)
+    requests, cursor = _evaluate(dagster_instance, cursor, backtest_world)
     assert sorted(r.partition_key for r in requests) == sorted(tickers)
     assert len({r.run_key for r in requests}) == 3
     assert [r.job_name for r in requests] == ["promotion_job"] * 3
 
-    again, cursor = _evaluate(dagster_instance, cursor)
+    again, cursor = _evaluate(dagster_instance, cursor, backtest_world)
     assert again == []
 
     _materialize(dagster_instance, backtest_world, tickers[1])
-    new, cursor = _evaluate(dagster_instance, cursor)
+    new, cursor = _evaluate(dagster_instance, cursor, backtest_world)
     assert [r.partition_key for r in new] == [tickers[1]]
     assert new[0].run_key not in {r.run_key for r in requests}
 
@@ -142,11 +124,47 @@ def test_promotion_sensor_one_request_per_backtest_partition(dagster_instance, b
 def test_promotion_sensor_run_keys_dedupe_a_reevaluation_from_an_old_cursor(dagster_instance, backtest_world):
     t = TICKERS.split(",")[0]
     _materialize(dagster_instance, backtest_world, t)
-    first, _ = _evaluate(dagster_instance, None)
-    replay, _ = _evaluate(dagster_instance, None)  # e.g. a lost cursor: same keys, so the daemon skips them
+    first, _ = _evaluate(dagster_instance, None, backtest_world)
+    replay, _ = _evaluate(
+        dagster_instance, None, backtest_world
+    )  # e.g. a lost cursor: same keys, so the daemon skips them
     assert [r.run_key for r in first] == [r.run_key for r in replay]
     record = dagster_instance.fetch_materializations(AssetKey("backtests"), limit=1).records[0]
     assert first[0].run_key == f"{t}:{record.storage_id}"
+
+
+def test_make_dev_after_make_demo_judges_no_backtest_again(
+    dagster_instance, backtest_world, webhook, monkeypatch
+):
+    """`make demo` backtests and gates every ticker in its own runs; `make dev` then starts the daemon,
+    whose promotion sensor has no cursor yet: it must not launch gate runs for backtests already judged
+    (before: one per materialization, re-failing and re-notifying every held candidate)."""
+    resources, engine = backtest_world
+    tickers = TICKERS.split(",")[:2]  # two contiguous partitions keep it short
+    monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "0")  # every candidate is held: a notice each
+    demo = materialize(
+        [assets.backtests],
+        instance=dagster_instance,
+        resources=resources,
+        tags=range_tags(tickers),
+        run_config={"ops": {"backtests": {"config": {"folds": 2}}}},
+    )
+    assert demo.success
+    gated = materialize(
+        [assets.promotions], instance=dagster_instance, resources=resources, tags=range_tags(tickers)
+    )
+    assert gated.success and len(webhook) == 2
+
+    requests, cursor = _evaluate(dagster_instance, None, backtest_world)  # the daemon's first tick
+    assert requests == []
+    # A gate run launched anyway (by hand) judges nothing again and posts nothing.
+    again = defs.resolve_job_def("promotion_job").execute_in_process(
+        instance=dagster_instance, resources=resources, partition_key=tickers[0]
+    )
+    assert again.success and len(webhook) == 2
+    [row] = again.asset_materializations_for_node("promotions")[0].metadata["summary"].value.records
+    assert row.data["decision"] == "already judged"
+    # (A new backtest is judged as before: tests/test_gate.py::test_a_backtest_already_judged_...)
 
 
 # --- nightly_after_market: the evening run follows its market run -------------------------------------
