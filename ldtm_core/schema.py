@@ -1,8 +1,9 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions, and the views accuracy_30d,
-accuracy_30d_with_in_sample and accuracy_30d_by_model (created by migrations).
+backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions, and the views
+accuracy_30d, accuracy_30d_with_in_sample, accuracy_30d_by_model and accuracy_30d_by_model_with_in_sample (created
+by migrations).
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ snapshots = Table(
     Column("direction_pred", String(8), nullable=False),
     # The next-day target is on or before the model's data cutoff: it may have trained on the answer.
     Column("in_sample", Boolean, nullable=False, server_default=false()),
+    # The neutral band (%) this row's directions are judged with; NULL (rows before 0017): 0.25 %.
+    Column("neutral_band_pct", Float),
     Column("next_day_date", Date, nullable=False),
     Column("next_monday_date", Date, nullable=False),
     Column("one_month_date", Date, nullable=False),

@@ -313,3 +313,40 @@ def test_cli_names_a_ticker_without_rows(engine, chained, ldtm_env):
     assert "audit ok" not in res.output
     mixed = CliRunner().invoke(app, ["audit", "verify", "--tickers", "AAPL", "--tickers", "ZZZZ"])
     assert mixed.exit_code == 1 and "ZZZZ" in mixed.output
+
+
+def test_each_row_is_judged_with_the_band_it_was_predicted_with(engine, db_url, tmp_path, monkeypatch):
+    """Changing LDTM_NEUTRAL_BAND_PCT later must not flag old rows; a row predicted with another band
+    has its actual direction judged with that band (rows from before the band was stored: 0.25 %)."""
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
+    monkeypatch.delenv("LDTM_NEUTRAL_BAND_PCT", raising=False)
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    dates = sorted(df["date"].unique())[-40:-20]
+    for d in dates[:10]:
+        predict(engine, settings, run_date=d)  # the default band, 0.25 %
+    for d in dates[10:]:
+        predict(engine, settings, run_date=d, neutral_band_pct=1.0)
+    fillback(engine)
+    monkeypatch.setenv("LDTM_NEUTRAL_BAND_PCT", "2.0")  # the setting changes after the rows were judged
+    assert _problems(verify(engine)) == []
+    rows = _rows(engine).sort_values("run_date")
+    move = (rows["next_day_actual"] - rows["run_date_close"]) / rows["run_date_close"] * 100
+    assert ((move.abs() > 0.25) & (move.abs() <= 2.0)).any()  # rows the new setting would judge otherwise
+    assert rows["neutral_band_pct"].tolist() == [0.25] * 10 + [1.0] * 10
+    for band, m, got in zip(rows["neutral_band_pct"], move, rows["next_day_direction_actual"], strict=True):
+        assert got == ("bullish" if m > band else "bearish" if m < -band else "neutral")
+    # Rows written before the band was stored carry NULL: the default they were judged with, 0.25 %.
+    with engine.begin() as conn:
+        conn.execute(
+            update(snapshots).where(snapshots.c.neutral_band_pct == 0.25).values(neutral_band_pct=None)
+        )
+    assert _problems(verify(engine)) == []
+
+
+def _rows(engine):
+    import pandas as pd
+
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(select(snapshots).order_by(snapshots.c.id)).mappings().all())

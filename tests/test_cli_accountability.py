@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
@@ -86,3 +87,33 @@ def test_predict_refuses_a_neutral_band_that_is_no_percent(one_model, band):
     msg = " ".join(r.output.split())
     assert f"--neutral-band={float(band)!r}" in msg and "a percent (0.25 for 0.25 %)" in msg, msg
     assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0
+
+
+def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(ldtm_env, engine, tmp_path):
+    """The first-use loop: replay evenings the model trained on, fill back, read the board."""
+    import datetime as dt
+
+    from ldtm_core.accountability.leaderboard import leaderboard
+
+    settings = make_settings(tmp_path, ldtm_env["url"])
+    ingest(engine, ["TSLA"], start="2023-01-03", end="2024-06-28")
+    make_model(engine, settings, "TSLA", trained_on=dt.date(2024, 6, 28))  # its data reaches every target
+    r = runner.invoke(app, ["predict", "--start", "2024-05-01", "--end", "2024-06-14"])
+    assert r.exit_code == 0, r.output
+    written = _count(engine, snapshots)
+    out = " ".join(r.output.split())
+    assert f"{written} of {written} rows in-sample" in out and "ldtm leaderboard --include-in-sample" in out
+    one = runner.invoke(app, ["predict", "--run-date", "2024-06-17"])
+    assert one.exit_code == 0 and "1 of 1 rows in-sample" in " ".join(one.output.split()), one.output
+    assert runner.invoke(app, ["fillback"]).exit_code == 0
+    hidden = int(leaderboard(engine, include_in_sample=True)["n"].sum())
+    assert hidden > 0
+    board = " ".join(runner.invoke(app, ["leaderboard"]).output.split())
+    assert f"{hidden} in-sample rows hidden; --include-in-sample shows them" in board
+    shown = " ".join(runner.invoke(app, ["leaderboard", "--include-in-sample"]).output.split())
+    assert re.search(rf"TSLA \W+ {hidden} \W", shown) and "in-sample rows hidden" not in shown
+    by_model = " ".join(
+        runner.invoke(app, ["leaderboard", "--by-model", "--include-in-sample"]).output.split()
+    )
+    assert "with in-sample replays" in by_model and "nothing to score" not in by_model
+    assert re.search(rf"TSLA \S+ \W+ {hidden} \W", by_model), by_model

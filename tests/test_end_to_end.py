@@ -106,10 +106,11 @@ def test_end_to_end(ldtm_env):
             ).sum()
         )
         up = int((g.next_day_actual > g.run_date_close).sum())
+        with_prev = g[g.prev_close.notna()]  # persistence needs yesterday's close
         persist = int(
             (
-                (g.run_date_close - g.prev_close).apply(_sign)
-                == (g.next_day_actual - g.run_date_close).apply(_sign)
+                (with_prev.run_date_close - with_prev.prev_close).apply(_sign)
+                == (with_prev.next_day_actual - with_prev.run_date_close).apply(_sign)
             ).sum()
         )
         p, z = hits / n, 1.96
@@ -119,12 +120,17 @@ def test_end_to_end(ldtm_env):
         assert got.direction_accuracy == pytest.approx(p)
         assert got.wilson_low == pytest.approx(lo)
         assert got.always_up_accuracy == pytest.approx(up / n)
-        assert got.persistence_accuracy == pytest.approx(persist / n)
+        assert got.persistence_n == len(with_prev)
+        assert got.persistence_accuracy == pytest.approx(persist / len(with_prev))
         assert got.next_day_mape == pytest.approx(g.next_day_pct_error.abs().mean())
         assert got.next_day_mape == pytest.approx(
             ((g.next_day_pred - g.next_day_actual) / g.next_day_actual * 100).abs().mean()
         )
-        om = g.one_month_pct_error.dropna().abs()
+        # The one-month error covers its own window: the 30 days ending at the newest filled target.
+        om_rows = filled[filled.one_month_pct_error.notna()]
+        om_rows = om_rows[om_rows.one_month_date >= om_rows.one_month_date.max() - dt.timedelta(days=29)]
+        om = om_rows[om_rows.ticker == t].one_month_pct_error.abs()
+        assert got.one_month_n == len(om)
         assert (pd.isna(got.one_month_mape) and om.empty) or got.one_month_mape == pytest.approx(om.mean())
         assert bool(got.beats_always_up) == (p > up / n)
     lb = runner.invoke(app, ["leaderboard"])

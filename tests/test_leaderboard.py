@@ -319,3 +319,100 @@ def test_a_ticker_whose_prices_stopped_is_shown_stale_not_dropped(engine):
     gone = board.loc["GONE"]
     assert (gone["n"], bool(gone["stale"]), gone["last_filled"]) == (0, True, days[4])
     assert "GONE (last filled 2024-01-06)" in verdict(leaderboard(engine))
+
+
+def _replayed_evenings(engine, ticker: str, evenings: int = 100) -> list[dict]:
+    """`evenings` replayed predictions on real sessions with real target dates, filled back by `fillback`
+    exactly as the nightly does (the last month's one-month targets are still in the future)."""
+    import numpy as np
+    from accountability_helpers import ingest
+
+    from ldtm_core.accountability.fillback import fillback
+    from ldtm_core.data.calendar import target_dates
+
+    df = ingest(engine, [ticker], start="2023-06-01", end="2024-06-28")
+    closes = dict(zip(df["date"], df["close"], strict=True))
+    days = sorted(closes)
+    rng = random.Random(11)
+    rows = []
+    with engine.begin() as conn:
+        mid = _model(conn, ticker)
+        for i in range(len(days) - evenings, len(days)):
+            d, close = days[i], closes[days[i]]
+            nd, nm, om = (
+                np.datetime64(x[0], "D").astype(dt.date)
+                for x in target_dates(np.array([np.datetime64(d, "D")]))
+            )
+            r = _row(ticker, mid, d, close, closes[days[i - 1]], close, 0, "replay", 0, 0, filled=False)
+            r |= {
+                "next_day_pred": close * (1 + rng.uniform(-0.02, 0.02)),
+                "next_monday_pred": close * (1 + rng.uniform(-0.04, 0.04)),
+                "one_month_pred": close * (1 + rng.uniform(-0.1, 0.1)),
+                "next_day_date": nd,
+                "next_monday_date": nm,
+                "one_month_date": om,
+            }
+            rows.append(r)
+        conn.execute(insert(snapshots), rows)
+    fillback(engine, neutral_band_pct=0.25)
+    for r in rows:  # what fillback filled, recomputed from the prices
+        for h in ("next_day", "next_monday", "one_month"):
+            actual = closes.get(r[f"{h}_date"])
+            r[f"{h}_err"] = None if actual is None else abs(r[f"{h}_pred"] - actual) / actual * 100
+    return rows
+
+
+def test_each_horizon_is_scored_over_its_own_window_of_filled_targets(engine):
+    """100 replayed evenings filled back: the one-month error of the last 30 days of one-month targets
+    (about 21 rows), not of the ~2 one-month rows whose evening is inside the next-day window."""
+    rows = _replayed_evenings(engine, "AAA")
+    got = leaderboard(engine).set_index("ticker").loc["AAA"]
+    # Next day: the evenings window (the 30 days ending at the newest filled evening), as before.
+    nd = [r for r in rows if r["next_day_err"] is not None]
+    last = max(r["run_date"] for r in nd)
+    nd = [r for r in nd if r["run_date"] >= last - dt.timedelta(days=29)]
+    assert got["n"] == len(nd)
+    assert got["next_day_mape"] == pytest.approx(sum(r["next_day_err"] for r in nd) / len(nd))
+    for h in ("one_month", "next_monday"):
+        filled = [r for r in rows if r[f"{h}_err"] is not None]
+        newest = max(r[f"{h}_date"] for r in filled)
+        own = [r for r in filled if r[f"{h}_date"] >= newest - dt.timedelta(days=29)]
+        assert got[f"{h}_mape"] == pytest.approx(sum(r[f"{h}_err"] for r in own) / len(own)), h
+        assert got[f"{h}_n"] == len(own), h
+    # The evenings window holds only a couple of filled one-month rows; its own window about 21.
+    assert sum(r["one_month_err"] is not None for r in nd) <= 3 and got["one_month_n"] >= 19
+
+
+def test_persistence_leaves_out_rows_without_a_previous_close(engine):
+    """A ticker's first row has no previous close: persistence cannot be judged there, not a miss."""
+    with engine.begin() as conn:
+        mid = _model(conn, "HHH")
+        d = dt.date(2024, 3, 1)
+        spec = [  # (close, prev, pred, actual)
+            (100.0, None, 101.0, 102.0),  # first row: no previous close
+            (100.0, 99.0, 101.0, 102.0),  # up, up: persistence hit
+            (100.0, 101.0, 99.0, 98.0),  # down, down: hit
+            (100.0, 99.0, 101.0, 97.0),  # up, down: miss
+        ]
+        conn.execute(
+            insert(snapshots),
+            [
+                _row("HHH", mid, d + dt.timedelta(days=i), c, p, pr, a, "live", 1.0, 1.0)
+                for i, (c, p, pr, a) in enumerate(spec)
+            ],
+        )
+    got = leaderboard(engine).iloc[0]
+    assert got["n"] == 4
+    assert got["persistence_accuracy"] == pytest.approx(2 / 3)
+    assert got["persistence_n"] == 3
+
+
+def test_by_model_honours_include_in_sample(engine):
+    days = [dt.date(2024, 3, 4) + dt.timedelta(days=i) for i in range(5)]
+    with engine.begin() as conn:
+        m = _model(conn, "JJJ")
+        _evenings(conn, "JJJ", m, "v1", days[:2], [True, True], in_sample=True)
+        _evenings(conn, "JJJ", m, "v1", days[2:], [False, True, False])
+    assert leaderboard_by_model(engine).set_index("model_version").loc["v1", ["n", "hits"]].tolist() == [3, 1]
+    shown = leaderboard_by_model(engine, include_in_sample=True).set_index("model_version").loc["v1"]
+    assert (shown["n"], shown["hits"], shown["window_start"]) == (5, 3, days[0])

@@ -122,3 +122,32 @@ def test_train_refuses_fixed_vocabulary_overrides_before_touching_anything(
     assert fragment in result.output and "Traceback" not in result.output
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(model_registry)).scalar_one() == 0
+
+
+def test_an_interrupted_predict_leaves_a_run_log_message_that_says_so(engine, db_url, tmp_path, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt, whose text is empty) must not leave 'failed' with an empty message."""
+    from ldtm_core.accountability import snapshots as snapshots_module
+
+    settings = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(snapshots_module, "write_rows_anchored", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        predict(engine, settings, run_date=RUN_DATE)
+    run = _finished_run(engine)
+    assert run["status"] == "failed"
+    assert "interrupted" in (run["message"] or "") and "KeyboardInterrupt" in run["message"]
+
+
+def test_a_partial_predict_says_which_tickers_were_skipped_and_why(engine, db_url, tmp_path):
+    settings = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL", "QQQ"])
+    make_model(engine, settings, "AAPL")
+    res = predict(engine, settings, run_date=RUN_DATE, tickers=["AAPL", "QQQ"])
+    run = _finished_run(engine)
+    assert run["status"] == "partial" and res.skipped
+    assert run["message"] == f"skipped 1 of 2 tickers: QQQ: {res.skipped['QQQ']}"

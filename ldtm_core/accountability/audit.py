@@ -32,7 +32,7 @@ from ldtm_core.accountability.chain import (
     load_anchors,
     row_hash,
 )
-from ldtm_core.config import Settings
+from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, row_band
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError
@@ -85,7 +85,8 @@ def verify(
     """
     key = audit_key()
     wanted = [validate_ticker(t) for t in tickers] if tickers else None
-    band = Settings.from_env().neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
+    # Each row is judged with its own stored band; this is only the band of rows stored without one.
+    band = LEGACY_NEUTRAL_BAND_PCT if neutral_band_pct is None else float(neutral_band_pct)
     s = snapshots.c
     cols = [
         s.id,
@@ -226,6 +227,7 @@ def _check_actuals(conn, wanted: list[str] | None, band: float) -> tuple[list[Au
         s.run_date,
         s.model_version,
         s.run_date_close,
+        s.neutral_band_pct,
         s.next_day_direction_actual,
         s.next_day_direction_correct,
         *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date", "actual", "pct_error")),
@@ -267,11 +269,12 @@ def _check_actuals(conn, wanted: list[str] | None, band: float) -> tuple[list[Au
                 if h == "next_day":
                     rdc = r["run_date_close"]
                     move = (close - rdc) / rdc * 100.0
-                    want_dir = "bullish" if move > band else ("bearish" if move < -band else "neutral")
+                    b = row_band(r["neutral_band_pct"], band)
+                    want_dir = "bullish" if move > b else ("bearish" if move < -b else "neutral")
                     if r["next_day_direction_actual"] != want_dir:
                         wrong.append(
                             f"next_day_direction_actual {r['next_day_direction_actual']!r} != {want_dir!r} "
-                            f"(move {move:+.4f} %, band {band} %)"
+                            f"(move {move:+.4f} %, band {b} %)"
                         )
                     want_hit = _sign(r["next_day_pred"] - rdc) == _sign(close - rdc)
                     got_hit = r["next_day_direction_correct"]

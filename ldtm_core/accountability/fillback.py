@@ -21,7 +21,6 @@ import numpy as np
 from sqlalchemy import Engine, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import aliased
 
-from ldtm_core.config import Settings
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.db import run_in_transaction, write_lock
 from ldtm_core.faults import pause_point
@@ -29,6 +28,13 @@ from ldtm_core.schema import corporate_actions, prices, snapshots
 
 HORIZONS = ("next_day", "next_monday", "one_month")
 FILL_LOCK = "ldtm:fillback"
+# The band of rows written before each row stored its own (migration 0017): the default they had.
+LEGACY_NEUTRAL_BAND_PCT = 0.25
+
+
+def row_band(stored: float | None, legacy: float = LEGACY_NEUTRAL_BAND_PCT) -> float:
+    """The neutral band (%) a row is judged with: the one stored with its prediction."""
+    return legacy if stored is None else float(stored)
 
 
 @dataclass
@@ -88,9 +94,13 @@ def _pending(conn) -> list:
 
 
 def fillback(engine: Engine, dry_run: bool = False, neutral_band_pct: float | None = None) -> FillbackResult:
-    """Fill every horizon whose target date now has a price. Dry run: list the fills, write nothing."""
-    # The same band as predict (LDTM_NEUTRAL_BAND_PCT, default 0.25 %) unless given.
-    band = Settings.from_env().neutral_band_pct if neutral_band_pct is None else float(neutral_band_pct)
+    """Fill every horizon whose target date now has a price. Dry run: list the fills, write nothing.
+
+    The actual's direction is judged with the band stored on the row (the one its prediction used), so
+    changing LDTM_NEUTRAL_BAND_PCT later re-judges nothing; `neutral_band_pct` is only the band of rows
+    written before the band was stored (default 0.25 %, what they were predicted with).
+    """
+    band = LEGACY_NEUTRAL_BAND_PCT if neutral_band_pct is None else float(neutral_band_pct)
     result = FillbackResult(dry_run=dry_run)
     if dry_run:
         with engine.connect() as conn:
@@ -167,7 +177,8 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
         )
         if h == "next_day":
             move_pct = (actual - s.run_date_close) / s.run_date_close * 100.0
-            direction = case((move_pct > band, "bullish"), (move_pct < -band, "bearish"), else_="neutral")
+            b = func.coalesce(s.neutral_band_pct, band)
+            direction = case((move_pct > b, "bullish"), (move_pct < -b, "bearish"), else_="neutral")
             correct = _sign(s.next_day_pred - s.run_date_close) == _sign(actual - s.run_date_close)
             values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
             values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
@@ -194,6 +205,7 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             s.ticker,
             s.run_date,
             s.run_date_close,
+            s.neutral_band_pct,
             *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date")),
             *(todo[h].label(f"{h}_todo") for h in HORIZONS),
             *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
@@ -222,8 +234,9 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             if h == "next_day":
                 rdc = float(r.run_date_close)
                 move_pct = (actual - rdc) / rdc * 100.0
+                b = row_band(r.neutral_band_pct, band)
                 values["next_day_direction_actual"] = (
-                    "bullish" if move_pct > band else ("bearish" if move_pct < -band else "neutral")
+                    "bullish" if move_pct > b else ("bearish" if move_pct < -b else "neutral")
                 )
                 values["next_day_direction_correct"] = bool(np.sign(pred - rdc) == np.sign(actual - rdc))
             filled[h] += 1

@@ -4,6 +4,11 @@ The ticker leaderboard scores exactly one prediction per (ticker, evening): the 
 i.e. what was published; a model promoted later and re-predicting the same evening does not count
 twice. In-sample replays (the model's data cutoff reaches the next-day target) are left out unless
 asked for. `leaderboard_by_model` is the separate per-model report: each version on its own rows.
+
+Windows (migration 0017): the next-day figures (accuracy, baselines, next-day error) cover the 30 days
+ending at the newest filled evening; the next-Monday and one-month errors each cover the 30 days ending
+at their own newest filled target date, with their own counts beside them. Persistence is scored only
+on rows with a previous close (`persistence_n`).
 Extra columns (e.g. a significance test) can be added to the returned frames without touching SQL.
 """
 
@@ -31,9 +36,12 @@ COLUMNS = [
     "wilson_high",
     "always_up_accuracy",
     "persistence_accuracy",
+    "persistence_n",
     "next_day_mape",
     "next_monday_mape",
+    "next_monday_n",
     "one_month_mape",
+    "one_month_n",
     "window_start",
     "window_end",
 ]
@@ -49,10 +57,12 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-# The views (migration 0005): first row per evening, out of sample / with in-sample rows / per model.
+# The views (migration 0017): first row per evening, out of sample / with in-sample rows; per model.
 TICKER_VIEW = "accuracy_30d"
 TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
 MODEL_VIEW = "accuracy_30d_by_model"
+MODEL_VIEW_WITH_IN_SAMPLE = "accuracy_30d_by_model_with_in_sample"
+COUNTS = ("n", "hits", "persistence_n", "next_monday_n", "one_month_n")
 
 
 def leaderboard(engine: Engine, mode: str = "all", include_in_sample: bool = False) -> pd.DataFrame:
@@ -99,8 +109,7 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str) -> pd.DataF
             {
                 "ticker": t,
                 "mode": mode,
-                "n": 0,
-                "hits": 0,
+                **dict.fromkeys(COUNTS, 0),
                 "window_start": window[0],
                 "window_end": window[1],
                 "beats_always_up": False,
@@ -116,10 +125,14 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str) -> pd.DataF
     return pd.concat([board, extra], ignore_index=True)[board.columns]
 
 
-def leaderboard_by_model(engine: Engine, mode: str = "all") -> pd.DataFrame:
-    """Per-model accuracy: one row per (ticker, model_version), each version on its own out-of-sample rows."""
+def leaderboard_by_model(engine: Engine, mode: str = "all", include_in_sample: bool = False) -> pd.DataFrame:
+    """Per-model accuracy: one row per (ticker, model_version), each version on its own rows (out of
+    sample unless `include_in_sample`)."""
     cols = ["ticker", "model_version", *COLUMNS[1:]]
-    df = _with_skill(engine, _read(engine, MODEL_VIEW, cols, mode), mode, by_model=True)
+    view = MODEL_VIEW_WITH_IN_SAMPLE if include_in_sample else MODEL_VIEW
+    df = _with_skill(
+        engine, _read(engine, view, cols, mode), mode, by_model=True, include_in_sample=include_in_sample
+    )
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
 
 
@@ -131,7 +144,7 @@ def _read(engine: Engine, view: str, columns: list[str], mode: str) -> pd.DataFr
     stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
     with engine.connect() as conn:
         df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
-    for c in ("n", "hits"):
+    for c in COUNTS:
         df[c] = df[c].astype("int64")
     for c in ("window_start", "window_end"):  # SQLite views return dates as text
         df[c] = pd.to_datetime(df[c]).dt.date
@@ -162,9 +175,9 @@ def skill_tests(
 ) -> dict[tuple, SkillTest]:
     """The exact test per board row, on exactly the rows its view scored.
 
-    The same selection as the views (migration 0005): the ticker board takes the first recorded row of
-    each (ticker, evening), in-sample rows dropped unless asked for; the per-model board takes every
-    out-of-sample row of each version. Then the row's own window (window_start..window_end). Computed
+    The same selection as the views (migration 0017): the ticker board takes the first recorded row of
+    each (ticker, evening), the per-model board every row of each version; in-sample rows dropped
+    unless asked for. Then the row's own window (window_start..window_end). Computed
     in Python from the stored direction flags: a view cannot run an exact binomial tail on both databases.
     """
     tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
@@ -196,7 +209,7 @@ def skill_tests(
         return tests
     if not by_model:
         rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
-    if by_model or not include_in_sample:
+    if not include_in_sample:
         rows = rows[~rows["in_sample"].astype(bool)]
     rows = rows[rows["next_day_actual"].notna()]
     if mode != "all":
@@ -218,6 +231,44 @@ def skill_tests(
             (inside["next_day_actual"] > inside["run_date_close"]).to_numpy(),
         )
     return tests
+
+
+def hidden_in_sample(engine: Engine, mode: str = "all") -> int:
+    """How many in-sample evenings the default board leaves out: the filled first rows of an evening
+    flagged in-sample inside the window `--include-in-sample` would score."""
+    if mode not in MODES:
+        raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
+    # Fixed view name and a bound parameter: no user text reaches the SQL.
+    window = text(
+        f"SELECT MIN(window_start), MAX(window_end) FROM {TICKER_VIEW_WITH_IN_SAMPLE} WHERE mode = :mode"  # noqa: S608
+    )
+    with engine.connect() as conn:
+        start, end = conn.execute(window, {"mode": mode}).one()
+        if start is None:
+            return 0
+        s = snapshots.c
+        first = select(func.min(s.id)).group_by(s.ticker, s.run_date)
+        stmt = select(func.count()).where(
+            s.id.in_(first),
+            s.in_sample.is_(True),
+            s.next_day_actual.is_not(None),
+            s.run_date >= pd.Timestamp(start).date(),
+            s.run_date <= pd.Timestamp(end).date(),
+        )
+        if mode != "all":
+            stmt = stmt.where(s.mode == mode)
+        return int(conn.execute(stmt).scalar_one())
+
+
+def in_sample_note(engine: Engine, mode: str = "all") -> str | None:
+    """The line under a default board that says what it hides and how to show it (None: nothing hidden)."""
+    hidden = hidden_in_sample(engine, mode)
+    if not hidden:
+        return None
+    return (
+        f"{hidden} in-sample rows hidden; --include-in-sample shows them (replayed evenings whose next-day "
+        "target the model's training data already reached)"
+    )
 
 
 def verdict(df: pd.DataFrame) -> str:

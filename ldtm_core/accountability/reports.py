@@ -51,13 +51,13 @@ def ticker_predictions(
 ) -> pd.DataFrame:
     """One row per evening of `ticker`: what was published (the first row recorded that evening).
 
-    Columns: run_date, run_date_close, model_version, mode, direction_pred, per horizon
+    Columns: run_date, run_date_close, model_version, mode, direction_pred, in_sample, per horizon
     `{h}_date`, `{h}_pred`, `{h}_actual`, `{h}_pct_error`, and `correct` / `went_up` for next day
     (None until filled).
     """
     ticker = validate_ticker(ticker)
     s = snapshots.c
-    cols = [s.id, s.run_date, s.run_date_close, s.model_version, s.mode, s.direction_pred]
+    cols = [s.id, s.run_date, s.run_date_close, s.model_version, s.mode, s.direction_pred, s.in_sample]
     for h in HORIZONS:
         cols += [s[f"{h}_date"], s[f"{h}_pred"], s[f"{h}_actual"], s[f"{h}_pct_error"]]
     cols.append(s.next_day_direction_correct)
@@ -72,11 +72,18 @@ def ticker_predictions(
     df = df.drop_duplicates("run_date", keep="first").drop(columns="id").reset_index(drop=True)
     for c in ["run_date"] + [f"{h}_date" for h in HORIZONS]:
         df[c] = pd.to_datetime(df[c]).dt.date
+    df["in_sample"] = df["in_sample"].astype(bool)
     df = df.rename(columns={"next_day_direction_correct": "correct"})
     filled = df["next_day_actual"].notna()
     df["correct"] = df["correct"].where(filled, None)
     df["went_up"] = (df["next_day_actual"] > df["run_date_close"]).where(filled, None)
     return df
+
+
+def counted_predictions(predictions: pd.DataFrame, include_in_sample: bool = False) -> pd.DataFrame:
+    """The evenings an accuracy figure counts, with the leaderboard's default: in-sample replays (the
+    model's training data reached the next-day target) are left out unless asked for."""
+    return predictions if include_in_sample else predictions[~predictions["in_sample"]]
 
 
 def rolling_accuracy(predictions: pd.DataFrame, days: int = ROLLING_DAYS) -> pd.DataFrame:

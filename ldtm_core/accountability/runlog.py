@@ -60,3 +60,24 @@ def finish(
     run_in_transaction(
         engine, lambda conn: conn.execute(update(run_log).where(run_log.c.run_id == run_id).values(**values))
     )
+
+
+MESSAGE_LIMIT = 2000
+
+
+def failure_message(exc: BaseException) -> str:
+    """What the run_log row of a run that raised says: never empty (KeyboardInterrupt has no text)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return (
+            "interrupted (KeyboardInterrupt, e.g. Ctrl-C) before the run finished: its rows are written "
+            "all or none; run it again"
+        )
+    text = str(exc).strip()
+    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MESSAGE_LIMIT]
+
+
+def skipped_message(skipped: dict[str, str], asked: int) -> str:
+    """One line naming each skipped ticker and why, for a 'partial' (or all-skipped 'failed') run."""
+    reasons = "; ".join(f"{t}: {why}" for t, why in sorted(skipped.items()))
+    text = f"skipped {len(skipped)} of {asked} tickers: {reasons}"
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"

@@ -170,7 +170,9 @@ def predict(
     try:
         _predict(engine, result, models, wanted, band, t0)
     except BaseException as exc:
-        runlog.finish(engine, result.run_id, "failed", phases=result.phases, message=str(exc)[:2000])
+        runlog.finish(
+            engine, result.run_id, "failed", phases=result.phases, message=runlog.failure_message(exc)
+        )
         raise
     status = "ok" if not result.skipped else ("partial" if result.tickers_predicted else "failed")
     runlog.finish(
@@ -181,6 +183,7 @@ def predict(
         phases=result.phases,
         summary=result.summary(),
         tickers=result.tickers_predicted,
+        message=runlog.skipped_message(result.skipped, len(wanted)) if result.skipped else None,
     )
     return result
 
@@ -271,6 +274,8 @@ def _predict(
                 "direction_pred": direction,
                 # The model's data cutoff reaches the answer: it may have trained on it.
                 "in_sample": nd <= inp.model.trained_on_date,
+                # Fillback and the audit judge this row's actual direction with the same band.
+                "neutral_band_pct": band,
                 "next_day_date": nd,
                 "next_monday_date": nm,
                 "one_month_date": om,

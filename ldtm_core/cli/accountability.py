@@ -98,6 +98,9 @@ def predict_cmd(
             err_console.print(
                 f"[yellow]skipped {ticker} on {n} evening(s):[/] {why}", highlight=False, soft_wrap=True
             )
+        _print_in_sample(
+            sum(len(r.in_sample) for r in results), written + sum(r.rows_existing for r in results)
+        )
         if all(r.skipped and not r.tickers_predicted for r in results):
             sys.exit(1)
         return
@@ -122,6 +125,18 @@ def _print_predict(res) -> None:
         console.print(f"[yellow]candidate models used (no active model):[/] {' '.join(res.used_candidate)}")
     for t, why in sorted(res.skipped.items()):
         err_console.print(f"[yellow]skipped {t}:[/] {why}", highlight=False, soft_wrap=True)
+    _print_in_sample(len(res.in_sample), res.rows_written + res.rows_existing)
+
+
+def _print_in_sample(in_sample: int, rows: int) -> None:
+    """Say where the user looks that these rows (written now or already there) are off the default board."""
+    if in_sample:
+        console.print(
+            f"[yellow]{in_sample} of {rows} rows in-sample[/] (the model's training data reaches their next-day "
+            "target): the leaderboard leaves them out; `ldtm leaderboard --include-in-sample` shows them",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _check_run_date(engine, when, tickers: list[str] | None) -> None:
@@ -148,7 +163,8 @@ def fillback_cmd(
     from ldtm_core.accountability.fillback import fillback
 
     cfg = settings()
-    res = fillback(open_db(cfg), dry_run=dry_run, neutral_band_pct=cfg.neutral_band_pct)
+    # Each row's direction is judged with the band stored with its prediction, not today's setting.
+    res = fillback(open_db(cfg), dry_run=dry_run)
     if dry_run:
         table = Table(
             "ticker",
@@ -181,14 +197,21 @@ def leaderboard_cmd(
 ) -> None:
     """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines.
 
-    Each evening counts once per ticker: its first recorded prediction (what was published)."""
-    from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model
+    Each evening counts once per ticker: its first recorded prediction (what was published). The
+    next-day figures cover the 30 days ending at the newest filled evening; the next-Monday and one-month
+    errors the 30 days ending at their own newest filled target date, with their counts in brackets."""
+    from ldtm_core.accountability.leaderboard import in_sample_note, leaderboard, leaderboard_by_model
 
-    if by_model:
-        print_leaderboard(leaderboard_by_model(open_db(), mode), f"{mode}, by model")
-        return
+    engine = open_db()
     label = f"{mode}, with in-sample replays" if include_in_sample else mode
-    print_leaderboard(leaderboard(open_db(), mode, include_in_sample=include_in_sample), label)
+    if by_model:
+        board = leaderboard_by_model(engine, mode, include_in_sample=include_in_sample)
+        print_leaderboard(board, f"{label}, by model")
+        return
+    print_leaderboard(leaderboard(engine, mode, include_in_sample=include_in_sample), label)
+    note = None if include_in_sample else in_sample_note(engine, mode)
+    if note:
+        console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
 
 
 def print_leaderboard(df, mode: str = "all") -> None:
@@ -209,8 +232,8 @@ def print_leaderboard(df, mode: str = "all") -> None:
         "beats up",
         "p (beats up)",
         "|err| 1d",
-        "|err| Mon",
-        "|err| 1m",
+        "|err| Mon (n)",
+        "|err| 1m (n)",
         title=title,
     )
     for r in df.itertuples(index=False):
@@ -226,15 +249,20 @@ def print_leaderboard(df, mode: str = "all") -> None:
             fmt_pct(r.direction_accuracy),
             f"{fmt_pct(r.wilson_low)}–{fmt_pct(r.wilson_high)}",
             fmt_pct(r.always_up_accuracy),
-            fmt_pct(r.persistence_accuracy),
+            _with_n(fmt_pct(r.persistence_accuracy), r.persistence_n, r.n),
             "yes" if r.beats_always_up else "[red]no[/]",
             format_p_value(r.skill_p_value),
             fmt_num(r.next_day_mape),
-            fmt_num(r.next_monday_mape),
-            fmt_num(r.one_month_mape),
+            _with_n(fmt_num(r.next_monday_mape), r.next_monday_n),
+            _with_n(fmt_num(r.one_month_mape), r.one_month_n),
         )
     console.print(table)
     console.print(verdict(df))
+
+
+def _with_n(value: str, n: int, same_as: int | None = None) -> str:
+    """A figure with the count it rests on, unless that is the row's n anyway."""
+    return value if n == same_as else f"{value} ({n})"
 
 
 @audit_app.command("verify")

@@ -96,14 +96,10 @@ def snapshots(
 
     runs = for_each_partition(context, "snapshots", one)
     sessions = sum(r["status"] != "no session" for r in runs)
-    band = settings.neutral_band_pct
-    report = audit.verify(engine, neutral_band_pct=band)
+    # Each row is audited with the band stored with it, not today's LDTM_NEUTRAL_BAND_PCT.
+    report = audit.verify(engine)
     anchors = chain.parse_heads(previous_heads, "the previous Dagster snapshots materialization")
-    anchored = (
-        audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors, neutral_band_pct=band)
-        if anchors
-        else None
-    )
+    anchored = audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors) if anchors else None
     last = runs[-1] if runs else {}
     return MaterializeResult(
         metadata={
@@ -198,6 +194,8 @@ def leaderboard(
     metadata = {
         "verdict": board.verdict(table),
         "tickers": len(rows),
+        # The in-sample evenings the board leaves out (`ldtm leaderboard --include-in-sample` shows them).
+        "in_sample_hidden": board.hidden_in_sample(engine, "all"),
         "beats_always_up": int(table["beats_always_up"].sum()) if rows else 0,
         # The exact one-sided test of "beats always-up" (ldtm_core.accountability.skill) at the 5 % level.
         "beats_always_up_p_le_0_05": int((table["skill_p_value"] <= 0.05).sum()) if rows else 0,

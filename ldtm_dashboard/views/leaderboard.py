@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ldtm_core.accountability.leaderboard import MODES, SIGNIFICANCE, leaderboard, verdict
+from ldtm_core.accountability.leaderboard import MODES, SIGNIFICANCE, hidden_in_sample, leaderboard, verdict
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine
 
@@ -14,12 +14,15 @@ COLUMNS = [
     "wilson_high",
     "always_up_accuracy",
     "persistence_accuracy",
+    "persistence_n",
     "model_only",
     "up_only",
     "skill_p_value",
     "next_day_mape",
     "next_monday_mape",
+    "next_monday_n",
     "one_month_mape",
+    "one_month_n",
     "beats_always_up",
     "window_start",
     "window_end",
@@ -33,7 +36,10 @@ COLUMN_CONFIG = {
     "always_up_accuracy": PCT(
         "always-up", format="percent", help="accuracy of 'up every day' on the same rows"
     ),
-    "persistence_accuracy": PCT("persistence", format="percent", help="tomorrow's sign = today's sign"),
+    "persistence_accuracy": PCT(
+        "persistence", format="percent", help="tomorrow's sign = today's sign (rows with a previous close)"
+    ),
+    "persistence_n": PCT("n persist.", help="rows with a previous close: persistence is scored on these"),
     "model_only": PCT("model only", help="rows where the model was right and always-up wrong"),
     "up_only": PCT("up only", help="rows where always-up was right and the model wrong"),
     "skill_p_value": PCT(
@@ -42,15 +48,28 @@ COLUMN_CONFIG = {
         help="one-sided exact sign test on the discordant rows: small = evidence the model beats always-up",
     ),
     "next_day_mape": PCT("|err| 1d %", format="%.2f"),
-    "next_monday_mape": PCT("|err| Mon %", format="%.2f"),
-    "one_month_mape": PCT("|err| 1m %", format="%.2f"),
+    "next_monday_mape": PCT(
+        "|err| Mon %", format="%.2f", help="the 30 days ending at the newest filled next-Monday target"
+    ),
+    "next_monday_n": PCT("n Mon", help="filled next-Monday targets in their own 30-day window"),
+    "one_month_mape": PCT(
+        "|err| 1m %", format="%.2f", help="the 30 days ending at the newest filled one-month target"
+    ),
+    "one_month_n": PCT("n 1m", help="filled one-month targets in their own 30-day window"),
     "beats_always_up": st.column_config.CheckboxColumn("beats up"),
 }
 
 st.title("Leaderboard")
 st.caption(database_caption())
 mode = st.radio("Snapshots", MODES, horizontal=True, help="live evenings, history replays, or both")
-full_board = leaderboard(engine(), mode)
+include_in_sample = st.checkbox(
+    "Include in-sample replays",
+    value=False,
+    help="As `ldtm leaderboard --include-in-sample`: evenings whose next-day target the model's "
+    "training data already reached",
+)
+full_board = leaderboard(engine(), mode, include_in_sample=include_in_sample)
+hidden = 0 if include_in_sample else hidden_in_sample(engine(), mode)
 # Tickers with a serving model but no filled evening in the window: named, not scored, never dropped.
 stale = full_board[full_board["stale"]]
 board = full_board[~full_board["stale"]]
@@ -61,17 +80,26 @@ if len(stale):
     )
 
 if board.empty:
-    st.info(
-        f"No filled snapshots ({mode}) in the database yet, so there is nothing to score. "
-        "Run `make demo`, or `ldtm predict` and later `ldtm fillback`, then reload."
-    )
+    if hidden:
+        st.info(
+            f"All {hidden} filled evenings in the window are in-sample replays (the model trained on "
+            "their answers), so nothing is scored: tick 'Include in-sample replays' to see them."
+        )
+    else:
+        st.info(
+            f"No filled snapshots ({mode}) in the database yet, so there is nothing to score. "
+            "Run `make demo`, or `ldtm predict` and later `ldtm fillback`, then reload."
+        )
     st.stop()
 
 st.markdown(f"**{verdict(full_board)}**")
 st.caption(
     f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
     f"snapshots ending at the newest). p is the one-sided exact test of 'right more often than always-up' "
-    f"on the rows where the two disagree; p <= {SIGNIFICANCE:g} is evidence, a higher accuracy alone is not."
+    f"on the rows where the two disagree; p <= {SIGNIFICANCE:g} is evidence, a higher accuracy alone is not. "
+    "The next-Monday and one-month errors each cover the 30 days ending at their own newest filled target, "
+    "with their counts beside them."
+    + (f" {hidden} in-sample rows hidden; 'Include in-sample replays' shows them." if hidden else "")
 )
 left, mid, right = st.columns(3)
 left.metric("tickers scored", len(board))

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from ldtm_core.accountability.reports import (
+    counted_predictions,
     evening_cohorts,
     last_gate_report,
     model_timeline,
@@ -41,13 +42,21 @@ st.query_params["ticker"] = ticker  # the address names what is shown, so it can
 first, last = snapshot_range(db, ticker)
 picked = st.date_input("Evenings", value=(first, last), min_value=first, max_value=last)
 start, end = (picked[0], picked[-1]) if isinstance(picked, tuple | list) and picked else (first, last)
+include_in_sample = st.checkbox(
+    "Include in-sample replays",
+    value=False,
+    help="As `ldtm leaderboard --include-in-sample`: evenings whose next-day target the model's "
+    "training data already reached. Left out by default, as on the leaderboard.",
+)
 predictions = ticker_predictions(db, ticker, start, end)
-filled = predictions[predictions["next_day_actual"].notna()]
-skill = ticker_skill(predictions)
+counted = counted_predictions(predictions, include_in_sample)
+filled = counted[counted["next_day_actual"].notna()]
+hidden = int((predictions["in_sample"] & predictions["next_day_actual"].notna()).sum())
+skill = ticker_skill(counted)
 
 cols = st.columns(4)
 cols[0].metric("evenings", len(predictions))
-cols[1].metric("next-day filled", len(filled))
+cols[1].metric("next-day scored", len(filled), help="filled next-day evenings the figures count")
 if len(filled):
     cols[2].metric(
         "direction accuracy",
@@ -55,7 +64,15 @@ if len(filled):
         f"{filled['correct'].astype(bool).mean() - filled['went_up'].astype(bool).mean():+.1%} vs always-up",
     )
 cols[3].metric("p (beats always-up)", format_p_value(skill.p_value) if len(filled) else "—")
-st.caption(f"Skill test over the chosen evenings: {skill.describe()}.")
+st.caption(
+    f"Counted: the {len(filled)} filled next-day evenings in the chosen range (the first prediction of each "
+    + (
+        "evening, in-sample replays included"
+        if include_in_sample
+        else f"evening, as the leaderboard; {hidden} in-sample evenings left out"
+    )
+    + f"). Skill test over them: {skill.describe()}."
+)
 
 st.header("Predicted vs actual close")
 for tab, (horizon, label) in zip(st.tabs(list(HORIZONS.values())), HORIZONS.items(), strict=True):
@@ -64,7 +81,7 @@ for tab, (horizon, label) in zip(st.tabs(list(HORIZONS.values())), HORIZONS.item
         st.caption(f"{label}: each point is a target date; the actual line appears as closes arrive.")
 
 st.header("Rolling 30-day next-day accuracy")
-rolling = rolling_accuracy(predictions)
+rolling = rolling_accuracy(counted)
 rolling = rolling[rolling["n"] >= MIN_ROLLING_N]  # a window of 1-4 evenings is noise, not accuracy
 if rolling.empty:
     st.info(f"Fewer than {MIN_ROLLING_N} filled next-day predictions in any 30-day window of this range.")

@@ -116,6 +116,9 @@ def _run_whole_graph(instance, resources) -> None:
     assert meta["tickers"].value == len(tickers)
     assert "data:image/png;base64," in meta["plot"].value
     assert meta["table"].value.records and "always_up_accuracy" in meta["table"].value.records[0].data
+    # Each horizon's error with the count it rests on; the in-sample evenings the board leaves out.
+    assert {"one_month_mape", "one_month_n", "persistence_n"} <= set(meta["table"].value.records[0].data)
+    assert meta["in_sample_hidden"].value >= 0
     summary = _latest_metadata(instance, "checkpoints")["summary"].value.records
     assert sorted(r.data["ticker"] for r in summary) == sorted(tickers)
     assert {r.data["status"] for r in summary} == {"trained"}

@@ -77,8 +77,8 @@ def test_ticker_page_from_the_address(seeded):
     assert preds["run_date"].min() == FIRST_EVENING and preds["run_date"].max() == LAST_EVENING
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["evenings"] == str(len(preds))
-    filled = preds[preds["next_day_actual"].notna()]
-    assert metrics["next-day filled"] == str(len(filled))
+    filled = preds[preds["next_day_actual"].notna() & ~preds["in_sample"]]  # the leaderboard's rows
+    assert metrics["next-day scored"] == str(len(filled))
     assert metrics["direction accuracy"] == f"{filled['correct'].astype(bool).mean():.1%}"
     # 3 horizons + rolling accuracy + cohorts + registry timeline.
     assert len(charts(at)) == 6
@@ -124,3 +124,38 @@ def test_navigation_serves_the_three_pages(env):
     for name, title in (("ticker", "Ticker"), ("runs", "Runs")):
         at.switch_page(str(PAGES / f"{name}.py")).run()
         assert not at.exception and at.title[0].value == title
+
+
+def test_ticker_page_and_leaderboard_count_the_same_rows_and_say_so(seeded):
+    """In-sample rows (the model's data reached their targets) are left out of both pages by default."""
+    from sqlalchemy import select, update
+
+    from ldtm_core.schema import snapshots
+
+    s = snapshots.c
+    with seeded.begin() as conn:  # NVDA's first evenings as a model trained later would have them
+        conn.execute(
+            update(snapshots).where(s.ticker == "NVDA", s.run_date < "2024-05-24").values(in_sample=True)
+        )
+        rows = pd.DataFrame(
+            conn.execute(
+                select(s.run_date, s.in_sample, s.next_day_direction_correct)
+                .where(s.ticker == "NVDA", s.next_day_actual.is_not(None))
+                .order_by(s.run_date)
+            ).all()
+        )
+    out = rows[~rows["in_sample"].astype(bool)]
+    hidden = int(rows["in_sample"].astype(bool).sum())
+    assert hidden > 0 and len(out) > 0
+    at = page("ticker", ticker="NVDA")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["direction accuracy"] == f"{out['next_day_direction_correct'].astype(bool).mean():.1%}"
+    assert metrics["next-day scored"] == str(len(out))
+    assert any(f"{hidden} in-sample" in c.value for c in at.caption)
+    at.checkbox[0].check().run()  # the same switch as the leaderboard's --include-in-sample
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["next-day scored"] == str(len(rows))
+    assert metrics["direction accuracy"] == f"{rows['next_day_direction_correct'].astype(bool).mean():.1%}"
+    board = page("leaderboard")
+    in_window = leaderboard(seeded, include_in_sample=True)["n"].sum() - leaderboard(seeded)["n"].sum()
+    assert any(f"{in_window} in-sample rows hidden" in c.value for c in board.caption)

@@ -90,8 +90,11 @@ def _expected_leaderboard(engine) -> pd.DataFrame:
                 "run_date": r.run_date,
                 "hit": sign(r.next_day_pred - c0) == sign(a - c0),
                 "up": a > c0,
-                "persist": cp is not None
-                and ((c0 > cp and a > c0) or (c0 < cp and a < c0) or (c0 == cp and a == c0)),
+                # No previous close (a ticker's first row): persistence is not judged there.
+                "persist": None
+                if cp is None
+                else ((c0 > cp and a > c0) or (c0 < cp and a < c0) or (c0 == cp and a == c0)),
+                **{f"{h}_date": tg[h] for h in HORIZONS},
                 **{
                     f"{h}_err": abs(getattr(r, f"{h}_pred") - actual[h]) / actual[h] * 100
                     if actual[h] is not None
@@ -100,8 +103,13 @@ def _expected_leaderboard(engine) -> pd.DataFrame:
                 },
             }
         )
-    df = pd.DataFrame(rows)
-    df = df[df.run_date >= df.run_date.max() - dt.timedelta(days=29)]
+    every = pd.DataFrame(rows)
+    df = every[every.run_date >= every.run_date.max() - dt.timedelta(days=29)]
+    # Next-Monday and one-month errors: their own 30 days of filled target dates (migration 0017).
+    own = {}
+    for h in ("next_monday", "one_month"):
+        f = every[every[f"{h}_err"].notna()]
+        own[h] = f[f[f"{h}_date"] >= f[f"{h}_date"].max() - dt.timedelta(days=29)]
     out = []
     for t, g in df.groupby("ticker"):
         n, hits = len(g), int(g.hit.sum())
@@ -115,8 +123,12 @@ def _expected_leaderboard(engine) -> pd.DataFrame:
                 "wilson_low": lo,
                 "wilson_high": hi,
                 "always_up_accuracy": int(g.up.sum()) / n,
-                "persistence_accuracy": int(g.persist.sum()) / n,
-                **{f"{h}_mape": g[f"{h}_err"].mean() for h in HORIZONS},
+                "persistence_accuracy": int(g.persist.dropna().astype(bool).sum())
+                / int(g.persist.notna().sum()),
+                "persistence_n": int(g.persist.notna().sum()),
+                "next_day_mape": g["next_day_err"].mean(),
+                **{f"{h}_mape": own[h][own[h].ticker == t][f"{h}_err"].mean() for h in own},
+                **{f"{h}_n": int((own[h].ticker == t).sum()) for h in own},
             }
         )
     return pd.DataFrame(out).set_index("ticker").sort_index()
