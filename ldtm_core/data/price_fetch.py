@@ -23,6 +23,7 @@ from sqlalchemy import Engine, func, select
 
 from ldtm_core.data.calendar import latest_session_on_or_before, session_array
 from ldtm_core.data.corporate_actions import HistoryRewriteRefused, force_from_env, reconcile, record_actions
+from ldtm_core.data.price_moves import moves_since
 from ldtm_core.data.price_validation import validate_prices
 from ldtm_core.data.price_writer import write_prices
 from ldtm_core.data.sources.base import FileReceipt, PriceSource, SourceAnswer, first_line
@@ -65,6 +66,8 @@ class FetchReport:
     end: dt.date
     outcomes: dict[str, TickerOutcome] = field(default_factory=dict)
     files: list[dict] = field(default_factory=list)
+    # One-day moves in what was stored that no recorded corporate action explains (price_moves.moves_since).
+    moves: list = field(default_factory=list)
 
     @property
     def failed(self) -> list[TickerOutcome]:
@@ -198,6 +201,7 @@ def fetch_prices(
             o = report.outcomes[t]
             if o.status == "ok" and o.rows == 0:
                 o.status, o.reason = "no new data", "no new file holds this ticker"
+    report.moves = moves_since(engine, {o.ticker: o.first_date for o in report.stored if o.first_date})
     return report
 
 
