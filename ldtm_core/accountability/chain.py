@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 from sqlalchemy import Connection, Engine, func, select, tuple_, update
@@ -202,6 +202,7 @@ class Anchor:
     row_hash: str
     run_date: dt.date | None
     model_version: str
+    keyed: bool = False  # written under LDTM_AUDIT_KEY (run_log anchors record it)
 
 
 def parse_heads(heads: Mapping, source: str) -> dict[str, Anchor]:
@@ -234,5 +235,5 @@ def load_anchors(conn: Connection, tickers: Sequence[str] | None = None) -> tupl
         keyed = keyed or bool(anchor.get("keyed"))
         for t, a in heads.items():
             if wanted is None or t in wanted:
-                out.setdefault(t, []).append(a)
+                out.setdefault(t, []).append(replace(a, keyed=bool(anchor.get("keyed"))))
     return out, keyed, unreadable

@@ -16,7 +16,7 @@ from dagster import (
     asset,
 )
 
-from ldtm_core.accountability import audit, chain, fillback
+from ldtm_core.accountability import audit, chain, fillback, refill
 from ldtm_core.accountability import leaderboard as board
 from ldtm_core.accountability import snapshots as snaps
 from ldtm_core.data.calendar import is_session
@@ -127,9 +127,13 @@ def snapshots(
                 metadata={
                     "rows_checked": report.rows_checked,
                     "problems": MetadataValue.json([_plain(p) for p in report.problems[:20]]),
+                    # Not problems: stale for a recorded reason, re-filled by this run's fillbacks.
+                    "stale_actuals": MetadataValue.json([st.describe() for st in report.stale[:20]]),
+                    "refills_so_far": len(report.revisions),
                 },
                 description="every row's hash matches its prediction and links to its predecessor, "
-                "the chain heads recorded in run_log are all present, and filled actuals match prices",
+                "the chain heads recorded in run_log are all present, and filled actuals match prices "
+                "(or are stale for a recorded reason: a revised bar, a late corporate action)",
             ),
             AssetCheckResult(
                 check_name="chain_matches_dagster_anchors",
@@ -171,14 +175,25 @@ def _plain(obj) -> dict:
 def fillbacks(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
-    """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched)."""
+    """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched).
+
+    First the actuals made stale by a revised bar inside the overlap window or a late corporate action are
+    re-filled (ldtm_core.accountability.refill; each logged in fill_revisions with its old value)."""
+    engine = database.engine(store)
     with failing_as("fillbacks"):
-        result = fillback.fillback(database.engine(store))
+        redone = refill.refill(engine, automatic=True)
+        result = fillback.fillback(engine)
+    for st in redone.refilled:
+        context.log.warning(f"re-filled {st.describe()}")
     return MaterializeResult(
         metadata={
             "rows_pending": result.rows_pending,
             "filled": result.total_filled,
             **{f"filled_{h}": n for h, n in result.filled.items()},
+            "refilled": len(redone.refilled),
+            "refills": MetadataValue.json([st.describe() for st in redone.refilled[:50]]),
+            # Explained but beyond the overlap window: `ldtm fillback --refill` (an operator's decision).
+            "stale_left": MetadataValue.json([st.describe() for st in redone.left[:50]]),
         }
     )
 
