@@ -156,6 +156,9 @@ snapshots = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("prev_hash", String(64), nullable=False),
     Column("row_hash", String(64), nullable=False),
+    # Which definition of the row hash this row was written under (chain.canonical): 1 = the prediction,
+    # 2 = also created_at, run_id and model_status. Old rows keep 1 and verify under it.
+    Column("chain_version", Integer, nullable=False, server_default=text("1")),
     Column("next_day_actual", Float),
     Column("next_day_pct_error", Float),
     Column("next_day_direction_actual", String(8)),

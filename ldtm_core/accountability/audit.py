@@ -31,6 +31,7 @@ from sqlalchemy.orm import aliased
 
 from ldtm_core.accountability.chain import (
     HASHED_COLUMNS,
+    HASHED_V2,
     IN_SAMPLE,
     Anchor,
     audit_key,
@@ -85,7 +86,7 @@ def verify(
     engine: Engine,
     tickers: Sequence[str] | None = None,
     *,
-    extra_anchors: Mapping[str, Anchor] | None = None,
+    extra_anchors: Mapping[str, Anchor | Sequence[Anchor]] | None = None,
     neutral_band_pct: float | None = None,
 ) -> AuditReport:
     """Check the chain, the anchors and the filled actuals (module doc); every problem is listed.
@@ -102,6 +103,8 @@ def verify(
         s.id,
         *(s[c] for c in HASHED_COLUMNS),
         s[IN_SAMPLE],
+        *(s[c] for c in HASHED_V2),
+        s.chain_version,
         s.prev_hash,
         s.row_hash,
     ]
@@ -113,6 +116,7 @@ def verify(
     by_ticker: dict[str, dict[int, tuple]] = defaultdict(dict)
     expected_prev: dict[str, str] = {}
     keyed_from: dict[str, int] = {}  # per ticker: the first row hashed under the key
+    newest_version: dict[str, int] = {}
     with engine.connect() as conn:
         anchors, keyed, unreadable = load_anchors(conn, wanted)
         if keyed and key is None:
@@ -151,6 +155,19 @@ def verify(
                     what = "prediction changed: row_hash mismatch"
                 problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
             expected_prev[t] = r["row_hash"]
+            # Versions only go up along a chain: a row relabelled as older would escape what v2 hashes.
+            version = int(r["chain_version"] or 1)
+            if version < newest_version.get(t, 1):
+                problems.append(
+                    AuditProblem(
+                        t,
+                        r["run_date"],
+                        r["model_version"],
+                        f"chain version went back: row {r['id']} says version {version} after a row of version "
+                        f"{newest_version[t]} (relabelled to escape the fields the newer version hashes)",
+                    )
+                )
+            newest_version[t] = max(version, newest_version.get(t, 1))
         stale = [st for st in find_stale(conn, wanted) if st.reason is not None]
         actual_problems, actuals_checked = _check_actuals(
             conn, wanted, band, {(st.id, st.horizon) for st in stale}
@@ -163,7 +180,7 @@ def verify(
     all_anchors = {t: list(v) for t, v in anchors.items()}
     for t, a in (extra_anchors or {}).items():
         if wanted is None or t in wanted:
-            all_anchors.setdefault(t, []).append(a)
+            all_anchors.setdefault(t, []).extend(a if isinstance(a, list | tuple) else [a])
     anchor_problems, anchors_checked = _check_anchors(all_anchors, by_ticker)
     problems.extend(anchor_problems)
     problems.extend(actual_problems)

@@ -43,8 +43,10 @@ from ..steps import failing_as, for_each_partition
     check_specs=[
         AssetCheckSpec("one_per_ticker", asset="snapshots", blocking=True),
         AssetCheckSpec("audit_chain_intact", asset="snapshots", blocking=True),
-        # Warn only: a deliberately reset app database would otherwise block every later run.
-        AssetCheckSpec("chain_matches_dagster_anchors", asset="snapshots", blocking=False),
+        # Blocking: every evening's chain heads, kept in its own materialization outside the app database,
+        # must still be in the table. (Resetting the app database on purpose: wipe this asset's
+        # materializations too, `dagster asset wipe snapshots`.)
+        AssetCheckSpec("chain_matches_dagster_anchors", asset="snapshots", blocking=True),
     ],
 )
 def snapshots(
@@ -55,7 +57,7 @@ def snapshots(
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
     engine, settings = database.engine(store), database.settings(store)
-    previous_heads = _previous_chain_heads(context)
+    previous = _materialized_anchors(context)
     duplicates: dict[str, int] = {}
     heads: dict[str, str] = {}
 
@@ -95,10 +97,9 @@ def snapshots(
     sessions = sum(r["status"] != "no session" for r in runs)
     band = settings.neutral_band_pct
     report = audit.verify(engine, neutral_band_pct=band)
-    anchors = chain.parse_heads(previous_heads, "the previous Dagster snapshots materialization")
     anchored = (
-        audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors, neutral_band_pct=band)
-        if anchors
+        audit.verify(engine, tickers=sorted(previous), extra_anchors=previous, neutral_band_pct=band)
+        if previous
         else None
     )
     last = runs[-1] if runs else {}
@@ -138,15 +139,16 @@ def snapshots(
             AssetCheckResult(
                 check_name="chain_matches_dagster_anchors",
                 passed=anchored is None or anchored.ok,
-                severity=AssetCheckSeverity.WARN,
+                severity=AssetCheckSeverity.ERROR,
                 metadata={
-                    "anchors_compared": len(anchors),
+                    "anchors_compared": sum(len(v) for v in previous.values()),
                     "problems": MetadataValue.json(
                         [_plain(p) for p in (anchored.problems if anchored else [])[:20]]
                     ),
                 },
-                description="the chain heads recorded in the previous materialization's metadata are still "
-                "in the snapshots table with the same hash (nothing deleted or rewritten since)",
+                description="the chain heads recorded in every earlier snapshots materialization's metadata "
+                "(each evening's own) are still in the snapshots table with the same hash (nothing deleted "
+                "or rewritten since)",
             ),
         ],
     )
@@ -155,12 +157,30 @@ def snapshots(
 CHAIN_HEADS = "chain_heads"
 
 
-def _previous_chain_heads(context: AssetExecutionContext) -> dict:
-    """{ticker: [id, row_hash, run_date, version]} from the latest snapshots materialization, or {}."""
-    event = context.instance.get_latest_materialization_event(context.asset_key)
-    materialization = event.asset_materialization if event else None
-    value = materialization.metadata.get(CHAIN_HEADS) if materialization else None
-    return dict(value.value) if value is not None and isinstance(value.value, dict) else {}
+def _materialized_anchors(context: AssetExecutionContext) -> dict[str, list[chain.Anchor]]:
+    """{ticker: [Anchor, ...]} from the chain heads of EVERY earlier snapshots materialization, each named
+    by its evening: a rewrite is caught against each evening's own record, not only the latest one
+    (which a rewrite flagged once would otherwise replace as the baseline)."""
+    out: dict[str, list[chain.Anchor]] = {}
+    cursor = None
+    while True:
+        page = context.instance.fetch_materializations(context.asset_key, limit=1000, cursor=cursor)
+        for record in page.records:
+            materialization = record.asset_materialization
+            value = materialization.metadata.get(CHAIN_HEADS) if materialization else None
+            if value is None or not isinstance(value.value, dict):
+                continue
+            source = f"the Dagster snapshots materialization of {materialization.partition or '-'} (run {record.run_id})"
+            try:
+                heads = chain.parse_heads(value.value, source)
+            except (ValueError, TypeError, IndexError):
+                context.log.warning(f"unreadable chain heads in {source}")
+                continue
+            for t, a in heads.items():
+                out.setdefault(t, []).append(a)
+        if not page.has_more:
+            return out
+        cursor = page.cursor
 
 
 def _plain(obj) -> dict:

@@ -1,4 +1,5 @@
-"""fill_revisions: every re-fill of a snapshot actual, with the old value and the reason (issue 20 item 1)
+"""fill_revisions: every re-fill of a snapshot actual, with the old value and the reason (issue 20 item 1);
+snapshots.chain_version: the row hash definition a row was written under (item 8b; existing rows are 1)
 
 Revision ID: 0015
 Revises: 0014
@@ -29,8 +30,14 @@ def upgrade() -> None:
         sa.Column("revised_at", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index("ix_fill_revisions_snapshot", "fill_revisions", ["snapshot_id"])
+    # A plain ADD COLUMN (SQLite allows it with a constant default): a batch copy of snapshots would
+    # break the views that read it.
+    op.add_column(
+        "snapshots", sa.Column("chain_version", sa.Integer(), nullable=False, server_default=sa.text("1"))
+    )
 
 
 def downgrade() -> None:
     op.drop_index("ix_fill_revisions_snapshot", table_name="fill_revisions")
     op.drop_table("fill_revisions")
+    op.drop_column("snapshots", "chain_version")  # native DROP COLUMN (SQLite >= 3.35)
