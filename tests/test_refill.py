@@ -139,6 +139,8 @@ def test_a_key_set_after_rows_exist_applies_from_then_on(engine, recent, monkeyp
     settings, df, dates = recent
     monkeypatch.setenv(AUDIT_KEY_ENV, "set-later")
     assert verify(engine).ok  # history written without the key is not flagged
+    predict(engine, settings, run_date=dates[-2])  # a rerun: writes nothing, anchors the unkeyed head keyed
+    assert verify(engine).ok
     predict(engine, settings, run_date=dates[-1])  # the first keyed row
     report = verify(engine)
     assert report.ok, [p.what for p in report.problems]

@@ -207,7 +207,7 @@ def _unkeyed_until(anchors: Mapping[str, list[Anchor]]) -> dict[str, int]:
         keyed = [a.id for a in items if a.keyed]
         if keyed:
             first = min(keyed)
-            out[t] = max((a.id for a in items if not a.keyed and a.id < first), default=0)
+            out[t] = max((a.id for a in items if not a.keyed and a.id <= first), default=0)
     return out
 
 
