@@ -167,3 +167,30 @@ def test_cli_refill_dry_run_then_refill_and_audit_lists_it(engine, recent, ldtm_
     assert _row(engine, dates[-30]).next_day_actual == pytest.approx(old * 1.01)
     audit = run(app, ["audit", "verify"])
     assert audit.exit_code == 0 and "1 re-fills" in audit.output and f"{old:.4f}" in audit.output
+
+
+def test_recording_a_split_from_an_ingest_refills_at_once(engine, db_url, tmp_path, monkeypatch):
+    """The action arrives with back-adjusted history a day late: the ingest that records it re-fills the
+    actuals it explains in the same call, before any leaderboard reads them."""
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
+    settings = make_settings(tmp_path, db_url)
+    df = generate(["AAPL"], "2024-01-02", "2024-06-28", seed=7)
+    dates = sorted(df["date"].unique())
+    ex = dates[-2]
+    raw = df.copy()
+    raw.loc[raw["date"] >= ex, ["open", "high", "low", "close"]] /= 4
+    ingest_frame(engine, raw[raw["date"] <= ex], "vendor")
+    make_model(engine, settings, "AAPL")
+    predict(engine, settings, run_date=dates[-3])
+    fillback(engine)
+    assert _row(engine, dates[-3]).next_day_pct_error > 200
+    adjusted = raw[raw["date"] >= dates[-6]].copy()  # the source's overlap, rewritten on the new basis
+    adjusted.loc[adjusted["date"] < ex, ["open", "high", "low", "close"]] /= 4
+    ingest_frame(engine, adjusted, "vendor")
+    row = _row(engine, dates[-3])
+    assert row.next_day_actual == pytest.approx(df.set_index("date").loc[ex, "close"])
+    assert abs(row.next_day_pct_error) < 20
+    with engine.connect() as conn:
+        [rev] = conn.execute(select(fill_revisions)).all()
+    assert "split" in rev.reason and rev.old_actual == pytest.approx(rev.new_actual / 4)
+    assert verify(engine).ok

@@ -308,3 +308,11 @@ def revisions(conn_or_engine, tickers: Sequence[str] | None = None) -> list[dict
         with conn_or_engine.connect() as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]
     return [dict(r) for r in conn_or_engine.execute(stmt).mappings()]
+
+
+def refill_after_actions(engine: Engine, tickers: Sequence[str]) -> RefillResult | None:
+    """Called by every ingest path right after it recorded corporate actions for `tickers`: the actuals
+    they explain are re-filled at once, so no reader scores a split as a -90 % day until the next fillback."""
+    if not tickers:
+        return None
+    return refill(engine, automatic=True, tickers=sorted(set(tickers)))

@@ -63,6 +63,8 @@ def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: boo
     unless `force` (default LDTM_FORCE_REINGEST)."""
     force = force_from_env() if force is None else force
 
+    recorded: list[str] = []
+
     def work(conn) -> int:
         frames, actions = [], []
         for ticker, part in df.groupby("ticker", sort=False):
@@ -70,11 +72,21 @@ def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: boo
             frames.append(rec.frame.assign(ticker=ticker))
             actions.extend(rec.actions)
         record_actions(conn, actions)
+        recorded[:] = [a.ticker for a in actions]
         kept = pd.concat(frames, ignore_index=True) if frames else df
         return write_prices(conn, kept[df.columns], source)
 
     written = run_in_transaction(engine, work)
+    _refill_after_actions(engine, recorded)
     return IngestResult(label, int(df["ticker"].nunique()), len(df), written)
+
+
+def _refill_after_actions(engine: Engine, tickers: list[str]) -> None:
+    """Actions just recorded re-base filled actuals: re-fill them now (accountability.refill)."""
+    if tickers:
+        from ldtm_core.accountability.refill import refill_after_actions  # the data layer's one upward call
+
+        refill_after_actions(engine, tickers)
 
 
 def ingest_frame(

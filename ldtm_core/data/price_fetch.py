@@ -261,6 +261,10 @@ def _store_answer(
     if not clean and not answer.receipts:
         return
     written = run_in_transaction(engine, work)
+    if actions:  # actuals filled before these actions were known are re-filled now (accountability.refill)
+        from ldtm_core.accountability.refill import refill_after_actions
+
+        refill_after_actions(engine, [a.ticker for a in actions])
     for ticker, df in clean.items():
         if df.empty:
             continue
