@@ -1,9 +1,9 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions, and the views
-accuracy_30d, accuracy_30d_with_in_sample, accuracy_30d_by_model and accuracy_30d_by_model_with_in_sample (created
-by migrations).
+backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions,
+fill_revisions, and the views accuracy_30d, accuracy_30d_with_in_sample, accuracy_30d_by_model and
+accuracy_30d_by_model_with_in_sample (created by migrations).
 """
 
 from __future__ import annotations
@@ -159,6 +159,9 @@ snapshots = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("prev_hash", String(64), nullable=False),
     Column("row_hash", String(64), nullable=False),
+    # Which definition of the row hash this row was written under (chain.canonical): 1 = the prediction,
+    # 2 = also created_at, run_id and model_status. Old rows keep 1 and verify under it.
+    Column("chain_version", Integer, nullable=False, server_default=text("1")),
     Column("next_day_actual", Float),
     Column("next_day_pct_error", Float),
     Column("next_day_direction_actual", String(8)),
@@ -174,6 +177,25 @@ snapshots = Table(
     CheckConstraint("mode IN ('live','replay')", name="ck_snapshots_mode"),
     CheckConstraint("direction_pred IN ('bullish','neutral','bearish')", name="ck_snapshots_direction"),
     Index("ix_snapshots_run_date", "run_date"),
+)
+
+# Every re-fill of a filled actual (a revised bar, a corporate action recorded after the fill): the old
+# value stays visible here, written in the same transaction as the new one (accountability.refill).
+fill_revisions = Table(
+    "fill_revisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("snapshot_id", Integer, ForeignKey("snapshots.id"), nullable=False),
+    Column("ticker", TICKER, nullable=False),
+    Column("run_date", Date, nullable=False),
+    Column("horizon", String(12), nullable=False),
+    Column("old_actual", Float, nullable=False),
+    Column("new_actual", Float, nullable=False),
+    Column("old_pct_error", Float),
+    Column("new_pct_error", Float, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("revised_at", DateTime(timezone=True), nullable=False),
+    Index("ix_fill_revisions_snapshot", "snapshot_id"),
 )
 
 backtest_folds = Table(

@@ -83,6 +83,68 @@ EDITS = {
 }
 
 
+def test_backdating_or_relabelling_a_prediction_is_detected(engine, chained):
+    """Issue 20 item 8b: when and by what a prediction was made is hashed too (chain version 2)."""
+    with engine.connect() as conn:
+        row_id, version = conn.execute(
+            select(snapshots.c.id, snapshots.c.chain_version).where(
+                snapshots.c.ticker == "AAPL", snapshots.c.run_date == chained[4]
+            )
+        ).one()
+    assert version == 2
+    _, restore = _restoring(engine, row_id)
+    for column, sql in V2_EDITS.items():
+        with engine.begin() as conn:
+            n = conn.execute(text(f"UPDATE snapshots SET {sql} WHERE id = :i"), {"i": row_id}).rowcount  # noqa: S608
+        assert n == 1, column
+        report = verify(engine)
+        assert [(p.ticker, p.run_date) for p in report.problems] == [("AAPL", chained[4])], column
+        assert "prediction changed" in report.problems[0].what, column
+        restore()
+    assert verify(engine).ok
+
+
+# The fields chain version 2 adds: when, in which run and by a model of which status a row was written.
+V2_EDITS = {
+    "created_at": "created_at = '2020-01-02 21:00:00'",
+    "run_id": "run_id = 'forged-run'",
+    "model_status": "model_status = CASE WHEN model_status = 'active' THEN 'candidate' ELSE 'active' END",
+}
+
+
+def test_rows_written_under_chain_version_1_still_verify(engine, db_url, tmp_path, monkeypatch):
+    """Rows written before version 2 keep their hashes; new rows of the same chain are written v2, and
+    relabelling a v2 row as v1 (to escape the fields v2 covers) is caught."""
+    from ldtm_core.accountability import chain
+
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    dates = sorted(df["date"].unique())[-6:-2]
+    monkeypatch.setattr(chain, "CHAIN_VERSION", 1)
+    for d in dates[:2]:
+        predict(engine, settings, run_date=d)
+    monkeypatch.undo()
+    for d in dates[2:]:
+        predict(engine, settings, run_date=d)
+    with engine.connect() as conn:
+        versions = conn.execute(select(snapshots.c.chain_version).order_by(snapshots.c.id)).scalars().all()
+    assert versions == [1, 1, 2, 2]
+    assert verify(engine).ok
+    with engine.begin() as conn:  # a v1 row back-dated: not covered by v1, as before
+        conn.execute(
+            text("UPDATE snapshots SET created_at = '2020-01-02 21:00:00' WHERE run_date = :d"),
+            {"d": dates[0]},
+        )
+    assert verify(engine).ok
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE snapshots SET chain_version = 1 WHERE run_date = :d"), {"d": dates[3]})
+    problems = verify(engine).problems
+    assert [p.run_date for p in problems] == [dates[3], dates[3]]
+    assert {p.what.split(":")[0] for p in problems} == {"prediction changed", "chain version went back"}
+
+
 def test_every_hashed_column_has_an_edit_case():
     assert set(EDITS) == {*HASHED_COLUMNS, IN_SAMPLE}
 

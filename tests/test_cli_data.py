@@ -168,3 +168,40 @@ def test_the_product_default_universe_is_full_so_goog_csv_is_accepted(ldtm_env, 
     assert result.exit_code == 0, result.output
     assert counts(ldtm_env["url"]) == {"GOOG": 12}
     assert invoke("universe").stdout.startswith("103 tickers:")
+
+
+def test_ingest_csv_keeps_stored_history_unless_forced_and_warns_about_a_split(
+    ldtm_env, tmp_path, monkeypatch
+):
+    """Issue 20 item 14: the same history checks as `ingest fetch` (no overwrite without --force, and
+    the split warning) for an explicit CSV ingest."""
+    monkeypatch.delenv("LDTM_FORCE_REINGEST", raising=False)
+    first = yahoo_csv(tmp_path / "AAPL.csv", "AAPL", 60)
+    assert invoke("ingest", "csv", str(tmp_path / "AAPL.csv")).exit_code == 0
+    stored = {r.date: r.close for r in _closes(ldtm_env["url"])}
+    changed = first.copy()
+    for c in ("Open", "High", "Low", "Close", "Adj Close"):
+        changed.loc[5:25, c] = changed.loc[5:25, c] * 1.03  # older history, not one rescale before a date
+    (tmp_path / "AAPL.csv").write_text(changed.to_csv(index=False))
+    refused = invoke("ingest", "csv", str(tmp_path / "AAPL.csv"))
+    assert refused.exit_code == 1
+    assert "changes 21 stored bars" in refused.stderr and "--force" in refused.stderr
+    assert {r.date: r.close for r in _closes(ldtm_env["url"])} == stored
+    forced = invoke("ingest", "csv", "--force", str(tmp_path / "AAPL.csv"))
+    assert forced.exit_code == 0, forced.output
+    assert {r.date: r.close for r in _closes(ldtm_env["url"])} != stored
+
+    # A file holding a 4:1 split nobody recorded: stored, with the same warning as `ingest fetch`.
+    split = yahoo_csv(tmp_path / "NVDA.csv", "NVDA", 30)
+    for c in ("Open", "High", "Low", "Close", "Adj Close"):
+        split.loc[20:, c] = split.loc[20:, c] / 4
+    (tmp_path / "NVDA.csv").write_text(split.to_csv(index=False))
+    result = invoke("ingest", "csv", str(tmp_path / "NVDA.csv"))
+    assert result.exit_code == 0, result.output
+    assert "one-day move beyond 40% not explained by a recorded corporate action" in result.stderr
+    assert f"NVDA {split.loc[20, 'Date']}" in result.stderr
+
+
+def _closes(url):
+    with get_engine(url).connect() as conn:
+        return conn.execute(select(prices.c.date, prices.c.close).where(prices.c.ticker == "AAPL")).all()

@@ -411,7 +411,11 @@ def test_overlapping_newer_file_updates_only_changed_rows(db_url, tmp_path):
     ingest_files(engine, [p_old], UNIVERSE)
     before = {r[1]: r for r in table_rows(db_url)}
 
-    [outcome] = ingest_files(engine, [p_new], UNIVERSE)
+    # Revisions older than the last few sessions change stored history: refused unless forced (issue 20).
+    [refused] = ingest_files(engine, [p_new], UNIVERSE)
+    assert not refused.ok and "--force" in refused.error
+    assert {r[1]: r for r in table_rows(db_url)} == before
+    [outcome] = ingest_files(engine, [p_new], UNIVERSE, force=True)
 
     assert outcome.ok and outcome.written == 20 + len(changed_idx)
     after = {r[1]: r for r in table_rows(db_url)}
@@ -470,7 +474,11 @@ def test_ingest_synthetic_is_idempotent(db_url):
     rows = table_rows(db_url)
     again = ingest_synthetic(engine, ["AAPL", "SQQQ"], "2023-01-01", "2023-12-31", seed=3)
     assert again.written == 0 and table_rows(db_url) == rows
-    other_seed = ingest_synthetic(engine, ["AAPL"], "2023-01-01", "2023-12-31", seed=4)
+    # Different prices for stored sessions rewrite history: only when forced (issue 20 item 14).
+    with pytest.raises(InputError, match="--force"):
+        ingest_synthetic(engine, ["AAPL"], "2023-01-01", "2023-12-31", seed=4)
+    assert table_rows(db_url) == rows
+    other_seed = ingest_synthetic(engine, ["AAPL"], "2023-01-01", "2023-12-31", seed=4, force=True)
     assert other_seed.written == 250  # different prices replace every AAPL row
 
 

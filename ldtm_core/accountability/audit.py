@@ -9,7 +9,13 @@ Three independent checks, each reported per ticker and date:
 - the actuals: every filled actual equals the close in `prices` on its target date (on the run date's
   basis: divided by the factors of corporate actions between the two dates), and the derived
   pct errors and next-day direction flags are recomputed from that close (outside the hash, but they
-  are what the leaderboard scores).
+  are what the leaderboard scores). An actual that today's prices contradict for a recorded reason (a
+  revised bar, a late corporate action: `refill.find_stale`) is not a problem but `stale`: the next
+  fillback re-fills it (`refill`); the re-fills done so far are listed in `revisions` (old values kept).
+
+With `LDTM_AUDIT_KEY` set, a ticker's chain is keyed from its first row hashed under the key on: rows
+before it (written before the key was set) verify unkeyed, every row after it must be keyed. Rewriting an
+early row still shows, since the first keyed row's hash covers its predecessor's.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from sqlalchemy.orm import aliased
 
 from ldtm_core.accountability.chain import (
     HASHED_COLUMNS,
+    HASHED_V2,
     IN_SAMPLE,
     Anchor,
     audit_key,
@@ -33,6 +40,8 @@ from ldtm_core.accountability.chain import (
     row_hash,
 )
 from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, row_band
+from ldtm_core.accountability.refill import StaleActual, find_stale, revisions
+from ldtm_core.config import Settings
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError
@@ -64,6 +73,10 @@ class AuditReport:
     actuals_checked: int = 0
     # Tickers asked for by name that have no snapshot rows at all.
     tickers_without_rows: list[str] = field(default_factory=list)
+    # Actuals contradicted by today's prices for a recorded reason: re-filled by the next fillback.
+    stale: list[StaleActual] = field(default_factory=list)
+    # fill_revisions rows: every re-fill so far, with the old value.
+    revisions: list[dict] = field(default_factory=list)
 
     @property
     def bad_tickers(self) -> list[str]:
@@ -74,7 +87,7 @@ def verify(
     engine: Engine,
     tickers: Sequence[str] | None = None,
     *,
-    extra_anchors: Mapping[str, Anchor] | None = None,
+    extra_anchors: Mapping[str, Anchor | Sequence[Anchor]] | None = None,
     neutral_band_pct: float | None = None,
 ) -> AuditReport:
     """Check the chain, the anchors and the filled actuals (module doc); every problem is listed.
@@ -92,6 +105,8 @@ def verify(
         s.id,
         *(s[c] for c in HASHED_COLUMNS),
         s[IN_SAMPLE],
+        *(s[c] for c in HASHED_V2),
+        s.chain_version,
         s.prev_hash,
         s.row_hash,
     ]
@@ -102,12 +117,15 @@ def verify(
     rows = 0
     by_ticker: dict[str, dict[int, tuple]] = defaultdict(dict)
     expected_prev: dict[str, str] = {}
+    keyed_from: dict[str, int] = {}  # per ticker: the first row hashed under the key
+    newest_version: dict[str, int] = {}
     with engine.connect() as conn:
         anchors, keyed, unreadable = load_anchors(conn, wanted)
         if keyed and key is None:
             raise InputError(
                 "the snapshot chain is keyed (written with LDTM_AUDIT_KEY): set LDTM_AUDIT_KEY to verify it"
             )
+        unkeyed_until = _unkeyed_until(anchors) if key is not None else {}
         for r in conn.execute(stmt).mappings():
             rows += 1
             t = r["ticker"]
@@ -120,17 +138,43 @@ def verify(
                     else "chain broken: prev_hash does not match the previous row (a row was deleted, inserted or re-hashed)"
                 )
                 problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
-            if row_hash(r["prev_hash"], r, key) != r["row_hash"]:
+            if row_hash(r["prev_hash"], r, key) == r["row_hash"]:
+                keyed_from.setdefault(t, r["id"])
+            elif (
+                key is not None
+                and t not in keyed_from
+                and r["id"] <= unkeyed_until.get(t, r["id"])
+                and row_hash(r["prev_hash"], r) == r["row_hash"]
+            ):
+                pass  # written before the key was set: the ticker's chain is not keyed yet
+            else:
                 if key is not None and row_hash(r["prev_hash"], r) == r["row_hash"]:
                     what = (
-                        "hash not keyed: computed without LDTM_AUDIT_KEY (written before the key was set, "
-                        "or recomputed by someone without it)"
+                        "hash not keyed: computed without LDTM_AUDIT_KEY where the ticker's chain is keyed "
+                        "(recomputed by someone without the key)"
                     )
                 else:
                     what = "prediction changed: row_hash mismatch"
                 problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
             expected_prev[t] = r["row_hash"]
-        actual_problems, actuals_checked = _check_actuals(conn, wanted, band)
+            # Versions only go up along a chain: a row relabelled as older would escape what v2 hashes.
+            version = int(r["chain_version"] or 1)
+            if version < newest_version.get(t, 1):
+                problems.append(
+                    AuditProblem(
+                        t,
+                        r["run_date"],
+                        r["model_version"],
+                        f"chain version went back: row {r['id']} says version {version} after a row of version "
+                        f"{newest_version[t]} (relabelled to escape the fields the newer version hashes)",
+                    )
+                )
+            newest_version[t] = max(version, newest_version.get(t, 1))
+        stale = [st for st in find_stale(conn, wanted) if st.reason is not None]
+        actual_problems, actuals_checked = _check_actuals(
+            conn, wanted, band, {(st.id, st.horizon) for st in stale}
+        )
+        fill_log = revisions(conn, wanted)
     for run_id in unreadable:
         problems.append(
             AuditProblem("-", None, "-", f"chain anchor of {run_id} in run_log is unreadable", "anchor")
@@ -138,7 +182,7 @@ def verify(
     all_anchors = {t: list(v) for t, v in anchors.items()}
     for t, a in (extra_anchors or {}).items():
         if wanted is None or t in wanted:
-            all_anchors.setdefault(t, []).append(a)
+            all_anchors.setdefault(t, []).extend(a if isinstance(a, list | tuple) else [a])
     anchor_problems, anchors_checked = _check_anchors(all_anchors, by_ticker)
     problems.extend(anchor_problems)
     problems.extend(actual_problems)
@@ -151,7 +195,22 @@ def verify(
         anchors_checked=anchors_checked,
         actuals_checked=actuals_checked,
         tickers_without_rows=missing,
+        stale=stale,
+        revisions=fill_log,
     )
+
+
+def _unkeyed_until(anchors: Mapping[str, list[Anchor]]) -> dict[str, int]:
+    """Per ticker with a keyed predict run: the newest row anchored unkeyed before its first keyed anchor.
+    Rows up to it were written before LDTM_AUDIT_KEY was set and verify unkeyed; rows after it must be
+    keyed. Tickers with no keyed run yet are absent: all their (old) rows verify unkeyed."""
+    out: dict[str, int] = {}
+    for t, items in anchors.items():
+        keyed = [a.id for a in items if a.keyed]
+        if keyed:
+            first = min(keyed)
+            out[t] = max((a.id for a in items if not a.keyed and a.id <= first), default=0)
+    return out
 
 
 def _check_anchors(
@@ -215,14 +274,18 @@ def _close(a, b) -> bool:
     return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-9)
 
 
-def _check_actuals(conn, wanted: list[str] | None, band: float) -> tuple[list[AuditProblem], int]:
-    """Recompute every filled actual (and its pct error / direction flags) from `prices`."""
+def _check_actuals(
+    conn, wanted: list[str] | None, band: float, explained: set[tuple[int, str]]
+) -> tuple[list[AuditProblem], int]:
+    """Recompute every filled actual (and its pct error / direction flags) from `prices`; the `explained`
+    (snapshot id, horizon) pairs are stale for a recorded reason (reported apart, re-filled by fillback)."""
     s = snapshots.c
     px = {h: aliased(prices, name=f"a_{h}") for h in HORIZONS}
     frm = snapshots
     for h in HORIZONS:
         frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
     stmt = select(
+        s.id,
         s.ticker,
         s.run_date,
         s.model_version,
@@ -255,6 +318,8 @@ def _check_actuals(conn, wanted: list[str] | None, band: float) -> tuple[list[Au
             if actual is None and err is None and not flags:
                 continue
             checked += 1
+            if (r["id"], h) in explained:
+                continue
             wrong: list[str] = []
             if actual is None:
                 wrong.append(f"{h} pct error / direction filled without an actual")

@@ -1,6 +1,9 @@
 """The snapshot hash chain (SPEC §7): the row hash, the chained insert and the anchors of the chain heads.
 
-Each row's hash covers its prediction and the previous row's hash (per ticker). With `LDTM_AUDIT_KEY`
+Each row's hash covers its prediction and the previous row's hash (per ticker). Chain version 2 (rows
+store theirs in `chain_version`) also covers when, in which run and by a model of which status the row
+was written (`created_at`, `run_id`, `model_status`), so a prediction cannot be back-dated or
+relabelled; rows written under version 1 keep their hashes and verify under it. With `LDTM_AUDIT_KEY`
 set the hash is an HMAC-SHA256 under that key, so nobody without the key can recompute a chain after
 editing it. After every write the head of each ticker's chain (newest id and its hash) is stored in
 the predict run's `run_log` row in the same transaction: these anchors live outside the snapshots
@@ -17,7 +20,7 @@ import json
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 from sqlalchemy import Connection, Engine, func, select, tuple_, update
@@ -47,6 +50,9 @@ HASHED_COLUMNS = (
     "next_monday_date",
     "one_month_date",
 )
+# Chain version 2 also hashes these (and its own number): when, in which run, by a model of which status.
+CHAIN_VERSION = 2
+HASHED_V2 = ("created_at", "run_id", "model_status")
 # Hashed too, but only when true: rows written before the flag existed (all false) keep their hashes,
 # and flipping it either way still changes the hash.
 IN_SAMPLE = "in_sample"
@@ -72,10 +78,23 @@ def _canonical(name: str, value) -> str | None:
     return str(value)
 
 
+def _timestamp(value) -> str:
+    """A UTC instant to the microsecond, the same whether read back naive (SQLite) or aware (PostgreSQL)."""
+    ts = pd.Timestamp(value)
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def chain_version(row: Mapping) -> int:
+    return int(row.get("chain_version") or 1)
+
+
 def canonical(row: Mapping) -> str:
     values = [_canonical(c, row[c]) for c in HASHED_COLUMNS]
     if row.get(IN_SAMPLE):
         values.append("in_sample")
+    if chain_version(row) >= 2:
+        values += ["v2", _timestamp(row["created_at"]), str(row["run_id"]), str(row["model_status"])]
     return json.dumps(values, separators=(",", ":"))
 
 
@@ -144,6 +163,7 @@ def _write(conn: Connection, rows: list[dict], key: bytes | None) -> tuple[int, 
     tickers = sorted({r["ticker"] for r in todo})
     heads = {t: head[1] for t, head in chain_heads(conn, tickers).items()}
     for r in todo:
+        r["chain_version"] = CHAIN_VERSION
         r["prev_hash"] = heads.get(r["ticker"], "")
         r["row_hash"] = row_hash(r["prev_hash"], r, key)
     insert_fn = postgresql.insert if is_postgres(conn) else sqlite.insert
@@ -202,6 +222,7 @@ class Anchor:
     row_hash: str
     run_date: dt.date | None
     model_version: str
+    keyed: bool = False  # written under LDTM_AUDIT_KEY (run_log anchors record it)
 
 
 def parse_heads(heads: Mapping, source: str) -> dict[str, Anchor]:
@@ -234,5 +255,5 @@ def load_anchors(conn: Connection, tickers: Sequence[str] | None = None) -> tupl
         keyed = keyed or bool(anchor.get("keyed"))
         for t, a in heads.items():
             if wanted is None or t in wanted:
-                out.setdefault(t, []).append(a)
+                out.setdefault(t, []).append(replace(a, keyed=bool(anchor.get("keyed"))))
     return out, keyed, unreadable

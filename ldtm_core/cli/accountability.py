@@ -157,14 +157,53 @@ def _check_run_date(engine, when, tickers: list[str] | None) -> None:
 @app.command("fillback")
 @handle_errors
 def fillback_cmd(
-    dry_run: bool = typer.Option(False, "--dry-run", help="List pending fills; write nothing"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List pending fills and re-fills; write nothing"),
+    refill_all: bool = typer.Option(
+        False,
+        "--refill",
+        help="Re-fill every filled actual that today's prices contradict for a recorded reason (a revised "
+        "bar, a corporate action recorded after the fill), also beyond the nightly's overlap window",
+    ),
 ) -> None:
-    """Fill actual closes into snapshot rows whose target dates now have prices."""
+    """Fill actual closes into snapshot rows whose target dates now have prices.
+
+    First, as the nightly does, actuals made stale by a revised bar inside the overlap window or by a late
+    corporate action are re-filled (each logged in fill_revisions with its old value and reason)."""
     from ldtm_core.accountability.fillback import fillback
+    from ldtm_core.accountability.refill import refill
 
     cfg = settings()
+    engine = open_db(cfg)
     # Each row's direction is judged with the band stored with its prediction, not today's setting.
-    res = fillback(open_db(cfg), dry_run=dry_run)
+    redone = refill(engine, dry_run=dry_run, automatic=not refill_all)
+    if redone.refilled:
+        table = Table(
+            "ticker",
+            "run_date",
+            "horizon",
+            "old actual",
+            "new actual",
+            "reason",
+            title=f"{len(redone.refilled)} {'pending ' if dry_run else ''}re-fills",
+        )
+        for st in redone.refilled:
+            table.add_row(
+                st.ticker,
+                str(st.run_date),
+                st.horizon,
+                f"{st.old_actual:.4f}",
+                f"{st.new_actual:.4f}",
+                st.reason,
+            )
+        console.print(table)
+    if redone.left:
+        err_console.print(
+            f"{len(redone.left)} stale actual(s) outside the overlap window (e.g. "
+            f"{redone.left[0].describe()}): re-fill them with `ldtm fillback --refill`",
+            highlight=False,
+            soft_wrap=True,
+        )
+    res = fillback(engine, dry_run=dry_run)
     if dry_run:
         table = Table(
             "ticker",
@@ -179,7 +218,11 @@ def fillback_cmd(
         console.print(table)
         console.print("dry run: nothing written")
         return
-    console.print("filled " + ", ".join(f"{h} {n}" for h, n in res.filled.items()))
+    console.print(
+        "filled "
+        + ", ".join(f"{h} {n}" for h, n in res.filled.items())
+        + f"; re-filled {len(redone.refilled)}"
+    )
 
 
 @app.command("leaderboard")
@@ -287,9 +330,11 @@ def audit_verify(
         console.print(
             f"audit ok: {report.rows_checked} rows, {report.tickers_checked} tickers, chain intact; "
             f"{report.anchors_checked} anchored chain heads match; {report.actuals_checked} filled actuals "
-            "match prices"
+            "match prices or are stale for a recorded reason"
         )
+        _print_refills(report)
         return
+    _print_refills(report)
     if report.problems:
         table = Table(
             "ticker", "run_date", "model_version", "problem", title=f"{len(report.problems)} problems"
@@ -302,3 +347,31 @@ def audit_verify(
             f"({report.rows_checked} rows checked)"
         )
     sys.exit(1)
+
+
+def _print_refills(report) -> None:
+    """Stale actuals waiting for a re-fill, and the re-fills done (old values stay visible)."""
+    for st in report.stale:
+        console.print(f"stale actual (re-filled by the next fillback): {st.describe()}", highlight=False)
+    if report.revisions:
+        table = Table(
+            "ticker",
+            "run_date",
+            "horizon",
+            "old",
+            "new",
+            "reason",
+            "at",
+            title=f"{len(report.revisions)} re-fills",
+        )
+        for r in report.revisions:
+            table.add_row(
+                r["ticker"],
+                str(r["run_date"]),
+                r["horizon"],
+                f"{r['old_actual']:.4f}",
+                f"{r['new_actual']:.4f}",
+                r["reason"],
+                str(r["revised_at"])[:19],
+            )
+        console.print(table)

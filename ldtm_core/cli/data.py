@@ -97,6 +97,9 @@ def ingest_synthetic_cmd(
     ),
     seed: int = typer.Option(0, help="random seed; the same seed gives the same prices"),
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+    force: bool = typer.Option(
+        False, "--force", help="replace stored history with other prices (e.g. another --seed)"
+    ),
 ) -> None:
     """Generate the deterministic synthetic market and upsert it (idempotent)."""
     from ldtm_core.data.calendar import latest_closed_session
@@ -108,7 +111,7 @@ def ingest_synthetic_cmd(
     start_d = parse_date(start, "--start") or _years_before(end_d, 20)
     if start_d > end_d:
         raise InputError(f"--start {start_d} is after --end {end_d}")
-    result = ingest_synthetic(open_db(cfg), selected, start_d, end_d, seed)
+    result = ingest_synthetic(open_db(cfg), selected, start_d, end_d, seed, force=force or None)
     table = _outcome_table(f"synthetic ingest {start_d}..{end_d} into {masked_url(cfg.database_url)}")
     table.add_row(result.source, _ticker_cell(selected), str(result.rows), str(result.written), "ok")
     console.print(table)
@@ -121,23 +124,44 @@ def _years_before(day: dt.date, years: int) -> dt.date:
         return day.replace(year=day.year - years, day=28)
 
 
+def _warn_moves(moves, threshold: float) -> None:
+    """The one warning every ingest path gives for a large move no recorded action explains."""
+    for move in moves:
+        err_console.print(
+            f"[bold yellow]warning:[/] one-day move beyond {threshold:g}% not explained by a recorded "
+            f"corporate action: {escape(move.describe())}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 @ingest_app.command("csv")
 @handle_errors
 def ingest_csv_cmd(
     paths: Annotated[list[Path], typer.Argument(help="CSV/Parquet files or directories of them")],
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="overwrite stored history that a file changes in a way no corporate action explains "
+        "(default: that file is refused; also LDTM_FORCE_REINGEST=1)",
+    ),
 ) -> None:
     """Ingest CSV and Parquet price files, one transaction per file.
 
     One file per ticker (TICKER.csv / TICKER.parquet) or a long file with a ticker column; Yahoo-style
     headers (Date, Open, High, Low, Close, Adj Close, Volume) in any case. A bad file stores nothing and
-    is reported; the other files are still stored. Exit code 1 if any file failed.
+    is reported; the other files are still stored. Stored history is checked as `ingest fetch` checks it:
+    a change no corporate action explains is refused unless --force, and an unexplained one-day move
+    beyond LDTM_MAX_DAILY_MOVE_PCT (a split?) is warned about. Exit code 1 if any file failed.
     """
     from ldtm_core.data.ingest import ingest_files
     from ldtm_core.data.price_files import expand_paths
+    from ldtm_core.data.price_moves import threshold_from_env
     from ldtm_core.progress import progress
 
     cfg = settings()
+    threshold = threshold_from_env()
     files = expand_paths(paths)
     with progress("ingest", len(files)) as advance:
         outcomes = ingest_files(
@@ -146,6 +170,8 @@ def ingest_csv_cmd(
             load_universe(cfg.universe),
             allow_new=allow_new,
             on_outcome=lambda o: advance(f"{Path(o.path).name} {'ok' if o.ok else 'failed'}"),
+            force=force or None,  # None: LDTM_FORCE_REINGEST decides
+            threshold_pct=threshold,
         )
     failed = [o for o in outcomes if not o.ok]
     table = _outcome_table(f"file ingest into {masked_url(cfg.database_url)}")
@@ -153,6 +179,7 @@ def ingest_csv_cmd(
         status = "ok" if o.ok else f"[red]failed[/]: {escape(o.error or '')}"
         table.add_row(escape(o.path), _ticker_cell(o.tickers), str(o.rows), str(o.written), status)
     console.print(table)
+    _warn_moves([m for o in outcomes for m in o.moves], threshold)
     for o in failed:
         err_console.print(f"[bold red]error:[/] {escape(o.error or '')}", highlight=False, soft_wrap=True)
     if failed:
@@ -190,7 +217,7 @@ def ingest_fetch_cmd(
     validation. Each ticker's outcome is listed; exit code 1 if any ticker failed."""
     from ldtm_core.data.calendar import latest_closed_session
     from ldtm_core.data.price_fetch import fetch_prices
-    from ldtm_core.data.price_moves import large_moves, threshold_from_env
+    from ldtm_core.data.price_moves import threshold_from_env
     from ldtm_core.data.sources import configured_spec, make_source
 
     cfg = settings()
@@ -243,16 +270,7 @@ def ingest_fetch_cmd(
     for o in report.outcomes.values():
         for action in o.actions:
             console.print(f"corporate action recorded: {escape(action)}")
-    fetched = [o for o in report.stored if o.first_date is not None]
-    if fetched:
-        since = min(o.first_date for o in fetched)
-        for move in large_moves(engine, [o.ticker for o in fetched], threshold_pct=threshold, since=since):
-            err_console.print(
-                f"[bold yellow]warning:[/] one-day move beyond {threshold:g}% not explained by a recorded "
-                f"corporate action: {escape(move.describe())}",
-                highlight=False,
-                soft_wrap=True,
-            )
+    _warn_moves(report.moves, threshold)
     if report.failed:
         err_console.print(
             f"{len(report.failed)} of {len(report.outcomes)} ticker(s) failed; nothing was stored for them"

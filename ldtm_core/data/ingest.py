@@ -16,8 +16,9 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from ldtm_core.data.calendar import require_in_range
-from ldtm_core.data.corporate_actions import reconcile, record_actions
+from ldtm_core.data.corporate_actions import force_from_env, reconcile, record_actions
 from ldtm_core.data.price_files import read_price_file
+from ldtm_core.data.price_moves import LargeMove, moves_since
 from ldtm_core.data.price_validation import VALUE_COLUMNS, canonical_header, validate_prices
 from ldtm_core.data.price_writer import write_prices
 from ldtm_core.data.universe import validate_ticker
@@ -42,6 +43,8 @@ class FileOutcome:
     rows: int = 0
     written: int = 0
     error: str | None = None
+    # One-day moves in what this file stored that no recorded corporate action explains (a split?).
+    moves: list[LargeMove] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -52,12 +55,15 @@ class FileOutcome:
         return "ok" if self.ok else "failed"
 
 
-def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: bool = True) -> IngestResult:
-    """Write in one transaction. A ticker whose stored history the frame rescales by one constant before
-    a date gets that corporate action recorded (the rescaled rows are not merged). Other changes to older
-    history: an explicit ingest (a file or frame the operator named) overwrites them, as it always did;
-    with force=False they refuse the whole call (InputError naming the ticker). The nightly fetch
-    (price_fetch) refuses them per ticker unless forced."""
+def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: bool | None) -> IngestResult:
+    """Write in one transaction, through the same history checks as the nightly fetch (`reconcile`): a
+    ticker whose stored history the frame rescales by one constant before a date gets that corporate
+    action recorded (the rescaled rows are not merged); revisions of the latest sessions are written; any
+    other change to stored history refuses the whole call (HistoryRewriteRefused naming the ticker)
+    unless `force` (default LDTM_FORCE_REINGEST)."""
+    force = force_from_env() if force is None else force
+
+    recorded: list[str] = []
 
     def work(conn) -> int:
         frames, actions = [], []
@@ -66,19 +72,32 @@ def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: boo
             frames.append(rec.frame.assign(ticker=ticker))
             actions.extend(rec.actions)
         record_actions(conn, actions)
+        recorded[:] = [a.ticker for a in actions]
         kept = pd.concat(frames, ignore_index=True) if frames else df
         return write_prices(conn, kept[df.columns], source)
 
     written = run_in_transaction(engine, work)
+    _refill_after_actions(engine, recorded)
     return IngestResult(label, int(df["ticker"].nunique()), len(df), written)
 
 
-def ingest_frame(engine: Engine, df: pd.DataFrame, source: str, label: str | None = None) -> IngestResult:
+def _refill_after_actions(engine: Engine, tickers: list[str]) -> None:
+    """Actions just recorded re-base filled actuals: re-fill them now (accountability.refill)."""
+    if tickers:
+        from ldtm_core.accountability.refill import refill_after_actions  # the data layer's one upward call
+
+        refill_after_actions(engine, tickers)
+
+
+def ingest_frame(
+    engine: Engine, df: pd.DataFrame, source: str, label: str | None = None, force: bool | None = None
+) -> IngestResult:
     """Validate and upsert a long frame (ticker, date, open, high, low, close[, adj_close], volume)
-    in one transaction. Raises InputError (nothing written) if any row is bad."""
+    in one transaction. Raises InputError (nothing written) if any row is bad or it rewrites stored
+    history without `force`."""
     raw = df.rename(columns={c: canonical_header(c) for c in df.columns})
     clean = validate_prices(raw, label or source)
-    return _store(engine, clean, source, label or source)
+    return _store(engine, clean, source, label or source, force)
 
 
 def ingest_files(
@@ -87,10 +106,14 @@ def ingest_files(
     universe: Iterable[str],
     allow_new: bool = False,
     on_outcome: Callable[[FileOutcome], None] | None = None,
+    force: bool | None = None,
+    threshold_pct: float | None = None,
 ) -> list[FileOutcome]:
     """Ingest each file in its own transaction. A bad file writes nothing and is reported in its
     outcome; the other files still ingest. Files of one call that give different values for the same
     (ticker, date) are all refused, each naming the other: which one is right is the user's call.
+    Stored history is changed only as `ingest fetch` changes it (`_store`; `force` to overwrite), and each
+    stored file's unexplained large moves are in its outcome (`price_moves.moves_since`).
     `on_outcome` sees each file's outcome as it is done (progress)."""
     universe = list(universe)
     paths = list(map(Path, paths))
@@ -112,7 +135,11 @@ def ingest_files(
             else:
                 try:
                     source = paths[i].suffix.lower().lstrip(".")
-                    outcome.written = _store(engine, df, source, str(paths[i])).written
+                    outcome.written = _store(engine, df, source, str(paths[i]), force).written
+                    firsts = df.groupby("ticker")["date"].min()
+                    outcome.moves = moves_since(
+                        engine, {t: pd.Timestamp(d).date() for t, d in firsts.items()}, threshold_pct
+                    )
                 except LDTMError as exc:
                     outcome.error = str(exc)
         if on_outcome is not None:
@@ -155,7 +182,12 @@ def _same(a, b) -> bool:
 
 
 def ingest_synthetic(
-    engine: Engine, tickers: Sequence[str], start: dt.date | str, end: dt.date | str, seed: int = 0
+    engine: Engine,
+    tickers: Sequence[str],
+    start: dt.date | str,
+    end: dt.date | str,
+    seed: int = 0,
+    force: bool | None = None,
 ) -> IngestResult:
     """Generate the synthetic market for `tickers` and upsert it in one transaction."""
     from ldtm_core.data.synthetic import generate
@@ -168,4 +200,4 @@ def ingest_synthetic(
     require_in_range(end, "synthetic end")
     df = generate(tickers, start, end, seed)
     clean = validate_prices(df, f"synthetic seed={seed}")
-    return _store(engine, clean, "synthetic", f"synthetic seed={seed}")
+    return _store(engine, clean, "synthetic", f"synthetic seed={seed}", force)

@@ -24,6 +24,7 @@ from sqlalchemy import Engine, func, select
 
 from ldtm_core.data.calendar import latest_closed_session, session_array
 from ldtm_core.data.corporate_actions import HistoryRewriteRefused, force_from_env, reconcile, record_actions
+from ldtm_core.data.price_moves import moves_since
 from ldtm_core.data.price_validation import validate_prices
 from ldtm_core.data.price_writer import write_prices
 from ldtm_core.data.sources.base import FileReceipt, PriceSource, SourceAnswer, first_line
@@ -66,6 +67,8 @@ class FetchReport:
     end: dt.date
     outcomes: dict[str, TickerOutcome] = field(default_factory=dict)
     files: list[dict] = field(default_factory=list)
+    # One-day moves in what was stored that no recorded corporate action explains (price_moves.moves_since).
+    moves: list = field(default_factory=list)
 
     @property
     def failed(self) -> list[TickerOutcome]:
@@ -214,6 +217,7 @@ def fetch_prices(
                 o.status, o.reason = "failed", f"no prices stored for {t}: {refusal}"
             elif refusal:
                 o.reason = f"no new file holds this ticker; the newest, {refusal}"
+    report.moves = moves_since(engine, {o.ticker: o.first_date for o in report.stored if o.first_date})
     return report
 
 
@@ -277,6 +281,10 @@ def _store_answer(
     if not clean and not answer.receipts:
         return
     written = run_in_transaction(engine, work)
+    if actions:  # actuals filled before these actions were known are re-filled now (accountability.refill)
+        from ldtm_core.accountability.refill import refill_after_actions
+
+        refill_after_actions(engine, [a.ticker for a in actions])
     for ticker, df in clean.items():
         if df.empty:
             continue

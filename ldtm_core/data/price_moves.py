@@ -89,3 +89,14 @@ def large_moves(
                 continue
             out.append(LargeMove(ticker, day, float(close[i]), float(close[i + 1])))
     return out
+
+
+def moves_since(
+    engine: Engine, firsts: dict[str, dt.date], threshold_pct: float | None = None
+) -> list[LargeMove]:
+    """The unexplained large moves in what was just stored: per ticker, on or after its first new date
+    (`firsts`). One check for every way prices come in (ingest csv, ingest fetch, the nightly)."""
+    if not firsts:
+        return []
+    moves = large_moves(engine, sorted(firsts), threshold_pct=threshold_pct, since=min(firsts.values()))
+    return [m for m in moves if m.date >= firsts[m.ticker]]

@@ -16,7 +16,7 @@ from dagster import (
     asset,
 )
 
-from ldtm_core.accountability import audit, chain, fillback
+from ldtm_core.accountability import audit, chain, fillback, refill
 from ldtm_core.accountability import leaderboard as board
 from ldtm_core.accountability import snapshots as snaps
 from ldtm_core.data.calendar import is_session
@@ -45,8 +45,10 @@ from ..steps import failing_as, for_each_partition
     check_specs=[
         AssetCheckSpec("one_per_ticker", asset="snapshots", blocking=True),
         AssetCheckSpec("audit_chain_intact", asset="snapshots", blocking=True),
-        # Warn only: a deliberately reset app database would otherwise block every later run.
-        AssetCheckSpec("chain_matches_dagster_anchors", asset="snapshots", blocking=False),
+        # Blocking: every evening's chain heads, kept in its own materialization outside the app database,
+        # must still be in the table. (Resetting the app database on purpose: wipe this asset's
+        # materializations too, `dagster asset wipe snapshots`.)
+        AssetCheckSpec("chain_matches_dagster_anchors", asset="snapshots", blocking=True),
     ],
 )
 def snapshots(
@@ -58,7 +60,7 @@ def snapshots(
     """
     check_evening_keys(context.run.tags, list(context.partition_keys))
     engine, settings = database.engine(store), database.settings(store)
-    previous_heads = _previous_chain_heads(context)
+    previous = _materialized_anchors(context)
     duplicates: dict[str, int] = {}
     heads: dict[str, str] = {}
 
@@ -98,8 +100,7 @@ def snapshots(
     sessions = sum(r["status"] != "no session" for r in runs)
     # Each row is audited with the band stored with it, not today's LDTM_NEUTRAL_BAND_PCT.
     report = audit.verify(engine)
-    anchors = chain.parse_heads(previous_heads, "the previous Dagster snapshots materialization")
-    anchored = audit.verify(engine, tickers=sorted(anchors), extra_anchors=anchors) if anchors else None
+    anchored = audit.verify(engine, tickers=sorted(previous), extra_anchors=previous) if previous else None
     last = runs[-1] if runs else {}
     return MaterializeResult(
         metadata={
@@ -126,22 +127,27 @@ def snapshots(
                 metadata={
                     "rows_checked": report.rows_checked,
                     "problems": MetadataValue.json([_plain(p) for p in report.problems[:20]]),
+                    # Not problems: stale for a recorded reason, re-filled by this run's fillbacks.
+                    "stale_actuals": MetadataValue.json([st.describe() for st in report.stale[:20]]),
+                    "refills_so_far": len(report.revisions),
                 },
                 description="every row's hash matches its prediction and links to its predecessor, "
-                "the chain heads recorded in run_log are all present, and filled actuals match prices",
+                "the chain heads recorded in run_log are all present, and filled actuals match prices "
+                "(or are stale for a recorded reason: a revised bar, a late corporate action)",
             ),
             AssetCheckResult(
                 check_name="chain_matches_dagster_anchors",
                 passed=anchored is None or anchored.ok,
-                severity=AssetCheckSeverity.WARN,
+                severity=AssetCheckSeverity.ERROR,
                 metadata={
-                    "anchors_compared": len(anchors),
+                    "anchors_compared": sum(len(v) for v in previous.values()),
                     "problems": MetadataValue.json(
                         [_plain(p) for p in (anchored.problems if anchored else [])[:20]]
                     ),
                 },
-                description="the chain heads recorded in the previous materialization's metadata are still "
-                "in the snapshots table with the same hash (nothing deleted or rewritten since)",
+                description="the chain heads recorded in every earlier snapshots materialization's metadata "
+                "(each evening's own) are still in the snapshots table with the same hash (nothing deleted "
+                "or rewritten since)",
             ),
         ],
     )
@@ -150,12 +156,30 @@ def snapshots(
 CHAIN_HEADS = "chain_heads"
 
 
-def _previous_chain_heads(context: AssetExecutionContext) -> dict:
-    """{ticker: [id, row_hash, run_date, version]} from the latest snapshots materialization, or {}."""
-    event = context.instance.get_latest_materialization_event(context.asset_key)
-    materialization = event.asset_materialization if event else None
-    value = materialization.metadata.get(CHAIN_HEADS) if materialization else None
-    return dict(value.value) if value is not None and isinstance(value.value, dict) else {}
+def _materialized_anchors(context: AssetExecutionContext) -> dict[str, list[chain.Anchor]]:
+    """{ticker: [Anchor, ...]} from the chain heads of EVERY earlier snapshots materialization, each named
+    by its evening: a rewrite is caught against each evening's own record, not only the latest one
+    (which a rewrite flagged once would otherwise replace as the baseline)."""
+    out: dict[str, list[chain.Anchor]] = {}
+    cursor = None
+    while True:
+        page = context.instance.fetch_materializations(context.asset_key, limit=1000, cursor=cursor)
+        for record in page.records:
+            materialization = record.asset_materialization
+            value = materialization.metadata.get(CHAIN_HEADS) if materialization else None
+            if value is None or not isinstance(value.value, dict):
+                continue
+            source = f"the Dagster snapshots materialization of {materialization.partition or '-'} (run {record.run_id})"
+            try:
+                heads = chain.parse_heads(value.value, source)
+            except (ValueError, TypeError, IndexError):
+                context.log.warning(f"unreadable chain heads in {source}")
+                continue
+            for t, a in heads.items():
+                out.setdefault(t, []).append(a)
+        if not page.has_more:
+            return out
+        cursor = page.cursor
 
 
 def _plain(obj) -> dict:
@@ -170,14 +194,25 @@ def _plain(obj) -> dict:
 def fillbacks(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
-    """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched)."""
+    """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched).
+
+    First the actuals made stale by a revised bar inside the overlap window or a late corporate action are
+    re-filled (ldtm_core.accountability.refill; each logged in fill_revisions with its old value)."""
+    engine = database.engine(store)
     with failing_as("fillbacks"):
-        result = fillback.fillback(database.engine(store))
+        redone = refill.refill(engine, automatic=True)
+        result = fillback.fillback(engine)
+    for st in redone.refilled:
+        context.log.warning(f"re-filled {st.describe()}")
     return MaterializeResult(
         metadata={
             "rows_pending": result.rows_pending,
             "filled": result.total_filled,
             **{f"filled_{h}": n for h, n in result.filled.items()},
+            "refilled": len(redone.refilled),
+            "refills": MetadataValue.json([st.describe() for st in redone.refilled[:50]]),
+            # Explained but beyond the overlap window: `ldtm fillback --refill` (an operator's decision).
+            "stale_left": MetadataValue.json([st.describe() for st in redone.left[:50]]),
         }
     )
 

@@ -8,6 +8,7 @@ import pytest
 from rel_helpers import (
     RUN_DATE,
     TICKERS,
+    VOLATILE,
     build_world,
     cli_env,
     fillback_world,
@@ -141,7 +142,7 @@ def test_fillback_killed_rerun_fills_the_rest_once_with_clean_run_values(
     after = snapshot_state(db_url)
     assert after == snapshot_state(twin_url)
     # Every actual filled by the first run is still exactly what it was.
-    cols = [c.name for c in snapshots.c if c.name not in {"id", "run_id", "created_at", "filled_at"}]
+    cols = [c.name for c in snapshots.c if c.name not in VOLATILE]
     actual_idx = [i for i, c in enumerate(cols) if c.endswith("_actual")]
     for row in after:
         old = filled_before[row[0:3]]

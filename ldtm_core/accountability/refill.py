@@ -1,0 +1,322 @@
+"""Re-fill: a filled actual that today's prices contradict for a recorded reason is re-filled, logged, audited.
+
+An actual is stale when it differs from what the fillback would write today (the target's stored close on
+the run date's basis). Two ordinary events make one, and each leaves a record to check it against:
+- a revision: the target's bar was re-written by an ingest after the actual was filled
+  (prices.ingested_at > snapshots.filled_at). Inside the overlap window the nightly fetch does this by
+  design; further back only a forced re-ingest does;
+- a late corporate action between run date and target: recorded after the fill, or the stored actual is
+  exactly the raw close (the action's factor was not applied).
+Anything else (an actual, an error or a price edited by hand) is unexplained: the audit reports it and
+the nightly's blocking check stops, as for any tampering.
+
+`refill` rewrites the explained stale actuals (and their pct errors and direction flags), and writes one
+`fill_revisions` row per value with the old and the new actual and the reason, in the same transaction,
+under the fillback lock. `automatic=True` (the nightly's fillbacks asset, before filling) takes revisions
+of bars inside the overlap window and late corporate actions; `ldtm fillback --refill` takes every
+explained one (e.g. after a forced re-ingest of older history); its dry run lists them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+from sqlalchemy import Connection, Engine, and_, exists, func, insert, or_, select, update
+from sqlalchemy.orm import aliased
+
+from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, row_band
+from ldtm_core.data.corporate_actions import basis_factor
+from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, sessions_before
+from ldtm_core.db import run_in_transaction, write_lock
+from ldtm_core.schema import corporate_actions, fill_revisions, prices, snapshots
+
+log = logging.getLogger("ldtm.refill")
+
+HORIZONS = ("next_day", "next_monday", "one_month")
+FILL_LOCK = "ldtm:fillback"  # the fillback's lock: a re-fill and a fill never interleave
+REL_TOL = 1e-9
+# Bars this many sessions before a ticker's newest stored bar are inside the nightly's revision window
+# (the fetch re-asks `overlap` sessions and the evening adds one).
+WINDOW_SESSIONS = DEFAULT_OVERLAP_SESSIONS + 1
+
+
+@dataclass(frozen=True)
+class StaleActual:
+    id: int
+    ticker: str
+    run_date: dt.date
+    model_version: str
+    horizon: str
+    target_date: dt.date
+    old_actual: float
+    old_pct_error: float | None
+    new_actual: float
+    reason: str | None  # None: unexplained (an edit): not re-filled, the audit reports it
+    automatic: bool = False  # the nightly re-fills it without being asked
+
+    def describe(self) -> str:
+        return (
+            f"{self.ticker} {self.run_date} {self.horizon} (target {self.target_date}): "
+            f"{self.old_actual:g} -> {self.new_actual:g}: {self.reason or 'unexplained'}"
+        )
+
+
+@dataclass
+class RefillResult:
+    dry_run: bool
+    refilled: list[StaleActual] = field(default_factory=list)  # done, or pending on a dry run
+    left: list[StaleActual] = field(
+        default_factory=list
+    )  # explained, not automatic: `ldtm fillback --refill`
+    unexplained: list[StaleActual] = field(default_factory=list)
+
+
+def _utc(value) -> dt.datetime | None:
+    if value is None:
+        return None
+    ts = pd.Timestamp(value)
+    return (ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")).to_pydatetime()
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-9)
+
+
+def _actions_with_times(conn: Connection, tickers: Sequence[str] | None) -> dict[str, list]:
+    c = corporate_actions.c
+    stmt = select(c.ticker, c.ex_date, c.factor, c.kind, c.recorded_at).order_by(c.ticker, c.ex_date)
+    if tickers:
+        stmt = stmt.where(c.ticker.in_(list(tickers)))
+    out: dict[str, list] = {}
+    for r in conn.execute(stmt):
+        out.setdefault(r.ticker, []).append(r)
+    return out
+
+
+def find_stale(conn: Connection, tickers: Sequence[str] | None = None) -> list[StaleActual]:
+    """Every filled actual that differs from today's close on its run date's basis, with its reason.
+
+    Only rows that could be stale are read: a bar ingested after the fill, or a corporate action between
+    run date and target; the audit finds the rest (unexplained) from all rows."""
+    s, ca = snapshots.c, corporate_actions.c
+    px = {h: aliased(prices, name=f"r_{h}") for h in HORIZONS}
+    frm = snapshots
+    for h in HORIZONS:
+        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    candidate = [
+        and_(
+            s[f"{h}_actual"].is_not(None),
+            or_(
+                px[h].c.ingested_at > s.filled_at,
+                exists(
+                    select(ca.ticker).where(
+                        ca.ticker == s.ticker, ca.ex_date > s.run_date, ca.ex_date <= s[f"{h}_date"]
+                    )
+                ),
+            ),
+        )
+        for h in HORIZONS
+    ]
+    stmt = select(
+        s.id,
+        s.ticker,
+        s.run_date,
+        s.model_version,
+        s.run_date_close,
+        s.filled_at,
+        *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date", "actual", "pct_error")),
+        *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
+        *(px[h].c.ingested_at.label(f"{h}_ingested_at") for h in HORIZONS),
+        *(px[h].c.source.label(f"{h}_source") for h in HORIZONS),
+    ).select_from(frm)
+    stmt = stmt.where(or_(*candidate))
+    if tickers:
+        stmt = stmt.where(s.ticker.in_(list(tickers)))
+    rows = conn.execute(stmt.order_by(s.id)).all()
+    if not rows:
+        return []
+    names = sorted({r.ticker for r in rows})
+    actions = _actions_with_times(conn, names)
+    last = dict(
+        conn.execute(
+            select(prices.c.ticker, func.max(prices.c.date))
+            .where(prices.c.ticker.in_(names))
+            .group_by(prices.c.ticker)
+        ).all()
+    )
+    window = {t: sessions_before(pd.Timestamp(d).date(), WINDOW_SESSIONS) for t, d in last.items()}
+    out: list[StaleActual] = []
+    for r in rows:
+        filled_at = _utc(r.filled_at)
+        run_date = pd.Timestamp(r.run_date).date()
+        for h in HORIZONS:
+            actual, close = getattr(r, f"{h}_actual"), getattr(r, f"{h}_close")
+            if actual is None or close is None:
+                continue  # a vanished close is no recorded reason: the audit reports it
+            day = pd.Timestamp(getattr(r, f"{h}_date")).date()
+            between = [
+                a for a in actions.get(r.ticker, []) if run_date < pd.Timestamp(a.ex_date).date() <= day
+            ]
+            factor = basis_factor(
+                [_Factor(pd.Timestamp(a.ex_date).date(), float(a.factor)) for a in between], run_date, day
+            )
+            expected = float(close) / factor
+            if _close(actual, expected):
+                continue
+            err = getattr(r, f"{h}_pct_error")
+            pred = float(getattr(r, f"{h}_pred"))
+            reason, automatic = None, False
+            # The stored error must still be the one computed from the stored actual: otherwise it was edited.
+            consistent = err is not None and _close(err, (pred - actual) / actual * 100.0)
+            late = [a for a in between if filled_at is None or _utc(a.recorded_at) > filled_at]
+            ingested = _utc(getattr(r, f"{h}_ingested_at"))
+            if not consistent:
+                pass
+            elif late or (between and _close(actual, float(close))):
+                what = ", ".join(
+                    f"{a.kind} ex {pd.Timestamp(a.ex_date).date()} factor {a.factor:.6g}" for a in between
+                )
+                reason = (
+                    f"corporate action ({what}) recorded after the fill"
+                    if late
+                    else f"corporate action ({what}) not applied when filled"
+                )
+                automatic = True
+            elif filled_at is not None and ingested is not None and ingested > filled_at:
+                reason = (
+                    f"bar of {day} revised by {getattr(r, f'{h}_source')} at {ingested:%Y-%m-%d %H:%M:%S} UTC "
+                    "after the fill"
+                )
+                automatic = r.ticker in window and day >= window[r.ticker]
+            out.append(
+                StaleActual(
+                    int(r.id),
+                    r.ticker,
+                    run_date,
+                    r.model_version,
+                    h,
+                    day,
+                    float(actual),
+                    None if err is None else float(err),
+                    expected,
+                    reason,
+                    automatic,
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class _Factor:
+    ex_date: dt.date
+    factor: float
+
+
+def refill(
+    engine: Engine,
+    *,
+    dry_run: bool = False,
+    automatic: bool = False,
+    tickers: Sequence[str] | None = None,
+    neutral_band_pct: float | None = None,
+) -> RefillResult:
+    """Re-fill the explained stale actuals (all, or only the automatic ones) and record each in
+    fill_revisions, in one transaction. Dry run: what would be re-filled, nothing written."""
+    # A row is re-judged with the band stored with its prediction; this one only for rows from before it was stored.
+    band = LEGACY_NEUTRAL_BAND_PCT if neutral_band_pct is None else float(neutral_band_pct)
+
+    def sort(result: RefillResult, stale: list[StaleActual]) -> RefillResult:
+        for st in stale:
+            if st.reason is None:
+                result.unexplained.append(st)
+            elif st.automatic or not automatic:
+                result.refilled.append(st)
+            else:
+                result.left.append(st)
+        return result
+
+    if dry_run:
+        with engine.connect() as conn:
+            return sort(RefillResult(True), find_stale(conn, tickers))
+
+    def work(conn: Connection) -> RefillResult:
+        write_lock(conn, FILL_LOCK)
+        result = sort(RefillResult(False), find_stale(conn, tickers))
+        now = dt.datetime.now(dt.UTC)
+        for st in result.refilled:
+            _rewrite(conn, st, band, now)
+        return result
+
+    result = run_in_transaction(engine, work)
+    for st in result.refilled:
+        log.warning("re-filled %s", st.describe())
+    return result
+
+
+def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -> None:
+    s = snapshots.c
+    row = conn.execute(
+        select(
+            s.run_date_close, s.next_day_pred, s.neutral_band_pct, s[f"{st.horizon}_pred"].label("pred")
+        ).where(s.id == st.id)
+    ).one()
+    band = row_band(row.neutral_band_pct, band)
+    new_err = (float(row.pred) - st.new_actual) / st.new_actual * 100.0
+    values: dict = {
+        f"{st.horizon}_actual": st.new_actual,
+        f"{st.horizon}_pct_error": new_err,
+        "filled_at": now,
+    }
+    if st.horizon == "next_day":
+        rdc = float(row.run_date_close)
+        move = (st.new_actual - rdc) / rdc * 100.0
+        values["next_day_direction_actual"] = (
+            "bullish" if move > band else ("bearish" if move < -band else "neutral")
+        )
+        pred_sign = (row.next_day_pred > rdc) - (row.next_day_pred < rdc)
+        values["next_day_direction_correct"] = pred_sign == ((st.new_actual > rdc) - (st.new_actual < rdc))
+    # The WHERE re-checks the old value: a concurrent change makes this write nothing, never a wrong one.
+    done = conn.execute(
+        update(snapshots).where(s.id == st.id, s[f"{st.horizon}_actual"] == st.old_actual).values(values)
+    ).rowcount
+    if not done:
+        return
+    conn.execute(
+        insert(fill_revisions).values(
+            snapshot_id=st.id,
+            ticker=st.ticker,
+            run_date=st.run_date,
+            horizon=st.horizon,
+            old_actual=st.old_actual,
+            new_actual=st.new_actual,
+            old_pct_error=st.old_pct_error,
+            new_pct_error=new_err,
+            reason=st.reason,
+            revised_at=now,
+        )
+    )
+
+
+def revisions(conn_or_engine, tickers: Sequence[str] | None = None) -> list[dict]:
+    """The recorded re-fills, oldest first (the audit lists them: the old values stay visible)."""
+    f = fill_revisions.c
+    stmt = select(fill_revisions).order_by(f.id)
+    if tickers:
+        stmt = stmt.where(f.ticker.in_(list(tickers)))
+    if isinstance(conn_or_engine, Engine):
+        with conn_or_engine.connect() as conn:
+            return [dict(r) for r in conn.execute(stmt).mappings()]
+    return [dict(r) for r in conn_or_engine.execute(stmt).mappings()]
+
+
+def refill_after_actions(engine: Engine, tickers: Sequence[str]) -> RefillResult | None:
+    """Called by every ingest path right after it recorded corporate actions for `tickers`: the actuals
+    they explain are re-filled at once, so no reader scores a split as a -90 % day until the next fillback."""
+    if not tickers:
+        return None
+    return refill(engine, automatic=True, tickers=sorted(set(tickers)))
