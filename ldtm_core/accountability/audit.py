@@ -41,7 +41,6 @@ from ldtm_core.accountability.chain import (
 )
 from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, row_band
 from ldtm_core.accountability.refill import StaleActual, find_stale, revisions
-from ldtm_core.config import Settings
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError

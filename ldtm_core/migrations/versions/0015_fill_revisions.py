@@ -5,6 +5,9 @@ Revision ID: 0015
 Revises: 0014
 """
 
+import importlib.util
+from pathlib import Path
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -40,4 +43,15 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_fill_revisions_snapshot", table_name="fill_revisions")
     op.drop_table("fill_revisions")
+    # The views select `s.*` (PostgreSQL expands it at creation, so they depend on chain_version once a
+    # later revision rebuilt them): drop them around the column and restore 0005's definitions.
+    path = Path(__file__).with_name("0005_accountability_integrity.py")
+    spec = importlib.util.spec_from_file_location("ldtm_migration_0005", path)
+    v5 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(v5)
+    for name in v5.VIEWS:
+        op.execute(f"DROP VIEW IF EXISTS {name}")
     op.drop_column("snapshots", "chain_version")  # native DROP COLUMN (SQLite >= 3.35)
+    dialect = op.get_bind().dialect.name
+    for name in v5.VIEWS:
+        op.execute(v5.create_view_sql(name, dialect))
