@@ -9,10 +9,11 @@ range of the ticker partitions (a run covers one contiguous range, DAGSTER_NOTES
 
 from __future__ import annotations
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunRequest
+from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, DagsterRun, RunRequest
 
 from .jobs import backtests_job
 from .partitions import contiguous_ranges, range_tags, ticker_partitions
+from .pool import run_started_at
 
 CHECKPOINTS = "checkpoints"
 BACKTESTS = "backtests"
@@ -38,15 +39,28 @@ def _backtests_started(instance: DagsterInstance, run_id: str) -> bool:
 
 
 def owed_backtests(instance: DagsterInstance, run_id: str) -> list[str]:
-    """Tickers whose checkpoints this run materialised and whose backtests it never ran, in
+    """Tickers whose checkpoints this run materialised (trained, or skipped as trained earlier in its
+    re-execution group) and that have no `backtests` materialization since the group began, in
     partition order; [] when the run's backtests steps ran at all."""
     if _backtests_started(instance, run_id):
         return []
-    done = _materialised(instance, run_id)
-    owed = done.get(CHECKPOINTS, set()) - done.get(BACKTESTS, set())
-    order = ticker_partitions.get_partition_keys()
+    trained = _materialised(instance, run_id).get(CHECKPOINTS, set())
+    if not trained:
+        return []
+    # Since the group's root run began: a re-execution's skipped tickers were often backtested after
+    # the earlier failure already, while one whose first run crashed before its fan-in never was.
+    since = run_started_at(instance, run_id).timestamp()
+    backtested = {
+        r.partition_key
+        for r in instance.fetch_materializations(
+            AssetRecordsFilter(
+                asset_key=AssetKey(BACKTESTS), asset_partitions=sorted(trained), after_timestamp=since
+            ),
+            limit=len(trained) * 10,
+        ).records
+    }
     # A key dropped from the universe since the run cannot be a partition of a new run.
-    return [t for t in order if t in owed]
+    return [t for t in ticker_partitions.get_partition_keys() if t in trained - backtested]
 
 
 def backtest_requests(instance: DagsterInstance, run: DagsterRun) -> list[RunRequest]:
