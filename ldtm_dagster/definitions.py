@@ -6,20 +6,21 @@ from dagster import Definitions
 
 from . import assets, checks, deployment
 from .alerts import run_failure_alert, snapshots_freshness_alert
-from .jobs import nightly_job, nightly_market_job, promotion_job, retrain_job
+from .jobs import backtests_job, nightly_job, nightly_market_job, promotion_job, retrain_job
 from .resources import resources_from_env
 from .schedules import nightly, weekly_retrain
-from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
+from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor, retrain_backtests_sensor
 
 defs = Definitions(
     assets=[getattr(assets, name) for name in assets.__all__],
     asset_checks=checks.PRICE_CHECKS,
-    jobs=[nightly_market_job, nightly_job, retrain_job, promotion_job],
+    jobs=[nightly_market_job, nightly_job, retrain_job, promotion_job, backtests_job],
     schedules=[nightly, weekly_retrain],
     sensors=[
         gpu_pool_sensor,
         promotion_gate_sensor,
         nightly_after_market,
+        retrain_backtests_sensor,
         run_failure_alert,
         snapshots_freshness_alert,
     ],

@@ -54,3 +54,11 @@ promotion_job = define_asset_job(
     partitions_def=ticker_partitions,
     description="Run the promotion gate for one ticker and export its active model to ONNX.",
 )
+
+backtests_job = define_asset_job(
+    "backtests_job",
+    selection=AssetSelection.assets(backtests),
+    partitions_def=ticker_partitions,
+    tags=GPU_RUN_TAGS,
+    description="Backtest a range of tickers' newest candidates; launched for the tickers a failed retrain trained.",
+)

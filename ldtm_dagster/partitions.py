@@ -44,9 +44,32 @@ evening_partitions = TimeWindowPartitionsDefinition(
 )
 
 
+RANGE_START = ASSET_PARTITION_RANGE_START_TAG
+RANGE_END = ASSET_PARTITION_RANGE_END_TAG
+
+
 def range_tags(keys: list[str]) -> dict:
     """Run tags for one single-run backfill over keys[0]..keys[-1] (a contiguous partition range)."""
-    return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
+    return {RANGE_START: keys[0], RANGE_END: keys[-1]}
+
+
+def contiguous_ranges(keys, order: list[str]) -> list[list[str]]:
+    """`keys` cut into runs of consecutive keys in `order` (a static partition set's definition order):
+    one Dagster run covers one contiguous range, so a scattered set needs one run per range."""
+    wanted = set(keys)
+    missing = wanted - set(order)
+    if missing:
+        raise ValueError(f"partition key(s) not in the partition set: {', '.join(sorted(missing))}")
+    ranges: list[list[str]] = []
+    previous = False
+    for key in order:
+        if key in wanted:
+            if previous:
+                ranges[-1].append(key)
+            else:
+                ranges.append([key])
+        previous = key in wanted
+    return ranges
 
 
 def check_evening_keys(run_tags: dict, keys: list[str]) -> None:

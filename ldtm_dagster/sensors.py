@@ -1,16 +1,19 @@
-"""Sensors: keep the `gpu` pool sized to free VRAM, run the promotion gate per backtest, and start an
-evening's snapshots once its prices and features have landed."""
+"""Sensors: keep the `gpu` pool sized to free VRAM, run the promotion gate per backtest, start an
+evening's snapshots once its prices and features have landed, and backtest the tickers a partly failed
+retrain trained."""
 
 from dagster import (
     AssetKey,
     AssetRecordsFilter,
     DagsterRunStatus,
     DefaultSensorStatus,
+    RunFailureSensorContext,
     RunRequest,
     RunStatusSensorContext,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    run_failure_sensor,
     run_status_sensor,
     sensor,
 )
@@ -18,10 +21,11 @@ from dagster import (
 from ldtm_core.accountability import gate
 
 from . import deployment
-from .jobs import nightly_job, nightly_market_job, promotion_job
+from .jobs import backtests_job, nightly_job, nightly_market_job, promotion_job, retrain_job
 from .partitions import EVENING_TAG, ticker_partitions
 from .pool import pool_limit, sync_pool_limit
 from .resources import AppDatabase, ArtifactStore, GpuProbe
+from .retrain_recovery import backtest_requests
 
 BACKTESTS = AssetKey("backtests")
 # Materializations read per tick; a longer backlog is worked off over the next ticks.
@@ -108,3 +112,18 @@ def nightly_after_market(context: RunStatusSensorContext) -> RunRequest | SkipRe
     if not evening:
         return SkipReason(f"market run {run.run_id} has no {EVENING_TAG} tag (started by hand): no snapshots")
     return RunRequest(run_key=f"nightly:{evening}:{run.run_id}", partition_key=evening)
+
+
+@run_failure_sensor(
+    monitored_jobs=[retrain_job],
+    request_job=backtests_job,
+    default_status=DefaultSensorStatus.RUNNING,
+)
+def retrain_backtests_sensor(context: RunFailureSensorContext) -> list[RunRequest] | SkipReason:
+    """Backtests (and so, through `promotion_gate_sensor`, gate runs) for the tickers a failed retrain
+    trained but never backtested: its partly failed `checkpoints` step skipped the run's `backtests`."""
+    run = context.dagster_run
+    requests = backtest_requests(context.instance, run)
+    return requests or SkipReason(
+        f"retrain {run.run_id} owes no backtests (none trained, or its backtests ran)"
+    )

@@ -320,7 +320,7 @@ def test_other_steps_of_the_retrain_get_no_gpu(step_manifests, step_key):
 
 
 def test_k8s_uses_the_k8s_executor_and_tags_exactly_the_gpu_pool_steps(k8s_defs):
-    for name in ("retrain_job", "nightly_job", "nightly_market_job", "promotion_job"):
+    for name in ("retrain_job", "nightly_job", "nightly_market_job", "promotion_job", "backtests_job"):
         job = k8s_defs.resolve_job_def(name)
         assert job.executor_def is k8s_job_executor
         for op_def in job.graph.iterate_op_defs():

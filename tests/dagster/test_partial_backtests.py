@@ -4,9 +4,11 @@ materialise, get their gate runs and are promoted; the failed one is named in th
 
 from __future__ import annotations
 
+import pytest
 from dagster import (
     AssetKey,
     AssetRecordsFilter,
+    SkipReason,
     build_run_status_sensor_context,
     build_sensor_context,
     materialize,
@@ -18,8 +20,8 @@ from ldtm_core.accountability import registry
 from ldtm_core.schema import backtest_folds, features, prices
 from ldtm_dagster import assets
 from ldtm_dagster.alerts import run_failure_alert
-from ldtm_dagster.partitions import range_tags
-from ldtm_dagster.sensors import promotion_gate_sensor
+from ldtm_dagster.partitions import RANGE_END, RANGE_START, contiguous_ranges, range_tags
+from ldtm_dagster.sensors import promotion_gate_sensor, retrain_backtests_sensor
 
 FAILS = "TSLA"
 
@@ -121,3 +123,99 @@ def test_one_failing_ticker_does_not_stop_the_others_promotion(
     assert payload["run_id"] == run.run_id
     assert list(payload["failed_tickers"]) == [FAILS] and "prices" in payload["failed_tickers"][FAILS].lower()
     assert FAILS in payload["error"]
+
+
+def test_a_partly_failed_retrain_backtests_and_promotes_the_tickers_that_trained(
+    dagster_instance, backtest_world, monkeypatch
+):
+    """One `retrain_job`-shaped run (checkpoints -> backtests) where NVDA's training fails: Dagster skips
+    the run's backtests steps, and the retrain-failure sensor requests backtests for AAPL and TSLA (two
+    runs: they are not contiguous in the universe), whose gate runs then promote them."""
+    resources, engine = backtest_world
+    tickers = TICKERS.split(",")
+    bad = "NVDA"  # the middle key, so the trained ones are two separate ranges
+    ok = [t for t in tickers if t != bad]
+    with engine.begin() as conn:
+        days = list(
+            conn.execute(
+                select(prices.c.date).where(prices.c.ticker == bad).order_by(prices.c.date)
+            ).scalars()
+        )
+        conn.execute(
+            update(prices).where(prices.c.ticker == bad, prices.c.date == days[-60]).values(close=0.0)
+        )
+    monkeypatch.setenv("LDTM_GATE_MIN_ACCURACY", "0")
+    monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "50")
+    config = {"ops": {"backtests": {"config": {"folds": 2}}}}
+
+    retrain = materialize(
+        [assets.checkpoints, assets.backtests],
+        instance=dagster_instance,
+        resources=resources,
+        tags=range_tags(tickers),
+        run_config=config,
+        raise_on_error=False,
+    )
+    assert not retrain.success
+    assert _partitions(dagster_instance, "checkpoints") == ok
+    assert _partitions(dagster_instance, "backtests") == []  # the run's backtests steps never ran
+
+    def evaluate():
+        context = build_run_status_sensor_context(
+            sensor_name="retrain_backtests_sensor",
+            dagster_instance=dagster_instance,
+            dagster_run=retrain.dagster_run,
+            dagster_event=retrain.get_run_failure_event(),
+        ).for_run_failure()
+        return retrain_backtests_sensor(context)
+
+    requests = evaluate()
+    assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in requests] == [
+        ("AAPL", "AAPL"),
+        ("TSLA", "TSLA"),
+    ]
+    assert all(r.job_name == "backtests_job" for r in requests)
+    # The run keys are the failed run's: a second evaluation requests nothing new.
+    assert [r.run_key for r in evaluate()] == [r.run_key for r in requests]
+    assert len({r.run_key for r in requests}) == 2 and all(retrain.run_id in r.run_key for r in requests)
+
+    for request in requests:  # the retrain's backtests config (folds) carries over
+        assert request.run_config == config
+        run = materialize(
+            [assets.backtests],
+            instance=dagster_instance,
+            resources=resources,
+            tags=request.tags,
+            run_config=request.run_config,
+        )
+        assert run.success
+    assert _partitions(dagster_instance, "backtests") == ok
+    # Once they are backtested, that failure (or a failed re-execution of it) owes nothing more.
+    assert isinstance(evaluate(), SkipReason)
+
+    gates = promotion_gate_sensor(
+        build_sensor_context(
+            instance=dagster_instance, resources={k: resources[k] for k in ("store", "database")}
+        )
+    )
+    assert sorted(r.partition_key for r in gates.run_requests) == ok
+    for request in gates.run_requests:
+        gate_run = materialize(
+            [assets.promotions],
+            instance=dagster_instance,
+            resources=resources,
+            partition_key=request.partition_key,
+        )
+        assert gate_run.success
+    for t in ok:
+        assert registry.active_model(engine, t) is not None, t
+    assert registry.active_model(engine, bad) is None
+
+
+def test_owed_tickers_are_cut_into_contiguous_ranges_of_the_universe():
+    order = ["AAPL", "NVDA", "TSLA", "QQQ", "SQQQ", "FER"]
+    assert contiguous_ranges({"SQQQ", "AAPL", "QQQ", "TSLA"}, order) == [["AAPL"], ["TSLA", "QQQ", "SQQQ"]]
+    assert contiguous_ranges(order, order) == [order]
+    assert contiguous_ranges([], order) == []
+    with pytest.raises(ValueError, match="not in the partition set: ZZZZ"):
+        contiguous_ranges(["AAPL", "ZZZZ"], order)
