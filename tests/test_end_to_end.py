@@ -64,7 +64,8 @@ def test_end_to_end(ldtm_env):
     failed = run_gate(engine, settings, "QQQ", thresholds=GateThresholds(min_direction_accuracy=1.01))
     assert not failed.passed and [c.name for c in failed.failing] == ["direction_accuracy"]
     assert registry.get_model(engine, ids["QQQ"]).status == "candidate"
-    cli_gate = runner.invoke(app, ["gate", "--ticker", "QQQ", "--min-accuracy", "101"])
+    # The same backtest again: judged already, so the CLI re-judges only when forced.
+    cli_gate = runner.invoke(app, ["gate", "--ticker", "QQQ", "--min-accuracy", "101", "--force"])
     assert cli_gate.exit_code == 1
 
     # replay predictions for past sessions (QQQ falls back to its candidate)
