@@ -11,7 +11,12 @@ from typer.testing import CliRunner
 
 from ldtm_core.accountability import registry
 from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, ungated_note
+from ldtm_core.accountability.leaderboard import (
+    leaderboard,
+    leaderboard_by_model,
+    recent_next_day,
+    ungated_note,
+)
 from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ticker_predictions
 from ldtm_core.accountability.snapshots import predict
 
@@ -52,6 +57,8 @@ def test_ungated_rows_are_marked_and_out_of_the_default_figures(mixed):
     # The two flags compose: with in-sample rows too (there are none here), the same rows.
     both = leaderboard(engine, include_in_sample=True, include_ungated=True).set_index("ticker")
     assert both["n"].to_dict() == full["n"].to_dict()
+
+    assert set(recent_next_day(engine, ["AAPL", "GEHC"])["ticker"]) == {"AAPL"}  # the asset's plot
 
     per_model = leaderboard_by_model(engine)
     assert per_model["ticker"].tolist() == ["AAPL"]

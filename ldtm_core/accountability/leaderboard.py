@@ -383,15 +383,24 @@ def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> p
     """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
     s = snapshots.c
     stmt = (
-        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual, s.in_sample)
+        select(
+            s.ticker,
+            s.run_date,
+            s.next_day_date,
+            s.next_day_pred,
+            s.next_day_actual,
+            s.in_sample,
+            s.model_status,
+        )
         .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
         .order_by(s.ticker, s.run_date, s.id)
     )
     with engine.connect() as conn:
         df = pd.DataFrame(
-            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual", "in_sample"]
+            conn.execute(stmt).all(),
+            columns=["ticker", "run_date", "target", "pred", "actual", "in_sample", "model_status"],
         )
-    # One row per (ticker, evening): the first recorded, out of sample, as the leaderboard scores it.
+    # One row per (ticker, evening): the first recorded, out of sample and gated, as the board scores it.
     df = df.drop_duplicates(["ticker", "run_date"], keep="first")
-    df = df[~df.pop("in_sample").astype(bool)]
+    df = df[~df.pop("in_sample").astype(bool) & (df.pop("model_status") == "active")]
     return df.groupby("ticker", group_keys=False).tail(sessions)
