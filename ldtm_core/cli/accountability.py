@@ -122,7 +122,11 @@ def _print_predict(res) -> None:
     )
     console.print("phases: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in res.phases.items()))
     if res.used_candidate:
-        console.print(f"[yellow]candidate models used (no active model):[/] {' '.join(res.used_candidate)}")
+        # Their rows are ungated: outside the cohort above and the default leaderboard.
+        console.print(
+            f"[yellow]candidate models used (no active model; rows ungated, not in the cohort):[/] "
+            f"{' '.join(res.used_candidate)}"
+        )
     for t, why in sorted(res.skipped.items()):
         err_console.print(f"[yellow]skipped {t}:[/] {why}", highlight=False, soft_wrap=True)
     _print_in_sample(len(res.in_sample), res.rows_written + res.rows_existing)
