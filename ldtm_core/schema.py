@@ -2,8 +2,8 @@
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
 backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions,
-fill_revisions, and the views accuracy_30d, accuracy_30d_with_in_sample, accuracy_30d_by_model and
-accuracy_30d_by_model_with_in_sample (created by migrations).
+fill_revisions, and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
+`_with_ungated` and `_with_in_sample_and_ungated` (created by migrations; 0021 added the ungated ones).
 """
 
 from __future__ import annotations

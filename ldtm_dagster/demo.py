@@ -209,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             outcome_sessions=args.outcome_sessions,
         )
     print_leaderboard(table)
+    from ldtm_core.accountability.leaderboard import ungated_note
+
+    note = ungated_note(resources["database"].engine(resources["store"]))
+    if note:  # tickers whose candidate the gate held: not on the production board
+        print(note)
     return 0
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.leaderboard import leaderboard
+from ldtm_core.accountability.registry import promote
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.corporate_actions import load_actions
@@ -90,7 +91,9 @@ def test_split_gives_the_same_errors_and_directions_as_no_split(engine, db_url, 
     settings = make_settings(tmp_path, db_url)
     days = _sessions(truth["date"].iloc[0], truth["date"].iloc[-1])
     i_ex = days.index(ex)
-    make_model(engine, settings, ticker, seed=3, trained_on=days[i_ex - 20])  # run dates out of sample
+    # Run dates out of sample; promoted, so the default (gated) board scores its rows.
+    model_id = make_model(engine, settings, ticker, seed=3, trained_on=days[i_ex - 20])
+    promote(engine, model_id, "test", settings)
     run_dates = days[i_ex - 4 : i_ex + 1] + [days[i_ex + 3]]  # before, on the eve of, and after the ex-date
     source = SplitSource(truth, ticker, ex, factor, style)
     first = dt.date.fromisoformat(str(days[0]))

@@ -95,8 +95,11 @@ def test_end_to_end(ldtm_env):
     filled = rows[rows.next_day_actual.notna()]
     latest = filled.run_date.max()
     window = filled[filled.run_date >= latest - dt.timedelta(days=29)]
-    board = leaderboard(engine, "all").set_index("ticker")
-    live = leaderboard(engine, "live")  # no live evenings: every ticker listed as stale, none scored
+    # QQQ's rows come from a candidate the gate held: ungated, off the default board, marked when shown.
+    assert leaderboard(engine, "all")["ticker"].tolist() == ["AAPL"]
+    board = leaderboard(engine, "all", include_ungated=True).set_index("ticker")
+    assert board["gated"].to_dict() == {"AAPL": True, "QQQ": False}
+    live = leaderboard(engine, "live")  # no live evenings: every gated ticker listed as stale, none scored
     assert live["stale"].all() and (live["n"] == 0).all()
     for t, g in window.groupby("ticker"):
         n = len(g)

@@ -8,7 +8,7 @@ import random
 
 import pytest
 from scipy.stats import binomtest
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
 from ldtm_core.errors import InputError
@@ -45,6 +45,11 @@ def _model(conn, ticker):
     ).scalar_one()
 
 
+def _activate(conn, model_id):
+    """The registry says the model serves as active (a stale row is kept only for a gated ticker)."""
+    conn.execute(update(model_registry).where(model_registry.c.id == model_id).values(status="active"))
+
+
 def _row(ticker, model_id, run_date, close, prev, pred, actual, mode, nm_err, om_err, filled=True):
     sign = lambda v: (v > 0) - (v < 0)  # noqa: E731
     r = {
@@ -54,7 +59,7 @@ def _row(ticker, model_id, run_date, close, prev, pred, actual, mode, nm_err, om
         "prev_close": prev,
         "model_id": model_id,
         "model_version": "v1",
-        "model_status": "candidate",
+        "model_status": "active",  # gated: candidates' rows are left off the default board (0021)
         "mode": mode,
         "next_day_pred": pred,
         "next_monday_pred": pred,
@@ -301,6 +306,7 @@ def test_an_in_sample_first_row_is_not_replaced_by_a_later_one(engine):
         m1, m2 = _model(conn, "GGG"), _model(conn, "GGG")
         _evenings(conn, "GGG", m1, "v1", d, [True], in_sample=True)
         _evenings(conn, "GGG", m2, "v2", d, [False])
+        _activate(conn, m1)
     [unscored] = leaderboard(engine).itertuples()  # shown as stale (its only filled row is in-sample)
     assert (unscored.ticker, unscored.n, unscored.stale, unscored.last_filled) == ("GGG", 0, True, d[0])
     assert leaderboard(engine, include_in_sample=True).iloc[0][["n", "hits"]].tolist() == [1, 1]
@@ -313,6 +319,7 @@ def test_a_ticker_whose_prices_stopped_is_shown_stale_not_dropped(engine):
         m_live, m_gone = _model(conn, "LIVE"), _model(conn, "GONE")
         _evenings(conn, "GONE", m_gone, "v1", days[:5], [True, False, True, True, True])
         _evenings(conn, "LIVE", m_live, "v1", days[50:], [True] * 10)
+        _activate(conn, m_gone)
     board = leaderboard(engine).set_index("ticker")
     assert list(board.index) == ["LIVE", "GONE"]  # the scored ticker first, the stale one last
     assert (board.loc["LIVE", "n"], bool(board.loc["LIVE", "stale"])) == (10, False)

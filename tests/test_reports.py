@@ -60,11 +60,14 @@ def test_predictions_keep_the_published_row_and_rolling_accuracy_is_the_30_day_w
 
 
 def test_cohorts_runs_fills_and_audit(engine, world):
-    cohorts = reports.evening_cohorts(engine)
+    # Both models are candidates: their evenings are ungated, out of the default (production) cohorts.
+    assert reports.evening_cohorts(engine).empty
+    cohorts = reports.evening_cohorts(engine, include_ungated=True)
     assert (cohorts[["bullish", "neutral", "bearish"]].sum(axis=1) == len(TICKERS)).all()
     assert cohorts["run_date"].min() == START
     evening = reports.latest_evening(engine)
-    assert evening["run_date"] == END and evening["tickers"] == 2 and sum(evening["cohort"].values()) == 2
+    assert evening["run_date"] == END and evening["tickers"] == 2 and sum(evening["cohort"].values()) == 0
+    assert evening["ungated"] == sorted(TICKERS)
     runs = reports.recent_runs(engine, limit=5)
     assert len(runs) == 5 and runs["run_date"].is_monotonic_decreasing and set(runs["kind"]) == {"predict"}
     ready, waiting = reports.pending_fillback(engine)

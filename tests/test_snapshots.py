@@ -79,7 +79,8 @@ def test_predict_writes_one_row_per_ticker_matching_the_model(engine, world):
     assert res.used_candidate == sorted(TICKERS)
     assert set(res.phases) == {"load", "features", "forward", "write"}
     rows = _rows(engine)
-    assert len(rows) == 3 and sum(res.cohort.values()) == 3
+    # All three are candidates: production's cohort is empty, the ungated one counts them.
+    assert len(rows) == 3 and sum(res.cohort.values()) == 0 and sum(res.cohort_ungated.values()) == 3
     # Recompute AAPL's prediction independently: build_samples on its full history, the module forward.
     aapl = df[df.ticker == "AAPL"].drop(columns="ticker")
     samples = build_samples(aapl, 30)
@@ -191,7 +192,7 @@ def test_run_date_not_a_session_is_a_clear_error(engine, world):
 def test_neutral_band_setting_changes_direction(engine, world):
     settings, _, _ = world
     res = predict(engine, settings, neutral_band_pct=100.0)
-    assert res.cohort == {"bullish": 0, "neutral": 3, "bearish": 0}
+    assert res.cohort_ungated == {"bullish": 0, "neutral": 3, "bearish": 0}
 
 
 def test_concurrent_predicts_never_fork_the_chain(engine, world):
@@ -297,7 +298,9 @@ def test_in_sample_replays_are_flagged_and_left_off_the_leaderboard(engine, db_u
 
     settings = make_settings(tmp_path, db_url)
     ingest(engine, ["AAPL"])
-    make_model(engine, settings, "AAPL", trained_on=dt.date(2024, 6, 21))
+    registry.promote(
+        engine, make_model(engine, settings, "AAPL", trained_on=dt.date(2024, 6, 21)), "t", settings
+    )
     evenings = [dt.date(2024, 6, 18), dt.date(2024, 6, 20), dt.date(2024, 6, 21), dt.date(2024, 6, 24)]
     results = [predict(engine, settings, run_date=d) for d in evenings]
     assert [r.in_sample for r in results] == [["AAPL"], ["AAPL"], [], []]

@@ -5,6 +5,11 @@ i.e. what was published; a model promoted later and re-predicting the same eveni
 twice. In-sample replays (the model's data cutoff reaches the next-day target) are left out unless
 asked for. `leaderboard_by_model` is the separate per-model report: each version on its own rows.
 
+Ungated rows (migration 0021): a ticker with no active model is predicted by a candidate that never
+passed the gate. Those rows describe no production model: the boards leave them out unless
+`include_ungated`, and then each board row says `gated` (False when any of its rows was ungated) and
+`ungated_n`. The two flags compose.
+
 Windows (migration 0017): the next-day figures (accuracy, baselines, next-day error) cover the 30 days
 ending at the newest filled evening; the next-Monday and one-month errors each cover the 30 days ending
 at their own newest filled target date, with their own counts beside them. Persistence is scored only
@@ -42,6 +47,7 @@ COLUMNS = [
     "next_monday_n",
     "one_month_mape",
     "one_month_n",
+    "ungated_n",
     "window_start",
     "window_end",
 ]
@@ -57,30 +63,54 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-# The views (migration 0017): first row per evening, out of sample / with in-sample rows; per model.
+# The views (migrations 0017, 0021): first row per evening or per model; in-sample and ungated rows
+# left out unless the view's name says they are kept.
 TICKER_VIEW = "accuracy_30d"
 TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
 MODEL_VIEW = "accuracy_30d_by_model"
 MODEL_VIEW_WITH_IN_SAMPLE = "accuracy_30d_by_model_with_in_sample"
-COUNTS = ("n", "hits", "persistence_n", "next_monday_n", "one_month_n")
+COUNTS = ("n", "hits", "persistence_n", "next_monday_n", "one_month_n", "ungated_n")
+UNGATED_LEGEND = (
+    "ungated: predicted by a candidate that never passed the gate (the ticker has no active model)"
+)
 
 
-def leaderboard(engine: Engine, mode: str = "all", include_in_sample: bool = False) -> pd.DataFrame:
+def view_name(by_model: bool, include_in_sample: bool, include_ungated: bool) -> str:
+    """The accuracy view for these choices (fixed names only: never user text)."""
+    name = MODEL_VIEW if by_model else TICKER_VIEW
+    if include_in_sample and include_ungated:
+        return f"{name}_with_in_sample_and_ungated"
+    if include_in_sample:
+        return f"{name}_with_in_sample"
+    return f"{name}_with_ungated" if include_ungated else name
+
+
+def leaderboard(
+    engine: Engine, mode: str = "all", include_in_sample: bool = False, include_ungated: bool = False
+) -> pd.DataFrame:
     """One row per ticker for `mode` (all / live / replay), best direction accuracy first.
 
     Each (ticker, evening) counts once: its first recorded prediction. `include_in_sample` adds the
-    in-sample replays back. `beats_always_up` / `beats_persistence` are True only when the model is
-    strictly more accurate than the baseline on the same rows.
+    in-sample replays back, `include_ungated` the evenings predicted by a candidate (`gated` False).
+    `beats_always_up` / `beats_persistence` are True only when the model is strictly more accurate than
+    the baseline on the same rows.
     """
-    view = TICKER_VIEW_WITH_IN_SAMPLE if include_in_sample else TICKER_VIEW
-    df = _with_skill(engine, _read(engine, view, COLUMNS, mode), mode, include_in_sample=include_in_sample)
-    df = _with_stale_rows(engine, df, mode)
+    view = view_name(False, include_in_sample, include_ungated)
+    df = _with_skill(
+        engine,
+        _read(engine, view, COLUMNS, mode),
+        mode,
+        include_in_sample=include_in_sample,
+        include_ungated=include_ungated,
+    )
+    df = _with_stale_rows(engine, df, mode, include_ungated)
     # Stale rows (accuracy NaN) go last.
     return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
 
 
-def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str) -> pd.DataFrame:
-    """Every ticker with a serving model gets a row (SPEC §2 freshness: none disappears silently).
+def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str, include_ungated: bool) -> pd.DataFrame:
+    """Every ticker with a serving model gets a row (SPEC §2 freshness: none disappears silently);
+    without `include_ungated` only tickers with an active model (the others are named by `ungated_note`).
 
     The window stays the one the view computes (the 30 days ending at the latest filled evening of all
     tickers), so every scored row of the board covers the same period and the tickers compare fairly;
@@ -90,7 +120,10 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str) -> pd.DataF
     board = board.copy()
     board["stale"] = False
     board["last_filled"] = board["window_end"] if len(board) else pd.Series(dtype=object)
-    missing = sorted(set(serving_models(engine)) - set(board["ticker"]))
+    serving = serving_models(engine)
+    missing = sorted(
+        t for t in set(serving) - set(board["ticker"]) if include_ungated or serving[t].status == "active"
+    )
     if not missing:
         return board
     s = snapshots.c
@@ -116,6 +149,7 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str) -> pd.DataF
                 "beats_persistence": False,
                 "model_only": 0,
                 "up_only": 0,
+                "gated": serving[t].status == "active",
                 "stale": True,
                 "last_filled": last.get(t),
             }
@@ -125,13 +159,20 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str) -> pd.DataF
     return pd.concat([board, extra], ignore_index=True)[board.columns]
 
 
-def leaderboard_by_model(engine: Engine, mode: str = "all", include_in_sample: bool = False) -> pd.DataFrame:
+def leaderboard_by_model(
+    engine: Engine, mode: str = "all", include_in_sample: bool = False, include_ungated: bool = False
+) -> pd.DataFrame:
     """Per-model accuracy: one row per (ticker, model_version), each version on its own rows (out of
-    sample unless `include_in_sample`)."""
+    sample unless `include_in_sample`, gated unless `include_ungated`)."""
     cols = ["ticker", "model_version", *COLUMNS[1:]]
-    view = MODEL_VIEW_WITH_IN_SAMPLE if include_in_sample else MODEL_VIEW
+    view = view_name(True, include_in_sample, include_ungated)
     df = _with_skill(
-        engine, _read(engine, view, cols, mode), mode, by_model=True, include_in_sample=include_in_sample
+        engine,
+        _read(engine, view, cols, mode),
+        mode,
+        by_model=True,
+        include_in_sample=include_in_sample,
+        include_ungated=include_ungated,
     )
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
 
@@ -150,14 +191,28 @@ def _read(engine: Engine, view: str, columns: list[str], mode: str) -> pd.DataFr
         df[c] = pd.to_datetime(df[c]).dt.date
     df["beats_always_up"] = df["direction_accuracy"] > df["always_up_accuracy"]
     df["beats_persistence"] = df["direction_accuracy"] > df["persistence_accuracy"]
+    df["gated"] = df["ungated_n"] == 0
     return df
 
 
 def _with_skill(
-    engine: Engine, board: pd.DataFrame, mode: str, *, by_model: bool = False, include_in_sample: bool = False
+    engine: Engine,
+    board: pd.DataFrame,
+    mode: str,
+    *,
+    by_model: bool = False,
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
 ) -> pd.DataFrame:
     """Add the exact test of "the model beats always-up" (model_only, up_only, skill_p_value)."""
-    tests = skill_tests(engine, board, mode, by_model=by_model, include_in_sample=include_in_sample)
+    tests = skill_tests(
+        engine,
+        board,
+        mode,
+        by_model=by_model,
+        include_in_sample=include_in_sample,
+        include_ungated=include_ungated,
+    )
     keys = _keys(board, by_model)
     board["model_only"] = [tests[k].model_only for k in keys]
     board["up_only"] = [tests[k].up_only for k in keys]
@@ -171,13 +226,19 @@ def _keys(frame: pd.DataFrame, by_model: bool) -> list[tuple]:
 
 
 def skill_tests(
-    engine: Engine, board: pd.DataFrame, mode: str, *, by_model: bool = False, include_in_sample: bool = False
+    engine: Engine,
+    board: pd.DataFrame,
+    mode: str,
+    *,
+    by_model: bool = False,
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
 ) -> dict[tuple, SkillTest]:
     """The exact test per board row, on exactly the rows its view scored.
 
     The same selection as the views (migration 0017): the ticker board takes the first recorded row of
-    each (ticker, evening), the per-model board every row of each version; in-sample rows dropped
-    unless asked for. Then the row's own window (window_start..window_end). Computed
+    each (ticker, evening), the per-model board every row of each version; in-sample and ungated rows
+    dropped unless asked for. Then the row's own window (window_start..window_end). Computed
     in Python from the stored direction flags: a view cannot run an exact binomial tail on both databases.
     """
     tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
@@ -192,6 +253,7 @@ def skill_tests(
             s.run_date,
             s.mode,
             s.in_sample,
+            s.model_status,
             s.next_day_direction_correct,
             s.next_day_actual,
             s.run_date_close,
@@ -211,6 +273,8 @@ def skill_tests(
         rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
     if not include_in_sample:
         rows = rows[~rows["in_sample"].astype(bool)]
+    if not include_ungated:
+        rows = rows[rows["model_status"] == "active"]
     rows = rows[rows["next_day_actual"].notna()]
     if mode != "all":
         rows = rows[rows["mode"] == mode]
@@ -271,6 +335,25 @@ def in_sample_note(engine: Engine, mode: str = "all") -> str | None:
     )
 
 
+def hidden_ungated(engine: Engine) -> list[str]:
+    """The tickers whose serving model is a candidate (no active model): the default board leaves their
+    evenings out."""
+    return sorted(t for t, rec in serving_models(engine).items() if rec.status != "active")
+
+
+def ungated_note(engine: Engine, include_ungated: bool = False) -> str | None:
+    """The line under a board about ungated rows: what the default hides, or the legend when shown."""
+    if include_ungated:
+        return None
+    hidden = hidden_ungated(engine)
+    if not hidden:
+        return None
+    return (
+        f"{len(hidden)} ungated ticker{'s' if len(hidden) > 1 else ''} hidden ({', '.join(hidden)}): no active "
+        "model, its rows come from a candidate that never passed the gate; --include-ungated shows them"
+    )
+
+
 def verdict(df: pd.DataFrame) -> str:
     """One plain sentence about the always-up baseline (and the stale tickers, named)."""
     stale = df[df["stale"]] if "stale" in df else df.iloc[0:0]
@@ -300,15 +383,24 @@ def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> p
     """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
     s = snapshots.c
     stmt = (
-        select(s.ticker, s.run_date, s.next_day_date, s.next_day_pred, s.next_day_actual, s.in_sample)
+        select(
+            s.ticker,
+            s.run_date,
+            s.next_day_date,
+            s.next_day_pred,
+            s.next_day_actual,
+            s.in_sample,
+            s.model_status,
+        )
         .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
         .order_by(s.ticker, s.run_date, s.id)
     )
     with engine.connect() as conn:
         df = pd.DataFrame(
-            conn.execute(stmt).all(), columns=["ticker", "run_date", "target", "pred", "actual", "in_sample"]
+            conn.execute(stmt).all(),
+            columns=["ticker", "run_date", "target", "pred", "actual", "in_sample", "model_status"],
         )
-    # One row per (ticker, evening): the first recorded, out of sample, as the leaderboard scores it.
+    # One row per (ticker, evening): the first recorded, out of sample and gated, as the board scores it.
     df = df.drop_duplicates(["ticker", "run_date"], keep="first")
-    df = df[~df.pop("in_sample").astype(bool)]
+    df = df[~df.pop("in_sample").astype(bool) & (df.pop("model_status") == "active")]
     return df.groupby("ticker", group_keys=False).tail(sessions)

@@ -51,13 +51,22 @@ def ticker_predictions(
 ) -> pd.DataFrame:
     """One row per evening of `ticker`: what was published (the first row recorded that evening).
 
-    Columns: run_date, run_date_close, model_version, mode, direction_pred, in_sample, per horizon
-    `{h}_date`, `{h}_pred`, `{h}_actual`, `{h}_pct_error`, and `correct` / `went_up` for next day
-    (None until filled).
+    Columns: run_date, run_date_close, model_version, mode, direction_pred, in_sample, gated (False:
+    predicted by a candidate that never passed the gate), per horizon `{h}_date`, `{h}_pred`,
+    `{h}_actual`, `{h}_pct_error`, and `correct` / `went_up` for next day (None until filled).
     """
     ticker = validate_ticker(ticker)
     s = snapshots.c
-    cols = [s.id, s.run_date, s.run_date_close, s.model_version, s.mode, s.direction_pred, s.in_sample]
+    cols = [
+        s.id,
+        s.run_date,
+        s.run_date_close,
+        s.model_version,
+        s.model_status,
+        s.mode,
+        s.direction_pred,
+        s.in_sample,
+    ]
     for h in HORIZONS:
         cols += [s[f"{h}_date"], s[f"{h}_pred"], s[f"{h}_actual"], s[f"{h}_pct_error"]]
     cols.append(s.next_day_direction_correct)
@@ -73,6 +82,7 @@ def ticker_predictions(
     for c in ["run_date"] + [f"{h}_date" for h in HORIZONS]:
         df[c] = pd.to_datetime(df[c]).dt.date
     df["in_sample"] = df["in_sample"].astype(bool)
+    df.insert(df.columns.get_loc("model_status"), "gated", df.pop("model_status") == "active")
     df = df.rename(columns={"next_day_direction_correct": "correct"})
     filled = df["next_day_actual"].notna()
     df["correct"] = df["correct"].where(filled, None)
@@ -80,10 +90,18 @@ def ticker_predictions(
     return df
 
 
-def counted_predictions(predictions: pd.DataFrame, include_in_sample: bool = False) -> pd.DataFrame:
-    """The evenings an accuracy figure counts, with the leaderboard's default: in-sample replays (the
-    model's training data reached the next-day target) are left out unless asked for."""
-    return predictions if include_in_sample else predictions[~predictions["in_sample"]]
+def counted_predictions(
+    predictions: pd.DataFrame, include_in_sample: bool = False, include_ungated: bool = False
+) -> pd.DataFrame:
+    """The evenings an accuracy figure counts, with the leaderboard's defaults: in-sample replays (the
+    model's training data reached the next-day target) and ungated evenings (a candidate predicted) are
+    left out unless asked for."""
+    keep = pd.Series(True, index=predictions.index)
+    if not include_in_sample:
+        keep &= ~predictions["in_sample"]
+    if not include_ungated:
+        keep &= predictions["gated"]
+    return predictions[keep]
 
 
 def rolling_accuracy(predictions: pd.DataFrame, days: int = ROLLING_DAYS) -> pd.DataFrame:
@@ -111,19 +129,25 @@ def ticker_skill(predictions: pd.DataFrame) -> SkillTest:
     )
 
 
-def evening_cohorts(engine: Engine, start: dt.date | None = None, end: dt.date | None = None) -> pd.DataFrame:
-    """Bullish / neutral / bearish counts across all tickers per evening (first row per ticker and evening)."""
+def evening_cohorts(
+    engine: Engine, start: dt.date | None = None, end: dt.date | None = None, include_ungated: bool = False
+) -> pd.DataFrame:
+    """Bullish / neutral / bearish counts across all tickers per evening (first row per ticker and
+    evening); an evening published by a candidate (ungated) counts only with `include_ungated`."""
     s = snapshots.c
-    stmt = select(s.id, s.ticker, s.run_date, s.direction_pred)
+    stmt = select(s.id, s.ticker, s.run_date, s.direction_pred, s.model_status)
     if start is not None:
         stmt = stmt.where(s.run_date >= start)
     if end is not None:
         stmt = stmt.where(s.run_date <= end)
     with engine.connect() as conn:
         df = pd.DataFrame(
-            conn.execute(stmt.order_by(s.id)).all(), columns=["id", "ticker", "run_date", "direction"]
+            conn.execute(stmt.order_by(s.id)).all(),
+            columns=["id", "ticker", "run_date", "direction", "model_status"],
         )
     df = df.drop_duplicates(["ticker", "run_date"], keep="first")
+    if not include_ungated:
+        df = df[df["model_status"] == "active"]
     df["run_date"] = pd.to_datetime(df["run_date"]).dt.date
     counts = df.groupby(["run_date", "direction"]).size().unstack(fill_value=0)
     for c in ("bullish", "neutral", "bearish"):
@@ -239,7 +263,8 @@ def recent_runs(engine: Engine, limit: int = 50) -> pd.DataFrame:
 
 
 def latest_evening(engine: Engine) -> dict | None:
-    """The newest snapshot evening: date, rows, tickers, mode(s) and its cohort."""
+    """The newest snapshot evening: date, rows, tickers, mode(s), its cohort (gated rows) and the
+    ungated tickers (predicted by a candidate) beside it."""
     rng = snapshot_range(engine)
     if rng is None:
         return None
@@ -247,14 +272,18 @@ def latest_evening(engine: Engine) -> dict | None:
     cohorts = evening_cohorts(engine, day, day)
     with engine.connect() as conn:
         rows = conn.execute(
-            select(snapshots.c.ticker, snapshots.c.mode).where(snapshots.c.run_date == day)
+            select(snapshots.c.ticker, snapshots.c.mode, snapshots.c.model_status).where(
+                snapshots.c.run_date == day
+            )
         ).all()
+    row = cohorts.iloc[0] if len(cohorts) else pd.Series(0, index=["bullish", "neutral", "bearish"])
     return {
         "run_date": day,
         "rows": len(rows),
         "tickers": len({r.ticker for r in rows}),
         "modes": sorted({r.mode for r in rows}),
-        "cohort": cohorts.iloc[0][["bullish", "neutral", "bearish"]].astype(int).to_dict(),
+        "cohort": row[["bullish", "neutral", "bearish"]].astype(int).to_dict(),
+        "ungated": sorted({r.ticker for r in rows if r.model_status != "active"}),
     }
 
 

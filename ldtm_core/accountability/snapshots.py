@@ -80,7 +80,9 @@ class PredictResult:
     rows_existing: int = 0
     tickers_predicted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    # Production's cohort: rows of active (gated) models. Candidates' rows are counted apart.
     cohort: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
+    cohort_ungated: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     phases: dict[str, float] = field(default_factory=dict)
     used_candidate: list[str] = field(default_factory=list)
     features_recomputed: dict[str, str] = field(default_factory=dict)  # ticker -> why stored were not used
@@ -97,6 +99,8 @@ class PredictResult:
             "rows_existing": self.rows_existing,
             "predicted": len(self.tickers_predicted),
             "cohort": self.cohort,
+            "cohort_ungated": self.cohort_ungated,
+            "ungated": self.used_candidate,
             "skipped": self.skipped,
             "used_candidate": self.used_candidate,
             "features_recomputed": self.features_recomputed,
@@ -288,7 +292,15 @@ def _predict(
     pause_point("predict.after_commit")
     result.phases["write"] = round(time.perf_counter() - t3, 4)
     result.tickers_predicted = sorted(r["ticker"] for r in rows)
-    result.cohort = {**dict.fromkeys(DIRECTIONS, 0), **Counter(r["direction_pred"] for r in rows)}
+    gated = [r["model_status"] == "active" for r in rows]
+    result.cohort = {
+        **dict.fromkeys(DIRECTIONS, 0),
+        **Counter(r["direction_pred"] for r, g in zip(rows, gated, strict=True) if g),
+    }
+    result.cohort_ungated = {
+        **dict.fromkeys(DIRECTIONS, 0),
+        **Counter(r["direction_pred"] for r, g in zip(rows, gated, strict=True) if not g),
+    }
     result.used_candidate = sorted(r["ticker"] for r in rows if r["model_status"] == "candidate")
     result.in_sample = sorted(r["ticker"] for r in rows if r["in_sample"])
     result.model_versions = {r["ticker"]: r["model_version"] for r in rows}

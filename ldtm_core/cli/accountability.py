@@ -122,7 +122,11 @@ def _print_predict(res) -> None:
     )
     console.print("phases: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in res.phases.items()))
     if res.used_candidate:
-        console.print(f"[yellow]candidate models used (no active model):[/] {' '.join(res.used_candidate)}")
+        # Their rows are ungated: outside the cohort above and the default leaderboard.
+        console.print(
+            f"[yellow]candidate models used (no active model; rows ungated, not in the cohort):[/] "
+            f"{' '.join(res.used_candidate)}"
+        )
     for t, why in sorted(res.skipped.items()):
         err_console.print(f"[yellow]skipped {t}:[/] {why}", highlight=False, soft_wrap=True)
     _print_in_sample(len(res.in_sample), res.rows_written + res.rows_existing)
@@ -234,6 +238,12 @@ def leaderboard_cmd(
         "--include-in-sample",
         help="Also score in-sample replays (evenings the model's training data already reached)",
     ),
+    include_ungated: bool = typer.Option(
+        False,
+        "--include-ungated",
+        help="Also score rows predicted by a candidate that never passed the gate (tickers with no "
+        "active model); marked 'ungated'",
+    ),
     by_model: bool = typer.Option(
         False, "--by-model", help="Per-model report: every model version on its own rows"
     ),
@@ -243,23 +253,35 @@ def leaderboard_cmd(
     Each evening counts once per ticker: its first recorded prediction (what was published). The
     next-day figures cover the 30 days ending at the newest filled evening; the next-Monday and one-month
     errors the 30 days ending at their own newest filled target date, with their counts in brackets."""
-    from ldtm_core.accountability.leaderboard import in_sample_note, leaderboard, leaderboard_by_model
+    from ldtm_core.accountability.leaderboard import (
+        in_sample_note,
+        leaderboard,
+        leaderboard_by_model,
+        ungated_note,
+    )
 
     engine = open_db()
-    label = f"{mode}, with in-sample replays" if include_in_sample else mode
+    label = ", with ".join(
+        [mode]
+        + (["in-sample replays"] if include_in_sample else [])
+        + (["ungated candidates"] if include_ungated else [])
+    )
+    flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
     if by_model:
-        board = leaderboard_by_model(engine, mode, include_in_sample=include_in_sample)
-        print_leaderboard(board, f"{label}, by model")
-        return
-    print_leaderboard(leaderboard(engine, mode, include_in_sample=include_in_sample), label)
-    note = None if include_in_sample else in_sample_note(engine, mode)
-    if note:
-        console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
+        print_leaderboard(leaderboard_by_model(engine, mode, **flags), f"{label}, by model")
+    else:
+        print_leaderboard(leaderboard(engine, mode, **flags), label)
+    for note in (
+        None if include_in_sample or by_model else in_sample_note(engine, mode),
+        ungated_note(engine, include_ungated),
+    ):
+        if note:
+            console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
 
 
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
-    from ldtm_core.accountability.leaderboard import verdict
+    from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
     from ldtm_core.accountability.skill import format_p_value
 
     title = f"accuracy_30d ({mode})"
@@ -280,14 +302,13 @@ def print_leaderboard(df, mode: str = "all") -> None:
         title=title,
     )
     for r in df.itertuples(index=False):
+        name = f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker
+        if "gated" in df.columns and not r.gated:
+            name += " [magenta](ungated)[/]"
+        if "model_version" not in df.columns and r.stale:
+            name += f" [yellow](stale, last filled {r.last_filled or 'never'})[/]"
         table.add_row(
-            f"{r.ticker} {r.model_version}"
-            if "model_version" in df.columns
-            else (
-                f"{r.ticker} [yellow](stale, last filled {r.last_filled or 'never'})[/]"
-                if r.stale
-                else r.ticker
-            ),
+            name,
             str(r.n),
             fmt_pct(r.direction_accuracy),
             f"{fmt_pct(r.wilson_low)}–{fmt_pct(r.wilson_high)}",
@@ -300,6 +321,8 @@ def print_leaderboard(df, mode: str = "all") -> None:
             _with_n(fmt_num(r.one_month_mape), r.one_month_n),
         )
     console.print(table)
+    if "gated" in df.columns and not df["gated"].all():
+        console.print(UNGATED_LEGEND, highlight=False, soft_wrap=True)
     console.print(verdict(df))
 
 

@@ -87,11 +87,13 @@ def snapshots(
             "rows_written": result.rows_written,
             "rows_existing": result.rows_existing,
             "predicted": len(result.tickers_predicted),
+            # Production's cohort: rows of active models; candidates' rows are counted in `ungated`.
             "bullish": result.cohort.get("bullish", 0),
             "neutral": result.cohort.get("neutral", 0),
             "bearish": result.cohort.get("bearish", 0),
             "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
             "used_candidate": ",".join(result.used_candidate),
+            "ungated": sum(result.cohort_ungated.values()),
             "in_sample": ",".join(result.in_sample),
             "features_recomputed": "; ".join(f"{t}: {why}" for t, why in result.features_recomputed.items()),
         }
@@ -231,6 +233,9 @@ def leaderboard(
         "tickers": len(rows),
         # The in-sample evenings the board leaves out (`ldtm leaderboard --include-in-sample` shows them).
         "in_sample_hidden": board.hidden_in_sample(engine, "all"),
+        # Tickers served by a candidate that never passed the gate: left off the table and every figure
+        # here (`ldtm leaderboard --include-ungated` shows them, marked).
+        "ungated_hidden": MetadataValue.json(board.hidden_ungated(engine)),
         "beats_always_up": int(table["beats_always_up"].sum()) if rows else 0,
         # The exact one-sided test of "beats always-up" (ldtm_core.accountability.skill) at the 5 % level.
         "beats_always_up_p_le_0_05": int((table["skill_p_value"] <= 0.05).sum()) if rows else 0,

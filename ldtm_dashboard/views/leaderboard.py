@@ -2,12 +2,21 @@
 
 import streamlit as st
 
-from ldtm_core.accountability.leaderboard import MODES, SIGNIFICANCE, hidden_in_sample, leaderboard, verdict
+from ldtm_core.accountability.leaderboard import (
+    MODES,
+    SIGNIFICANCE,
+    UNGATED_LEGEND,
+    hidden_in_sample,
+    hidden_ungated,
+    leaderboard,
+    verdict,
+)
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine
 
 COLUMNS = [
     "ticker",
+    "gated",
     "n",
     "direction_accuracy",
     "wilson_low",
@@ -57,6 +66,7 @@ COLUMN_CONFIG = {
     ),
     "one_month_n": PCT("n 1m", help="filled one-month targets in their own 30-day window"),
     "beats_always_up": st.column_config.CheckboxColumn("beats up"),
+    "gated": st.column_config.CheckboxColumn("gated", help=f"unticked = {UNGATED_LEGEND}"),
 }
 
 st.title("Leaderboard")
@@ -68,8 +78,21 @@ include_in_sample = st.checkbox(
     help="As `ldtm leaderboard --include-in-sample`: evenings whose next-day target the model's "
     "training data already reached",
 )
-full_board = leaderboard(engine(), mode, include_in_sample=include_in_sample)
+include_ungated = st.checkbox(
+    "Include ungated candidates",
+    value=False,
+    help="As `ldtm leaderboard --include-ungated`: evenings predicted by a candidate that never passed "
+    "the gate (tickers with no active model). They describe no production model, so every figure here "
+    "leaves them out by default.",
+)
+full_board = leaderboard(engine(), mode, include_in_sample=include_in_sample, include_ungated=include_ungated)
 hidden = 0 if include_in_sample else hidden_in_sample(engine(), mode)
+ungated_hidden = [] if include_ungated else hidden_ungated(engine())
+ungated_text = (
+    f" Ungated, left out (no active model; 'Include ungated candidates' shows them): {', '.join(ungated_hidden)}."
+    if ungated_hidden
+    else ""
+)
 # Tickers with a serving model but no filled evening in the window: named, not scored, never dropped.
 stale = full_board[full_board["stale"]]
 board = full_board[~full_board["stale"]]
@@ -80,7 +103,12 @@ if len(stale):
     )
 
 if board.empty:
-    if hidden:
+    if ungated_hidden:
+        st.info(
+            "No gated model has a filled evening in the window, so nothing in production is scored."
+            + ungated_text
+        )
+    elif hidden:
         st.info(
             f"All {hidden} filled evenings in the window are in-sample replays (the model trained on "
             "their answers), so nothing is scored: tick 'Include in-sample replays' to see them."
@@ -100,6 +128,8 @@ st.caption(
     "The next-Monday and one-month errors each cover the 30 days ending at their own newest filled target, "
     "with their counts beside them."
     + (f" {hidden} in-sample rows hidden; 'Include in-sample replays' shows them." if hidden else "")
+    + ungated_text
+    + (f" Unticked 'gated': {UNGATED_LEGEND}." if not board["gated"].all() else "")
 )
 left, mid, right = st.columns(3)
 left.metric("tickers scored", len(board))

@@ -20,7 +20,14 @@ else:
     cols[2].metric("bullish", evening["cohort"]["bullish"])
     cols[3].metric("neutral", evening["cohort"]["neutral"])
     cols[4].metric("bearish", evening["cohort"]["bearish"])
-    st.caption(f"{evening['rows']} rows, mode {', '.join(evening['modes'])}")
+    st.caption(
+        f"{evening['rows']} rows, mode {', '.join(evening['modes'])}. The cohort counts gated models only"
+        + (
+            f"; ungated (a candidate that never passed the gate predicted): {', '.join(evening['ungated'])}"
+            if evening["ungated"]
+            else ""
+        )
+    )
 
 st.header("Run log")
 runs = recent_runs(db)

@@ -48,10 +48,22 @@ include_in_sample = st.checkbox(
     help="As `ldtm leaderboard --include-in-sample`: evenings whose next-day target the model's "
     "training data already reached. Left out by default, as on the leaderboard.",
 )
+include_ungated = st.checkbox(
+    "Include ungated evenings",
+    value=False,
+    help="As `ldtm leaderboard --include-ungated`: evenings predicted by a candidate that never passed "
+    "the gate (the ticker had no active model). Left out by default, as on the leaderboard.",
+)
 predictions = ticker_predictions(db, ticker, start, end)
-counted = counted_predictions(predictions, include_in_sample)
+counted = counted_predictions(predictions, include_in_sample, include_ungated)
 filled = counted[counted["next_day_actual"].notna()]
 hidden = int((predictions["in_sample"] & predictions["next_day_actual"].notna()).sum())
+ungated = int((~predictions["gated"] & predictions["next_day_actual"].notna()).sum())
+if ungated and not include_ungated:
+    st.warning(
+        f"{ungated} filled evenings of {ticker} were predicted by a candidate that never passed the gate "
+        "(ungated): left out of the figures below. Tick 'Include ungated evenings' to score them."
+    )
 skill = ticker_skill(counted)
 
 cols = st.columns(4)
@@ -71,6 +83,7 @@ st.caption(
         if include_in_sample
         else f"evening, as the leaderboard; {hidden} in-sample evenings left out"
     )
+    + ("" if include_ungated else f"; {ungated} ungated evenings left out")
     + f"). Skill test over them: {skill.describe()}."
 )
 
@@ -90,9 +103,9 @@ else:
     st.caption(f"Each point: the 30 calendar days ending that evening (at least {MIN_ROLLING_N} evenings).")
 
 st.header("Cohort of each evening")
-st.altair_chart(cohort_chart(evening_cohorts(db, start, end)), width="stretch")
+st.altair_chart(cohort_chart(evening_cohorts(db, start, end, include_ungated)), width="stretch")
 calls = predictions[
-    ["run_date", "direction_pred", "model_version", "mode", "next_day_pred", "next_day_actual"]
+    ["run_date", "direction_pred", "model_version", "gated", "mode", "next_day_pred", "next_day_actual"]
 ]
 st.caption(f"{ticker}'s own call each evening")
 st.dataframe(calls, hide_index=True)

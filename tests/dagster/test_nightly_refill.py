@@ -18,6 +18,7 @@ from dagster import AssetKey
 from ldtm_dagster_helpers import tiny_resources
 from sqlalchemy import select, text
 
+from ldtm_core.accountability.registry import promote
 from ldtm_core.data.synthetic import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import snapshots
@@ -72,9 +73,10 @@ def test_nightly_refills_a_late_split_and_a_revised_bar(dagster_instance, sqlite
             instance=dagster_instance, partition_key=str(evening), resources=resources
         )
 
-    settings = make_settings(tmp_path, sqlite_url)  # the resources' home: one candidate per ticker
+    # The resources' home: one model per ticker, promoted so the board scores it (candidates are ungated).
+    settings = make_settings(tmp_path, sqlite_url)
     for i, t in enumerate(TICKERS):
-        make_model(engine, settings, t, seed=i)
+        promote(engine, make_model(engine, settings, t, seed=i), "test", settings)
     _drop(drop, "history.csv", raw[raw["date"] <= E0], E0)
     assert nightly(E0).success
 

@@ -41,10 +41,20 @@ def charts(at: AppTest) -> list:
 
 
 def test_leaderboard_shows_the_leaderboards_values(seeded):
+    """NVDA's model was held by the gate: its evenings come from a candidate (ungated). The default board
+    and its headline figures are AAPL's alone; 'Include ungated candidates' adds NVDA, marked."""
     at = page("leaderboard")
-    expected = leaderboard(seeded).set_index("ticker")
+    shown = at.dataframe[0].value.set_index("ticker")
+    assert list(shown.index) == ["AAPL"] and shown["gated"].all()
+    assert {m.label: m.value for m in at.metric}["tickers scored"] == "1"
+    assert any("Ungated, left out" in c.value and "NVDA" in c.value for c in at.caption)
+    [ungated_box] = [c for c in at.checkbox if c.label == "Include ungated candidates"]
+    ungated_box.check().run()
+    expected = leaderboard(seeded, include_ungated=True).set_index("ticker")
     shown = at.dataframe[0].value.set_index("ticker")
     assert sorted(shown.index) == TICKERS
+    assert shown["gated"].to_dict() == {"AAPL": True, "NVDA": False}
+    assert any("Unticked 'gated': ungated: predicted by a candidate" in c.value for c in at.caption)
     for column in (
         "n",
         "direction_accuracy",
@@ -77,6 +87,12 @@ def test_ticker_page_from_the_address(seeded):
     assert preds["run_date"].min() == FIRST_EVENING and preds["run_date"].max() == LAST_EVENING
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["evenings"] == str(len(preds))
+    # NVDA's model was held by the gate: all its evenings are ungated, so none is scored by default.
+    assert not preds["gated"].any() and metrics["next-day scored"] == "0"
+    assert "ungated" in at.warning[0].value
+    [ungated_box] = [c for c in at.checkbox if c.label == "Include ungated evenings"]
+    ungated_box.check().run()
+    metrics = {m.label: m.value for m in at.metric}
     filled = preds[preds["next_day_actual"].notna() & ~preds["in_sample"]]  # the leaderboard's rows
     assert metrics["next-day scored"] == str(len(filled))
     assert metrics["direction accuracy"] == f"{filled['correct'].astype(bool).mean():.1%}"
@@ -103,6 +119,9 @@ def test_runs_page(seeded):
     at = page("runs")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["evening"] == str(LAST_EVENING) and metrics["tickers"] == "2"
+    # The cohort is production's: AAPL's gated row only; NVDA's candidate row is named as ungated.
+    assert sum(int(metrics[d]) for d in ("bullish", "neutral", "bearish")) == 1
+    assert any("ungated" in c.value and "NVDA" in c.value for c in at.caption)
     runs = recent_runs(seeded)
     shown = at.dataframe[0].value
     assert len(shown) == len(runs) and set(shown["kind"]) == {"predict"}
@@ -133,21 +152,21 @@ def test_ticker_page_and_leaderboard_count_the_same_rows_and_say_so(seeded):
     from ldtm_core.schema import snapshots
 
     s = snapshots.c
-    with seeded.begin() as conn:  # NVDA's first evenings as a model trained later would have them
+    with seeded.begin() as conn:  # AAPL's (gated) first evenings as a model trained later would have them
         conn.execute(
-            update(snapshots).where(s.ticker == "NVDA", s.run_date < "2024-05-24").values(in_sample=True)
+            update(snapshots).where(s.ticker == "AAPL", s.run_date < "2024-05-24").values(in_sample=True)
         )
         rows = pd.DataFrame(
             conn.execute(
                 select(s.run_date, s.in_sample, s.next_day_direction_correct)
-                .where(s.ticker == "NVDA", s.next_day_actual.is_not(None))
+                .where(s.ticker == "AAPL", s.next_day_actual.is_not(None))
                 .order_by(s.run_date)
             ).all()
         )
     out = rows[~rows["in_sample"].astype(bool)]
     hidden = int(rows["in_sample"].astype(bool).sum())
     assert hidden > 0 and len(out) > 0
-    at = page("ticker", ticker="NVDA")
+    at = page("ticker", ticker="AAPL")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["direction accuracy"] == f"{out['next_day_direction_correct'].astype(bool).mean():.1%}"
     assert metrics["next-day scored"] == str(len(out))
