@@ -48,7 +48,9 @@ def backtest_cmd(
         None, "--model-id", help="Candidate the backtest validates (default newest)"
     ),
     test_sessions: int = typer.Option(
-        None, "--test-sessions", help="Sessions per test fold (default up to 63)"
+        None,
+        "--test-sessions",
+        help="Sessions per test fold: the first N of its quarter (default the whole quarter)",
     ),
     warm_start: bool = typer.Option(
         None,
@@ -116,6 +118,7 @@ def backtest_cmd(
     )
     if res.skill is not None:
         console.print(f"skill test vs always-up: {res.skill.describe()}")
+    console.print(f"covered live: {res.live_note}")
     if res.tuning_note:
         err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
     from ldtm_core.accountability.registry import config_signature, get_model

@@ -34,7 +34,10 @@ from ldtm_core.learning import split, training_loop
 from ldtm_core.learning.model import ModelConfig
 from ldtm_core.schema import backtest_folds, model_registry
 
-DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
+DEFAULT_TEST_SESSIONS = 63  # about a quarter of sessions: what one fold tests by default (a whole quarter)
+# Fold cutoffs sit on quarter ends (docs/architecture.md "Calendar folds"): folds change 4x a year, so
+# most weeks reuse every stored fold; the price is up to a quarter of newest sessions covered only live.
+FOLD_PERIOD = "Q"
 DEFAULT_FOLDS = 3
 # Fold k+1 fine-tunes fold k's weights by default (fold 1 is always cold, like the candidate): measured
 # 1.4x faster backtests for 0.3-1.3 points lower direction accuracy (docs/performance.md), an error on
@@ -85,6 +88,13 @@ class BacktestResult:
     duration_s: float = 0.0
     features: str = ""  # "stored" or "recomputed (why)"
     tuning_note: str = ""  # why test rows the tuning study saw count as leakage; empty when none did
+    live: tuple[dt.date, dt.date] | None = None  # sessions after the newest fold: covered live only
+
+    @property
+    def live_note(self) -> str:
+        if self.live is None:
+            return "the folds reach the newest session"
+        return f"{self.live[0]} .. {self.live[1]} in no fold yet: covered live (shadow evenings)"
 
     @property
     def n(self) -> int:
@@ -155,21 +165,42 @@ def fold_spans(
 ) -> tuple[np.ndarray, list[FoldSpan]]:
     """(evaluable rows, each fold's span, oldest first): the one fold geometry of the backtest.
 
+    Folds are anchored to the calendar (`FOLD_PERIOD`, quarters): fold k tests on the sessions of one
+    completed quarter (the first `test_sessions` of them when given) and its cutoff is the last session
+    of the quarter before. A quarter is complete once a session after it exists (its last session then
+    has its next-day answer). The `folds` newest completed quarters are the folds, so a fold's cutoff
+    and test rows stay the same from week to week until a new quarter completes; sessions after the
+    newest completed quarter are covered live (`covered_live`).
+
     The hyper-parameter search (`tuning`) reads its hold-out cutoff from here too, so the two can
     never disagree about where the backtest's first fold begins.
     """
     evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]))
-    block = test_sessions or max(10, min(DEFAULT_TEST_SESSIONS, len(evaluable) // (2 * folds + 2)))
-    if block * folds >= len(evaluable):
+    if len(samples) == 0:
+        raise InputError(f"{ticker}: no samples (too few sessions for one window) cannot hold {folds} folds")
+    periods = pd.PeriodIndex(pd.DatetimeIndex(samples.dates[evaluable]), freq=FOLD_PERIOD)
+    newest = pd.Period(pd.Timestamp(samples.dates[-1]), freq=FOLD_PERIOD)
+    # A partial first quarter (no session before it) cannot be tested: nothing precedes its cutoff.
+    complete = [p for p in periods.unique() if p < newest and evaluable[periods == p][0] > 0]
+    if len(complete) < folds:
         raise InputError(
-            f"{ticker}: {len(evaluable)} evaluable samples cannot hold {folds} folds of {block} test sessions"
+            f"{ticker}: {len(complete)} completed quarter(s) of evaluable sessions up to "
+            f"{_d(samples.dates[-1])} cannot hold {folds} folds (one quarter per fold)"
         )
     spans = []
-    for k in range(folds):
-        start = len(evaluable) - (folds - k) * block
-        test_idx = evaluable[start : start + block]
-        spans.append(FoldSpan(start, test_idx, samples.dates[test_idx[0] - 1]))
+    for p in complete[-folds:]:
+        pos = np.flatnonzero(periods == p)
+        block = min(len(pos), test_sessions or len(pos))
+        test_idx = evaluable[pos[0] : pos[0] + block]
+        spans.append(FoldSpan(int(pos[0]), test_idx, samples.dates[test_idx[0] - 1]))
     return evaluable, spans
+
+
+def covered_live(samples: SampleSet, spans: list[FoldSpan]) -> tuple[dt.date, dt.date] | None:
+    """(first, last) session after the newest fold's test rows: no fold tests them yet, the shadow
+    evenings (live predictions filled back) do. None when the folds reach the newest session."""
+    after = samples.dates[samples.dates > samples.dates[spans[-1].test_idx[-1]]]
+    return (_d(after[0]), _d(after[-1])) if len(after) else None
 
 
 def fold_rows(
@@ -294,6 +325,7 @@ def run_backtest(
         data_start=_d(prices["date"].min()),
         data_end=_d(prices["date"].max()),
     )
+    result.live = covered_live(samples, spans)
     # The starting weights of the next fold and the rows they were trained on (their lineage).
     init_state, seen = fold_one_start(samples, labeled)
     for k, span in enumerate(spans):
