@@ -11,7 +11,7 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, update
 
 from ldtm_core.learning import backtest as bt
-from ldtm_core.learning import training_loop
+from ldtm_core.learning import fold_cache, training_loop
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds, prices
 
@@ -68,6 +68,12 @@ def test_nothing_changed_refits_nothing_and_reuse_equals_refit(engine, world, fi
         ).all()
     assert sorted(r.reused for r in rows if r.backtest_id == again.backtest_id) == [True] * FOLDS
     assert {r.fold_key for r in rows} == {f.fold_key for f in first.folds}
+    # The per-row predictions a paired gate reads: one per test row, on the fold's test dates.
+    dates, pred = fold_cache.stored_predictions(engine, first.folds[1].fold_key)
+    assert pred.shape == (TEST_SESSIONS, 3) and np.isfinite(pred).all()
+    assert dates[0] == np.datetime64(first.folds[1].test_start) and dates[-1] == np.datetime64(
+        first.folds[1].test_end
+    )
 
 
 def test_a_revised_bar_in_fold_2_refits_fold_2_and_the_folds_warm_started_after_it(engine, world, fits):

@@ -104,6 +104,21 @@ def load(engine: Engine, settings: Settings, key: str) -> StoredFold | None:
     )
 
 
+def stored_predictions(engine: Engine, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(test dates, [n, 3] predictions) of the fold stored under `key` (backtest_folds.fold_key): what a
+    paired comparison of two configs on the same rows reads."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(backtest_fold_results.c.result_json).where(backtest_fold_results.c.fold_key == key)
+        ).first()
+    if row is None:
+        return None
+    r = json.loads(row.result_json)
+    return np.asarray(r["dates"], dtype="datetime64[D]"), np.asarray(r["pred"], dtype=np.float64).reshape(
+        -1, 3
+    )
+
+
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
