@@ -175,6 +175,8 @@ class Settings:
     universe: str = "full"  # the 103 tickers; the demo and the tests choose `demo` explicitly
     notify_webhook_url: str | None = None
     neutral_band_pct: float = 0.25
+    # Backtests reuse stored fold outcomes whose key is unchanged (LDTM_BACKTEST_REUSE=0 refits all).
+    backtest_reuse: bool = True
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -204,6 +206,10 @@ class Settings:
             universe=universe,
             notify_webhook_url=os.environ.get("LDTM_NOTIFY_WEBHOOK_URL") or None,
             neutral_band_pct=overrides.pop("neutral_band_pct", band),
+            backtest_reuse=overrides.pop(
+                "backtest_reuse",
+                os.environ.get("LDTM_BACKTEST_REUSE", "1").strip().lower() not in ("0", "false", "no"),
+            ),
             **overrides,
         )
 

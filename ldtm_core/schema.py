@@ -224,8 +224,31 @@ backtest_folds = Table(
     Column("config_signature", String(64)),
     Column("data_start", Date),
     Column("data_end", Date),
+    # The stored outcome this fold row came from (backtest_fold_results) and whether it was reused
+    # rather than refitted; NULL before revision 0022.
+    Column("fold_key", String(64)),
+    Column("reused", Boolean),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
+)
+
+# A fold's outcome under its reuse key (ldtm_core.learning.fold_cache): the key hashes the config
+# signature, the fingerprint of exactly the rows the fold trains/validates/tests on, the cutoff, the
+# seed and the key of the fold whose weights it started from. Rows are immutable (same key, same result).
+backtest_fold_results = Table(
+    "backtest_fold_results",
+    metadata,
+    Column("fold_key", String(64), primary_key=True),
+    Column("ticker", TICKER, nullable=False),
+    Column("config_signature", String(64), nullable=False),
+    Column("data_fingerprint", String(64), nullable=False),
+    Column("cutoff", Date, nullable=False),
+    Column("seed", Integer, nullable=False),
+    Column("parent_key", String(64)),
+    Column("weights_path", Text),  # the fold's fitted weights, for a later fold to warm-start from
+    Column("result_json", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_fold_results_ticker", "ticker", "config_signature"),
 )
 
 # One row per promotion-gate decision: the backtest it judged, so that backtest is never judged again

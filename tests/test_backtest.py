@@ -79,7 +79,13 @@ def test_folds_purge_and_scores(engine, world, stub_fit):
         assert (f.model_only_hits, f.up_only_hits) == (0, 0)
     assert res.skill.discordant == 0 and res.skill.p_value == 1.0
     assert res.folds[0].cutoff < res.folds[1].cutoff < res.folds[2].cutoff
-    assert res.folds[2].test_end == dates[-2]  # the last session with a next-day answer
+    # Calendar folds: cutoffs are the last sessions of quarters, each fold tests the next quarter's
+    # first sessions; the data ends on 2024-06-28 (Q2 not complete: no next-day answer for its last
+    # session), so the newest fold tests Q1 2024 and what follows it is covered live.
+    assert [f.cutoff for f in res.folds] == [
+        pd.Timestamp(d).date() for d in ("2023-06-30", "2023-09-29", "2023-12-29")
+    ]
+    assert res.live == (dates[dates.index(res.folds[2].test_end) + 1], dates[-1])
     with engine.connect() as conn:
         rows = pd.DataFrame(
             conn.execute(select(backtest_folds).order_by(backtest_folds.c.fold)).mappings().all()

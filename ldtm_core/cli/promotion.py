@@ -48,12 +48,19 @@ def backtest_cmd(
         None, "--model-id", help="Candidate the backtest validates (default newest)"
     ),
     test_sessions: int = typer.Option(
-        None, "--test-sessions", help="Sessions per test fold (default up to 63)"
+        None,
+        "--test-sessions",
+        help="Sessions per test fold: the first N of its quarter (default the whole quarter)",
     ),
     warm_start: bool = typer.Option(
         None,
         "--warm-start/--cold-start",
         help="start fold k+1 from fold k's weights (fold 1 is always cold; default: warm, see docs/performance.md)",
+    ),
+    no_reuse: bool = typer.Option(
+        False,
+        "--no-reuse",
+        help="refit every fold even where a stored outcome has the same key (default: reuse; LDTM_BACKTEST_REUSE=0)",
     ),
 ) -> None:
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
@@ -68,7 +75,7 @@ def backtest_cmd(
     if tickers is not None:
         if profile or model_id is not None or test_sessions is not None:
             raise InputError("--profile, --model-id and --test-sessions go with --ticker, not --tickers")
-        _backtest_many(tickers, folds, workers, warm)
+        _backtest_many(tickers, folds, workers, warm, False if no_reuse else None)
         return
     cfg = settings()
     res = run_backtest(
@@ -80,6 +87,7 @@ def backtest_cmd(
         model_id=model_id,
         test_sessions=test_sessions,
         warm_start=warm,
+        reuse=False if no_reuse else None,
     )
     table = Table(
         "fold",
@@ -116,6 +124,8 @@ def backtest_cmd(
     )
     if res.skill is not None:
         console.print(f"skill test vs always-up: {res.skill.describe()}")
+    console.print(f"covered live: {res.live_note}")
+    console.print(f"folds reused {res.reused_folds}, refit {res.refit_folds}")
     if res.tuning_note:
         err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
     from ldtm_core.accountability.registry import config_signature, get_model
@@ -129,7 +139,9 @@ def backtest_cmd(
     )
 
 
-def _backtest_many(tickers: str, folds: int, workers: int | None, warm_start: bool) -> None:
+def _backtest_many(
+    tickers: str, folds: int, workers: int | None, warm_start: bool, reuse: bool | None = None
+) -> None:
     """`ldtm backtest --tickers ...`: every ticker's newest candidate, progress, one summary row each."""
     from ldtm_core.accountability.skill import format_p_value
     from ldtm_core.data.universe import load_universe, resolve_tickers
@@ -147,6 +159,7 @@ def _backtest_many(tickers: str, folds: int, workers: int | None, warm_start: bo
             folds=folds,
             max_workers=workers,
             warm_start=warm_start,
+            reuse=reuse,
             on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
         )
     counts = print_outcomes(
@@ -173,7 +186,11 @@ def _backtest_many(tickers: str, folds: int, workers: int | None, warm_start: bo
         {"ok": "green", "no candidate": "yellow", "failed": "red"},
     )
     leakage = sum(o.result.leakage_rows for o in outcomes if o.result is not None)
-    console.print(f"; leakage rows {leakage}")
+    done = [o.result for o in outcomes if o.result is not None]
+    console.print(
+        f"; leakage rows {leakage}; folds reused {sum(r.reused_folds for r in done)}, "
+        f"refit {sum(r.refit_folds for r in done)}"
+    )
     if counts["failed"] or leakage or not counts["ok"]:
         sys.exit(1)
 

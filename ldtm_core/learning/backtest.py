@@ -30,11 +30,14 @@ from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, NotFoundError
-from ldtm_core.learning import split, training_loop
+from ldtm_core.learning import fold_cache, split, training_loop
+
+# The fold geometry lives beside: tuning and the benchmarks read it from here.
+from ldtm_core.learning.fold_calendar import FOLD_PERIOD, FoldSpan, covered_live, fold_spans  # noqa: F401
 from ldtm_core.learning.model import ModelConfig
 from ldtm_core.schema import backtest_folds, model_registry
 
-DEFAULT_TEST_SESSIONS = 63  # a quarter of sessions per fold
+DEFAULT_TEST_SESSIONS = 63  # about a quarter of sessions: what one fold tests by default (a whole quarter)
 DEFAULT_FOLDS = 3
 # Fold k+1 fine-tunes fold k's weights by default (fold 1 is always cold, like the candidate): measured
 # 1.4x faster backtests for 0.3-1.3 points lower direction accuracy (docs/performance.md), an error on
@@ -67,6 +70,8 @@ class FoldResult:
     fit_s: float = 0.0
     warm_start: bool = False
     tuning_leakage_rows: int = 0  # of leakage_rows: test rows the tuning study's trials used
+    fold_key: str = ""  # its stored outcome in backtest_fold_results (ldtm_core.learning.fold_cache)
+    reused: bool = False  # taken from the store rather than refitted
 
     @property
     def skill(self) -> SkillTest:
@@ -85,6 +90,13 @@ class BacktestResult:
     duration_s: float = 0.0
     features: str = ""  # "stored" or "recomputed (why)"
     tuning_note: str = ""  # why test rows the tuning study saw count as leakage; empty when none did
+    live: tuple[dt.date, dt.date] | None = None  # sessions after the newest fold: covered live only
+
+    @property
+    def live_note(self) -> str:
+        if self.live is None:
+            return "the folds reach the newest session"
+        return f"{self.live[0]} .. {self.live[1]} in no fold yet: covered live (shadow evenings)"
 
     @property
     def n(self) -> int:
@@ -105,6 +117,14 @@ class BacktestResult:
     @property
     def leakage_rows(self) -> int:
         return sum(f.leakage_rows for f in self.folds)
+
+    @property
+    def reused_folds(self) -> int:
+        return sum(f.reused for f in self.folds)
+
+    @property
+    def refit_folds(self) -> int:
+        return len(self.folds) - self.reused_folds
 
     @property
     def skill(self) -> SkillTest | None:
@@ -139,37 +159,6 @@ def count_leakage(samples: SampleSet, train_idx: np.ndarray, test_idx: np.ndarra
     c = np.datetime64(cutoff, "D")
     late_targets = int((samples.target_dates[train_idx].max(axis=1) > c).sum()) if len(train_idx) else 0
     return int((samples.dates[test_idx] <= c).sum()) + late_targets
-
-
-@dataclass(frozen=True)
-class FoldSpan:
-    """Where one fold tests: rows `test_idx` of the samples; `cutoff` is the session before them."""
-
-    start: int  # position in `evaluable` of the fold's first test row
-    test_idx: np.ndarray
-    cutoff: np.datetime64
-
-
-def fold_spans(
-    samples: SampleSet, folds: int, test_sessions: int | None = None, ticker: str = ""
-) -> tuple[np.ndarray, list[FoldSpan]]:
-    """(evaluable rows, each fold's span, oldest first): the one fold geometry of the backtest.
-
-    The hyper-parameter search (`tuning`) reads its hold-out cutoff from here too, so the two can
-    never disagree about where the backtest's first fold begins.
-    """
-    evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]))
-    block = test_sessions or max(10, min(DEFAULT_TEST_SESSIONS, len(evaluable) // (2 * folds + 2)))
-    if block * folds >= len(evaluable):
-        raise InputError(
-            f"{ticker}: {len(evaluable)} evaluable samples cannot hold {folds} folds of {block} test sessions"
-        )
-    spans = []
-    for k in range(folds):
-        start = len(evaluable) - (folds - k) * block
-        test_idx = evaluable[start : start + block]
-        spans.append(FoldSpan(start, test_idx, samples.dates[test_idx[0] - 1]))
-    return evaluable, spans
 
 
 def fold_rows(
@@ -230,11 +219,12 @@ def tuning_seen(engine: Engine, model_id: int, cfg: ModelConfig) -> TuningSeen |
 
 
 @torch.no_grad()
-def _predict_next_day(model, samples: SampleSet) -> np.ndarray:
+def _predict(model, samples: SampleSet) -> np.ndarray:
+    """[n, 3] predicted prices (next day, next Monday, one month) of every row of `samples`."""
     y = np.concatenate(
         [model(torch.from_numpy(samples.x[i : i + 4096])).numpy() for i in range(0, len(samples), 4096)]
     )
-    return samples.denormalise(y)[:, 0]
+    return samples.denormalise(y)
 
 
 def run_backtest(
@@ -249,6 +239,7 @@ def run_backtest(
     device: str | None = None,
     threads: int | None = 1,
     warm_start: bool = DEFAULT_WARM_START,
+    reuse: bool | None = None,
 ) -> BacktestResult:
     """Walk-forward backtest of `cfg` (default: the model's config) on `ticker`; writes backtest_folds.
 
@@ -256,6 +247,8 @@ def run_backtest(
     Every fold row records the config's signature and the price range read: the gate accepts only a
     backtest of the candidate's own config. `warm_start` starts fold k+1 from fold k's weights (fold k
     saw only rows before its own, earlier cutoff); fold 1 always starts cold (`fold_one_start`).
+    `reuse` (default `settings.backtest_reuse`) takes a fold's stored outcome (`fold_cache`) instead
+    of refitting it when its key — config, rows, cutoff, seed, starting weights — is unchanged.
     """
     t0 = time.perf_counter()
     ticker = validate_ticker(ticker)
@@ -294,8 +287,14 @@ def run_backtest(
         data_start=_d(prices["date"].min()),
         data_end=_d(prices["date"].max()),
     )
+    result.live = covered_live(samples, spans)
     # The starting weights of the next fold and the rows they were trained on (their lineage).
     init_state, seen = fold_one_start(samples, labeled)
+    reuse = settings.backtest_reuse if reuse is None else reuse
+    # The key of the fold the next one starts from, and that fold's weights on disk when it was reused
+    # (loaded only if the next fold must refit).
+    parent = None if init_state is None else fold_cache.state_digest(init_state)
+    init_path = None
     for k, span in enumerate(spans):
         test_idx, cutoff, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
         sub = samples.subset(pool)
@@ -306,19 +305,56 @@ def run_backtest(
                 f"{ticker} fold {k + 1} (cutoff {_d(cutoff)}): too little history before the cutoff "
                 f"({len(train_idx)} training / {len(val_idx)} validation rows)"
             )
-        fit = training_loop.fit(
-            samples.subset(train_idx),
-            samples.subset(val_idx),
-            cfg,
-            device=device,
-            threads=threads,
-            init_state=init_state,
+        used = np.concatenate([train_idx, val_idx])
+        fingerprint = fold_cache.fingerprint(samples, used, test_idx)
+        key = fold_cache.fold_key(
+            result.config_signature,
+            fingerprint,
+            _d(cutoff),
+            cfg.seed,
+            parent,
         )
+        stored = fold_cache.load(engine, settings, key) if reuse else None
+        if stored is not None and stored.weights is not None:
+            preds, weights_path = stored.pred, stored.weights
+            epochs, best_epoch, val_loss, fit_s = stored.epochs, stored.best_epoch, stored.val_loss, 0.0
+            next_state = None
+        else:
+            stored = None
+            if init_state is None and init_path is not None:
+                init_state = fold_cache.load_weights(init_path)
+            fit = training_loop.fit(
+                samples.subset(train_idx),
+                samples.subset(val_idx),
+                cfg,
+                device=device,
+                threads=threads,
+                init_state=init_state,
+            )
+            preds = _predict(fit.model, samples.subset(test_idx))
+            epochs, best_epoch, val_loss, fit_s = fit.epochs, fit.best_epoch, fit.val_loss, fit.duration_s
+            fold_cache.store(
+                engine,
+                settings,
+                key=key,
+                ticker=ticker,
+                signature=result.config_signature,
+                data_fingerprint=fingerprint,
+                cutoff=_d(cutoff),
+                seed=cfg.seed,
+                parent=parent,
+                model=fit.model,
+                pred=preds,
+                test_dates=samples.dates[test_idx],
+                epochs=epochs,
+                best_epoch=best_epoch,
+                val_loss=val_loss,
+            )
+            weights_path, next_state = None, fit.model.state_dict()
         test = samples.subset(test_idx)
-        pred = _predict_next_day(fit.model, test)
+        pred = preds[:, 0]
         hits, up, mape = score(pred, test.target_close[:, 0], test.close)
         skill = skill_test(pred, test.target_close[:, 0], test.close)
-        used = np.concatenate([train_idx, val_idx])
         lineage = np.union1d(seen, used)
         study_rows = int((samples.dates[test_idx] < seen_by_study.before).sum()) if seen_by_study else 0
         result.folds.append(
@@ -340,18 +376,20 @@ def run_backtest(
                 n_val=len(val_idx),
                 model_only_hits=skill.model_only,
                 up_only_hits=skill.up_only,
-                epochs=fit.epochs,
-                best_epoch=fit.best_epoch,
-                val_loss=fit.val_loss,
-                fit_s=fit.duration_s,
-                warm_start=init_state is not None,
+                epochs=epochs,
+                best_epoch=best_epoch,
+                val_loss=val_loss,
+                fit_s=fit_s,
+                warm_start=parent is not None,
                 tuning_leakage_rows=study_rows,
+                fold_key=key,
+                reused=stored is not None,
             )
         )
         if warm_start:
-            init_state, seen = fit.model.state_dict(), lineage
+            init_state, init_path, parent, seen = next_state, weights_path, key, lineage
         else:
-            init_state, seen = None, labeled[:0]
+            init_state, init_path, parent, seen = None, None, None, labeled[:0]
     study_rows = sum(f.tuning_leakage_rows for f in result.folds)
     if study_rows:
         s = seen_by_study
@@ -385,6 +423,8 @@ def run_backtest(
             "config_signature": result.config_signature,
             "data_start": result.data_start,
             "data_end": result.data_end,
+            "fold_key": f.fold_key,
+            "reused": f.reused,
         }
         for f in result.folds
     ]

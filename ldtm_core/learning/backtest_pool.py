@@ -47,6 +47,9 @@ class BacktestOutcome:
             "skill_p_value": r.skill.p_value,
             "mean_abs_pct_error": r.mean_abs_pct_error,
             "leakage_rows": r.leakage_rows,
+            "folds_reused": r.reused_folds,
+            "folds_refit": r.refit_folds,
+            "covered_live": r.live_note,
             "duration_s": round(r.duration_s, 2),
             "features": r.features,
         }
@@ -61,6 +64,7 @@ def backtest_candidate(
     settings: Settings,
     folds: int = DEFAULT_FOLDS,
     warm_start: bool = DEFAULT_WARM_START,
+    reuse: bool | None = None,
 ) -> BacktestOutcome:
     """Backtest `ticker`'s newest candidate with its own config; a core error becomes a failed outcome
     (one bad ticker never stops the others), anything else propagates."""
@@ -77,6 +81,7 @@ def backtest_candidate(
             device=device,
             threads=threads,
             warm_start=warm_start,
+            reuse=reuse,
         )
     except LDTMError as exc:
         return BacktestOutcome(ticker, "failed", reason=mask_secrets(str(exc), settings.database_url))
@@ -90,13 +95,14 @@ def backtest_many(
     plan: SlotPlan | None = None,
     max_workers: int | None = None,
     warm_start: bool = DEFAULT_WARM_START,
+    reuse: bool | None = None,
     on_outcome: Callable[[BacktestOutcome], None] | None = None,
 ) -> list[BacktestOutcome]:
     """Backtest every ticker's newest candidate within the slot plan; outcomes in the order given."""
     if folds < 1:
         raise InputError(f"folds must be >= 1, not {folds}")
     tickers = [validate_ticker(t) for t in tickers]
-    work = partial(backtest_candidate, settings=settings, folds=folds, warm_start=warm_start)
+    work = partial(backtest_candidate, settings=settings, folds=folds, warm_start=warm_start, reuse=reuse)
     return map_tickers(
         settings,
         tickers,

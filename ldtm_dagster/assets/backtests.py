@@ -169,7 +169,11 @@ def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime
     n_done = len(resume.backtested_since(engine, run_tickers, started))
     what = outcome.status + (f": {outcome.reason}" if outcome.reason else "")
     if outcome.result is not None:
-        what += f": {len(outcome.result.folds)} folds, accuracy {outcome.result.direction_accuracy:.1%}"
+        r = outcome.result
+        what += (
+            f": {len(r.folds)} folds ({r.reused_folds} reused, {r.refit_folds} refit), "
+            f"accuracy {r.direction_accuracy:.1%}"
+        )
     return run_line(
         f"{outcome.ticker} {what}", n_done, len(run_tickers), time.time() - planned_at, "backtested"
     )
@@ -187,7 +191,12 @@ def backtests_summary(context: OpExecutionContext, plan: dict, chunk_rows: list)
         skipped_reason="already backtested by this run",
         spans_key="backtest_spans",
         failure="backtests",
-        counts=lambda rows: {"leakage_rows": _leakage(rows), "tickers": len(rows)},
+        counts=lambda rows: {
+            "leakage_rows": _leakage(rows),
+            "tickers": len(rows),
+            "folds_reused": sum(r.get("folds_reused", 0) for r in rows),
+            "folds_refit": sum(r.get("folds_refit", 0) for r in rows),
+        },
     )
 
 
