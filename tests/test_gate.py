@@ -73,7 +73,7 @@ def test_pass_promotes_and_pools_folds(engine, s):
 @pytest.mark.parametrize(
     "folds, thresholds, failing",
     [
-        ([(50, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"folds"}),
+        ([(100, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"folds"}),
         ([(50, 0.51, 0.5, 1.0, 0), (50, 0.52, 0.5, 1.0, 0)], GateThresholds(), {"direction_accuracy"}),
         ([(50, 0.60, 0.5, 5.5, 0), (50, 0.60, 0.5, 5.0, 0)], GateThresholds(), {"mean_abs_pct_error"}),
         ([(50, 0.60, 0.5, 1.0, 1), (50, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"leakage_rows"}),
@@ -254,3 +254,69 @@ def test_a_backtest_without_a_recorded_config_is_refused(engine, s):
     out = CliRunner().invoke(app, ["gate", "--ticker", "AAPL"], env={"LDTM_DATABASE_URL": s.database_url})
     assert out.exit_code != 0 and "no recorded config" in " ".join(out.output.split())
     assert registry.get_model(engine, mid).status == "candidate"
+
+
+def test_two_folds_of_one_row_are_insufficient_evidence():
+    """Issue 21: `ldtm backtest --test-sessions 1 --folds 2` passed the seed's gate."""
+    folds = [
+        {
+            "n": 1,
+            "direction_accuracy": 1.0,
+            "always_up_accuracy": 0.0,
+            "mean_abs_pct_error": 1.0,
+            "leakage_rows": 0,
+        }
+    ] * 2
+    fig, criteria = gate.evaluate(folds, GateThresholds())
+    assert fig["decision"] == "insufficient evidence"
+    assert {c.name for c in criteria if not c.passed} == {"rows", "fold_rows"}
+    # The seed's policy, named, still judges them as it always did.
+    fig, criteria = gate.evaluate(folds, GateThresholds(policy="seed"))
+    assert fig["decision"] == "pass" and all(c.passed for c in criteria)
+
+
+def test_nvda_on_four_rows_is_held_and_keeps_the_champion(engine, s):
+    """Issue 21: NVDA passed at 75 % vs always-up 50 % on 4 rows over 2 folds, p = 0.5, and was promoted."""
+    champion = make_model(engine, s, "NVDA", seed=1)
+    registry.promote(engine, champion, "earlier", s)
+    mid = make_model(engine, s, "NVDA", seed=2)
+    add_backtest(engine, mid, [(2, 1.0, 0.5, 1.0, 0, 1, 0), (2, 0.5, 0.5, 1.0, 0, 1, 1)], ticker="NVDA")
+    report = run_gate(engine, s, "NVDA")
+    assert report.skill.p_value == pytest.approx(0.5)
+    assert not report.passed and report.decision == "insufficient evidence"
+    assert report.summary().startswith("gate INSUFFICIENT EVIDENCE for NVDA")
+    assert {c.name for c in report.failing} == {"rows", "fold_rows"}
+    assert registry.active_model(engine, "NVDA").id == champion
+    assert registry.get_model(engine, mid).status == "candidate"
+    assert report.to_dict()["decision"] == "insufficient evidence"
+
+
+def test_policy_and_minimum_evidence_from_the_environment_and_the_cli(engine, s, ldtm_env, monkeypatch):
+    monkeypatch.setenv("LDTM_GATE_MIN_ROWS", "40")
+    monkeypatch.setenv("LDTM_GATE_MIN_FOLD_ROWS", "20")
+    t = GateThresholds.from_env()
+    assert (t.policy, t.min_rows, t.min_fold_rows) == ("evidence", 40, 20)
+    monkeypatch.setenv("LDTM_GATE_POLICY", "Seed")
+    assert GateThresholds.from_env().policy == "seed"
+    for var, bad in (
+        ("LDTM_GATE_POLICY", "lenient"),
+        ("LDTM_GATE_MIN_ROWS", "0"),
+        ("LDTM_GATE_MIN_FOLD_ROWS", "x"),
+    ):
+        monkeypatch.setenv(var, bad)
+        with pytest.raises(ConfigError, match=var):
+            GateThresholds.from_env()
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("LDTM_GATE_MIN_ROWS", "40")
+    monkeypatch.setenv("LDTM_GATE_MIN_FOLD_ROWS", "20")
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, [(30, 0.60, 0.50, 1.0, 0)] * 2)  # 60 rows: enough for 40, not for 61
+    runner = CliRunner()
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--min-rows", "61"])
+    assert out.exit_code == 1 and "INSUFFICIENT EVIDENCE" in out.output and "rows" in out.output
+    assert registry.get_model(engine, mid).status == "candidate"
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--policy", "nonsense", "--force"])
+    assert out.exit_code != 0 and "gate policy must be one of evidence, seed" in " ".join(out.output.split())
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--force"])  # 60 >= 40 rows, 30 >= 20 per fold
+    assert out.exit_code == 0, out.output
+    assert registry.get_model(engine, mid).status == "active"

@@ -3,7 +3,13 @@
 Only a backtest of the candidate's own config counts (its config signature is stored with every
 fold): a backtest of another profile or override is refused with a message saying so.
 
-Criteria (seed defaults, overridable by env or arguments): folds >= 2, pooled next-day direction
+Two named policies (LDTM_GATE_POLICY). `seed`: the seed's absolute criteria alone. `evidence` (the
+default): the same, and first a minimum of evidence, test rows in all (LDTM_GATE_MIN_ROWS) and in every
+fold (LDTM_GATE_MIN_FOLD_ROWS); below it the decision is "insufficient evidence": the champion stays,
+the candidate stays candidate (issue 21: two folds of one row, or 4 rows at p = 0.5, were promoted).
+The defaults come from a power calculation (docs/architecture.md, *Promotion gate*).
+
+Seed criteria (overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
 always-up by a margin or a p-value at most `max_p_value` in the exact test of "the model beats always-up"
 (ldtm_core.accountability.skill). Every report states the accuracy beside always-up on the same folds, with that p-value.
@@ -17,6 +23,7 @@ nor re-notifies anything.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
@@ -34,8 +41,18 @@ from ldtm_core.accountability.skill import SkillTest, format_p_value, pooled
 from ldtm_core.config import Settings, env_number
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
-from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.errors import ConfigError, InputError, NotFoundError
 from ldtm_core.schema import backtest_folds, gate_decisions
+
+POLICIES = ("evidence", "seed")
+# Criteria of the minimum evidence: failing one of them makes the decision "insufficient evidence".
+EVIDENCE_CRITERIA = ("rows", "fold_rows")
+# A one-sided exact test at alpha 0.05 with 80 % power needs ~1716 rows to see a 3-point edge over 50 %
+# (docs/architecture.md); no backtest of a few years reaches that, so the default floor is 100 rows,
+# where 80 % power needs a ~12-point edge: below it no plausible edge is distinguishable from a coin.
+DEFAULT_MIN_ROWS = 100
+# fold_spans' own smallest automatic test block: a fold of fewer rows is a hand-made `--test-sessions`.
+DEFAULT_MIN_FOLD_ROWS = 10
 
 
 class AlreadyJudgedError(InputError):
@@ -50,12 +67,21 @@ class GateThresholds:
     max_leakage_rows: int = 0
     beat_always_up_margin: float | None = None  # fraction; None = not required
     max_p_value: float | None = None  # exact skill test vs always-up; None = not required
+    policy: str = "evidence"  # "seed": the absolute criteria only; "evidence": minimum evidence first
+    min_rows: int = DEFAULT_MIN_ROWS  # test rows over all folds (evidence policy)
+    min_fold_rows: int = DEFAULT_MIN_FOLD_ROWS  # test rows in every fold (evidence policy)
 
     def validate(self) -> GateThresholds:
         """Refuse thresholds no model could meet (or every model meets) when they come from a user:
         the CLI, the environment, Dagster config. Tests may still build impossible ones directly."""
         checks = [
             (self.min_folds >= 1, f"min folds must be >= 1, not {self.min_folds}"),
+            (
+                self.policy in POLICIES,
+                f"gate policy must be one of {', '.join(POLICIES)}, not {self.policy!r}",
+            ),
+            (self.min_rows >= 1, f"min rows must be >= 1, not {self.min_rows}"),
+            (self.min_fold_rows >= 1, f"min rows per fold must be >= 1, not {self.min_fold_rows}"),
             # Above 100 % is allowed: it is how a test or an operator forces a candidate to fail.
             (
                 self.min_direction_accuracy >= 0.0,
@@ -93,8 +119,15 @@ class GateThresholds:
             "max_mean_abs_pct_error": ("LDTM_GATE_MAX_ERROR_PCT", 1),
             "beat_always_up_margin": ("LDTM_GATE_BEAT_ALWAYS_UP", 100),
             "max_p_value": ("LDTM_GATE_MAX_P_VALUE", 1),
+            "min_rows": ("LDTM_GATE_MIN_ROWS", 1),
+            "min_fold_rows": ("LDTM_GATE_MIN_FOLD_ROWS", 1),
         }
         values = {}
+        policy = os.environ.get("LDTM_GATE_POLICY", "").strip().lower()
+        if policy:
+            if policy not in POLICIES:
+                raise ConfigError(f"LDTM_GATE_POLICY must be one of {', '.join(POLICIES)}, not {policy!r}")
+            values["policy"] = policy
         for name, (var, per_unit) in env.items():
             value = env_number(var)
             if value is not None:
@@ -138,6 +171,8 @@ class GateReport:
     always_up_accuracy: float
     mean_abs_pct_error: float
     leakage_rows: int
+    decision: str = "fail"  # "pass", "fail" or "insufficient evidence"
+    policy: str = "evidence"
     skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
     data_start: dt.date | None = None  # the price range the backtest read
     data_end: dt.date | None = None
@@ -151,7 +186,10 @@ class GateReport:
         return [c for c in self.criteria if not c.passed]
 
     def summary(self) -> str:
-        head = f"gate {'PASSED' if self.passed else 'FAILED'} for {self.ticker} model {self.model_id}"
+        word = {"pass": "PASSED", "insufficient evidence": "INSUFFICIENT EVIDENCE"}.get(
+            self.decision, "FAILED"
+        )
+        head = f"gate {word} for {self.ticker} model {self.model_id} ({self.policy} policy)"
         base = (
             f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
             f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
@@ -168,6 +206,8 @@ class GateReport:
             "model_id": self.model_id,
             "backtest_id": self.backtest_id,
             "passed": self.passed,
+            "decision": self.decision,
+            "policy": self.policy,
             "folds": self.folds,
             "n": self.n,
             "direction_accuracy": self.direction_accuracy,
@@ -199,7 +239,14 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
         ]
     )
     t = thresholds
-    criteria = [
+    criteria = []
+    if t.policy == "evidence":
+        fold_rows = min((int(f["n"]) for f in folds), default=0)
+        criteria += [
+            Criterion("rows", int(n), ">=", t.min_rows, n >= t.min_rows),
+            Criterion("fold_rows", fold_rows, ">=", t.min_fold_rows, fold_rows >= t.min_fold_rows),
+        ]
+    criteria += [
         Criterion("folds", len(folds), ">=", t.min_folds, len(folds) >= t.min_folds),
         Criterion("direction_accuracy", acc, ">=", t.min_direction_accuracy, acc >= t.min_direction_accuracy),
         Criterion("mean_abs_pct_error", err, "<=", t.max_mean_abs_pct_error, err <= t.max_mean_abs_pct_error),
@@ -228,7 +275,12 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
                 p is not None and p <= t.max_p_value,
             )
         )
+    insufficient = any(not c.passed for c in criteria if c.name in EVIDENCE_CRITERIA)
+    decision = (
+        "insufficient evidence" if insufficient else ("pass" if all(c.passed for c in criteria) else "fail")
+    )
     figures = {
+        "decision": decision,
         "skill": skill,
         "n": n,
         "direction_accuracy": acc,
@@ -344,7 +396,9 @@ def run_gate(
         leakage_rows=fig["leakage"],
         skill=fig["skill"],
         criteria=criteria,
-        passed=all(c.passed for c in criteria),
+        decision=fig["decision"],
+        policy=thresholds.policy,
+        passed=fig["decision"] == "pass",
     )
     if report.passed:
         report.promoted = promote(engine, model_id, f"gate passed (backtest {backtest_id})", settings)

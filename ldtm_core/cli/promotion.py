@@ -255,6 +255,20 @@ def gate_cmd(
         "--max-p-value",
         help="Also require the exact test of 'beats always-up' at p <= this (default LDTM_GATE_MAX_P_VALUE; off)",
     ),
+    policy: str = typer.Option(
+        None,
+        "--policy",
+        help="evidence (minimum evidence, then the seed's criteria) or seed (the seed's criteria alone); "
+        "default LDTM_GATE_POLICY or evidence",
+    ),
+    min_rows: int = typer.Option(
+        None,
+        "--min-rows",
+        help="Evidence policy: test rows over all folds (default LDTM_GATE_MIN_ROWS or 100)",
+    ),
+    min_fold_rows: int = typer.Option(
+        None, "--min-fold-rows", help="Evidence policy: test rows in every fold (default 10)"
+    ),
     force: bool = typer.Option(
         False, "--force", help="Judge the newest backtest again even if the gate already judged it"
     ),
@@ -269,6 +283,9 @@ def gate_cmd(
         max_mean_abs_pct_error=max_error,
         beat_always_up_margin=None if beat_always_up is None else beat_always_up / 100.0,
         max_p_value=max_p_value,
+        policy=None if policy is None else policy.strip().lower(),
+        min_rows=min_rows,
+        min_fold_rows=min_fold_rows,
     )
     cfg = settings()
     report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds, force=force)
