@@ -224,6 +224,14 @@ backtest_folds = Table(
     Column("config_signature", String(64)),
     Column("data_start", Date),
     Column("data_end", Date),
+    # Baselines on the fold's rows (ldtm_core.accountability.baselines): hits and discordant rows vs the
+    # model, for the exact paired test; NULL before revision 0020.
+    Column("persistence_hits", Integer),
+    Column("persistence_model_only", Integer),
+    Column("persistence_only", Integer),
+    Column("trend_hits", Integer),
+    Column("trend_model_only", Integer),
+    Column("trend_only", Integer),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
 )

@@ -320,3 +320,48 @@ def test_policy_and_minimum_evidence_from_the_environment_and_the_cli(engine, s,
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--force"])  # 60 >= 40 rows, 30 >= 20 per fold
     assert out.exit_code == 0, out.output
     assert registry.get_model(engine, mid).status == "active"
+
+
+def test_every_gate_report_states_the_baselines_on_the_same_rows_with_p_values(engine, s):
+    """Issue 21: the decision with its rule, the rows, the model beside always-up, persistence and the
+    trailing majority, and a p-value beside every "beats"."""
+    from sqlalchemy import update
+
+    from ldtm_core.schema import backtest_folds
+
+    mid = make_model(engine, s, "AAPL")
+    bid = add_backtest(engine, mid, [(60, 0.55, 0.50, 1.0, 0, 9, 6)] * 2)
+    with engine.begin() as conn:  # per fold: persistence 30 hits (12 vs 9 disagreements), trend 36 (6 vs 9)
+        conn.execute(
+            update(backtest_folds)
+            .where(backtest_folds.c.backtest_id == bid)
+            .values(
+                persistence_hits=30,
+                persistence_model_only=12,
+                persistence_only=9,
+                trend_hits=36,
+                trend_model_only=6,
+                trend_only=9,
+            )
+        )
+    report = run_gate(engine, s, "AAPL")
+    assert report.passed and report.decision == "pass"
+    b = report.baselines
+    assert (b["persistence"].hits, b["persistence"].n) == (60, 120)
+    assert (b["trend"].model_only, b["trend"].base_only) == (12, 18)
+    text = report.summary()
+    assert (
+        "does not beat persistence (50.00%)" in text and "does not beat trailing-21 majority (60.00%)" in text
+    )
+    p = binomtest_p(24, 42)
+    assert f"p = {p:.3f}" in text and "rule: evidence policy" in text and "on the same 120 rows" in text
+    payload = report.to_dict()
+    assert payload["baselines"]["trend"]["p_value"] == pytest.approx(binomtest_p(12, 30))
+    assert payload["baselines"]["always_up"]["accuracy"] == pytest.approx(0.5)
+    assert payload["rule"].startswith("evidence policy")
+
+
+def binomtest_p(k, n):
+    from scipy.stats import binomtest
+
+    return binomtest(k, n, 0.5, alternative="greater").pvalue

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import notify
+from ldtm_core.accountability import baselines, notify
 from ldtm_core.accountability.registry import (
     PromoteResult,
     config_signature,
@@ -176,6 +176,8 @@ class GateReport:
     skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
     data_start: dt.date | None = None  # the price range the backtest read
     data_end: dt.date | None = None
+    # always-up, persistence, trailing majority on the same rows with their paired tests (None: unknown)
+    baselines: dict = field(default_factory=dict)
     criteria: list[Criterion] = field(default_factory=list)
     passed: bool = False
     promoted: PromoteResult | None = None
@@ -184,6 +186,27 @@ class GateReport:
     @property
     def failing(self) -> list[Criterion]:
         return [c for c in self.criteria if not c.passed]
+
+    @property
+    def rule(self) -> str:
+        """The decision rule, in words, for every report."""
+        if self.policy == "seed":
+            return "seed policy: the absolute criteria below, all met"
+        return (
+            "evidence policy: enough test rows in all and in every fold (else insufficient evidence, the "
+            "champion stays), then the seed's absolute criteria, all met"
+        )
+
+    def baseline_lines(self) -> list[str]:
+        """Each baseline beside the model on the same rows, 'beats' only with its exact test and p."""
+        out = []
+        for name in baselines.BASELINES:
+            b = self.baselines.get(name)
+            label = baselines.LABELS[name]
+            out.append(
+                f"model {b.verdict()}" if b else f"{label}: unknown (backtest predates it; run it again)"
+            )
+        return out
 
     def summary(self) -> str:
         word = {"pass": "PASSED", "insufficient evidence": "INSUFFICIENT EVIDENCE"}.get(
@@ -194,6 +217,8 @@ class GateReport:
             f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
             f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
             + (self.skill.describe() if self.skill else "skill test unknown (backtest predates it)")
+            + "".join(f"; {line}" for line in self.baseline_lines()[1:])
+            + f"; rule: {self.rule}"
         )
         if self.passed:
             return f"{head}: {base}"
@@ -217,6 +242,19 @@ class GateReport:
             "skill_model_only": self.skill.model_only if self.skill else None,
             "skill_up_only": self.skill.up_only if self.skill else None,
             "skill_p_value": self.skill.p_value if self.skill else None,
+            "rule": self.rule,
+            "baselines": {
+                name: None
+                if (b := self.baselines.get(name)) is None
+                else {
+                    "accuracy": b.accuracy,
+                    "hits": b.hits,
+                    "model_only": b.model_only,
+                    "baseline_only": b.base_only,
+                    "p_value": b.p_value,
+                }
+                for name in baselines.BASELINES
+            },
             "data_start": str(self.data_start) if self.data_start else None,
             "data_end": str(self.data_end) if self.data_end else None,
             "criteria": [asdict(c) for c in self.criteria],
@@ -282,6 +320,7 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
     figures = {
         "decision": decision,
         "skill": skill,
+        "baselines": baselines.pooled(folds) if folds else {},
         "n": n,
         "direction_accuracy": acc,
         "always_up_accuracy": up,
@@ -395,6 +434,7 @@ def run_gate(
         mean_abs_pct_error=fig["mean_abs_pct_error"],
         leakage_rows=fig["leakage"],
         skill=fig["skill"],
+        baselines=fig["baselines"],
         criteria=criteria,
         decision=fig["decision"],
         policy=thresholds.policy,

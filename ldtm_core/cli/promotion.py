@@ -116,6 +116,8 @@ def backtest_cmd(
     )
     if res.skill is not None:
         console.print(f"skill test vs always-up: {res.skill.describe()}")
+    for paired in res.baselines.values():  # always-up, persistence, trailing majority: same rows
+        console.print(f"the model {paired.verdict()}", highlight=False, soft_wrap=True)
     if res.tuning_note:
         err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
     from ldtm_core.accountability.registry import config_signature, get_model
