@@ -151,6 +151,11 @@ def test_cli_backtest(engine, world, ldtm_env, stub_fit):
     assert out.exit_code == 0, out.output
     assert "leakage 0" in out.output
     assert "one-sided p = 1.000" in " ".join(out.output.split())  # the skill test beside the accuracy
+    flat = " ".join(out.output.split())
+    # Each baseline on the same rows, "beats" or not always with its exact p-value (issue 21).
+    for label in ("always-up (", "persistence (", "trailing-21 majority ("):
+        assert f"beat {label}" in flat or f"beats {label}" in flat, label
+    assert flat.count("one-sided exact p = ") == 3
     bad = CliRunner().invoke(app, ["backtest", "--ticker", "ZZZZ"])
     assert bad.exit_code == 2
 

@@ -314,6 +314,9 @@ def test_policy_and_minimum_evidence_from_the_environment_and_the_cli(engine, s,
     runner = CliRunner()
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--min-rows", "61"])
     assert out.exit_code == 1 and "INSUFFICIENT EVIDENCE" in out.output and "rows" in out.output
+    flat = " ".join(out.output.split())
+    # The baselines table: each on the same rows (unknown for folds written before revision 0020).
+    assert "trailing-21 majority" in flat and "persistence" in flat and "backtest predates it" in flat
     assert registry.get_model(engine, mid).status == "candidate"
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--policy", "nonsense", "--force"])
     assert out.exit_code != 0 and "gate policy must be one of evidence, seed" in " ".join(out.output.split())

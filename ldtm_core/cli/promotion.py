@@ -304,6 +304,7 @@ def gate_cmd(
             "yes" if c.passed else "[red]NO[/]",
         )
     console.print(table)
+    console.print(_baselines_table(report))
     console.print(report.summary())
     if report.passed:
         p = report.promoted
@@ -312,3 +313,31 @@ def gate_cmd(
     if report.notified and report.notified.error:
         err_console.print(f"[yellow]webhook failed:[/] {report.notified.error}")
     sys.exit(1)
+
+
+def _baselines_table(report) -> Table:
+    """The model beside each baseline on the same rows, with the exact paired test (issue 21)."""
+    from ldtm_core.accountability.baselines import BASELINES, LABELS
+    from ldtm_core.accountability.skill import format_p_value
+
+    table = Table(
+        "on the same rows",
+        "accuracy",
+        "model only / baseline only",
+        "p (model beats it)",
+        title=f"{report.ticker}: {report.n} rows over {report.folds} folds; decision "
+        f"{report.decision.upper()} ({report.rule})",
+    )
+    table.add_row("model", fmt_pct(report.direction_accuracy), "", "")
+    for name in BASELINES:
+        b = report.baselines.get(name)
+        if b is None:
+            table.add_row(LABELS[name], "unknown", "backtest predates it", "")
+        else:
+            table.add_row(
+                LABELS[name],
+                fmt_pct(b.accuracy),
+                f"{b.model_only} / {b.base_only}",
+                format_p_value(b.p_value),
+            )
+    return table
