@@ -78,6 +78,8 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
         float, -100, 100, "percentage points of accuracy above always-up (2 for 2 points)"
     ),
     "LDTM_GATE_MAX_P_VALUE": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
+    "LDTM_GATE_MIN_ROWS": NumberSetting(int, 1, 1e7, "a whole number of backtest test rows"),
+    "LDTM_GATE_MIN_FOLD_ROWS": NumberSetting(int, 1, 1e6, "a whole number of test rows per fold"),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
@@ -100,6 +102,7 @@ OTHER_SETTINGS = (
     "LDTM_DATABASE_URL",
     "LDTM_UNIVERSE",
     "LDTM_PROFILE",
+    "LDTM_GATE_POLICY",  # evidence | seed, checked by GateThresholds.from_env
     "LDTM_AMP",
     "LDTM_PRICE_SOURCE",
     "LDTM_FORCE_REINGEST",
@@ -116,6 +119,9 @@ OTHER_SETTINGS = (
     "LDTM_TEST_PAUSE_DIR",
     # Kubernetes deployment switches (ldtm_dagster/deployment.py checks them): a mode, a flag, k8s quantities.
     "LDTM_DEPLOYMENT",
+    # Set by the code location for its own processes (gpu_slots: the pool's own VRAM); a flag (backtest).
+    "LDTM_GPU_POOL_ID",
+    "LDTM_BACKTEST_REUSE",
     "LDTM_K8S_GPU_PER_STEP",
     "LDTM_K8S_STEP_CPU",
     "LDTM_K8S_STEP_MEMORY",

@@ -228,6 +228,14 @@ backtest_folds = Table(
     # rather than refitted; NULL before revision 0022.
     Column("fold_key", String(64)),
     Column("reused", Boolean),
+    # Baselines on the fold's rows (ldtm_core.accountability.baselines): hits and discordant rows vs the
+    # model, for the exact paired test; NULL before revision 0020.
+    Column("persistence_hits", Integer),
+    Column("persistence_model_only", Integer),
+    Column("persistence_only", Integer),
+    Column("trend_hits", Integer),
+    Column("trend_model_only", Integer),
+    Column("trend_only", Integer),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
 )

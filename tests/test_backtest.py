@@ -157,6 +157,11 @@ def test_cli_backtest(engine, world, ldtm_env, stub_fit):
     assert out.exit_code == 0, out.output
     assert "leakage 0" in out.output
     assert "one-sided p = 1.000" in " ".join(out.output.split())  # the skill test beside the accuracy
+    flat = " ".join(out.output.split())
+    # Each baseline on the same rows, "beats" or not always with its exact p-value (issue 21).
+    for label in ("always-up (", "persistence (", "trailing-21 majority ("):
+        assert f"beat {label}" in flat or f"beats {label}" in flat, label
+    assert flat.count("one-sided exact p = ") == 3
     bad = CliRunner().invoke(app, ["backtest", "--ticker", "ZZZZ"])
     assert bad.exit_code == 2
 
@@ -185,7 +190,8 @@ def test_backtest_records_its_config_and_data_range_and_the_gate_checks_it(engin
         rows = conn.execute(select(backtest_folds)).mappings().all()
     assert {r["config_signature"] for r in rows} == {config_signature(other)}
     assert {(r["data_start"], r["data_end"]) for r in rows} == {(df["date"].min(), df["date"].max())}
-    easy = GateThresholds(min_direction_accuracy=0.0, max_mean_abs_pct_error=100.0)
+    # 2 folds of 20 rows: below the default minimum evidence, lowered here to judge the config check.
+    easy = GateThresholds(min_direction_accuracy=0.0, max_mean_abs_pct_error=100.0, min_rows=40)
     with pytest.raises(GateRefused, match="another config"):
         run_gate(engine, s, "AAPL", thresholds=easy)
     own = bt.run_backtest(engine, s, "AAPL", None, folds=2, test_sessions=20)
@@ -292,3 +298,35 @@ def test_cli_backtest_many_tickers(engine, world, ldtm_env, stub_fit):
     assert both.exit_code == 2 and "exactly one of --ticker" in both.output
     single_only = CliRunner().invoke(app, ["backtest", "--tickers", "AAPL", "--model-id", "1"])
     assert single_only.exit_code == 2 and "go with --ticker" in single_only.output
+
+
+def test_backtest_scores_persistence_and_the_trailing_majority_on_its_rows(engine, world, stub_fit):
+    """Issue 21: every fold stores persistence and the no-hindsight trailing majority on the same rows."""
+    from ldtm_core.accountability import baselines
+
+    s, df, _ = world
+    res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=20)
+    with engine.connect() as conn:
+        rows = [
+            dict(r) for r in conn.execute(select(backtest_folds).order_by(backtest_folds.c.fold)).mappings()
+        ]
+    closes = df.set_index("date")["close"]
+    dates = list(closes.index)
+    for f, row in zip(res.folds, rows, strict=True):
+        assert row["trend_hits"] == f.baselines["trend"].hits and row["persistence_only"] is not None
+        # Recomputed by hand from the price column: the trend of each test row's last 21 moves.
+        test = [d for d in dates if f.test_start <= d <= f.test_end]
+        ups = 0
+        for d in test:
+            i = dates.index(d)
+            moves = np.sign(np.diff(closes.iloc[max(0, i - baselines.TREND_SESSIONS) : i + 1].to_numpy()))
+            said = -1 if moves.sum() < 0 else 1
+            ups += int(np.sign(closes.iloc[i + 1] - closes.iloc[i]) == said)
+        assert row["trend_hits"] == ups
+        # Hits minus baseline hits = model-only minus baseline-only rows, for every baseline.
+        for name in ("always_up", "persistence", "trend"):
+            b = f.baselines[name]
+            assert f.hits - b.hits == b.model_only - b.base_only, name
+    pooled = baselines.pooled(rows)
+    assert pooled["trend"].hits == sum(r["trend_hits"] for r in rows)
+    assert pooled["always_up"].hits == sum(f.up_hits for f in res.folds)

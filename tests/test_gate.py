@@ -73,7 +73,7 @@ def test_pass_promotes_and_pools_folds(engine, s):
 @pytest.mark.parametrize(
     "folds, thresholds, failing",
     [
-        ([(50, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"folds"}),
+        ([(100, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"folds"}),
         ([(50, 0.51, 0.5, 1.0, 0), (50, 0.52, 0.5, 1.0, 0)], GateThresholds(), {"direction_accuracy"}),
         ([(50, 0.60, 0.5, 5.5, 0), (50, 0.60, 0.5, 5.0, 0)], GateThresholds(), {"mean_abs_pct_error"}),
         ([(50, 0.60, 0.5, 1.0, 1), (50, 0.60, 0.5, 1.0, 0)], GateThresholds(), {"leakage_rows"}),
@@ -254,3 +254,117 @@ def test_a_backtest_without_a_recorded_config_is_refused(engine, s):
     out = CliRunner().invoke(app, ["gate", "--ticker", "AAPL"], env={"LDTM_DATABASE_URL": s.database_url})
     assert out.exit_code != 0 and "no recorded config" in " ".join(out.output.split())
     assert registry.get_model(engine, mid).status == "candidate"
+
+
+def test_two_folds_of_one_row_are_insufficient_evidence():
+    """Issue 21: `ldtm backtest --test-sessions 1 --folds 2` passed the seed's gate."""
+    folds = [
+        {
+            "n": 1,
+            "direction_accuracy": 1.0,
+            "always_up_accuracy": 0.0,
+            "mean_abs_pct_error": 1.0,
+            "leakage_rows": 0,
+        }
+    ] * 2
+    fig, criteria = gate.evaluate(folds, GateThresholds())
+    assert fig["decision"] == "insufficient evidence"
+    assert {c.name for c in criteria if not c.passed} == {"rows", "fold_rows"}
+    # The seed's policy, named, still judges them as it always did.
+    fig, criteria = gate.evaluate(folds, GateThresholds(policy="seed"))
+    assert fig["decision"] == "pass" and all(c.passed for c in criteria)
+
+
+def test_nvda_on_four_rows_is_held_and_keeps_the_champion(engine, s):
+    """Issue 21: NVDA passed at 75 % vs always-up 50 % on 4 rows over 2 folds, p = 0.5, and was promoted."""
+    champion = make_model(engine, s, "NVDA", seed=1)
+    registry.promote(engine, champion, "earlier", s)
+    mid = make_model(engine, s, "NVDA", seed=2)
+    add_backtest(engine, mid, [(2, 1.0, 0.5, 1.0, 0, 1, 0), (2, 0.5, 0.5, 1.0, 0, 1, 1)], ticker="NVDA")
+    report = run_gate(engine, s, "NVDA")
+    assert report.skill.p_value == pytest.approx(0.5)
+    assert not report.passed and report.decision == "insufficient evidence"
+    assert report.summary().startswith("gate INSUFFICIENT EVIDENCE for NVDA")
+    assert {c.name for c in report.failing} == {"rows", "fold_rows"}
+    assert registry.active_model(engine, "NVDA").id == champion
+    assert registry.get_model(engine, mid).status == "candidate"
+    assert report.to_dict()["decision"] == "insufficient evidence"
+
+
+def test_policy_and_minimum_evidence_from_the_environment_and_the_cli(engine, s, ldtm_env, monkeypatch):
+    monkeypatch.setenv("LDTM_GATE_MIN_ROWS", "40")
+    monkeypatch.setenv("LDTM_GATE_MIN_FOLD_ROWS", "20")
+    t = GateThresholds.from_env()
+    assert (t.policy, t.min_rows, t.min_fold_rows) == ("evidence", 40, 20)
+    monkeypatch.setenv("LDTM_GATE_POLICY", "Seed")
+    assert GateThresholds.from_env().policy == "seed"
+    for var, bad in (
+        ("LDTM_GATE_POLICY", "lenient"),
+        ("LDTM_GATE_MIN_ROWS", "0"),
+        ("LDTM_GATE_MIN_FOLD_ROWS", "x"),
+    ):
+        monkeypatch.setenv(var, bad)
+        with pytest.raises(ConfigError, match=var):
+            GateThresholds.from_env()
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("LDTM_GATE_MIN_ROWS", "40")
+    monkeypatch.setenv("LDTM_GATE_MIN_FOLD_ROWS", "20")
+    mid = make_model(engine, s, "AAPL")
+    add_backtest(engine, mid, [(30, 0.60, 0.50, 1.0, 0)] * 2)  # 60 rows: enough for 40, not for 61
+    runner = CliRunner()
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--min-rows", "61"])
+    assert out.exit_code == 1 and "INSUFFICIENT EVIDENCE" in out.output and "rows" in out.output
+    flat = " ".join(out.output.split())
+    # The baselines table: each on the same rows (unknown for folds written before revision 0020).
+    assert "trailing-21 majority" in flat and "persistence" in flat and "backtest predates it" in flat
+    assert registry.get_model(engine, mid).status == "candidate"
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--policy", "nonsense", "--force"])
+    assert out.exit_code != 0 and "gate policy must be one of evidence, seed" in " ".join(out.output.split())
+    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--force"])  # 60 >= 40 rows, 30 >= 20 per fold
+    assert out.exit_code == 0, out.output
+    assert registry.get_model(engine, mid).status == "active"
+
+
+def test_every_gate_report_states_the_baselines_on_the_same_rows_with_p_values(engine, s):
+    """Issue 21: the decision with its rule, the rows, the model beside always-up, persistence and the
+    trailing majority, and a p-value beside every "beats"."""
+    from sqlalchemy import update
+
+    from ldtm_core.schema import backtest_folds
+
+    mid = make_model(engine, s, "AAPL")
+    bid = add_backtest(engine, mid, [(60, 0.55, 0.50, 1.0, 0, 9, 6)] * 2)
+    with engine.begin() as conn:  # per fold: persistence 30 hits (12 vs 9 disagreements), trend 36 (6 vs 9)
+        conn.execute(
+            update(backtest_folds)
+            .where(backtest_folds.c.backtest_id == bid)
+            .values(
+                persistence_hits=30,
+                persistence_model_only=12,
+                persistence_only=9,
+                trend_hits=36,
+                trend_model_only=6,
+                trend_only=9,
+            )
+        )
+    report = run_gate(engine, s, "AAPL")
+    assert report.passed and report.decision == "pass"
+    b = report.baselines
+    assert (b["persistence"].hits, b["persistence"].n) == (60, 120)
+    assert (b["trend"].model_only, b["trend"].base_only) == (12, 18)
+    text = report.summary()
+    assert (
+        "does not beat persistence (50.00%)" in text and "does not beat trailing-21 majority (60.00%)" in text
+    )
+    p = binomtest_p(24, 42)
+    assert f"p = {p:.3f}" in text and "rule: evidence policy" in text and "on the same 120 rows" in text
+    payload = report.to_dict()
+    assert payload["baselines"]["trend"]["p_value"] == pytest.approx(binomtest_p(12, 30))
+    assert payload["baselines"]["always_up"]["accuracy"] == pytest.approx(0.5)
+    assert payload["rule"].startswith("evidence policy")
+
+
+def binomtest_p(k, n):
+    from scipy.stats import binomtest
+
+    return binomtest(k, n, 0.5, alternative="greater").pvalue

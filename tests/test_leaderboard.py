@@ -177,7 +177,10 @@ def test_every_number_matches_a_direct_computation(engine, mode):
         ):
             assert got[c] == pytest.approx(exp[c]), c
         assert got["window_end"] == exp["window_end"] and got["window_start"] == exp["window_start"]
-        assert bool(got["beats_always_up"]) == (exp["direction_accuracy"] > exp["always_up_accuracy"])
+        # "Beats" needs the exact test too (issue 21), not only a higher accuracy.
+        assert bool(got["beats_always_up"]) == (
+            exp["direction_accuracy"] > exp["always_up_accuracy"] and got["skill_p_value"] <= 0.05
+        )
         # The exact skill test on the same rows: discordant counts, and scipy's one-sided binomial tail.
         assert (got["model_only"], got["up_only"]) == (exp["model_only"], exp["up_only"])
         assert got["model_only"] - got["up_only"] == got["hits"] - round(got["always_up_accuracy"] * got["n"])
@@ -214,12 +217,15 @@ def test_small_known_case_and_verdict(engine):
     lo, hi = wilson(3, 4)
     assert (got["wilson_low"], got["wilson_high"]) == pytest.approx((lo, hi))
     assert lo == pytest.approx(0.3006, abs=1e-4)  # the textbook value for 3/4
-    assert bool(got["beats_always_up"])
+    assert not bool(got["beats_always_up"])  # more accurate, but p = 0.25: not evidence (issue 21)
     # Discordant rows: row 2 (model down, price down: model only) and row 4 (the same); row 3 is
     # concordant (both wrong), row 1 concordant (both right). p = P(X >= 2 | n=2) = 1/4.
     assert (got["model_only"], got["up_only"]) == (2, 0)
     assert got["skill_p_value"] == 0.25
-    assert "All 1 models beat always-up (0 with p <= 0.05 in the exact test)" in verdict(leaderboard(engine))
+    assert verdict(leaderboard(engine)) == (
+        "No model beats always-up (p <= 0.05 in the one-sided exact test; 1 tickers scored). More accurate "
+        "than always-up but not significantly (not evidence of skill): CCC 75.0% vs 25.0%, p = 0.250."
+    )
     # No replay rows: nothing scored, and the ticker is named as stale rather than dropped.
     replay = leaderboard(engine, "replay")
     assert replay["stale"].all() and (replay["n"] == 0).all() and replay["last_filled"].isna().all()
@@ -423,3 +429,34 @@ def test_by_model_honours_include_in_sample(engine):
     assert leaderboard_by_model(engine).set_index("model_version").loc["v1", ["n", "hits"]].tolist() == [3, 1]
     shown = leaderboard_by_model(engine, include_in_sample=True).set_index("model_version").loc["v1"]
     assert (shown["n"], shown["hits"], shown["window_start"]) == (5, 3, days[0])
+
+
+def test_a_model_below_a_coin_in_a_falling_market_is_not_said_to_beat_always_up(engine):
+    """Issue 21, real IXIC: 40.9 % vs always-up 36.4 % in a falling market was labelled "beats always-up".
+
+    22 evenings, 8 up days: the model is right on 3 of them and on 6 of the 14 down days (9/22). Its
+    discordant rows vs always-up are 6 vs 5: p = P(X >= 6 | 11) = 0.5, no evidence of anything.
+    """
+    with engine.begin() as conn:
+        mid = _model(conn, "IXIC")
+        d = dt.date(2024, 3, 1)
+        # (actual, pred) around a close of 100: 3 up/up, 5 up/down, 6 down/down, 8 down/up.
+        spec = [(101.0, 101.0)] * 3 + [(101.0, 99.0)] * 5 + [(99.0, 99.0)] * 6 + [(99.0, 101.0)] * 8
+        conn.execute(
+            insert(snapshots),
+            [
+                _row("IXIC", mid, d + dt.timedelta(days=i), 100.0, 100.5, p, a, "live", 1, 1)
+                for i, (a, p) in enumerate(spec)
+            ],
+        )
+    board = leaderboard(engine)
+    got = board.iloc[0]
+    assert got["direction_accuracy"] == pytest.approx(9 / 22) and got["always_up_accuracy"] == pytest.approx(
+        8 / 22
+    )
+    assert (got["model_only"], got["up_only"]) == (6, 5)
+    assert got["skill_p_value"] == pytest.approx(binomtest(6, 11, 0.5, alternative="greater").pvalue)
+    assert not bool(got["beats_always_up"])
+    text = verdict(board)
+    assert "beat always-up" not in text.replace("No model beats always-up", "")
+    assert "IXIC" in text and "p = 0.500" in text and "below 50%" in text

@@ -3,7 +3,13 @@
 Only a backtest of the candidate's own config counts (its config signature is stored with every
 fold): a backtest of another profile or override is refused with a message saying so.
 
-Criteria (seed defaults, overridable by env or arguments): folds >= 2, pooled next-day direction
+Two named policies (LDTM_GATE_POLICY). `seed`: the seed's absolute criteria alone. `evidence` (the
+default): the same, and first a minimum of evidence, test rows in all (LDTM_GATE_MIN_ROWS) and in every
+fold (LDTM_GATE_MIN_FOLD_ROWS); below it the decision is "insufficient evidence": the champion stays,
+the candidate stays candidate (issue 21: two folds of one row, or 4 rows at p = 0.5, were promoted).
+The defaults come from a power calculation (docs/architecture.md, *Promotion gate*).
+
+Seed criteria (overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
 always-up by a margin or a p-value at most `max_p_value` in the exact test of "the model beats always-up"
 (ldtm_core.accountability.skill). Every report states the accuracy beside always-up on the same folds, with that p-value.
@@ -21,7 +27,14 @@ from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import notify
+from ldtm_core.accountability import baselines, notify
+from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
+    DEFAULT_MIN_FOLD_ROWS,
+    DEFAULT_MIN_ROWS,
+    EVIDENCE_CRITERIA,
+    POLICIES,
+    GateThresholds,
+)
 from ldtm_core.accountability.registry import (
     PromoteResult,
     config_signature,
@@ -31,7 +44,7 @@ from ldtm_core.accountability.registry import (
     record_event,
 )
 from ldtm_core.accountability.skill import SkillTest, format_p_value, pooled
-from ldtm_core.config import Settings, env_number
+from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, NotFoundError
@@ -40,67 +53,6 @@ from ldtm_core.schema import backtest_folds, gate_decisions
 
 class AlreadyJudgedError(InputError):
     """The newest backtest of the candidate already has a gate decision (force to judge it again)."""
-
-
-@dataclass(frozen=True)
-class GateThresholds:
-    min_folds: int = 2
-    min_direction_accuracy: float = 0.52  # fraction
-    max_mean_abs_pct_error: float = 5.0  # percent
-    max_leakage_rows: int = 0
-    beat_always_up_margin: float | None = None  # fraction; None = not required
-    max_p_value: float | None = None  # exact skill test vs always-up; None = not required
-
-    def validate(self) -> GateThresholds:
-        """Refuse thresholds no model could meet (or every model meets) when they come from a user:
-        the CLI, the environment, Dagster config. Tests may still build impossible ones directly."""
-        checks = [
-            (self.min_folds >= 1, f"min folds must be >= 1, not {self.min_folds}"),
-            # Above 100 % is allowed: it is how a test or an operator forces a candidate to fail.
-            (
-                self.min_direction_accuracy >= 0.0,
-                f"min direction accuracy must be >= 0 %, not {self.min_direction_accuracy * 100:g} %",
-            ),
-            (
-                self.max_mean_abs_pct_error >= 0,
-                f"max mean |pct error| must be >= 0 %, not {self.max_mean_abs_pct_error:g}",
-            ),
-            (self.max_leakage_rows >= 0, f"max leakage rows must be >= 0, not {self.max_leakage_rows}"),
-            (
-                self.beat_always_up_margin is None or -1.0 <= self.beat_always_up_margin <= 1.0,
-                f"always-up margin must be within -100..100 % points, not {self.beat_always_up_margin}",
-            ),
-            (
-                self.max_p_value is None or 0.0 < self.max_p_value <= 1.0,
-                f"max p-value must be within (0, 1], not {self.max_p_value}",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise InputError(message)
-        return self
-
-    @classmethod
-    def from_env(cls, **overrides) -> GateThresholds:
-        """Thresholds from LDTM_GATE_* (checked by `config`), then `overrides` (already fractions).
-
-        The accuracy and margin settings are percents, like `ldtm gate --min-accuracy 52`; the
-        thresholds hold them as fractions.
-        """
-        env = {
-            "min_folds": ("LDTM_GATE_MIN_FOLDS", 1),
-            "min_direction_accuracy": ("LDTM_GATE_MIN_ACCURACY", 100),
-            "max_mean_abs_pct_error": ("LDTM_GATE_MAX_ERROR_PCT", 1),
-            "beat_always_up_margin": ("LDTM_GATE_BEAT_ALWAYS_UP", 100),
-            "max_p_value": ("LDTM_GATE_MAX_P_VALUE", 1),
-        }
-        values = {}
-        for name, (var, per_unit) in env.items():
-            value = env_number(var)
-            if value is not None:
-                values[name] = value / per_unit if per_unit != 1 else value
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values).validate()
 
 
 @dataclass
@@ -138,9 +90,13 @@ class GateReport:
     always_up_accuracy: float
     mean_abs_pct_error: float
     leakage_rows: int
+    decision: str = "fail"  # "pass", "fail" or "insufficient evidence"
+    policy: str = "evidence"
     skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
     data_start: dt.date | None = None  # the price range the backtest read
     data_end: dt.date | None = None
+    # always-up, persistence, trailing majority on the same rows with their paired tests (None: unknown)
+    baselines: dict = field(default_factory=dict)
     criteria: list[Criterion] = field(default_factory=list)
     passed: bool = False
     promoted: PromoteResult | None = None
@@ -150,12 +106,38 @@ class GateReport:
     def failing(self) -> list[Criterion]:
         return [c for c in self.criteria if not c.passed]
 
+    @property
+    def rule(self) -> str:
+        """The decision rule, in words, for every report."""
+        if self.policy == "seed":
+            return "seed policy: the absolute criteria below, all met"
+        return (
+            "evidence policy: enough test rows in all and in every fold (else insufficient evidence, the "
+            "champion stays), then the seed's absolute criteria, all met"
+        )
+
+    def baseline_lines(self) -> list[str]:
+        """Each baseline beside the model on the same rows, 'beats' only with its exact test and p."""
+        out = []
+        for name in baselines.BASELINES:
+            b = self.baselines.get(name)
+            label = baselines.LABELS[name]
+            out.append(
+                f"model {b.verdict()}" if b else f"{label}: unknown (backtest predates it; run it again)"
+            )
+        return out
+
     def summary(self) -> str:
-        head = f"gate {'PASSED' if self.passed else 'FAILED'} for {self.ticker} model {self.model_id}"
+        word = {"pass": "PASSED", "insufficient evidence": "INSUFFICIENT EVIDENCE"}.get(
+            self.decision, "FAILED"
+        )
+        head = f"gate {word} for {self.ticker} model {self.model_id} ({self.policy} policy)"
         base = (
             f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
             f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
             + (self.skill.describe() if self.skill else "skill test unknown (backtest predates it)")
+            + "".join(f"; {line}" for line in self.baseline_lines()[1:])
+            + f"; rule: {self.rule}"
         )
         if self.passed:
             return f"{head}: {base}"
@@ -168,6 +150,8 @@ class GateReport:
             "model_id": self.model_id,
             "backtest_id": self.backtest_id,
             "passed": self.passed,
+            "decision": self.decision,
+            "policy": self.policy,
             "folds": self.folds,
             "n": self.n,
             "direction_accuracy": self.direction_accuracy,
@@ -177,6 +161,19 @@ class GateReport:
             "skill_model_only": self.skill.model_only if self.skill else None,
             "skill_up_only": self.skill.up_only if self.skill else None,
             "skill_p_value": self.skill.p_value if self.skill else None,
+            "rule": self.rule,
+            "baselines": {
+                name: None
+                if (b := self.baselines.get(name)) is None
+                else {
+                    "accuracy": b.accuracy,
+                    "hits": b.hits,
+                    "model_only": b.model_only,
+                    "baseline_only": b.base_only,
+                    "p_value": b.p_value,
+                }
+                for name in baselines.BASELINES
+            },
             "data_start": str(self.data_start) if self.data_start else None,
             "data_end": str(self.data_end) if self.data_end else None,
             "criteria": [asdict(c) for c in self.criteria],
@@ -199,7 +196,14 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
         ]
     )
     t = thresholds
-    criteria = [
+    criteria = []
+    if t.policy == "evidence":
+        fold_rows = min((int(f["n"]) for f in folds), default=0)
+        criteria += [
+            Criterion("rows", int(n), ">=", t.min_rows, n >= t.min_rows),
+            Criterion("fold_rows", fold_rows, ">=", t.min_fold_rows, fold_rows >= t.min_fold_rows),
+        ]
+    criteria += [
         Criterion("folds", len(folds), ">=", t.min_folds, len(folds) >= t.min_folds),
         Criterion("direction_accuracy", acc, ">=", t.min_direction_accuracy, acc >= t.min_direction_accuracy),
         Criterion("mean_abs_pct_error", err, "<=", t.max_mean_abs_pct_error, err <= t.max_mean_abs_pct_error),
@@ -228,8 +232,14 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
                 p is not None and p <= t.max_p_value,
             )
         )
+    insufficient = any(not c.passed for c in criteria if c.name in EVIDENCE_CRITERIA)
+    decision = (
+        "insufficient evidence" if insufficient else ("pass" if all(c.passed for c in criteria) else "fail")
+    )
     figures = {
+        "decision": decision,
         "skill": skill,
+        "baselines": baselines.pooled(folds) if folds else {},
         "n": n,
         "direction_accuracy": acc,
         "always_up_accuracy": up,
@@ -343,8 +353,11 @@ def run_gate(
         mean_abs_pct_error=fig["mean_abs_pct_error"],
         leakage_rows=fig["leakage"],
         skill=fig["skill"],
+        baselines=fig["baselines"],
         criteria=criteria,
-        passed=all(c.passed for c in criteria),
+        decision=fig["decision"],
+        policy=thresholds.policy,
+        passed=fig["decision"] == "pass",
     )
     if report.passed:
         report.promoted = promote(engine, model_id, f"gate passed (backtest {backtest_id})", settings)

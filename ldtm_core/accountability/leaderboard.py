@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select, text
 
 from ldtm_core.accountability.registry import serving_models
-from ldtm_core.accountability.skill import SkillTest, discordant_counts
+from ldtm_core.accountability.skill import SkillTest, discordant_counts, format_p_value
 from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
 
@@ -93,7 +94,9 @@ def leaderboard(
     Each (ticker, evening) counts once: its first recorded prediction. `include_in_sample` adds the
     in-sample replays back, `include_ungated` the evenings predicted by a candidate (`gated` False).
     `beats_always_up` / `beats_persistence` are True only when the model is strictly more accurate than
-    the baseline on the same rows.
+    the baseline on the same rows AND the one-sided exact sign test on their disagreements gives
+    p <= SIGNIFICANCE (`skill_p_value`, `persistence_p_value` beside them): in a falling market always-up
+    is far below a coin, and a model below a coin "beating" it is noise.
     """
     view = view_name(False, include_in_sample, include_ungated)
     df = _with_skill(
@@ -204,7 +207,9 @@ def _with_skill(
     include_in_sample: bool = False,
     include_ungated: bool = False,
 ) -> pd.DataFrame:
-    """Add the exact test of "the model beats always-up" (model_only, up_only, skill_p_value)."""
+    """Add the exact tests of "the model beats always-up / persistence" (model_only, up_only,
+    skill_p_value, persistence_p_value); "beats" needs the test, not only a higher accuracy."""
+    persist: dict[tuple, SkillTest] = {}
     tests = skill_tests(
         engine,
         board,
@@ -212,11 +217,15 @@ def _with_skill(
         by_model=by_model,
         include_in_sample=include_in_sample,
         include_ungated=include_ungated,
+        persistence=persist,
     )
     keys = _keys(board, by_model)
     board["model_only"] = [tests[k].model_only for k in keys]
     board["up_only"] = [tests[k].up_only for k in keys]
     board["skill_p_value"] = [tests[k].p_value for k in keys]
+    board["persistence_p_value"] = [persist.get(k, SkillTest(0, 0)).p_value for k in keys]
+    board["beats_always_up"] = board["beats_always_up"] & (board["skill_p_value"] <= SIGNIFICANCE)
+    board["beats_persistence"] = board["beats_persistence"] & (board["persistence_p_value"] <= SIGNIFICANCE)
     return board
 
 
@@ -233,6 +242,7 @@ def skill_tests(
     by_model: bool = False,
     include_in_sample: bool = False,
     include_ungated: bool = False,
+    persistence: dict | None = None,
 ) -> dict[tuple, SkillTest]:
     """The exact test per board row, on exactly the rows its view scored.
 
@@ -257,6 +267,7 @@ def skill_tests(
             s.next_day_direction_correct,
             s.next_day_actual,
             s.run_date_close,
+            s.prev_close,
         )
         .where(
             s.ticker.in_(sorted({k[0] for k in tests})),
@@ -290,10 +301,19 @@ def skill_tests(
             continue
         start, end = spans[key]
         inside = group[(group["run_date"] >= start) & (group["run_date"] <= end)]
+        model_right = inside["next_day_direction_correct"].astype(bool).to_numpy()
         tests[key] = discordant_counts(
-            inside["next_day_direction_correct"].astype(bool).to_numpy(),
-            (inside["next_day_actual"] > inside["run_date_close"]).to_numpy(),
+            model_right, (inside["next_day_actual"] > inside["run_date_close"]).to_numpy()
         )
+        if persistence is not None:
+            # Persistence's own rows (those with a previous close), as the view scores it.
+            has = inside["prev_close"].notna().to_numpy()
+            close = inside["run_date_close"].to_numpy(float)
+            said = np.sign(close - inside["prev_close"].to_numpy(float))
+            right = said == np.sign(inside["next_day_actual"].to_numpy(float) - close)
+            persistence[key] = SkillTest(
+                int((model_right & ~right & has).sum()), int((~model_right & right & has).sum())
+            )
     return tests
 
 
@@ -368,15 +388,28 @@ def verdict(df: pd.DataFrame) -> str:
 def _verdict(df: pd.DataFrame) -> str:
     if df.empty:
         return "No filled snapshots in the window yet: nothing to score."
+    # "Beats" only with the exact test (beats_always_up needs p <= SIGNIFICANCE); a higher accuracy on
+    # 30 days is often luck, and in a falling market always-up is below a coin: each such model is
+    # named with its p-value, and one below 50 % says so.
     beat = int(df["beats_always_up"].sum())
-    if beat == 0:
+    ahead = df[(df["direction_accuracy"] > df["always_up_accuracy"]) & ~df["beats_always_up"]]
+    rule = f"p <= {SIGNIFICANCE:g} in the one-sided exact test"
+    if beat == 0 and ahead.empty:
         return f"No model beats the always-up baseline ({len(df)} tickers scored)."
-    # A higher accuracy on 30 days is often luck: say how many the exact test supports.
-    significant = int((df["skill_p_value"] <= SIGNIFICANCE).sum()) if "skill_p_value" in df else 0
-    tested = f" ({significant} with p <= {SIGNIFICANCE:g} in the exact test)"
-    if beat < len(df):
-        return f"{beat} of {len(df)} models beat always-up{tested}; {len(df) - beat} do not."
-    return f"All {len(df)} models beat always-up{tested}."
+    if beat == 0:
+        head = f"No model beats always-up ({rule}; {len(df)} tickers scored)."
+    elif beat < len(df):
+        head = f"{beat} of {len(df)} models beat always-up ({rule}); {len(df) - beat} do not."
+    else:
+        head = f"All {len(df)} models beat always-up ({rule})."
+    if ahead.empty:
+        return head
+    named = ", ".join(
+        f"{r.ticker} {r.direction_accuracy * 100:.1f}% vs {r.always_up_accuracy * 100:.1f}%, "
+        f"p = {format_p_value(r.skill_p_value)}" + (", below 50%" if r.direction_accuracy < 0.5 else "")
+        for r in ahead.itertuples(index=False)
+    )
+    return f"{head} More accurate than always-up but not significantly (not evidence of skill): {named}."
 
 
 def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:

@@ -126,6 +126,8 @@ def backtest_cmd(
         console.print(f"skill test vs always-up: {res.skill.describe()}")
     console.print(f"covered live: {res.live_note}")
     console.print(f"folds reused {res.reused_folds}, refit {res.refit_folds}")
+    for paired in res.baselines.values():  # always-up, persistence, trailing majority: same rows
+        console.print(f"the model {paired.verdict()}", highlight=False, soft_wrap=True)
     if res.tuning_note:
         err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
     from ldtm_core.accountability.registry import config_signature, get_model
@@ -272,6 +274,20 @@ def gate_cmd(
         "--max-p-value",
         help="Also require the exact test of 'beats always-up' at p <= this (default LDTM_GATE_MAX_P_VALUE; off)",
     ),
+    policy: str = typer.Option(
+        None,
+        "--policy",
+        help="evidence (minimum evidence, then the seed's criteria) or seed (the seed's criteria alone); "
+        "default LDTM_GATE_POLICY or evidence",
+    ),
+    min_rows: int = typer.Option(
+        None,
+        "--min-rows",
+        help="Evidence policy: test rows over all folds (default LDTM_GATE_MIN_ROWS or 100)",
+    ),
+    min_fold_rows: int = typer.Option(
+        None, "--min-fold-rows", help="Evidence policy: test rows in every fold (default 10)"
+    ),
     force: bool = typer.Option(
         False, "--force", help="Judge the newest backtest again even if the gate already judged it"
     ),
@@ -286,6 +302,9 @@ def gate_cmd(
         max_mean_abs_pct_error=max_error,
         beat_always_up_margin=None if beat_always_up is None else beat_always_up / 100.0,
         max_p_value=max_p_value,
+        policy=None if policy is None else policy.strip().lower(),
+        min_rows=min_rows,
+        min_fold_rows=min_fold_rows,
     )
     cfg = settings()
     report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds, force=force)
@@ -302,6 +321,7 @@ def gate_cmd(
             "yes" if c.passed else "[red]NO[/]",
         )
     console.print(table)
+    console.print(_baselines_table(report))
     console.print(report.summary())
     if report.passed:
         p = report.promoted
@@ -310,3 +330,31 @@ def gate_cmd(
     if report.notified and report.notified.error:
         err_console.print(f"[yellow]webhook failed:[/] {report.notified.error}")
     sys.exit(1)
+
+
+def _baselines_table(report) -> Table:
+    """The model beside each baseline on the same rows, with the exact paired test (issue 21)."""
+    from ldtm_core.accountability.baselines import BASELINES, LABELS
+    from ldtm_core.accountability.skill import format_p_value
+
+    table = Table(
+        "on the same rows",
+        "accuracy",
+        "model only / baseline only",
+        "p (model beats it)",
+        title=f"{report.ticker}: {report.n} rows over {report.folds} folds; decision "
+        f"{report.decision.upper()} ({report.rule})",
+    )
+    table.add_row("model", fmt_pct(report.direction_accuracy), "", "")
+    for name in BASELINES:
+        b = report.baselines.get(name)
+        if b is None:
+            table.add_row(LABELS[name], "unknown", "backtest predates it", "")
+        else:
+            table.add_row(
+                LABELS[name],
+                fmt_pct(b.accuracy),
+                f"{b.model_only} / {b.base_only}",
+                format_p_value(b.p_value),
+            )
+    return table

@@ -22,6 +22,8 @@ import pandas as pd
 import torch
 from sqlalchemy import Engine, insert, select
 
+from ldtm_core.accountability import baselines
+from ldtm_core.accountability.baselines import baseline_columns
 from ldtm_core.accountability.registry import config_signature, get_model, newest_candidate
 from ldtm_core.accountability.skill import SkillTest, discordant_counts, pooled
 from ldtm_core.config import Settings
@@ -72,6 +74,8 @@ class FoldResult:
     tuning_leakage_rows: int = 0  # of leakage_rows: test rows the tuning study's trials used
     fold_key: str = ""  # its stored outcome in backtest_fold_results (ldtm_core.learning.fold_cache)
     reused: bool = False  # taken from the store rather than refitted
+    # Persistence and the trailing-majority baseline on the same rows (accountability.baselines).
+    baselines: dict = field(default_factory=dict)
 
     @property
     def skill(self) -> SkillTest:
@@ -130,6 +134,16 @@ class BacktestResult:
     def skill(self) -> SkillTest | None:
         """The exact test of "the model beats always-up" on all test rows of all folds."""
         return pooled([f.skill for f in self.folds])
+
+    @property
+    def baselines(self) -> dict:
+        """Persistence and the trailing-majority baseline over all folds' rows, with their paired tests."""
+        if not self.folds or not all(f.baselines for f in self.folds):
+            return {}
+        return {
+            k: sum((f.baselines[k] for f in self.folds[1:]), self.folds[0].baselines[k])
+            for k in self.folds[0].baselines
+        }
 
 
 def _d(value) -> dt.date:
@@ -355,6 +369,13 @@ def run_backtest(
         pred = preds[:, 0]
         hits, up, mape = score(pred, test.target_close[:, 0], test.close)
         skill = skill_test(pred, test.target_close[:, 0], test.close)
+        paired = baselines.score(
+            np.sign(pred - test.close) == np.sign(test.target_close[:, 0] - test.close),
+            test.target_close[:, 0],
+            test.close,
+            test.prev_close,
+            baselines.trailing_majority(samples.close, samples.prev_close, test_idx),
+        )
         lineage = np.union1d(seen, used)
         study_rows = int((samples.dates[test_idx] < seen_by_study.before).sum()) if seen_by_study else 0
         result.folds.append(
@@ -384,6 +405,7 @@ def run_backtest(
                 tuning_leakage_rows=study_rows,
                 fold_key=key,
                 reused=stored is not None,
+                baselines=paired,
             )
         )
         if warm_start:
@@ -425,6 +447,7 @@ def run_backtest(
             "data_end": result.data_end,
             "fold_key": f.fold_key,
             "reused": f.reused,
+            **baseline_columns(f.baselines),
         }
         for f in result.folds
     ]

@@ -30,7 +30,9 @@ def promotions(
     """Promotion gate decisions: a passing candidate becomes the ticker's active (versioned) model.
 
     Materialised by `promotion_gate_sensor` whenever a ticker's backtest lands. Every row states the
-    model's accuracy beside always-up on the same folds; a failing candidate stays a candidate.
+    decision with its policy and rule, the rows, the model's accuracy beside always-up, persistence and
+    the trailing majority on the same rows with the p-values; a failing candidate, or one judged on
+    too little evidence, stays a candidate and the champion keeps serving.
     """
     engine, settings = database.engine(store), database.settings(store)
 
@@ -52,14 +54,27 @@ def promotions(
             }
         if report.passed:  # a failure is logged by the gate's notification (the `ldtm` logger)
             context.log.info(report.summary())
+        # Every baseline on the same rows beside the model, each with its exact paired p-value.
+        base = {}
+        for name in ("persistence", "trend"):
+            b = report.baselines.get(name)
+            base[f"{name}_accuracy"] = b.accuracy if b else None
+            base[f"{name}_p_value"] = b.p_value if b else None
         return {
             "ticker": ticker,
-            "decision": "promoted" if report.passed else "held",
+            "decision": "promoted"
+            if report.passed
+            else ("insufficient evidence" if report.decision == "insufficient evidence" else "held"),
+            "policy": report.policy,
+            "rule": report.rule,
             "model_id": report.model_id,
             "active_version": report.promoted.version if report.promoted else None,
+            "n": report.n,
+            "folds": report.folds,
             "direction_accuracy": report.direction_accuracy,
             "always_up_accuracy": report.always_up_accuracy,
             "skill_p_value": report.skill.p_value if report.skill else None,
+            **base,
             "mean_abs_pct_error": report.mean_abs_pct_error,
             "leakage_rows": report.leakage_rows,
             "failing": "; ".join(c.describe() for c in report.failing),
@@ -71,6 +86,7 @@ def promotions(
             "summary": records_table(rows),
             "promoted": sum(r["decision"] == "promoted" for r in rows),
             "held": sum(r["decision"] == "held" for r in rows),
+            "insufficient_evidence": sum(r["decision"] == "insufficient evidence" for r in rows),
             "already_judged": sum(r["decision"] == "already judged" for r in rows),
         }
     )

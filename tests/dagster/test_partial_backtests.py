@@ -48,6 +48,7 @@ def test_one_failing_ticker_does_not_stop_the_others_promotion(
     # Gate thresholds any backtest of the stub model meets, so a gate run means a promotion.
     monkeypatch.setenv("LDTM_GATE_MIN_ACCURACY", "0")
     monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "50")
+    monkeypatch.setenv("LDTM_GATE_POLICY", "seed")  # no minimum evidence: the stub's folds are short
 
     # The weekly training first: TSLA's training fails, AAPL's and NVDA's candidates are registered
     # and their `checkpoints` partitions materialised; the step fails naming TSLA.

@@ -154,6 +154,22 @@ def test_make_dev_after_make_demo_judges_no_backtest_again(
         [assets.promotions], instance=dagster_instance, resources=resources, tags=range_tags(tickers)
     )
     assert gated.success and len(webhook) == 2
+    # Issue 21: each gate row states its decision with the rule, the rows, and the model beside
+    # always-up, persistence and the trailing majority on the same rows, with the p-values.
+    for row in gated.asset_materializations_for_node("promotions")[0].metadata["summary"].value.records:
+        d = row.data
+        assert d["decision"] in ("held", "insufficient evidence") and d["rule"].startswith("evidence policy")
+        assert d["n"] > 0 and 0 <= d["trend_accuracy"] <= 1 and 0 <= d["persistence_accuracy"] <= 1
+        assert (
+            0 < d["trend_p_value"] <= 1 and 0 < d["persistence_p_value"] <= 1 and 0 < d["skill_p_value"] <= 1
+        )
+    for notice in webhook:  # the notification carries the same table
+        assert notice["rule"].startswith("evidence policy") and set(notice["baselines"]) == {
+            "always_up",
+            "persistence",
+            "trend",
+        }
+        assert notice["baselines"]["trend"]["p_value"] is not None
 
     requests, cursor = _evaluate(dagster_instance, None, backtest_world)  # the daemon's first tick
     assert requests == []
