@@ -111,9 +111,14 @@ def _run_whole_graph(instance, resources) -> None:
     assert {r.mode for r in rows if str(r.run_date) < evenings[-1]} == {"replay"}
     assert {r.mode for r in rows if str(r.run_date) == evenings[-1]} == {"live"}
 
-    assert sorted(table["ticker"]) == sorted(tickers)
+    # The board ranks gated models only; a ticker whose candidate the gate held is hidden and named.
     meta = _latest_metadata(instance, "leaderboard")
-    assert meta["tickers"].value == len(tickers)
+    hidden = meta["ungated_hidden"].value
+    assert sorted(table["ticker"]) == sorted(set(tickers) - set(hidden)) and table["gated"].all()
+    with engine.connect() as conn:
+        active = conn.execute(select(model_registry.c.ticker).where(model_registry.c.status == "active"))
+        assert sorted(hidden) == sorted(set(tickers) - set(active.scalars()))
+    assert meta["tickers"].value == len(tickers) - len(hidden)
     assert "data:image/png;base64," in meta["plot"].value
     assert meta["table"].value.records and "always_up_accuracy" in meta["table"].value.records[0].data
     # Each horizon's error with the count it rests on; the in-sample evenings the board leaves out.
