@@ -40,7 +40,8 @@ TICKERS = ["AAPL", "NVDA", "TSLA", "QQQ"]  # demo universe order: run A takes th
 def world(pg_url, tmp_path, monkeypatch):
     """Prices for four tickers on PostgreSQL (the production database: the kill and resume tests need
     its transactions), LDTM_* resources for the step processes, a Dagster instance on disk."""
-    ingest_synthetic(get_engine(pg_url), TICKERS, "2023-01-03", "2024-06-28", seed=0)
+    # From 2021: three quarter-anchored backtest folds need history before the first cutoff (2023-06-30).
+    ingest_synthetic(get_engine(pg_url), TICKERS, "2021-01-04", "2024-06-28", seed=0)
     env = {
         "LDTM_HOME": str(tmp_path / "ldtm"),
         "LDTM_DATABASE_URL": pg_url,
