@@ -127,6 +127,15 @@ def test_volumes_and_networks_are_declared_or_exist():
             assert vol.split(":")[0] == COMPOSE["volumes"]["ldtm_artifacts"]["name"]
 
 
+def test_step_outputs_live_on_the_volume_every_run_container_mounts():
+    # A re-execution starts a new container that loads its parent's step outputs from here.
+    base = DOCKER_YAML["local_artifact_storage"]["config"]["base_dir"]
+    [mount] = DOCKER_YAML["run_launcher"]["config"]["container_kwargs"]["volumes"]
+    assert base.startswith(mount.split(":")[1] + "/")
+    for name in ("ldtm_webserver", "ldtm_daemon", "ldtm_user_code"):
+        assert mount in SERVICES[name]["volumes"], name
+
+
 def test_gpus_are_requested_only_by_the_gpu_override():
     # A host without the NVIDIA runtime refuses to start a container that requests the nvidia driver.
     assert "device_requests" not in DOCKER_YAML["run_launcher"]["config"]["container_kwargs"]
