@@ -1,4 +1,4 @@
-.PHONY: setup demo test lint dev dashboard
+.PHONY: setup demo test lint dev dashboard deploy-test
 
 # One Dagster instance for `make demo` and `make dev`, so the UI shows what the demo materialised.
 DAGSTER_HOME_DIR = $${DAGSTER_HOME:-$(CURDIR)/.dagster_home}
@@ -29,3 +29,9 @@ dev: setup
 # The forecast dashboard on http://localhost:8501; Streamlit flags via DASHBOARD_ARGS="--server.port 8600".
 dashboard: setup
 	.venv/bin/ldtm dashboard $(DASHBOARD_ARGS)
+
+# The compose stack on a real Docker engine (minutes; not part of `make test`): builds the images offline
+# from a cached debootstrap base and wheelhouse (LDTM_DEPLOY_CACHE, default /var/cache/ldtm-deploy).
+deploy-test: setup
+	./deploy/scripts/install_prerequisites.sh
+	PYTHONPATH=$(CURDIR) .venv/bin/python deploy/test/deploy_test.py

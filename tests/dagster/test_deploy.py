@@ -1,5 +1,6 @@
 """Deployment files: the compose file parses and everything it names exists; the instance configs
-are valid Dagster config; scripts/dagster_home.sh switches SQLite <-> PostgreSQL by environment."""
+are valid Dagster config; scripts/dagster_home.sh switches SQLite <-> PostgreSQL by environment.
+The stack itself runs in `make deploy-test` (deploy/test/deploy_test.py, not collected here)."""
 
 import importlib.util
 import os
@@ -14,6 +15,9 @@ from ldtm_dagster_helpers import REPO
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
+GPU_COMPOSE = yaml.safe_load((REPO / "docker-compose.gpu.yml").read_text())
+DOCKER_YAML = yaml.safe_load((REPO / "deploy/docker/dagster.yaml").read_text())
+GPU_YAML = yaml.safe_load((REPO / "deploy/docker/dagster.gpu.yaml").read_text())
 ENV_EXAMPLE = {
     line.split("=", 1)[0]
     for line in (REPO / "deploy/docker/env.example").read_text().splitlines()
@@ -33,9 +37,8 @@ def test_compose_has_the_deploy_docker_layout():
     dashboard = SERVICES["ldtm_dashboard"]
     assert dashboard["command"][:2] == ["ldtm", "dashboard"]  # Streamlit flags after it
     port = dashboard["command"][dashboard["command"].index("--server.port") + 1]
-    assert (
-        dashboard["ports"] == [f"{port}:{port}"] and dashboard["image"] == SERVICES["ldtm_user_code"]["image"]
-    )
+    assert dashboard["ports"] == [f"${{LDTM_DASHBOARD_PORT:-{port}}}:{port}"]
+    assert dashboard["image"] == SERVICES["ldtm_user_code"]["image"]
     assert dashboard["depends_on"]["ldtm_postgres"]["condition"] == "service_healthy"
     assert (
         dashboard["environment"]["LDTM_DATABASE_URL"]
@@ -52,7 +55,10 @@ def test_every_image_is_built_here_or_is_the_postgres_image():
         if "build" in service:
             assert _dockerfile(service).is_file(), name
         elif service["image"] not in built:
-            assert service["image"].startswith("postgres:"), f"{name} uses an image nobody builds"
+            # Public default, replaceable by a local stand-in (deploy/scripts/build_postgres_image.sh).
+            assert re.fullmatch(r"\$\{LDTM_POSTGRES_IMAGE:-postgres:\d+\}", service["image"]), (
+                f"{name} uses an image nobody builds"
+            )
     assert (
         SERVICES["ldtm_user_code"]["environment"]["DAGSTER_CURRENT_IMAGE"]
         == SERVICES["ldtm_user_code"]["image"]
@@ -63,10 +69,31 @@ def test_every_file_a_dockerfile_copies_exists():
     for service in SERVICES.values():
         if "build" not in service:
             continue
-        for line in _dockerfile(service).read_text().splitlines():
-            if line.startswith("COPY "):
+        text = _dockerfile(service).read_text()
+        args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M)) | service["build"].get("args", {})
+        for line in text.splitlines():
+            if line.startswith("COPY ") and "--from=" not in line:
                 for src in line.split()[1:-1]:
+                    src = re.sub(r"\$\{(\w+)\}", lambda m, a=args: a[m[1]], src)
+                    src = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", src)  # a compose variable's default
                     assert (REPO / src).exists(), f"{_dockerfile(service).name}: COPY {src} missing"
+
+
+def test_images_build_from_public_bases_by_default_and_offline_by_argument():
+    for service in ("ldtm_user_code", "ldtm_webserver"):
+        build = SERVICES[service]["build"]
+        text = (REPO / build["dockerfile"]).read_text()
+        assert "ARG BASE_IMAGE=python:3.11-slim" in text and build["args"]["BASE_IMAGE"].endswith(
+            ":-python:3.11-slim}"
+        )
+        # Multi-stage: the wheels stay in the builder, the final image gets the venv only.
+        final = text.rsplit("\nFROM ", 1)[1]
+        assert "/wheels" not in final and "COPY --from=builder /opt/venv /opt/venv" in final
+    user_code = (REPO / "deploy/Dockerfile.user_code").read_text()
+    assert "ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu" in user_code
+    assert "ARG TORCH_SPEC=torch==2.13.0" in user_code
+    gpu_args = GPU_COMPOSE["services"]["ldtm_user_code"]["build"]["args"]
+    assert "whl/cu" in gpu_args["TORCH_INDEX"]
 
 
 def test_commands_name_modules_and_files_that_exist():
@@ -93,12 +120,56 @@ def test_volumes_and_networks_are_declared_or_exist():
                 assert src in COMPOSE["volumes"], f"{name}: volume {src} undeclared"
         for net in service.get("networks", []):
             assert net in COMPOSE["networks"]
-    launcher = yaml.safe_load((REPO / "deploy/docker/dagster.yaml").read_text())["run_launcher"]["config"]
-    assert launcher["network"] == COMPOSE["networks"]["ldtm_network"]["name"]
-    for vol in launcher["container_kwargs"]["volumes"]:
-        assert vol.split(":")[0] == COMPOSE["volumes"]["ldtm_artifacts"]["name"]
-    [gpu] = launcher["container_kwargs"]["device_requests"]
+    for instance in (DOCKER_YAML, GPU_YAML):
+        launcher = instance["run_launcher"]["config"]
+        assert launcher["network"] == COMPOSE["networks"]["ldtm_network"]["name"]
+        for vol in launcher["container_kwargs"]["volumes"]:
+            assert vol.split(":")[0] == COMPOSE["volumes"]["ldtm_artifacts"]["name"]
+
+
+def test_step_outputs_live_on_the_volume_every_run_container_mounts():
+    # A re-execution starts a new container that loads its parent's step outputs from here.
+    base = DOCKER_YAML["local_artifact_storage"]["config"]["base_dir"]
+    [mount] = DOCKER_YAML["run_launcher"]["config"]["container_kwargs"]["volumes"]
+    assert base.startswith(mount.split(":")[1] + "/")
+    for name in ("ldtm_webserver", "ldtm_daemon", "ldtm_user_code"):
+        assert mount in SERVICES[name]["volumes"], name
+
+
+def test_gpus_are_requested_only_by_the_gpu_override():
+    # A host without the NVIDIA runtime refuses to start a container that requests the nvidia driver.
+    assert "device_requests" not in DOCKER_YAML["run_launcher"]["config"]["container_kwargs"]
+    [gpu] = GPU_YAML["run_launcher"]["config"]["container_kwargs"]["device_requests"]
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == [["gpu"]]
+    # Otherwise the two instances are the same.
+    strip = {"device_requests": None}
+    gpu_launcher = {k: v for k, v in GPU_YAML["run_launcher"]["config"].items()}
+    gpu_launcher["container_kwargs"] = {
+        k: v for k, v in gpu_launcher["container_kwargs"].items() if k not in strip
+    }
+    gpu_launcher["env_vars"] = [v for v in gpu_launcher["env_vars"] if not v.startswith("NVIDIA_")]
+    assert {**GPU_YAML, "run_launcher": {**GPU_YAML["run_launcher"], "config": gpu_launcher}} == DOCKER_YAML
+    # The override mounts the GPU instance where the webserver and daemon read theirs.
+    services = GPU_COMPOSE["services"]
+    for name in ("ldtm_webserver", "ldtm_daemon"):
+        assert (
+            "./deploy/docker/dagster.gpu.yaml:/opt/dagster/dagster_home/dagster.yaml:ro"
+            in services[name]["volumes"]
+        )
+    assert (REPO / "deploy/docker/dagster.gpu.yaml").is_file()
+    [device] = services["ldtm_user_code"]["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia"
+
+
+def test_runs_are_monitored_and_retried_on_crashes_only():
+    monitoring = DOCKER_YAML["run_monitoring"]
+    assert monitoring["enabled"] and monitoring["start_timeout_seconds"] > 0
+    assert monitoring["max_runtime_seconds"] > 0 and monitoring["max_resume_run_attempts"] == 0
+    assert DOCKER_YAML["run_retries"] == {
+        "enabled": True,
+        "max_retries": 1,
+        "retry_on_asset_or_op_failure": False,
+    }
 
 
 def test_every_variable_is_provided_and_no_credentials_are_written_down():
@@ -112,14 +183,24 @@ def test_every_variable_is_provided_and_no_credentials_are_written_down():
     # Everything the instance config and run launcher read is in the services' environment.
     docker_yaml = (REPO / "deploy/docker/dagster.yaml").read_text()
     needed = set(re.findall(r"\{env: (\w+)\}", docker_yaml))
-    needed |= set(yaml.safe_load(docker_yaml)["run_launcher"]["config"]["env_vars"])
+    needed |= {
+        v.split("=")[0]
+        for v in yaml.safe_load(docker_yaml)["run_launcher"]["config"]["env_vars"]
+        if "=" not in v
+    }
     for name in ("ldtm_user_code", "ldtm_webserver", "ldtm_daemon"):
         assert needed <= set(SERVICES[name]["environment"]), name
     assert ".env" in (REPO / ".gitignore").read_text().split()
 
 
 @pytest.mark.parametrize(
-    "path", ["dagster.yaml", "deploy/postgres/dagster.yaml", "deploy/docker/dagster.yaml"]
+    "path",
+    [
+        "dagster.yaml",
+        "deploy/postgres/dagster.yaml",
+        "deploy/docker/dagster.yaml",
+        "deploy/docker/dagster.gpu.yaml",
+    ],
 )
 def test_instance_configs_are_valid_dagster_config(path, tmp_path):
     shutil.copy(REPO / path, tmp_path / "dagster.yaml")
