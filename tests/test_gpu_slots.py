@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -168,6 +171,16 @@ def test_env_overrides(monkeypatch):
         current_plan(nvml)
 
 
+def _wait_for_exec(pid: int, program: bytes) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not exec {program!r} within 30 s")
+
+
 @pytest.fixture
 def processes(monkeypatch):
     """Start sleeping processes, marked as the pool's own (`own=True`) or not; killed at the end."""
@@ -179,7 +192,10 @@ def processes(monkeypatch):
         if own:
             env[POOL_ID] = "gpu@test-instance"
         started.extend(subprocess.Popen(["sleep", "60"], env=env) for _ in range(n))
-        return [p.pid for p in started[len(started) - n :]]
+        pids = [p.pid for p in started[len(started) - n :]]
+        for pid in pids:  # until exec, /proc/<pid>/environ is still this process's own environment
+            _wait_for_exec(pid, b"sleep")
+        return pids
 
     yield start
     for p in started:

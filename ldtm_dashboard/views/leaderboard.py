@@ -139,7 +139,9 @@ right.metric(f"with p <= {SIGNIFICANCE:g}", int((board["skill_p_value"] <= SIGNI
 with st.expander("Filter", expanded=False):
     needle = st.text_input("Ticker contains", "").strip().upper()
     only_beating = st.checkbox("Only models that beat always-up")
-    min_n = st.slider("At least n evenings", 0, int(board["n"].max()), 0)
+    # Stale rows (no filled evening in the window) have no n: a board of only those has no maximum.
+    most = int(board["n"].max()) if board["n"].notna().any() else 0
+    min_n = st.slider("At least n evenings", 0, max(most, 1), 0)
 shown = board
 if needle:
     shown = shown[shown["ticker"].str.contains(needle, regex=False)]
