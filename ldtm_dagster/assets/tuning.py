@@ -16,7 +16,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from ldtm_core.errors import LDTMError
+from ldtm_core.errors import InputError, LDTMError
 from ldtm_core.learning import tuning
 from ldtm_core.learning.training import parse_overrides
 
@@ -56,6 +56,7 @@ def hpo_studies(
     database.engine(store)  # migrated before the study storage is opened
     settings = database.settings(store)
     rows = []
+    skipped: dict[str, str] = {}
     try:
         fixed = parse_overrides(config.fixed)
         for (
@@ -64,9 +65,14 @@ def hpo_studies(
         ) in training.overrides().items():  # the resource's settings, unless the study fixes them
             fixed.setdefault(key, value)
         for ticker in context.partition_keys:
-            r = tuning.tune(
-                settings, [ticker], config.trials, timeout=config.timeout_s, fixed=fixed, seed=config.seed
-            )
+            try:
+                r = tuning.tune(
+                    settings, [ticker], config.trials, timeout=config.timeout_s, fixed=fixed, seed=config.seed
+                )
+            except InputError as exc:  # e.g. a late listing: too little history for the backtest's folds
+                context.log.warning(f"{ticker}: no study: {exc}")
+                skipped[ticker] = str(exc)
+                continue
             context.log.info(f"{r.study_name}: {r.ran} trials run, best {r.best_value} (#{r.best_number})")
             rows.append(r)
     except LDTMError as exc:
@@ -91,6 +97,7 @@ def hpo_studies(
         "trials": sum(r.n_trials for r in rows),
         "pruned": sum(r.n_pruned for r in rows),
         "settings": MetadataValue.json({r.tickers[0]: r.best_params for r in rows}),
+        "skipped": MetadataValue.json(skipped),
     }
     finished = [r.best_value for r in rows if r.best_value is not None]
     if len(rows) == 1 and finished:

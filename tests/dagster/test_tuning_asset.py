@@ -98,3 +98,25 @@ def test_checkpoints_asset_trains_each_ticker_with_its_tuned_settings(tmp_path):
     assert aapl.profile == "tuned" and aapl.config.window == best["window"] and aapl.config.lr == best["lr"]
     assert newest_candidate(engine, "NVDA").profile == "reference"
     tuning_store._STORAGES.pop(url, None)
+
+
+def test_hpo_studies_skips_a_late_listing_without_failing_the_others(tmp_path):
+    """A ticker listed months ago (the demo's FER) cannot hold the backtest's quarter-anchored folds, so no
+    hold-out exists for a study: it is skipped with its reason, and AAPL's study in the same run lands."""
+    from ldtm_dagster.partitions import range_tags
+
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    engine = upgrade(url)
+    ingest_frame(engine, generate(["AAPL"], "2021-01-04", "2023-12-29", seed=7), "synthetic")
+    ingest_frame(engine, generate(["NVDA"], "2023-07-03", "2023-12-29", seed=7), "synthetic")
+    result = materialize(
+        [hpo_studies],
+        tags=range_tags(["AAPL", "NVDA"]),
+        resources=tiny_resources(tmp_path / "home", url),
+        run_config={"ops": {"hpo_studies": {"config": {"trials": 1, "fixed": FIXED, "seed": 1}}}},
+    )
+    assert result.success
+    meta = result.asset_materializations_for_node("hpo_studies")[0].metadata
+    assert set(meta["settings"].value) == {"AAPL"}
+    assert "NVDA" in meta["skipped"].value and "cannot hold" in meta["skipped"].value["NVDA"]
+    tuning_store._STORAGES.pop(url, None)
