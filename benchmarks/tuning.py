@@ -16,7 +16,6 @@ own: it writes prices, studies and backtest rows there). Nothing is promoted.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import sys
@@ -27,31 +26,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
+from levers import stand_in_candidate  # noqa: E402  (benchmarks/ is on sys.path)
 
-from ldtm_core.accountability.registry import register_candidate  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.synthetic import generate  # noqa: E402
 from ldtm_core.learning import backtest, tuning  # noqa: E402
-from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402
-from ldtm_core.learning.model import LDTM, ModelConfig, get_profile  # noqa: E402
+from ldtm_core.learning.model import ModelConfig, get_profile  # noqa: E402
 from ldtm_core.learning.training import parse_overrides  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 
 # Where the leaderboard's exact test ("beats always-up", SPEC §9) shows up on a backtest result once the
 # backtest exposes it; the first attribute found is reported, else "n/a".
 SKILL_ATTRS = ("skill_p_value", "p_value_vs_always_up", "p_value")
-
-
-def stand_in_candidate(engine, settings: Settings, ticker: str, cfg) -> int:
-    """run_backtest validates a registered candidate: an untrained one of `cfg` stands in (the folds
-    fit their own models; the candidate's weights are never used)."""
-    path = settings.checkpoint_dir / "candidates" / f"{ticker}_{cfg.signature}.pt"
-    sha = save_checkpoint(path, LDTM(cfg).eval(), cfg, ticker, dt.date.today(), None)
-    return register_candidate(
-        engine, ticker=ticker, cfg=cfg, profile="benchmark", trained_on_date=dt.date.today(),
-        checkpoint_path=str(path), checkpoint_sha256=sha, val_loss=None,
-    )  # fmt: skip
 
 
 def skill_p(result: backtest.BacktestResult) -> float | None:
