@@ -1,0 +1,161 @@
+"""Decay alerts (issue 21): the Bernoulli CUSUM's designed false-alarm rate holds, it fires on a planted
+decay within a bounded delay, PSI matches a hand computation, and the DB reader scores exactly the active
+model's out-of-sample rows since its promotion."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from accountability_helpers import ingest, make_settings
+from decay_helpers import evenings, planted_model, planted_record
+
+from ldtm_core.accountability import cusum, decay, drift
+from ldtm_core.accountability.decay import DecaySettings, Promise
+
+TICKERS, SESSIONS, SEED = 200, 1000, 20211
+
+
+def test_the_threshold_is_the_smallest_with_the_designed_arl_and_is_reproducible():
+    d = cusum.design(0.60, 0.50, 1000)
+    assert d.arl0 >= 1000 > cusum.average_run_length(d.a, d.b, d.steps - 1, 0.60)
+    assert (d.a, d.b, d.steps) == (9, 20, 149) and d.h == pytest.approx(7.45)  # recorded in the docs
+    assert cusum.design(0.60, 0.50, 1000) == d
+    # k lies between the two miss rates (0.4 and 0.5), within the grid of the exact LLR reference value.
+    exact = math.log(0.6 / 0.5) / math.log(0.5 * 0.6 / (0.4 * 0.5))
+    assert 0.4 < d.k < 0.5 and abs(d.k - exact) < 1 / 40
+    # Detection: a drop to 50 % (the design point) and to 45 % (the planted case) in sessions.
+    assert d.arl(0.50) < 120 and d.arl(0.45) < 70
+
+
+def test_false_alarms_over_200_tickers_x_1000_sessions_match_the_designed_rate():
+    d = cusum.design(0.60, 0.50, 1000)
+    rng = np.random.default_rng(SEED)
+    misses = rng.random((TICKERS, SESSIONS)) >= 0.60  # a stable model, exactly as promised
+    count = int(cusum.alarm_runs(d, misses).sum())
+    expected = TICKERS * cusum.expected_alarms(d, 0.60, SESSIONS)  # exact, from the Markov chain
+    assert 170 < expected < 200  # ~ 200 000 ticker-sessions / ARL0 1007 (less the head start from 0)
+    assert abs(count - expected) < 4 * math.sqrt(expected), (count, expected)
+    assert count == 186  # the figure recorded in docs/architecture.md (seed 20211)
+
+
+def test_a_planted_drop_from_60_to_45_percent_is_caught_within_a_bounded_delay():
+    d = cusum.design(0.60, 0.50, 1000)
+    rng = np.random.default_rng(SEED)
+    rate = np.where(np.arange(600) < 200, 0.60, 0.45)
+    first = cusum.first_alarm(d, rng.random((TICKERS, 600)) >= rate)
+    clean = first[(first < 0) | (first >= 200)]  # tickers without a false alarm before the drop
+    delay = clean - 200
+    assert len(clean) > 150 and (clean >= 0).all()  # every one of them is caught within 400 sessions
+    assert np.median(delay) <= 60 and np.percentile(delay, 95) <= 150
+
+
+def _promise(acc=0.60, model_only=60, up_only=40, n=250):
+    return Promise("b", "gate decision", n, acc, 0.52, model_only, up_only)
+
+
+def test_charts_on_one_record_stay_quiet_when_stable_and_fire_after_the_drop():
+    rng = np.random.default_rng(5)
+    days = evenings(400)
+    up = rng.random(400) < 0.52
+    settings = DecaySettings()
+    stable = decay.charts_for(_promise(), rng.random(400) < 0.60, up, days, settings)
+    assert [c.name for c in stable] == ["accuracy", "vs_always_up"] and not any(c.alarm for c in stable)
+    hits = rng.random(400) < np.where(np.arange(400) < 200, 0.60, 0.45)
+    charts = decay.charts_for(_promise(), hits, up, days, settings)
+    acc = charts[0]
+    assert acc.alarm and days[200] <= acc.alarm_since <= days[-1] and acc.statistic >= acc.h
+    # With both charts each gets twice the ARL0, so the ticker's false alarms stay at one per ~ARL0.
+    assert acc.arl0 >= 2000 and charts[1].arl0 >= 2000 * 100 / 250
+
+
+def test_the_always_up_chart_fires_when_the_model_stops_winning_the_disagreements():
+    # Accuracy unchanged in level, but on the evenings it disagrees with always-up it now loses 3 in 4.
+    rng = np.random.default_rng(7)
+    n = 600
+    up = rng.random(n) < 0.55
+    disagree = rng.random(n) < 0.4
+    win = rng.random(n) < np.where(np.arange(n) < 200, 0.6, 0.25)
+    # Agreeing evenings: both right or both wrong. Disagreeing ones: exactly one of the two is right.
+    up = np.where(disagree, ~win, up)
+    hits = np.where(disagree, win, up)
+    charts = decay.charts_for(_promise(acc=0.50), hits, up, evenings(n), DecaySettings())
+    vs_up = next(c for c in charts if c.name == "vs_always_up")
+    assert vs_up.alarm and vs_up.trials == int(disagree.sum())
+
+
+def test_no_room_for_the_drop_means_no_accuracy_chart():
+    charts = decay.charts_for(
+        _promise(acc=0.10, model_only=None, up_only=None), [True], [True], evenings(1), DecaySettings()
+    )
+    assert charts == []
+
+
+def test_psi_against_a_hand_computed_case():
+    reference = np.arange(1000.0)  # deciles: edges 99.9, 199.8, ...
+    assert drift.psi(reference, reference) == pytest.approx(0.0)
+    # 20 recent values: 3, 3, 2, 2, 2, 2, 2, 2, 1, 1 per decile -> shares .15 .15 .1 x6 .05 .05:
+    # PSI = 2 (.05 ln 1.5) + 2 (-.05 ln .5) = 0.1 ln 3.
+    counts = [3, 3, 2, 2, 2, 2, 2, 2, 1, 1]
+    recent = np.concatenate([np.full(c, 50.0 + 100 * i) for i, c in enumerate(counts)])
+    assert drift.psi(reference, recent) == pytest.approx(0.1 * math.log(3), rel=1e-12)
+    # All recent values beyond the training range: one bin at share 1, the others floored at 1e-4.
+    far = drift.psi(reference, np.full(30, 5000.0))
+    eps = drift.EPSILON
+    assert far == pytest.approx(9 * (eps - 0.1) * math.log(eps / 0.1) + (1 - 0.1) * math.log(1 / 0.1))
+    assert [drift.band(x) for x in (0.05, 0.1, 0.2, 0.25, float("nan"))] == [
+        "stable",
+        "moderate",
+        "moderate",
+        "significant",
+        "unknown",
+    ]
+
+
+def test_model_inputs_are_the_window_normalised_newest_row():
+    frame = pd.DataFrame({"close": [1.0, 2.0, 3.0, 2.0, 2.0, 2.0]})
+    out = drift.model_inputs(frame, window=3)
+    assert out["close"].tolist() == [1.0, 0.0, 0.0, 0.0]  # flat window: 0 (SPEC §4)
+    long = pd.DataFrame({"close": np.arange(30.0)})
+    fd = drift.feature_drift("X", long, long.iloc[:2], min_recent=5)
+    assert fd.values == {} and "need 5" in fd.reason and fd.band == "unknown"
+
+
+def test_reader_scores_the_active_models_own_out_of_sample_rows(engine, db_url, tmp_path):
+    settings = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL", "MSFT"], start="2022-01-03", end="2024-09-30")
+    decaying = planted_model(engine, settings, "AAPL", seed=0)
+    stable = planted_model(engine, settings, "MSFT", seed=1)
+    bad_rows = planted_record(engine, "AAPL", decaying, n=400, decay_at=200, seed=1)
+    planted_record(engine, "MSFT", stable, n=400, seed=2)
+
+    report = decay.check(engine, ["AAPL", "MSFT"], DecaySettings())
+    by = {t.ticker: t for t in report.tickers}
+    assert [t.ticker for t in report.decaying] == ["AAPL"]
+    aapl = by["AAPL"]
+    scored = [r for r in bad_rows if r["model_status"] == "active" and not r["in_sample"]]
+    assert aapl.n == 400 == len(scored)  # in-sample replays and its candidate-era rows left out
+    assert aapl.hits == sum(r["next_day_direction_correct"] for r in scored)
+    assert aapl.promise.source == "gate decision" and aapl.promise.accuracy == pytest.approx(0.60)
+    acc = aapl.chart("accuracy")
+    assert acc.alarm and acc.alarm_since >= evenings(400)[200]
+    assert not by["MSFT"].decaying
+    # Drift beside it: the 63 sessions after the data cutoff (2023-01-31) against those up to it.
+    assert aapl.drift.recent_rows == 63 and len(aapl.drift.values) == 11
+    assert aapl.drift.max_feature in aapl.drift.values and aapl.drift.band != "unknown"
+    row = aapl.row()
+    assert row["live_n"] == 400 and row["promised_accuracy"] == pytest.approx(0.60) and row["decaying"]
+    assert "AAPL" in report.summary() and "MSFT" not in report.summary()
+    assert report.payload()["decaying"] == ["AAPL"]
+
+
+def test_a_ticker_without_an_active_model_is_not_checked(engine, db_url, tmp_path):
+    from accountability_helpers import make_model
+
+    settings = make_settings(tmp_path, db_url)
+    make_model(engine, settings, "GEHC")
+    report = decay.check(engine, ["GEHC"], DecaySettings())
+    assert report.tickers == [] and report.without_active == ["GEHC"]
+    assert "No decay" in report.summary()
