@@ -159,3 +159,20 @@ def test_a_ticker_without_an_active_model_is_not_checked(engine, db_url, tmp_pat
     report = decay.check(engine, ["GEHC"], DecaySettings())
     assert report.tickers == [] and report.without_active == ["GEHC"]
     assert "No decay" in report.summary()
+
+
+def test_cli_decay_names_the_decaying_ticker(ldtm_env, tmp_path):
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+    from ldtm_core.db import get_engine
+
+    engine = get_engine(ldtm_env["url"])
+    settings = make_settings(tmp_path, ldtm_env["url"])
+    planted_record(engine, "AAPL", planted_model(engine, settings, "AAPL", seed=0), decay_at=200, seed=1)
+    planted_record(engine, "NVDA", planted_model(engine, settings, "NVDA", seed=1), seed=2)
+    out = CliRunner().invoke(app, ["decay"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "DECAYING since" in out.output and "Decay in 1 of 2 active models" in out.output
+    only = CliRunner().invoke(app, ["decay", "--ticker", "NVDA"], env={"COLUMNS": "200"})
+    assert only.exit_code == 0 and "No decay: 1 active model checked" in only.output

@@ -342,9 +342,10 @@ class DecayReport:
             f"Bernoulli CUSUM, drop of {self.settings.delta * 100:g} points, designed false-alarm rate one per "
             f"{self.settings.arl0:g} sessions per ticker"
         )
+        models = f"{len(self.tickers)} active model{'' if len(self.tickers) == 1 else 's'}"
         if not bad:
-            return f"No decay: {len(self.tickers)} active models checked ({rule})."
-        return f"Decay in {len(bad)} of {len(self.tickers)} active models ({rule}): " + "; ".join(
+            return f"No decay: {models} checked ({rule})."
+        return f"Decay in {len(bad)} of {models} ({rule}): " + "; ".join(
             t.describe() for t in bad
         )
 
