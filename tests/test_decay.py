@@ -52,6 +52,25 @@ def test_a_planted_drop_from_60_to_45_percent_is_caught_within_a_bounded_delay()
     assert np.median(delay) <= 60 and np.percentile(delay, 95) <= 150
 
 
+def test_both_charts_together_keep_the_designed_rate_on_a_stable_model():
+    """Each chart gets 2 x ARL0, so a ticker's alarms from either stay at ~1 per ARL0 sessions."""
+    rng = np.random.default_rng(SEED)
+    up = rng.random((TICKERS, SESSIONS)) < 0.53
+    right = rng.random((TICKERS, SESSIONS)) < 0.60
+    model_only, up_only = int((right & ~up).sum()), int((~right & up).sum())
+    promise = Promise("b", "gate decision", TICKERS * SESSIONS, 0.60, 0.53, model_only, up_only)
+    acc = cusum.design(0.60, 0.50, 2000)
+    q0, rate = model_only / (model_only + up_only), (model_only + up_only) / promise.n
+    vs_up = cusum.design(q0, q0 - 0.10, 2000 * rate)
+    alarms = int(cusum.alarm_runs(acc, ~right).sum())
+    for i in range(TICKERS):  # each ticker's discordant evenings, a sequence of its own length
+        split = right[i] != up[i]
+        alarms += int(cusum.alarm_runs(vs_up, (~right[i][split])[None, :])[0])
+    expected = TICKERS * SESSIONS / 1000
+    assert abs(alarms - expected) < 4 * math.sqrt(expected), alarms
+    assert alarms == 190  # recorded in docs/architecture.md
+
+
 def _promise(acc=0.60, model_only=60, up_only=40, n=250):
     return Promise("b", "gate decision", n, acc, 0.52, model_only, up_only)
 
