@@ -175,6 +175,7 @@ def leaderboard_decay(
                             "psi_max",
                             "psi_feature",
                             "psi_band",
+                            "psi_unusual",
                         )
                     }
                     for r in rows

@@ -133,6 +133,17 @@ def test_psi_against_a_hand_computed_case():
     ]
 
 
+def test_unusual_drift_is_judged_against_the_training_windows_own_stretches():
+    # Each 20-row stretch of the reference holds every decile twice: no stretch drifts, p95 = 0.
+    reference = pd.DataFrame({"f": np.tile(np.arange(10.0), 20), "g": np.tile(np.arange(10.0), 20)})
+    assert drift.stretch_psi(reference["f"].to_numpy(), 20) == pytest.approx(np.zeros(10))
+    recent = pd.DataFrame({"f": np.tile(np.arange(10.0), 2), "g": np.full(20, 9.0)})
+    fd = drift.feature_drift("X", reference, recent)
+    assert fd.null_p95 == {"f": pytest.approx(0.0), "g": pytest.approx(0.0)}
+    assert fd.values["f"] == pytest.approx(0.0) and fd.unusual == ["g"] and fd.max_feature == "g"
+    assert "beyond the training window's own spread: g" in fd.describe()
+
+
 def test_model_inputs_are_the_window_normalised_newest_row():
     frame = pd.DataFrame({"close": [1.0, 2.0, 3.0, 2.0, 2.0, 2.0]})
     out = drift.model_inputs(frame, window=3)

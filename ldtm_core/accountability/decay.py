@@ -147,6 +147,8 @@ class TickerDecay:
             "psi_max": self.drift.max_psi if self.drift else None,
             "psi_feature": self.drift.max_feature if self.drift else None,
             "psi_band": self.drift.band if self.drift else "unknown",
+            # Features beyond the PSI their own training window shows over stretches of this length.
+            "psi_unusual": ", ".join(self.drift.unusual) if self.drift else "",
             "promise_source": self.promise.source if self.promise else None,
             "note": self.reason,
         }
@@ -345,9 +347,7 @@ class DecayReport:
         models = f"{len(self.tickers)} active model{'' if len(self.tickers) == 1 else 's'}"
         if not bad:
             return f"No decay: {models} checked ({rule})."
-        return f"Decay in {len(bad)} of {models} ({rule}): " + "; ".join(
-            t.describe() for t in bad
-        )
+        return f"Decay in {len(bad)} of {models} ({rule}): " + "; ".join(t.describe() for t in bad)
 
     def payload(self, tickers: list[TickerDecay] | None = None) -> dict:
         chosen = self.decaying if tickers is None else tickers

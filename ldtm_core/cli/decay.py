@@ -39,7 +39,7 @@ def decay_cmd(
         "always-up",
         "CUSUM / h",
         "vs up / h",
-        "max PSI (feature)",
+        "max PSI (feature, band; unusual)",
         "state",
         title="decay (active models)",
     )
@@ -56,7 +56,8 @@ def decay_cmd(
             "—" if r["cusum_vs_up"] is None else f"{r['cusum_vs_up']:.2f} / {r['threshold_vs_up']:.2f}",
             "—"
             if r["psi_max"] is None
-            else f"{fmt_num(r['psi_max'], 3)} ({r['psi_feature']}, {r['psi_band']})",
+            else f"{fmt_num(r['psi_max'], 3)} ({r['psi_feature']}, {r['psi_band']})"
+            + (f"; unusual: {r['psi_unusual']}" if r["psi_unusual"] else ""),
             state,
         )
     console.print(table)

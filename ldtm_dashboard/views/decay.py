@@ -23,6 +23,7 @@ COLUMNS = [
     "psi_max",
     "psi_feature",
     "psi_band",
+    "psi_unusual",
     "promise_source",
     "note",
 ]
@@ -39,6 +40,11 @@ COLUMN_CONFIG = {
     "cusum_vs_up": PCT("CUSUM vs up", format="%.2f", help="on the evenings model and always-up disagree"),
     "threshold_vs_up": PCT("h vs up", format="%.2f"),
     "psi_max": PCT("max PSI", format="%.3f", help="of the 11 model inputs, recent window vs training"),
+    "psi_unusual": st.column_config.TextColumn(
+        "PSI unusual",
+        help="features whose PSI is beyond the 95th percentile of the training window's own stretches of "
+        "the same length (consecutive sessions are autocorrelated: the usual bands alone over-flag)",
+    ),
 }
 
 st.title("Decay")
@@ -64,7 +70,8 @@ st.caption(
     "evenings where model and always-up disagree. Thresholds are designed (exact Markov-chain run length) "
     f"for one false alarm per {settings.arl0:g} sessions per ticker. PSI: the last {settings.psi_sessions} "
     "sessions after the model's data cutoff against its training window, decile bins; < 0.1 stable, "
-    "0.1-0.25 moderate, >= 0.25 significant. What to do on an alarm: docs/operations.md (Decay)."
+    "0.1-0.25 moderate, >= 0.25 significant, read beside 'PSI unusual' (the training window's own "
+    "stretches of the same length set what is normal for the feature). What to do on an alarm: docs/operations.md (Decay)."
 )
 left, mid, right = st.columns(3)
 left.metric("active models", len(report.tickers))
