@@ -83,6 +83,7 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_DECAY_DELTA": NumberSetting(float, 0, 100, "percentage points (10 for 10 points)", low_open=True),
     "LDTM_DECAY_ARL0": NumberSetting(float, 1, 1e7, "sessions between false alarms per ticker"),
     "LDTM_DECAY_PSI_SESSIONS": NumberSetting(int, 2, 1e5, "a whole number of sessions"),
+    "LDTM_DECAY_HOLD_SESSIONS": NumberSetting(int, 1, 1e5, "a whole number of sessions"),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),

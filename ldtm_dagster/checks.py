@@ -172,6 +172,8 @@ def leaderboard_decay(
                             "cusum_vs_up",
                             "threshold_vs_up",
                             "alarm_since",
+                            "signals",
+                            "last_signal",
                             "psi_max",
                             "psi_feature",
                             "psi_band",

@@ -10,7 +10,7 @@ import pandas as pd
 from accountability_helpers import add_backtest, make_model
 from sqlalchemy import insert
 
-from ldtm_core.accountability import registry
+from ldtm_core.accountability import cusum, registry
 from ldtm_core.schema import gate_decisions, snapshots
 
 # 250 backtest rows at 60 %, always-up 52 %: discordant 60 won by the model vs 40 by always-up.
@@ -77,11 +77,18 @@ def snapshot_row(ticker, model_id, day, hit, up, *, status="active", in_sample=F
 
 def planted_record(engine, ticker, model_id, n=400, decay_at=None, seed=1) -> list[dict]:
     """n filled evenings of the active model (hits at 60 %, 45 % from `decay_at`; up on 52 %), plus rows
-    that must not count: in-sample replays (all misses) and an ungated candidate's rows (all misses)."""
+    that must not count: in-sample replays (all misses) and an ungated candidate's rows (all misses).
+
+    With `decay_at`, the record ends on the evening the accuracy chart first signals after the drop: the
+    night the check must warn (the chart the reader runs: p0 60 %, p1 50 %, ARL0 2 x 1000)."""
     rng = np.random.default_rng(seed)
-    days = evenings(n)
     rate = np.where(np.arange(n) < (decay_at if decay_at is not None else n), 0.60, 0.45)
     hits, ups = rng.random(n) < rate, rng.random(n) < 0.52
+    if decay_at is not None:
+        _, signals = cusum.run(cusum.design(0.60, 0.50, 2000), ~hits)
+        n = next(i for i in signals if i >= decay_at) + 1
+        hits, ups = hits[:n], ups[:n]
+    days = evenings(n)
     rows = [snapshot_row(ticker, model_id, d, h, u) for d, h, u in zip(days, hits, ups, strict=True)]
     rows += [
         snapshot_row(ticker, model_id, d, False, True, in_sample=True, version="v1-in")

@@ -9,7 +9,7 @@ The log-likelihood-ratio CUSUM (Page 1954; Reynolds & Stoumbos 1999 for the Bern
 
 in units of ln(q1 (1 - q0) / (q0 (1 - q1))) with q = 1 - p, and reference value
 k = ln((1 - q0) / (1 - q1)) / ln(q1 (1 - q0) / (q0 (1 - q1))), which lies between q0 and q1. It signals
-when S_t >= h.
+when S_t >= h, and then restarts at 0 (so signals recur at the designed rate, never in clusters).
 
 Why a Markov chain and not a simulation: with k rounded to a fraction a/b (denominator <= MAX_DENOMINATOR),
 b * S_t is an integer in 0..b*h, so the chart IS a finite Markov chain and its in-control average run
@@ -112,15 +112,19 @@ def design(p0: float, p1: float, arl0: float) -> CusumDesign:
     return _design(round(float(p0), 4), round(float(p1), 4), float(arl0))
 
 
-def path(design: CusumDesign, misses) -> np.ndarray:
-    """S_t after each outcome (1 = miss, 0 = hit), in units of h's scale (S / 1, not the 1/b integer)."""
+def run(design: CusumDesign, misses) -> tuple[np.ndarray, list[int]]:
+    """The chart over outcomes (1 = miss, 0 = hit) as it runs live: S_t after each (restarted at 0 after
+    each signal) and the indices of the signals. Signals at this rate are what ARL0 counts."""
     y = np.asarray(misses, dtype=np.int64)
-    s, out = 0, np.empty(len(y), dtype=np.float64)
+    s, out, signals = 0, np.empty(len(y), dtype=np.float64), []
     step_up, step_down = design.b - design.a, design.a
     for i, miss in enumerate(y):
         s = s + step_up if miss else max(0, s - step_down)
+        if s >= design.steps:
+            signals.append(i)
+            s = 0
         out[i] = s / design.b
-    return out
+    return out, signals
 
 
 def alarm_runs(design: CusumDesign, misses: np.ndarray) -> np.ndarray:

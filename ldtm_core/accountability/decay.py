@@ -17,7 +17,9 @@ Per ticker with an active model, every night:
   evenings, so its ARL is designed for ARL0_sessions x r0, r0 the promised share of discordant evenings.
 - False alarms: with both charts each is designed for 2 x ARL0 sessions, so a ticker's false alarms
   (either chart) come at most once per ~ARL0 sessions (the per-session alarm rates add at most).
-- Decaying = a chart's statistic is at or above its threshold on the newest evening.
+- A signal = a chart's statistic reaches its threshold; the chart restarts at 0 (the ARL0 counts these).
+  Decaying = a chart signalled within the newest `hold` evenings of the record (a sustained drop keeps
+  signalling, every ~70-110 sessions at the default design); each signal is notified once.
 - Feature drift beside it (ldtm_core.accountability.drift): PSI of the 11 model inputs, the last
   `psi_sessions` sessions after the model's data cutoff against everything up to the cutoff.
 """
@@ -46,16 +48,22 @@ class DecaySettings:
     delta: float = 0.10  # the drop in hit rate the charts are tuned to detect (fraction)
     arl0: float = 1000.0  # designed sessions between false alarms per ticker (~4 years of sessions)
     psi_sessions: int = 63  # the recent window of the drift figures (~3 months)
+    hold: int = 5  # evenings a signal keeps the ticker in WARN (a trading week)
     mode: str = "all"  # snapshot mode of the live record: all (live + out-of-sample replays), live, replay
 
     @classmethod
     def from_env(cls, **overrides) -> DecaySettings:
-        """LDTM_DECAY_DELTA (percentage points), LDTM_DECAY_ARL0 (sessions), LDTM_DECAY_PSI_SESSIONS."""
+        """LDTM_DECAY_DELTA (percentage points), LDTM_DECAY_ARL0 (sessions), LDTM_DECAY_PSI_SESSIONS,
+        LDTM_DECAY_HOLD_SESSIONS."""
         values = {}
         delta = env_number("LDTM_DECAY_DELTA")
         if delta is not None:
             values["delta"] = delta / 100
-        for name, var in (("arl0", "LDTM_DECAY_ARL0"), ("psi_sessions", "LDTM_DECAY_PSI_SESSIONS")):
+        for name, var in (
+            ("arl0", "LDTM_DECAY_ARL0"),
+            ("psi_sessions", "LDTM_DECAY_PSI_SESSIONS"),
+            ("hold", "LDTM_DECAY_HOLD_SESSIONS"),
+        ):
             value = env_number(var)
             if value is not None:
                 values[name] = value
@@ -87,9 +95,10 @@ class Chart:
     h: float
     arl0: float  # the exact in-control ARL of the chart, in its own trials
     trials: int
-    statistic: float
-    alarm: bool
-    alarm_since: dt.date | None = None  # first evening of the current run above the threshold
+    statistic: float  # S on the newest evening (restarted at 0 after each signal)
+    signals: int  # since the model's promotion
+    last_signal: dt.date | None
+    alarm: bool  # the last signal is within the newest `hold` evenings
 
 
 @dataclass
@@ -125,8 +134,16 @@ class TickerDecay:
     @property
     def alarm_key(self) -> str:
         """Names one alarm episode (ticker, model, start): notified once."""
-        since = min((c.alarm_since for c in self.charts if c.alarm and c.alarm_since), default=None)
-        return f"{self.ticker}/{self.model_id}/{since}"
+        return f"{self.ticker}/{self.model_id}/{self.alarm_since}"
+
+    @property
+    def alarm_since(self) -> dt.date | None:
+        """The earliest of the charts' last signals that keep the ticker in WARN."""
+        return min((c.last_signal for c in self.charts if c.alarm), default=None)
+
+    @property
+    def signals(self) -> int:
+        return sum(c.signals for c in self.charts)
 
     def row(self) -> dict:
         acc, up = self.chart("accuracy"), self.chart("vs_always_up")
@@ -143,7 +160,11 @@ class TickerDecay:
             "threshold": acc.h if acc else None,
             "cusum_vs_up": up.statistic if up else None,
             "threshold_vs_up": up.h if up else None,
-            "alarm_since": str(min(c.alarm_since for c in self.charts if c.alarm)) if self.decaying else None,
+            "alarm_since": str(self.alarm_since) if self.decaying else None,
+            "signals": self.signals,
+            "last_signal": str(max(c.last_signal for c in self.charts if c.last_signal))
+            if self.signals
+            else None,
             "psi_max": self.drift.max_psi if self.drift else None,
             "psi_feature": self.drift.max_feature if self.drift else None,
             "psi_band": self.drift.band if self.drift else "unknown",
@@ -166,21 +187,22 @@ class TickerDecay:
         if up:
             head += f", vs always-up {up.statistic:.2f} / h {up.h:.2f}"
         if self.decaying:
-            head += f" -> DECAYING since {min(c.alarm_since for c in self.charts if c.alarm)}"
+            head += f" -> DECAYING: signal on {self.alarm_since}"
+        if self.signals:
+            head += f" ({self.signals} signal{'s' if self.signals > 1 else ''} since promotion)"
         return head + (f"; {self.drift.describe().split(': ', 1)[1]}" if self.drift else "")
 
 
 # --- pure ------------------------------------------------------------------------------------------
 
 
-def run_chart(name: str, design: cusum.CusumDesign, hits: np.ndarray, dates: list) -> Chart:
-    """The chart over `hits` (True = hit) in order, with the alarm state on the newest evening."""
-    stat = cusum.path(design, ~np.asarray(hits, dtype=bool))
-    above = stat >= design.h - 1e-12
-    since = None
-    if len(stat) and above[-1]:
-        start = len(above) - int(np.argmin(above[::-1])) if not above.all() else 0
-        since = dates[start]
+def run_chart(
+    name: str, design: cusum.CusumDesign, hits: np.ndarray, dates: list, recent_from: dt.date | None
+) -> Chart:
+    """The chart over `hits` (True = hit) in order; in alarm when its last signal is on or after
+    `recent_from` (the first of the record's newest `hold` evenings)."""
+    stat, signals = cusum.run(design, ~np.asarray(hits, dtype=bool))
+    last = dates[signals[-1]] if signals else None
     return Chart(
         name,
         design.p0,
@@ -189,8 +211,9 @@ def run_chart(name: str, design: cusum.CusumDesign, hits: np.ndarray, dates: lis
         design.arl0,
         len(stat),
         float(stat[-1]) if len(stat) else 0.0,
-        bool(len(stat) and above[-1]),
-        since,
+        len(signals),
+        last,
+        last is not None and recent_from is not None and last >= recent_from,
     )
 
 
@@ -205,18 +228,16 @@ def charts_for(
     two = q0 is not None and q0 - settings.delta > 0.01 and 0 < q0 < 0.99
     arl0 = settings.arl0 * (2 if two else 1)
     out = []
+    recent_from = dates[-settings.hold] if len(dates) >= settings.hold else (dates[0] if dates else None)
     if p0 - settings.delta > 0.01:
         design = cusum.design(p0, p0 - settings.delta, arl0)
-        out.append(run_chart("accuracy", design, model_hit, dates))
+        out.append(run_chart("accuracy", design, model_hit, dates, recent_from))
     if two:
         rate = discordant / promise.n  # discordant evenings per session, as promised
         design = cusum.design(q0, q0 - settings.delta, max(arl0 * rate, 1.0))
         split = model_hit != up_hit
-        out.append(
-            run_chart(
-                "vs_always_up", design, model_hit[split], [d for d, s in zip(dates, split, strict=True) if s]
-            )
-        )
+        kept = [d for d, s in zip(dates, split, strict=True) if s]
+        out.append(run_chart("vs_always_up", design, model_hit[split], kept, recent_from))
     return out
 
 

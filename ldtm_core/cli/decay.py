@@ -45,7 +45,14 @@ def decay_cmd(
     )
     for t in report.tickers:
         r = t.row()
-        state = f"[red]DECAYING since {r['alarm_since']}[/]" if t.decaying else (t.reason or "ok")
+        state = (
+            f"[red]DECAYING (signal {r['alarm_since']})[/]"
+            if t.decaying
+            else (
+                t.reason
+                or (f"ok; {t.signals} earlier signal(s), last {r['last_signal']}" if t.signals else "ok")
+            )
+        )
         table.add_row(
             t.ticker,
             str(t.n),

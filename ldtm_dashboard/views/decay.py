@@ -12,6 +12,8 @@ COLUMNS = [
     "ticker",
     "decaying",
     "alarm_since",
+    "signals",
+    "last_signal",
     "live_n",
     "live_accuracy",
     "promised_accuracy",
@@ -28,7 +30,10 @@ COLUMNS = [
     "note",
 ]
 COLUMN_CONFIG = {
-    "decaying": st.column_config.CheckboxColumn("decaying", help="a CUSUM is at or above its threshold"),
+    "decaying": st.column_config.CheckboxColumn(
+        "decaying", help="a chart signalled within the newest evenings (LDTM_DECAY_HOLD_SESSIONS)"
+    ),
+    "signals": PCT("signals", help="CUSUM signals since promotion (the chart restarts at 0 after each)"),
     "live_n": PCT("live n", help="filled out-of-sample evenings of the active model since its promotion"),
     "live_accuracy": PCT("live acc.", format="percent"),
     "promised_accuracy": PCT(
