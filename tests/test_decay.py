@@ -113,6 +113,15 @@ def test_the_always_up_chart_fires_when_the_model_stops_winning_the_disagreement
     assert vs_up.last_signal >= evenings(n)[200]
 
 
+def test_a_promise_too_low_for_the_drop_leaves_only_the_always_up_chart():
+    t = decay.TickerDecay("X", 1, "v1", _promise(acc=0.08), n=3, hits=1, up_hits=2)
+    t.charts = decay.charts_for(
+        t.promise, [True, False, False], [True, True, False], evenings(3), DecaySettings()
+    )
+    assert [c.name for c in t.charts] == ["vs_always_up"] and "vs always-up 0." in t.describe()
+    assert t.row()["cusum"] is None and t.row()["cusum_vs_up"] is not None
+
+
 def test_no_room_for_the_drop_means_no_accuracy_chart():
     charts = decay.charts_for(
         _promise(acc=0.10, model_only=None, up_only=None), [True], [True], evenings(1), DecaySettings()

@@ -177,15 +177,13 @@ class TickerDecay:
     def describe(self) -> str:
         if not self.charts:
             return f"{self.ticker}: not checked ({self.reason})"
-        acc = self.chart("accuracy")
+        label = {"accuracy": "CUSUM", "vs_always_up": "vs always-up"}
         head = (
             f"{self.ticker} model {self.model_id}: live {self.accuracy * 100:.1f}% on {self.n} evenings vs "
             f"promised {self.promise.accuracy * 100:.1f}% (always-up {self.always_up_accuracy * 100:.1f}% on the "
-            f"same evenings); CUSUM {acc.statistic:.2f} / h {acc.h:.2f}"
+            "same evenings); "
+            + ", ".join(f"{label[c.name]} {c.statistic:.2f} / h {c.h:.2f}" for c in self.charts)
         )
-        up = self.chart("vs_always_up")
-        if up:
-            head += f", vs always-up {up.statistic:.2f} / h {up.h:.2f}"
         if self.decaying:
             head += f" -> DECAYING: signal on {self.alarm_since}"
         if self.signals:
