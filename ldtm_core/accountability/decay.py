@@ -19,7 +19,7 @@ Per ticker with an active model, every night:
   (either chart) come at most once per ~ARL0 sessions (the per-session alarm rates add at most).
 - A signal = a chart's statistic reaches its threshold; the chart restarts at 0 (the ARL0 counts these).
   Decaying = a chart signalled within the newest `hold` evenings of the record (a sustained drop keeps
-  signalling, every ~70-110 sessions at the default design); each signal is notified once.
+  signalling: every ~81 sessions at a 15-point drop from 60 %); each signal is notified once.
 - Feature drift beside it (ldtm_core.accountability.drift): PSI of the 11 model inputs, the last
   `psi_sessions` sessions after the model's data cutoff against everything up to the cutoff.
 """
