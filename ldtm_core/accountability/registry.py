@@ -263,6 +263,7 @@ class PromoteResult:
     promoted_path: str
     retired_model_id: int | None
     changed: bool  # False when the model was already active
+    shadow: bool = False  # True: the gate's pass put the model in shadow instead (accountability.shadow)
 
 
 def _lock_ticker(conn: Connection, ticker: str) -> None:
