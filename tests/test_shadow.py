@@ -278,3 +278,29 @@ def test_cli_shows_champion_beside_shadow_and_ends_it_by_hand(ldtm_env, engine, 
     assert ended.exit_code == 0, ended.output
     assert registry.active_model(engine, "AAPL").id == sid
     assert "ended by hand: urgent fix" in registry.history(engine, "AAPL")[-1].reason
+
+
+def test_dashboard_shows_champion_beside_shadow(engine, tmp_path, db_url, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from ldtm_dashboard import APP
+
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LDTM_DATABASE_URL", db_url)
+    monkeypatch.setenv("LDTM_SHADOW_SESSIONS", "5")
+    s = make_settings(tmp_path, db_url, shadow_sessions=5)
+    ingest(engine, ["AAPL"])
+    champ = make_model(engine, s, "AAPL", seed=0)
+    registry.promote(engine, champ, "first", s)
+    sid = make_model(engine, s, "AAPL", seed=1)
+    shadow.promote_or_shadow(engine, sid, "gate passed", s)
+    run_evenings(engine, s, EVENINGS[:3])
+    at = AppTest.from_file(str(APP.parent / "views" / "leaderboard.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    board = at.dataframe[0].value.set_index("ticker")
+    assert list(board.index) == ["AAPL"] and board.loc["AAPL", "n"] == 3  # the champion's evenings only
+    side = at.dataframe[1].value.set_index("ticker")
+    assert side.loc["AAPL", "shadow_model_id"] == sid and side.loc["AAPL", "evenings"] == 3
+    assert side.loc["AAPL", "decision"] == "pending"
+    assert any("never published" in c.value for c in at.caption)

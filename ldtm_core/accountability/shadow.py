@@ -44,7 +44,7 @@ from ldtm_core.accountability.skill import format_p_value
 from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
-from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.errors import InputError, LDTMError, NotFoundError
 from ldtm_core.schema import gate_decisions, model_registry, snapshots
 
 SIGNIFICANCE = 0.05  # p at or below which the champion is judged better and the shadow retired
@@ -320,6 +320,7 @@ class ShadowOutcome:
     comparison: ShadowComparison
     promoted: PromoteResult | None = None
     notified: notify.NotifyResult | None = None
+    error: str | None = None  # the decision could not be carried out (e.g. the checkpoint is missing)
 
 
 def conclude(engine: Engine, settings: Settings, ticker: str) -> ShadowOutcome | None:
@@ -333,8 +334,20 @@ def conclude(engine: Engine, settings: Settings, ticker: str) -> ShadowOutcome |
 
 
 def conclude_all(engine: Engine, settings: Settings) -> list[ShadowOutcome]:
-    """`conclude` for every ticker in shadow (the nightly calls this after fillback)."""
-    return [o for t in sorted(shadow_models(engine)) if (o := conclude(engine, settings, t)) is not None]
+    """`conclude` for every ticker in shadow (the nightly calls this after fillback). One ticker whose
+    decision cannot be carried out is reported with its error; the others still conclude."""
+    out = []
+    for t in sorted(shadow_models(engine)):
+        try:
+            outcome = conclude(engine, settings, t)
+        except LDTMError as exc:
+            cmp = comparison(engine, settings, t)
+            if cmp is None:  # concluded meanwhile by another run
+                continue
+            outcome = ShadowOutcome(cmp, error=f"{t}: {exc}")
+        if outcome is not None:
+            out.append(outcome)
+    return out
 
 
 def end_shadow(engine: Engine, settings: Settings, ticker: str, action: str, reason: str) -> ShadowOutcome:

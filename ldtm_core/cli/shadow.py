@@ -79,6 +79,10 @@ def shadow_conclude(ticker: str = typer.Option(None, "--ticker", help="Only this
         console.print("no model in shadow")
     for o in outcomes:
         console.print(o.comparison.summary(), highlight=False, soft_wrap=True)
+        if o.error:
+            console.print(f"[red]not carried out:[/] {o.error}", highlight=False, soft_wrap=True)
+    if any(o.error for o in outcomes):
+        raise typer.Exit(1)
 
 
 @shadow_app.command("end")

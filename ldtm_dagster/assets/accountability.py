@@ -77,7 +77,8 @@ def snapshots(
         # model, or none for a predicted ticker, is the violation.
         rows = snaps.latest_rows(engine, day) if result.tickers_predicted else None
         counts = rows.groupby(["ticker", "model_version"]).size() if rows is not None else {}
-        for t, version in result.model_versions.items():
+        # A shadow model's row (never published) is held to the same rule under its own version.
+        for t, version in [*result.model_versions.items(), *result.shadow.items()]:
             n = int(counts.get((t, version), 0))
             if n != 1:
                 duplicates[f"{t} {key} {version}"] = n
@@ -95,6 +96,9 @@ def snapshots(
             "used_candidate": ",".join(result.used_candidate),
             "ungated": sum(result.cohort_ungated.values()),
             "in_sample": ",".join(result.in_sample),
+            # Tickers whose shadow model also predicted (rows never published; see `leaderboard`'s shadow).
+            "shadow": ",".join(sorted(result.shadow)),
+            "shadow_skipped": "; ".join(f"{t}: {why}" for t, why in result.shadow_skipped.items()),
             "features_recomputed": "; ".join(f"{t}: {why}" for t, why in result.features_recomputed.items()),
         }
 
@@ -210,7 +214,10 @@ def fillbacks(
     for st in redone.refilled:
         context.log.warning(f"re-filled {st.describe()}")
     for o in outcomes:
-        context.log.info(o.comparison.summary())
+        if o.error:
+            context.log.warning(f"shadow decision not carried out: {o.error}")
+        else:
+            context.log.info(o.comparison.summary())
     return MaterializeResult(
         metadata={
             "rows_pending": result.rows_pending,
@@ -223,7 +230,10 @@ def fillbacks(
             # Each shadow: its paired live record so far and the decision (pending until N evenings).
             "shadow_decisions": records_table(
                 [
-                    {k: v for k, v in o.comparison.to_dict().items() if k not in ("horizons", "rule")}
+                    {
+                        **{k: v for k, v in o.comparison.to_dict().items() if k not in ("horizons", "rule")},
+                        "error": o.error,
+                    }
                     for o in outcomes
                 ]
             ),
