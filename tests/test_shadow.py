@@ -12,7 +12,7 @@ import pytest
 import torch
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 from scipy.stats import binomtest, wilcoxon
-from sqlalchemy import select
+from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from ldtm_core.accountability import registry, shadow
@@ -25,7 +25,7 @@ from ldtm_core.accountability.snapshots import predict
 from ldtm_core.errors import InputError
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
-from ldtm_core.schema import gate_decisions, snapshots
+from ldtm_core.schema import gate_decisions, model_registry, snapshots
 
 EVENINGS = [dt.date(2024, 6, d) for d in (17, 18, 20, 21, 24, 25)]  # 19 June: Juneteenth
 
@@ -304,3 +304,19 @@ def test_dashboard_shows_champion_beside_shadow(engine, tmp_path, db_url, monkey
     assert side.loc["AAPL", "shadow_model_id"] == sid and side.loc["AAPL", "evenings"] == 3
     assert side.loc["AAPL", "decision"] == "pending"
     assert any("never published" in c.value for c in at.caption)
+
+
+def test_a_decision_that_cannot_be_carried_out_is_reported_and_changes_nothing(engine, s, champion):
+    twin = make_model(engine, s, "AAPL", seed=0)
+    shadow.promote_or_shadow(engine, twin, "gate passed (test)", s)
+    run_evenings(engine, s)
+    with engine.begin() as conn:  # the shadow's checkpoint went missing before the conclusion
+        conn.execute(
+            update(model_registry)
+            .where(model_registry.c.id == twin)
+            .values(checkpoint_path="/nonexistent.pt")
+        )
+    [out] = shadow.conclude_all(engine, s)
+    assert out.comparison.decision == "promote" and "missing" in out.error
+    assert registry.get_model(engine, twin).status == "shadow"
+    assert registry.active_model(engine, "AAPL").id == champion.id
