@@ -84,6 +84,8 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_DECAY_ARL0": NumberSetting(float, 1, 1e7, "sessions between false alarms per ticker"),
     "LDTM_DECAY_PSI_SESSIONS": NumberSetting(int, 2, 1e5, "a whole number of sessions"),
     "LDTM_DECAY_HOLD_SESSIONS": NumberSetting(int, 1, 1e5, "a whole number of sessions"),
+    # Evenings a gate-passed challenger predicts beside the champion before the live comparison (0: none).
+    "LDTM_SHADOW_SESSIONS": NumberSetting(int, 0, 1e4, "a whole number of sessions (0: promote at once)"),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
@@ -187,6 +189,8 @@ class Settings:
     neutral_band_pct: float = 0.25
     # Backtests reuse stored fold outcomes whose key is unchanged (LDTM_BACKTEST_REUSE=0 refits all).
     backtest_reuse: bool = True
+    # >0: a challenger that passes the gate serves in shadow for this many filled evenings (shadow.py).
+    shadow_sessions: int = 0
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -216,6 +220,7 @@ class Settings:
             universe=universe,
             notify_webhook_url=os.environ.get("LDTM_NOTIFY_WEBHOOK_URL") or None,
             neutral_band_pct=overrides.pop("neutral_band_pct", band),
+            shadow_sessions=overrides.pop("shadow_sessions", env_number("LDTM_SHADOW_SESSIONS", 0)),
             backtest_reuse=overrides.pop(
                 "backtest_reuse",
                 os.environ.get("LDTM_BACKTEST_REUSE", "1").strip().lower() not in ("0", "false", "no"),

@@ -3,7 +3,8 @@
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
 backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions,
 fill_revisions, and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
-`_with_ungated` and `_with_in_sample_and_ungated` (created by migrations; 0021 added the ungated ones).
+`_with_ungated` and `_with_in_sample_and_ungated` (created by migrations; 0021 added the ungated ones;
+0024 leaves shadow rows out of all of them).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ model_registry = Table(
     Column("promoted_path", Text),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
-    CheckConstraint("status IN ('candidate','active','retired')", name="ck_registry_status"),
+    # 'shadow' (migration 0024): passed the gate, predicting beside the champion until its live record decides.
+    CheckConstraint("status IN ('candidate','active','retired','shadow')", name="ck_registry_status"),
     Index("ix_registry_ticker_status", "ticker", "status"),
     # The database, not the code, guarantees at most one active model per ticker.
     Index(
@@ -96,6 +98,13 @@ model_registry = Table(
         unique=True,
         sqlite_where=text("status = 'active'"),
         postgresql_where=text("status = 'active'"),
+    ),
+    Index(
+        "uq_registry_one_shadow",
+        "ticker",
+        unique=True,
+        sqlite_where=text("status = 'shadow'"),
+        postgresql_where=text("status = 'shadow'"),
     ),
 )
 

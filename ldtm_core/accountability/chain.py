@@ -166,6 +166,8 @@ def _write(conn: Connection, rows: list[dict], key: bytes | None) -> tuple[int, 
         r["chain_version"] = CHAIN_VERSION
         r["prev_hash"] = heads.get(r["ticker"], "")
         r["row_hash"] = row_hash(r["prev_hash"], r, key)
+        # Two rows of one ticker in one run (champion, then shadow): the second links to the first.
+        heads[r["ticker"]] = r["row_hash"]
     insert_fn = postgresql.insert if is_postgres(conn) else sqlite.insert
     # Conflict target = the natural key only: a chain (ticker, prev_hash) conflict must raise, not vanish.
     stmt = insert_fn(snapshots).on_conflict_do_nothing(index_elements=["ticker", "run_date", "model_version"])

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import baselines, notify
+from ldtm_core.accountability import baselines, notify, shadow
 from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
     DEFAULT_MIN_FOLD_ROWS,
     DEFAULT_MIN_ROWS,
@@ -40,7 +40,6 @@ from ldtm_core.accountability.registry import (
     config_signature,
     get_model,
     newest_candidate,
-    promote,
     record_event,
 )
 from ldtm_core.accountability.skill import SkillTest, format_p_value, pooled
@@ -360,7 +359,10 @@ def run_gate(
         passed=fig["decision"] == "pass",
     )
     if report.passed:
-        report.promoted = promote(engine, model_id, f"gate passed (backtest {backtest_id})", settings)
+        # LDTM_SHADOW_SESSIONS > 0 with a champion: the pass puts the candidate in shadow instead.
+        report.promoted = shadow.promote_or_shadow(
+            engine, model_id, f"gate passed (backtest {backtest_id})", settings
+        )
         # After the promotion (its own transaction): a kill in between leaves an active model, which the
         # gate refuses to judge anyway.
         run_in_transaction(engine, lambda conn: _decision(conn, report, dt.datetime.now(dt.UTC)))

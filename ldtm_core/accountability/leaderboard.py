@@ -10,6 +10,9 @@ passed the gate. Those rows describe no production model: the boards leave them 
 `include_ungated`, and then each board row says `gated` (False when any of its rows was ungated) and
 `ungated_n`. The two flags compose.
 
+Shadow rows (migration 0024) are never the published forecast: every board, with or without the flags
+above, leaves them out before choosing an evening's first row; accountability.shadow reports them.
+
 Windows (migration 0017): the next-day figures (accuracy, baselines, next-day error) cover the 30 days
 ending at the newest filled evening; the next-Monday and one-month errors each cover the 30 days ending
 at their own newest filled target date, with their own counts beside them. Persistence is scored only
@@ -25,7 +28,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select, text
 
-from ldtm_core.accountability.registry import serving_models
+from ldtm_core.accountability.registry import SHADOW, serving_models
 from ldtm_core.accountability.skill import SkillTest, discordant_counts, format_p_value
 from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
@@ -271,6 +274,7 @@ def skill_tests(
         )
         .where(
             s.ticker.in_(sorted({k[0] for k in tests})),
+            s.model_status != SHADOW,
             s.run_date >= board["window_start"].min(),
             s.run_date <= board["window_end"].max(),
         )
@@ -331,7 +335,7 @@ def hidden_in_sample(engine: Engine, mode: str = "all") -> int:
         if start is None:
             return 0
         s = snapshots.c
-        first = select(func.min(s.id)).group_by(s.ticker, s.run_date)
+        first = select(func.min(s.id)).where(s.model_status != SHADOW).group_by(s.ticker, s.run_date)
         stmt = select(func.count()).where(
             s.id.in_(first),
             s.in_sample.is_(True),
@@ -425,7 +429,7 @@ def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> p
             s.in_sample,
             s.model_status,
         )
-        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None))
+        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None), s.model_status != SHADOW)
         .order_by(s.ticker, s.run_date, s.id)
     )
     with engine.connect() as conn:

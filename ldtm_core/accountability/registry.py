@@ -1,5 +1,8 @@
 """The model registry: candidate -> active -> retired, every transition recorded (SPEC §10).
 
+With LDTM_SHADOW_SESSIONS > 0 a candidate that passes the gate goes candidate -> shadow first, and
+from there -> active or -> retired on its live record (accountability.shadow).
+
 At most one active model per ticker is guaranteed by a partial unique index, not by this code.
 """
 
@@ -23,6 +26,8 @@ from ldtm_core.faults import pause_point
 from ldtm_core.learning.checkpoints import sha256_file, write_atomic
 from ldtm_core.learning.model import ModelConfig
 from ldtm_core.schema import model_registry, registry_events
+
+SHADOW = "shadow"  # registry status and snapshots.model_status of a shadow model and its rows
 
 
 def config_signature(cfg: ModelConfig) -> str:
@@ -206,6 +211,17 @@ def serving_models(
     return out
 
 
+def shadow_models(
+    conn_or_engine: Connection | Engine, tickers: Sequence[str] | None = None
+) -> dict[str, ModelRecord]:
+    """{ticker: its shadow model} (at most one per ticker: a partial unique index, migration 0024)."""
+    stmt = select(*_COLS).where(model_registry.c.status == SHADOW)
+    if tickers is not None:
+        stmt = stmt.where(model_registry.c.ticker.in_(list(tickers)))
+    with _conn(conn_or_engine) as conn:
+        return {r.ticker: r for r in (ModelRecord.from_row(x) for x in conn.execute(stmt))}
+
+
 def list_models(engine: Engine, ticker: str | None = None) -> list[ModelRecord]:
     stmt = select(*_COLS).order_by(model_registry.c.ticker, model_registry.c.id)
     if ticker is not None:
@@ -247,6 +263,7 @@ class PromoteResult:
     promoted_path: str
     retired_model_id: int | None
     changed: bool  # False when the model was already active
+    shadow: bool = False  # True: the gate's pass put the model in shadow instead (accountability.shadow)
 
 
 def _lock_ticker(conn: Connection, ticker: str) -> None:
@@ -295,9 +312,10 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
     rec = get_model(engine, model_id)
     if rec.status == "active":
         return PromoteResult(rec.ticker, rec.id, rec.version or "", rec.promoted_path or "", None, False)
-    if rec.status != "candidate":
+    if rec.status not in ("candidate", SHADOW):
         raise InputError(
-            f"model {model_id} of {rec.ticker} is {rec.status}; only a candidate can be promoted (use rollback)"
+            f"model {model_id} of {rec.ticker} is {rec.status}; only a candidate (or a shadow) can be "
+            "promoted (use rollback)"
         )
     with engine.connect() as conn:
         version = _version_for(conn, rec)
@@ -315,7 +333,7 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
             return PromoteResult(
                 rec.ticker, model_id, cur.version or "", cur.promoted_path or "", None, False
             )
-        if status != "candidate":
+        if status not in ("candidate", SHADOW):
             raise InputError(f"model {model_id} of {rec.ticker} became {status} meanwhile; not promoted")
         now = dt.datetime.now(dt.UTC)
         current = active_model(conn, rec.ticker)
@@ -341,7 +359,7 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
             .where(model_registry.c.id == model_id)
             .values(status="active", version=version, promoted_path=str(dst), updated_at=now)
         )
-        record_event(conn, model_id, rec.ticker, "candidate", "active", f"{reason} (version {version})", now)
+        record_event(conn, model_id, rec.ticker, status, "active", f"{reason} (version {version})", now)
         return PromoteResult(rec.ticker, model_id, version, str(dst), current.id if current else None, True)
 
     return run_in_transaction(engine, work)
@@ -388,9 +406,10 @@ def _rollback_target(
             raise InputError(f"model {to_model_id} belongs to {rec.ticker}, not {ticker}")
         if rec.status == "active":
             raise InputError(f"model {to_model_id} of {ticker} is already active")
-        if rec.status != "retired":  # retired models are exactly the ones that were once active
+        # A retired model was once active, unless it was a shadow its live record retired (no version).
+        if rec.status != "retired" or rec.version is None:
             raise InputError(
-                f"model {to_model_id} of {ticker} is a {rec.status} that was never active: only a model "
+                f"model {to_model_id} of {ticker} is {rec.status} and was never active: only a model "
                 "that was active can be rolled back to (a candidate goes through the gate: ldtm gate)"
             )
         return rec.id

@@ -18,7 +18,7 @@ from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.gate import GateThresholds, evaluate, newest_backtest
 from ldtm_core.accountability.gate import _fmt as format_criterion
-from ldtm_core.accountability.registry import history, list_models
+from ldtm_core.accountability.registry import SHADOW, history, list_models
 from ldtm_core.accountability.skill import SkillTest, discordant_counts
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.schema import registry_events, run_log, snapshots
@@ -70,7 +70,9 @@ def ticker_predictions(
     for h in HORIZONS:
         cols += [s[f"{h}_date"], s[f"{h}_pred"], s[f"{h}_actual"], s[f"{h}_pct_error"]]
     cols.append(s.next_day_direction_correct)
-    stmt = select(*cols).where(s.ticker == ticker)
+    stmt = select(*cols).where(
+        s.ticker == ticker, s.model_status != SHADOW
+    )  # a shadow row is never published
     if start is not None:
         stmt = stmt.where(s.run_date >= start)
     if end is not None:
@@ -135,7 +137,9 @@ def evening_cohorts(
     """Bullish / neutral / bearish counts across all tickers per evening (first row per ticker and
     evening); an evening published by a candidate (ungated) counts only with `include_ungated`."""
     s = snapshots.c
-    stmt = select(s.id, s.ticker, s.run_date, s.direction_pred, s.model_status)
+    stmt = select(s.id, s.ticker, s.run_date, s.direction_pred, s.model_status).where(
+        s.model_status != SHADOW
+    )
     if start is not None:
         stmt = stmt.where(s.run_date >= start)
     if end is not None:
@@ -273,7 +277,7 @@ def latest_evening(engine: Engine) -> dict | None:
     with engine.connect() as conn:
         rows = conn.execute(
             select(snapshots.c.ticker, snapshots.c.mode, snapshots.c.model_status).where(
-                snapshots.c.run_date == day
+                snapshots.c.run_date == day, snapshots.c.model_status != SHADOW
             )
         ).all()
     row = cohorts.iloc[0] if len(cohorts) else pd.Series(0, index=["bullish", "neutral", "bearish"])

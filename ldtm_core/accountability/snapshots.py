@@ -6,6 +6,11 @@ all rows and the chain anchors in one transaction (chain). Rows already present 
 (ticker, run_date, model_version) are left alone: a rerun is a no-op. A later model may add its own
 row for an evening already predicted; the leaderboard scores only the first (what was published).
 
+A ticker whose active champion has a shadow challenger (accountability.shadow) gets a second row from
+the shadow, `model_status = 'shadow'`, chained right after the champion's in the same transaction;
+it is never the published forecast (the boards and the run's cohort leave it out). A shadow that
+cannot run is named in `shadow_skipped` and never costs the ticker its published row.
+
 A replayed evening whose next-day target date is on or before the model's data cutoff
 (`trained_on_date`) is stored flagged `in_sample`: the model may have trained on the answer.
 """
@@ -34,7 +39,7 @@ from ldtm_core.accountability.price_windows import (
     normalised_window,
     start_for,
 )
-from ldtm_core.accountability.registry import ModelRecord, serving_models
+from ldtm_core.accountability.registry import SHADOW, ModelRecord, serving_models, shadow_models
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
@@ -88,6 +93,8 @@ class PredictResult:
     features_recomputed: dict[str, str] = field(default_factory=dict)  # ticker -> why stored were not used
     in_sample: list[str] = field(default_factory=list)
     model_versions: dict[str, str] = field(default_factory=dict)  # {ticker: model_version written}
+    shadow: dict[str, str] = field(default_factory=dict)  # {ticker: the shadow's model_version written}
+    shadow_skipped: dict[str, str] = field(default_factory=dict)  # {ticker: why its shadow did not run}
     # The anchor stored in run_log: {"keyed": bool, "heads": {ticker: [id, row_hash, run_date, version]}}
     chain_heads: dict = field(default_factory=dict)
 
@@ -105,6 +112,8 @@ class PredictResult:
             "used_candidate": self.used_candidate,
             "features_recomputed": self.features_recomputed,
             "in_sample": self.in_sample,
+            "shadow": self.shadow,
+            "shadow_skipped": self.shadow_skipped,
         }
 
 
@@ -225,33 +234,40 @@ def _predict(
             result.skipped[t] = str(exc)
         except Exception as exc:  # noqa: BLE001 - one model that cannot load must not stop the others
             result.skipped[t] = _cannot_run(models[t], t, exc)
+    # A shadow predicts only beside an active champion that loaded (never as the ticker's only row).
+    shadow_loaded: dict[str, tuple[ModelRecord, LDTM]] = {}
+    champions = [t for t in loaded if loaded[t][0].status == "active"]
+    for t, rec in shadow_models(engine, champions).items():
+        try:
+            shadow_loaded[t] = (rec, load_verified_model(rec, t))
+        except Exception as exc:  # noqa: BLE001 - a broken shadow must not stop the published row
+            result.shadow_skipped[t] = _cannot_run(rec, t, exc)
     windows = {t: m.cfg.window for t, (_, m) in loaded.items()}
-    need = max(windows.values(), default=0) + WARMUP_ROWS + RSI_SETTLE_ROWS
+    shadow_windows = {t: m.cfg.window for t, (_, m) in shadow_loaded.items()}
+    need = max([*windows.values(), *shadow_windows.values()], default=0) + WARMUP_ROWS + RSI_SETTLE_ROWS
     arrays = load_price_arrays(engine, list(loaded), start_for(run_date, need), run_date) if loaded else {}
     t1 = time.perf_counter()
     result.phases["load"] = round(t1 - t0, 4)
 
     # features
-    built, skipped = build_windows(arrays, windows, run_date, need)
+    built, skipped, why = _model_windows(engine, arrays, windows, run_date, need)
     result.skipped.update(skipped)
-    # The stored features (what training saw) replace the recomputed window where they are current.
-    stored, why = feature_store.stored_windows(engine, arrays, run_date, windows)
-    built.update({t: (*normalised_window(v), *built[t][3:]) for t, v in stored.items() if t in built})
-    result.features_recomputed = {t: reason for t, reason in why.items() if t in built}
+    result.features_recomputed = why
     inputs = [_Input(t, loaded[t][0], *built[t]) for t in loaded if t in built]
+    shadow_windows = {t: w for t, w in shadow_windows.items() if t in built}
+    s_built, s_skipped, _ = _model_windows(engine, arrays, shadow_windows, run_date, need)
+    result.shadow_skipped.update(s_skipped)
+    shadow_inputs = [_Input(t, shadow_loaded[t][0], *s_built[t]) for t in shadow_windows if t in s_built]
     t2 = time.perf_counter()
     result.phases["features"] = round(t2 - t1, 4)
 
     # forward: one batch per architecture signature
-    groups: dict[str, list[_Input]] = defaultdict(list)
-    for inp in inputs:
-        groups[inp.model.arch_signature].append(inp)
-    preds: dict[str, np.ndarray] = {}
-    for group in groups.values():
-        group_preds, failed = _forward_isolated(group, loaded)
-        preds.update(group_preds)
-        result.skipped.update(failed)
+    preds, failed = _forward_grouped(inputs, loaded)
+    result.skipped.update(failed)
     inputs = [inp for inp in inputs if inp.ticker in preds]
+    s_preds, s_failed = _forward_grouped([i for i in shadow_inputs if i.ticker in preds], shadow_loaded)
+    result.shadow_skipped.update(s_failed)
+    shadow_inputs = [inp for inp in shadow_inputs if inp.ticker in s_preds]
     t3 = time.perf_counter()
     result.phases["forward"] = round(t3 - t2, 4)
 
@@ -259,8 +275,8 @@ def _predict(
     nd, nm, om = (pd.Timestamp(d[0]).date() for d in target_dates(np.array([np.datetime64(run_date, "D")])))
     now = dt.datetime.now(dt.UTC)
     rows = []
-    for inp in inputs:
-        p = preds[inp.ticker]
+    # Champions first: within one ticker a shadow row is chained after the published one.
+    for inp, p in [(i, preds[i.ticker]) for i in inputs] + [(i, s_preds[i.ticker]) for i in shadow_inputs]:
         direction = str(classify_direction(p[0], inp.close, band))
         rows.append(
             {
@@ -291,6 +307,8 @@ def _predict(
     result.rows_written, result.rows_existing, result.chain_heads = write_rows_anchored(engine, rows)
     pause_point("predict.after_commit")
     result.phases["write"] = round(time.perf_counter() - t3, 4)
+    result.shadow = {r["ticker"]: r["model_version"] for r in rows if r["model_status"] == SHADOW}
+    rows = [r for r in rows if r["model_status"] != SHADOW]  # below: the published rows only
     result.tickers_predicted = sorted(r["ticker"] for r in rows)
     gated = [r["model_status"] == "active" for r in rows]
     result.cohort = {
@@ -304,6 +322,35 @@ def _predict(
     result.used_candidate = sorted(r["ticker"] for r in rows if r["model_status"] == "candidate")
     result.in_sample = sorted(r["ticker"] for r in rows if r["in_sample"])
     result.model_versions = {r["ticker"]: r["model_version"] for r in rows}
+
+
+def _model_windows(
+    engine: Engine, arrays: dict, windows: dict[str, int], run_date: dt.date, need: int
+) -> tuple[dict, dict[str, str], dict[str, str]]:
+    """(normalised windows, {ticker: why skipped}, {ticker: why stored features were not used})."""
+    if not windows:
+        return {}, {}, {}
+    built, skipped = build_windows(arrays, windows, run_date, need)
+    # The stored features (what training saw) replace the recomputed window where they are current.
+    stored, why = feature_store.stored_windows(engine, arrays, run_date, windows)
+    built.update({t: (*normalised_window(v), *built[t][3:]) for t, v in stored.items() if t in built})
+    return built, skipped, {t: reason for t, reason in why.items() if t in built}
+
+
+def _forward_grouped(
+    inputs: list[_Input], loaded: dict[str, tuple[ModelRecord, LDTM]]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """One batched pass per architecture signature: ({ticker: prices}, {ticker: why it failed})."""
+    groups: dict[str, list[_Input]] = defaultdict(list)
+    for inp in inputs:
+        groups[inp.model.arch_signature].append(inp)
+    preds: dict[str, np.ndarray] = {}
+    failed: dict[str, str] = {}
+    for group in groups.values():
+        group_preds, group_failed = _forward_isolated(group, loaded)
+        preds.update(group_preds)
+        failed.update(group_failed)
+    return preds, failed
 
 
 def _cannot_run(rec: ModelRecord, ticker: str, exc: BaseException) -> str:

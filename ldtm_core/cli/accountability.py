@@ -247,6 +247,9 @@ def leaderboard_cmd(
     by_model: bool = typer.Option(
         False, "--by-model", help="Per-model report: every model version on its own rows"
     ),
+    shadow: bool = typer.Option(
+        False, "--shadow", help="Also show each champion beside its shadow model on the same evenings"
+    ),
 ) -> None:
     """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines.
 
@@ -277,6 +280,20 @@ def leaderboard_cmd(
     ):
         if note:
             console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
+    from ldtm_core.accountability.registry import shadow_models
+
+    if shadow:
+        from ldtm_core.accountability.shadow import side_by_side
+        from ldtm_core.cli.shadow import print_side_by_side
+
+        print_side_by_side(side_by_side(engine, settings()))
+    elif in_shadow := sorted(shadow_models(engine)):
+        console.print(
+            f"[yellow]in shadow (never on this board): {', '.join(in_shadow)}; --shadow shows each "
+            "champion beside its shadow[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def print_leaderboard(df, mode: str = "all") -> None:

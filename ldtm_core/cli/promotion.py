@@ -325,6 +325,12 @@ def gate_cmd(
     console.print(report.summary())
     if report.passed:
         p = report.promoted
+        if p.shadow:  # LDTM_SHADOW_SESSIONS > 0 and a champion serving: live evenings decide
+            console.print(
+                f"in shadow beside the champion (model {p.model_id}): `ldtm shadow status` follows its "
+                "live record; promoted or retired after LDTM_SHADOW_SESSIONS filled evenings"
+            )
+            return
         console.print(f"promoted: version {p.version} -> {p.promoted_path}")
         return
     if report.notified and report.notified.error:

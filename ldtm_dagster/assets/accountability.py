@@ -16,7 +16,7 @@ from dagster import (
     asset,
 )
 
-from ldtm_core.accountability import audit, chain, fillback, refill
+from ldtm_core.accountability import audit, chain, fillback, refill, shadow
 from ldtm_core.accountability import leaderboard as board
 from ldtm_core.accountability import snapshots as snaps
 from ldtm_core.data.calendar import is_session
@@ -77,7 +77,8 @@ def snapshots(
         # model, or none for a predicted ticker, is the violation.
         rows = snaps.latest_rows(engine, day) if result.tickers_predicted else None
         counts = rows.groupby(["ticker", "model_version"]).size() if rows is not None else {}
-        for t, version in result.model_versions.items():
+        # A shadow model's row (never published) is held to the same rule under its own version.
+        for t, version in [*result.model_versions.items(), *result.shadow.items()]:
             n = int(counts.get((t, version), 0))
             if n != 1:
                 duplicates[f"{t} {key} {version}"] = n
@@ -95,6 +96,9 @@ def snapshots(
             "used_candidate": ",".join(result.used_candidate),
             "ungated": sum(result.cohort_ungated.values()),
             "in_sample": ",".join(result.in_sample),
+            # Tickers whose shadow model also predicted (rows never published; see `leaderboard`'s shadow).
+            "shadow": ",".join(sorted(result.shadow)),
+            "shadow_skipped": "; ".join(f"{t}: {why}" for t, why in result.shadow_skipped.items()),
             "features_recomputed": "; ".join(f"{t}: {why}" for t, why in result.features_recomputed.items()),
         }
 
@@ -199,13 +203,21 @@ def fillbacks(
     """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched).
 
     First the actuals made stale by a revised bar inside the overlap window or a late corporate action are
-    re-filled (ldtm_core.accountability.refill; each logged in fill_revisions with its old value)."""
+    re-filled (ldtm_core.accountability.refill; each logged in fill_revisions with its old value).
+    Then each shadow model whose filled evenings reach LDTM_SHADOW_SESSIONS is promoted or retired on
+    its paired live record against the champion (ldtm_core.accountability.shadow)."""
     engine = database.engine(store)
     with failing_as("fillbacks"):
         redone = refill.refill(engine, automatic=True)
         result = fillback.fillback(engine)
+        outcomes = shadow.conclude_all(engine, database.settings(store))
     for st in redone.refilled:
         context.log.warning(f"re-filled {st.describe()}")
+    for o in outcomes:
+        if o.error:
+            context.log.warning(f"shadow decision not carried out: {o.error}")
+        else:
+            context.log.info(o.comparison.summary())
     return MaterializeResult(
         metadata={
             "rows_pending": result.rows_pending,
@@ -215,6 +227,18 @@ def fillbacks(
             "refills": MetadataValue.json([st.describe() for st in redone.refilled[:50]]),
             # Explained but beyond the overlap window: `ldtm fillback --refill` (an operator's decision).
             "stale_left": MetadataValue.json([st.describe() for st in redone.left[:50]]),
+            # Each shadow: its paired live record so far and the decision (pending until N evenings).
+            "shadow_decisions": records_table(
+                [
+                    {
+                        **{k: v for k, v in o.comparison.to_dict().items() if k not in ("horizons", "rule")},
+                        "error": o.error,
+                    }
+                    for o in outcomes
+                ]
+            ),
+            "shadow_promoted": sum(o.comparison.decision == "promote" for o in outcomes),
+            "shadow_retired": sum(o.comparison.decision == "retire" for o in outcomes),
         }
     )
 
@@ -245,6 +269,10 @@ def leaderboard(
             table.to_markdown(index=False, floatfmt=".3f") if rows else "_no filled snapshots yet_"
         ),
     }
+    # Champion vs shadow on the same filled evenings (shadow rows are never in the table above).
+    metadata["shadow"] = records_table(
+        shadow.side_by_side(engine, database.settings(store)).to_dict("records")
+    )
     plot = leaderboard_figure_markdown(engine, table)
     if plot:
         metadata["plot"] = MetadataValue.md(plot)

@@ -62,7 +62,7 @@ def promotions(
             base[f"{name}_p_value"] = b.p_value if b else None
         return {
             "ticker": ticker,
-            "decision": "promoted"
+            "decision": ("shadow" if report.promoted and report.promoted.shadow else "promoted")
             if report.passed
             else ("insufficient evidence" if report.decision == "insufficient evidence" else "held"),
             "policy": report.policy,
@@ -85,6 +85,7 @@ def promotions(
         metadata={
             "summary": records_table(rows),
             "promoted": sum(r["decision"] == "promoted" for r in rows),
+            "shadow": sum(r["decision"] == "shadow" for r in rows),
             "held": sum(r["decision"] == "held" for r in rows),
             "insufficient_evidence": sum(r["decision"] == "insufficient evidence" for r in rows),
             "already_judged": sum(r["decision"] == "already judged" for r in rows),

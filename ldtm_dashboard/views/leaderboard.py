@@ -11,8 +11,37 @@ from ldtm_core.accountability.leaderboard import (
     leaderboard,
     verdict,
 )
+from ldtm_core.accountability.shadow import RULE as SHADOW_RULE
+from ldtm_core.accountability.shadow import side_by_side
+from ldtm_core.config import Settings
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine
+
+
+def shadow_section() -> None:
+    """Champion beside shadow on the same filled evenings (only when a ticker has a model in shadow)."""
+    pairs = side_by_side(engine(), Settings.from_env())
+    if pairs.empty:
+        return
+    st.subheader("Champion vs shadow, on the same evenings")
+    st.caption(
+        "A shadow passed the gate and predicts every evening beside the champion; its rows are recorded "
+        "in the hash chain but never published, and none of the figures above count them. After the "
+        f"required filled evenings: {SHADOW_RULE}."
+    )
+    st.dataframe(
+        pairs,
+        hide_index=True,
+        column_config={
+            "champion_accuracy": PCT("champion acc.", format="percent"),
+            "shadow_accuracy": PCT("shadow acc.", format="percent"),
+            "direction_p": PCT("p (champion better)", format="%.3f", help="exact McNemar, one-sided"),
+            "champion_mae": PCT("champion |err| 1d %", format="%.2f"),
+            "shadow_mae": PCT("shadow |err| 1d %", format="%.2f"),
+            "error_p": PCT("p (shadow errs more)", format="%.3f", help="Wilcoxon signed-rank, one-sided"),
+        },
+    )
+
 
 COLUMNS = [
     "ticker",
@@ -118,6 +147,7 @@ if board.empty:
             f"No filled snapshots ({mode}) in the database yet, so there is nothing to score. "
             "Run `make demo`, or `ldtm predict` and later `ldtm fillback`, then reload."
         )
+    shadow_section()
     st.stop()
 
 st.markdown(f"**{verdict(full_board)}**")
@@ -155,3 +185,4 @@ if shown.empty:
 else:
     st.subheader("Accuracy with its 95% interval; the orange tick is always-up")
     st.altair_chart(leaderboard_chart(shown), width="stretch")
+shadow_section()
