@@ -80,6 +80,7 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_GATE_MAX_P_VALUE": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
     "LDTM_GATE_MIN_ROWS": NumberSetting(int, 1, 1e7, "a whole number of backtest test rows"),
     "LDTM_GATE_MIN_FOLD_ROWS": NumberSetting(int, 1, 1e6, "a whole number of test rows per fold"),
+    "LDTM_GATE_ALPHA": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
