@@ -182,6 +182,7 @@ class GateReport:
             "criteria": [asdict(c) for c in self.criteria],
             "failing": [asdict(c) for c in self.failing],
             "summary": self.summary(),
+            "markdown": self.markdown(),
         }
 
 
