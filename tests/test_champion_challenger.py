@@ -144,17 +144,19 @@ def test_noise_52_percent_vs_always_up_60_over_189_rows(engine, tmp_path, db_url
 
 # --- end to end: a learnable synthetic series -----------------------------------------------------
 
-GOOD = get_profile("demo", max_epochs=3, patience=2)
-# Crippled: a learning rate that leaves the weights where they started (it says "down" every evening).
+GOOD = get_profile("demo", max_epochs=5, patience=2, lr=3e-3)
+# Crippled: a learning rate that leaves the weights where they started (a coin at best here).
 CRIPPLED = dataclasses.replace(GOOD, lr=1e-9, max_epochs=1, hidden_size=8, head_hidden=8)
 FOLDS, TEST_SESSIONS = 3, 40
 
 
-def _trending(ticker="AAPL", start="2022-06-01", end="2024-06-28", seed=11) -> pd.DataFrame:
-    """A steady climb (~90 % up days): a model that learns anything says "up" and is right."""
+def _zigzag(ticker="AAPL", start="2022-06-01", end="2024-06-28", seed=11) -> pd.DataFrame:
+    """Up one session, down the next (+-1.2 %, a little noise): always-up is a coin here, while a model
+    that learns anything from the window calls tomorrow right nearly every time."""
     days = pd.to_datetime(sessions_between(start, end))
     rng = np.random.default_rng(seed)
-    close = 100 * np.exp(np.cumsum(0.004 + 0.003 * rng.standard_normal(len(days))))
+    sign = np.where(np.arange(len(days)) % 2 == 0, 1.0, -1.0)
+    close = 100 * np.exp(np.cumsum(sign * 0.012 + 0.0005 + 0.002 * rng.standard_normal(len(days))))
     prev = np.concatenate([[close[0]], close[:-1]])
     return pd.DataFrame(
         {
@@ -185,11 +187,11 @@ def test_better_config_is_promoted_reusing_the_champions_folds_then_same_recipe_
     engine, tmp_path, db_url, ldtm_env
 ):
     s = make_settings(tmp_path, db_url)
-    ingest_frame(engine, _trending(), "synthetic")
+    ingest_frame(engine, _zigzag(), "synthetic")
     champion = make_model(engine, s, "AAPL", seed=1, cfg=CRIPPLED)
     own = _backtest(engine, s, champion, CRIPPLED)  # the champion's own backtest, when it was candidate
     registry.promote(engine, champion, "earlier", s)
-    assert own.direction_accuracy < 0.5
+    assert own.direction_accuracy < 0.6
 
     cand = make_model(engine, s, "AAPL", seed=2, cfg=GOOD)
     mine = _backtest(engine, s, cand, GOOD)
@@ -236,8 +238,9 @@ def test_better_config_is_promoted_reusing_the_champions_folds_then_same_recipe_
     r = run_gate(engine, s, "AAPL")
     assert r.comparison.evidence == cc.REFRESH and r.comparison.paired.n == (FOLDS - 1) * TEST_SESSIONS
     assert (r.comparison.paired.challenger, r.comparison.paired.champion) == ("refreshed", "stale")
-    # On a climb, weights refreshed through the newer cutoff call it better than the stale ones.
-    assert r.passed and r.comparison.paired.p_worse > 0.05 and r.comparison.paired.p_better <= 0.05
+    # The recipe learns the zigzag at every cutoff: stale and refreshed weights agree, so the refresh
+    # is not worse (the non-inferiority rule) and is promoted.
+    assert r.passed and r.comparison.paired.p_worse > 0.05
     assert registry.active_model(engine, "AAPL").id == refresh
     with engine.connect() as conn:
         payloads = [json.loads(x) for x in conn.execute(select(gate_decisions.c.report_json)).scalars()]
@@ -251,3 +254,29 @@ def test_better_config_is_promoted_reusing_the_champions_folds_then_same_recipe_
     assert registry.history(engine, "AAPL")[-1].reason.startswith(
         "manual override of the gate: operator's call"
     )
+
+
+def test_the_backtest_phase_fits_the_champions_side_so_the_gate_only_reads_it(engine, tmp_path, db_url):
+    """`backtests` (backtest_candidate, within the slot plan) backtests the champion's other recipe on
+    the candidate's folds right after the candidate's; the gate then refits nothing."""
+    from ldtm_core.learning.backtest_pool import backtest_candidate
+
+    s = make_settings(tmp_path, db_url)
+    ingest_frame(engine, _zigzag(), "synthetic")
+    registry.promote(engine, make_model(engine, s, "AAPL", seed=1, cfg=CRIPPLED), "earlier", s)
+    cand = make_model(engine, s, "AAPL", seed=2, cfg=GOOD)
+    outcome = backtest_candidate(engine, "AAPL", None, 1, settings=s, folds=2)
+    assert outcome.status == "ok" and outcome.result.model_id == cand
+    assert outcome.champion.refit_folds == 2 and outcome.row()["champion_folds_refit"] == 2
+    assert [f.cutoff for f in outcome.champion.folds] == [f.cutoff for f in outcome.result.folds]
+    stored = _fold_results(engine)
+    report = run_gate(engine, s, "AAPL")
+    c = report.comparison
+    assert (c.evidence, c.reused_folds, c.refit_folds) == (cc.CONFIGS, 2, 0) and _fold_results(
+        engine
+    ) == stored
+    assert c.paired.n == outcome.result.n and report.passed
+    # Same recipe: nothing to fit on the champion's side.
+    again = make_model(engine, s, "AAPL", seed=5, cfg=GOOD)
+    outcome = backtest_candidate(engine, "AAPL", None, 1, settings=s, folds=2)
+    assert outcome.result.model_id == again and outcome.champion is None and outcome.result.refit_folds == 0

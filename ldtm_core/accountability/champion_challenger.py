@@ -233,21 +233,67 @@ def _warm(engine: Engine, folds: list[dict]) -> bool:
     return parent == folds[0]["fold_key"]
 
 
+def champion_backtest(
+    engine: Engine,
+    settings: Settings,
+    ticker: str,
+    champion: ModelRecord,
+    folds: int,
+    max_fold_rows: int,
+    warm_start: bool,
+    end: dt.date | None,
+    **kw,
+):
+    """The champion's config backtested on the candidate's folds: the same fold count, cutoffs and test
+    rows (`max_fold_rows` reproduces them: each fold tests min(its quarter, test_sessions)), the same
+    chain and prices, so the stored folds' keys match and a second call refits nothing."""
+    return run_backtest(
+        engine,
+        settings,
+        ticker,
+        champion.config,
+        folds=folds,
+        model_id=champion.id,
+        test_sessions=max_fold_rows,
+        warm_start=warm_start,
+        end=end,
+        **kw,
+    )
+
+
+def prepare_champion(engine: Engine, settings: Settings, candidate: ModelRecord, result, **kw):
+    """Right after the candidate's backtest (in the backtest phase, within the slot plan): when the
+    champion runs another recipe, backtest its config on the same folds so the gate's side reuses them.
+    Returns that backtest, or None when there is nothing to pair (no champion, same recipe)."""
+    champion = active_model(engine, candidate.ticker)
+    if champion is None or config_signature(champion.config) == result.config_signature or not result.folds:
+        return None
+    return champion_backtest(
+        engine,
+        settings,
+        candidate.ticker,
+        champion,
+        len(result.folds),
+        max(f.n for f in result.folds),
+        result.folds[-1].warm_start,
+        result.data_end,
+        **kw,
+    )
+
+
 def _configs(engine, settings, candidate, champion, folds, thresholds) -> Comparison:
     out = Comparison(CONFIGS, "insufficient evidence", thresholds.alpha, champion_model_id=champion.id)
     end = folds[0].get("data_end")
     try:
-        # max(n) reproduces the candidate's blocks exactly: each fold tests min(quarter, test_sessions).
-        champ = run_backtest(
+        champ = champion_backtest(
             engine,
             settings,
             candidate.ticker,
-            champion.config,
-            folds=len(folds),
-            model_id=champion.id,
-            test_sessions=max(int(f["n"]) for f in folds),
-            warm_start=_warm(engine, folds),
-            end=end,
+            champion,
+            len(folds),
+            max(int(f["n"]) for f in folds),
+            _warm(engine, folds),
+            end,
         )
     except (InputError, NotFoundError) as exc:
         out.note = f"the champion's config could not be backtested on the same folds: {exc}"
