@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import baselines, champion_challenger, notify
+from ldtm_core.accountability import baselines, champion_challenger, gate_markdown, notify
 from ldtm_core.accountability.champion_challenger import Comparison
 from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
     DEFAULT_MIN_FOLD_ROWS,
@@ -114,7 +114,7 @@ class GateReport:
         return self.comparison.evidence
 
     def markdown(self) -> str:
-        return champion_challenger.markdown(self)
+        return gate_markdown.markdown(self)
 
     def baseline_lines(self) -> list[str]:
         """Each baseline beside the model on the same rows, 'beats' only with its exact test and p."""
