@@ -280,3 +280,21 @@ def test_the_backtest_phase_fits_the_champions_side_so_the_gate_only_reads_it(en
     again = make_model(engine, s, "AAPL", seed=5, cfg=GOOD)
     outcome = backtest_candidate(engine, "AAPL", None, 1, settings=s, folds=2)
     assert outcome.result.model_id == again and outcome.champion is None and outcome.result.refit_folds == 0
+
+
+def test_alpha_from_the_environment_and_refused_out_of_range(monkeypatch):
+    from ldtm_core.errors import ConfigError, InputError
+
+    assert GateThresholds.from_env().alpha == 0.05
+    monkeypatch.setenv("LDTM_GATE_ALPHA", "0.2")
+    assert GateThresholds.from_env().alpha == 0.2
+    # The planted challenger's p (< 0.001) is not below an absurdly strict alpha: held.
+    ch, cm, actual, close, *_ = _planted()
+    p = compare(ch, cm, actual, close, fold=np.repeat([1, 2], 100))
+    assert cc.decide(cc.CONFIGS, p, GateThresholds(alpha=1e-9))[0] == "fail"
+    for bad in ("0", "x", "2"):
+        monkeypatch.setenv("LDTM_GATE_ALPHA", bad)
+        with pytest.raises(ConfigError, match="LDTM_GATE_ALPHA"):
+            GateThresholds.from_env()
+    with pytest.raises(InputError, match="alpha"):
+        GateThresholds(alpha=1.0).validate()
