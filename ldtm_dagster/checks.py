@@ -1,4 +1,4 @@
-"""Asset checks on `prices` (data quality). Checks on snapshots and backtests are emitted by those
+"""Asset checks on `prices` (data quality) and on `leaderboard` (model decay). Checks on snapshots and backtests are emitted by those
 assets themselves (`one_per_ticker`, `audit_chain_intact`, `no_leakage`) because they need the run's
 own results.
 
@@ -10,20 +10,32 @@ the nightly run should still predict for the tickers that are complete.
 that fails stops every downstream asset of the run, so one late ticker would cost the whole universe
 its evening. Instead predict skips each stale ticker by name ("no price for X on D") and a rerun after
 the bar arrives fills it in; this check names the stale tickers and why, up front.
+
+`leaderboard_decay` warns (never blocks: a decaying model still predicts until an operator rolls it back
+or a retrain replaces it) and names each active model whose live record fell below what its gate report
+promised (ldtm_core.accountability.decay), with the drift of its features beside it. Each alarm episode is
+posted to the notification webhook once: the keys already alarmed are kept in the check's own metadata.
 """
+
+import os
 
 from dagster import (
     AssetCheckExecutionContext,
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetKey,
     MetadataValue,
     asset_check,
 )
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from ldtm_core.accountability import decay
 from ldtm_core.data.freshness import freshness
 from ldtm_core.data.price_moves import large_moves, threshold_from_env
 from ldtm_core.data.prices import quality_report
 
+from .metadata import records_table
 from .resources import AppDatabase, ArtifactStore
 
 
@@ -103,6 +115,78 @@ def prices_latest_session_complete(
     )
 
 
+DECAY_KEYS = "alarm_keys"
+
+
+def _alarmed_before(context: AssetCheckExecutionContext, key: AssetCheckKey) -> set[str] | None:
+    """The alarm keys of this check's previous evaluation (None: it never ran, or they are unreadable)."""
+    done = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
+    history = context.instance.event_log_storage.get_asset_check_execution_history(key, limit=1, status=done)
+    evaluation = history[0].evaluation if history else None
+    value = evaluation.metadata.get(DECAY_KEYS) if evaluation else None
+    return set(value.value) if value is not None and isinstance(value.value, list) else None
+
+
+@asset_check(
+    asset="leaderboard",
+    description="no active model's live direction record has dropped significantly below what its gate "
+    "report promised, or below always-up on the same evenings (Bernoulli CUSUM; warns and names the "
+    "decaying tickers, posts each new alarm to the webhook; PSI of the 11 features beside it)",
+)
+def leaderboard_decay(
+    context: AssetCheckExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> AssetCheckResult:
+    report = decay.check(database.engine(store), store.tickers())
+    bad = report.decaying
+    keys = sorted(t.alarm_key for t in bad)
+    before = _alarmed_before(context, AssetCheckKey(AssetKey("leaderboard"), "leaderboard_decay"))
+    new = [t for t in bad if before is None or t.alarm_key not in before]
+    result = decay.notify_decay(report, os.environ.get("LDTM_NOTIFY_WEBHOOK_URL") or None, new)
+    if result is not None and not result.posted and result.error:
+        context.log.warning(f"decay alert not delivered: {result.error}")
+    rows = report.rows()
+    return AssetCheckResult(
+        passed=not bad,
+        severity=AssetCheckSeverity.WARN,
+        description=report.summary()[:2000],
+        metadata={
+            "decaying": MetadataValue.json([t.ticker for t in bad]),
+            "checked": len(report.tickers),
+            "notified": MetadataValue.json([t.ticker for t in new]),
+            DECAY_KEYS: MetadataValue.json(keys),
+            "delta_points": report.settings.delta * 100,
+            "designed_arl0_sessions": report.settings.arl0,
+            "table": records_table(
+                [
+                    {
+                        k: r[k]
+                        for k in (
+                            "ticker",
+                            "decaying",
+                            "live_n",
+                            "live_accuracy",
+                            "promised_accuracy",
+                            "always_up_accuracy",
+                            "cusum",
+                            "threshold",
+                            "cusum_vs_up",
+                            "threshold_vs_up",
+                            "alarm_since",
+                            "signals",
+                            "last_signal",
+                            "psi_max",
+                            "psi_feature",
+                            "psi_band",
+                            "psi_unusual",
+                        )
+                    }
+                    for r in rows
+                ]
+            ),
+        },
+    )
+
+
 # Every check on `prices`, for the definitions and the demo alike.
 PRICE_CHECKS = [
     prices_ohlc_consistent,
@@ -110,3 +194,5 @@ PRICE_CHECKS = [
     prices_no_unexplained_jumps,
     prices_latest_session_complete,
 ]
+# Every asset check of the code location.
+ALL_CHECKS = [*PRICE_CHECKS, leaderboard_decay]

@@ -13,7 +13,7 @@ from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_senso
 
 defs = Definitions(
     assets=[getattr(assets, name) for name in assets.__all__],
-    asset_checks=checks.PRICE_CHECKS,
+    asset_checks=checks.ALL_CHECKS,
     jobs=[nightly_market_job, nightly_job, retrain_job, promotion_job, backtests_job],
     schedules=[nightly, weekly_retrain],
     sensors=[

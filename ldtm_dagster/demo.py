@@ -104,7 +104,7 @@ def run_demo(
         # INFO keeps the assets' own messages (gate verdicts, skips) and drops Dagster's per-event DEBUG.
         run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": "INFO"}}}}
         result = materialize(
-            ALL_ASSETS + checks.PRICE_CHECKS,
+            ALL_ASSETS + checks.ALL_CHECKS,
             selection=selection,
             instance=instance,
             resources=resources,

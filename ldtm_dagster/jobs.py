@@ -25,6 +25,10 @@ from .assets import (
 from .partitions import evening_partitions, ticker_partitions
 from .pool import GPU_RUN_TAGS
 
+# A killed run of a chunked GPU job is retried (run_retries) with ALL_STEPS: its planning step re-plans
+# and skips the tickers trained since; the default FROM_FAILURE reuses the dead plan and trains nothing.
+RESUMABLE_GPU_RUN_TAGS = {**GPU_RUN_TAGS, "dagster/retry_strategy": "ALL_STEPS"}
+
 nightly_market_job = define_asset_job(
     "nightly_market_job",
     selection=AssetSelection.assets(prices, features),
@@ -44,7 +48,7 @@ retrain_job = define_asset_job(
     "retrain_job",
     selection=AssetSelection.assets(features, checkpoints, backtests),
     partitions_def=ticker_partitions,
-    tags=GPU_RUN_TAGS,
+    tags=RESUMABLE_GPU_RUN_TAGS,
     description="Refresh features, train candidates and backtest them; each backtest partition fires the gate.",
 )
 
@@ -59,6 +63,6 @@ backtests_job = define_asset_job(
     "backtests_job",
     selection=AssetSelection.assets(backtests),
     partitions_def=ticker_partitions,
-    tags=GPU_RUN_TAGS,
+    tags=RESUMABLE_GPU_RUN_TAGS,
     description="Backtest a range of tickers' newest candidates; launched for the tickers a failed retrain trained.",
 )

@@ -13,6 +13,7 @@ page = st.navigation(
         st.Page(VIEWS / "leaderboard.py", title="Leaderboard", url_path="leaderboard", default=True),
         st.Page(VIEWS / "ticker.py", title="Ticker", url_path="ticker"),
         st.Page(VIEWS / "runs.py", title="Runs", url_path="runs"),
+        st.Page(VIEWS / "decay.py", title="Decay", url_path="decay"),
     ]
 )
 page.run()

@@ -130,4 +130,16 @@ def test_weekly(bench):
     assert "train: " in out and "1/1 trained" in out
     assert re.search(r"backtest: [\d.]+ s wall for 1/1 tickers x 2 folds", out)
     assert "leakage 0" in out
-    assert re.search(r"weekly loop: [\d.]+ s = train", out)
+    assert re.search(r"weekly loop \(week 1\): [\d.]+ s = train", out)
+
+
+def test_weekly_next_week_reuses_the_folds_that_did_not_move(bench):
+    """--weeks 2: 5 sessions appended inside the same quarter; the second backtest refits nothing."""
+    out = bench(
+        "weekly",
+        *("--tickers", "1", "--years", "2", "--profile", "demo", "--max-epochs", "1", "--folds", "2"),
+        *("--weeks", "2", "--end", "2026-11-24"),
+    )
+    reuse = re.findall(r"folds reused (\d+), refit (\d+)", out)
+    assert reuse == [("0", "2"), ("2", "0")], out
+    assert re.search(r"week 2: ingest 2026-11-18\.\.2026-11-24", out)

@@ -6,7 +6,7 @@ with a throw-away env file (demo universe, demo profile), then through the webse
   1. prices -> features, a checkpoints backfill, the promotion sensor's gate runs, one nightly evening
   2. rows in the compose PostgreSQL, checkpoints in the artifacts volume, the dashboard's leaderboard
   3. docker kill of a run container mid-checkpoints: run monitoring fails the run, its `gpu` slots are
-     freed, a re-execution trains the remaining tickers only
+     freed, run_retries' automatic retry (ALL_STEPS) trains the remaining tickers only
   4. compose down + up: instance, app tables and artifacts survive; a second nightly works
   5. cleanup of containers, networks, volumes (images and wheelhouse stay as the cache)
 Every wait is bounded; on a timeout or failure it prints every container's state and log tails.
@@ -552,11 +552,12 @@ def dashboard_leaderboard(stack: Stack) -> list:
 
 
 def step_3_kill(stack: Stack) -> None:
-    """Kill a checkpoints run's container mid-training; run monitoring fails it, frees its slots; a
-    re-execution trains only the tickers the killed run had not finished."""
+    """Kill a checkpoints run's container mid-training; run monitoring fails it, frees its slots; the
+    automatic retry (run_retries, ALL_STEPS from the job's tags) trains only the tickers the killed run
+    had not finished."""
     run_id = stack.launch(
         "retrain_job",
-        {**RANGE, **GPU_TAGS, "dagster/max_retries": "0"},  # the re-execution below is the retry
+        {**RANGE, **GPU_TAGS},  # the instance's run_retries launches the retry below
         # One chunk step per ticker on the CPU pool of 2 slots: the first candidate lands while 4 wait.
         assets=["checkpoints"],
     )
@@ -609,17 +610,16 @@ def step_3_kill(stack: Stack) -> None:
     )
     log(f"run {run_id[:8]} marked {run['status']} by run monitoring, gpu slots freed")
 
-    data = stack.gql(
-        "mutation($p: ReexecutionParams!) { launchRunReexecution(reexecutionParams: $p) { __typename"
-        " ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }",
-        # ALL_STEPS, as tests/dagster/test_checkpoints_pool.py resumes: the planning step re-plans and skips
-        # the tickers trained since the original run started. FROM_FAILURE reuses the killed run's plan and
-        # re-runs no chunk that had not started (measured here: it trained nothing).
-        p={"parentRunId": run_id, "strategy": "ALL_STEPS"},
-    )["launchRunReexecution"]
-    if data["__typename"] != "LaunchRunSuccess":
-        raise DeployTestFailure(f"launchRunReexecution: {data}")
-    retry = data["run"]["runId"]
+    tags = {t["key"]: t["value"] for t in run["tags"]}
+    if tags.get("dagster/retry_strategy") != "ALL_STEPS":
+        raise DeployTestFailure(f"run {run_id} does not carry retrain_job's ALL_STEPS retry strategy: {tags}")
+
+    def retried() -> str | None:
+        # FROM_FAILURE (the default) would reuse the killed run's plan and train nothing; ALL_STEPS re-plans.
+        got = {t["key"]: t["value"] for t in stack.run(run_id)["tags"]}
+        return got.get("dagster/auto_retry_run_id")
+
+    retry = wait(f"run_retries to retry run {run_id[:8]}", 300, retried, interval=3, failing="ldtm_daemon")
     retry_run = stack.wait_run(retry)
     stack.assert_ran_in_its_own_container(retry)
     per_ticker = stack.psql(
@@ -638,9 +638,9 @@ def step_3_kill(stack: Stack) -> None:
         )
     if by_retry != len(TRAINED) - done_by_killed:
         raise DeployTestFailure(
-            f"the re-execution trained {by_retry} tickers, expected {len(TRAINED) - done_by_killed}"
+            f"the automatic retry trained {by_retry} tickers, expected {len(TRAINED) - done_by_killed}"
         )
-    log(f"re-execution {retry[:8]} trained the remaining {by_retry} ticker(s) only")
+    log(f"automatic retry {retry[:8]} trained the remaining {by_retry} ticker(s) only")
 
 
 def step_4_restart(stack: Stack) -> None:

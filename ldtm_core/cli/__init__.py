@@ -102,4 +102,4 @@ def handle_errors(fn: Callable) -> Callable:
 
 
 # Importing the command modules registers their commands on `app`.
-from ldtm_core.cli import accountability, dashboard, data, features, models, promotion, tuning  # noqa: E402,F401
+from ldtm_core.cli import accountability, dashboard, data, decay, features, models, promotion, tuning  # noqa: E402,F401

@@ -114,3 +114,18 @@ def test_dagster_definitions_validate_passes_from_workspace_yaml(tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "passed validation" in out.stdout + out.stderr
+
+
+def test_an_automatic_retry_of_a_killed_retrain_replans_instead_of_reusing_the_dead_plan():
+    """run_retries re-executes FROM_FAILURE unless the run says otherwise; that reuses the killed run's
+    plan and trains nothing (measured in the compose stack). Runs of the chunked GPU jobs carry
+    ALL_STEPS, so the planning step runs again and skips the tickers already trained."""
+    from dagster import DagsterInstance
+    from dagster._core.execution.plan.resume_retry import ReexecutionStrategy
+    from dagster._daemon.auto_run_reexecution.auto_run_reexecution import get_reexecution_strategy
+
+    with DagsterInstance.ephemeral() as instance:
+        for name in ("retrain_job", "backtests_job"):
+            job = defs.resolve_job_def(name)
+            run = instance.create_run_for_job(job, tags={**job.tags, "dagster/partition": "AAPL"})
+            assert get_reexecution_strategy(run, instance) == ReexecutionStrategy.ALL_STEPS, name

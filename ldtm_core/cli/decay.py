@@ -1,0 +1,79 @@
+"""`ldtm decay`: each active model's live record against what its gate report promised, and its feature drift."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db
+
+
+@app.command("decay")
+@handle_errors
+def decay_cmd(
+    ticker: Annotated[
+        list[str] | None, typer.Option("--ticker", "-t", help="Only these tickers (repeat the option)")
+    ] = None,
+    mode: str = typer.Option(
+        "all", "--mode", help="Snapshots scored: all (live and out-of-sample replays), live or replay"
+    ),
+    notify: bool = typer.Option(
+        False, "--notify", help="Also post the decaying tickers to LDTM_NOTIFY_WEBHOOK_URL"
+    ),
+) -> None:
+    """CUSUM decay check and PSI feature drift of every active model (what the `leaderboard_decay`
+    Dagster check reports each night; docs/operations.md says what to do on an alarm)."""
+    from ldtm_core.accountability.decay import DecaySettings, check, notify_decay
+    from ldtm_core.config import Settings
+    from ldtm_core.data.universe import parse_ticker_list
+
+    tickers = parse_ticker_list(ticker) if ticker else None
+    report = check(open_db(), tickers, DecaySettings.from_env(mode=mode))
+    table = Table(
+        "ticker",
+        "live n",
+        "live acc",
+        "promised",
+        "always-up",
+        "CUSUM / h",
+        "vs up / h",
+        "max PSI (feature, band; unusual)",
+        "state",
+        title="decay (active models)",
+    )
+    for t in report.tickers:
+        r = t.row()
+        state = (
+            f"[red]DECAYING (signal {r['alarm_since']})[/]"
+            if t.decaying
+            else (
+                t.reason
+                or (f"ok; {t.signals} earlier signal(s), last {r['last_signal']}" if t.signals else "ok")
+            )
+        )
+        table.add_row(
+            t.ticker,
+            str(t.n),
+            fmt_pct(r["live_accuracy"]),
+            fmt_pct(r["promised_accuracy"]),
+            fmt_pct(r["always_up_accuracy"]),
+            "—" if r["cusum"] is None else f"{r['cusum']:.2f} / {r['threshold']:.2f}",
+            "—" if r["cusum_vs_up"] is None else f"{r['cusum_vs_up']:.2f} / {r['threshold_vs_up']:.2f}",
+            "—"
+            if r["psi_max"] is None
+            else f"{fmt_num(r['psi_max'], 3)} ({r['psi_feature']}, {r['psi_band']})"
+            + (f"; unusual: {r['psi_unusual']}" if r["psi_unusual"] else ""),
+            state,
+        )
+    console.print(table)
+    console.print(report.summary(), highlight=False, soft_wrap=True)
+    if report.without_active:
+        console.print(
+            f"[yellow]not checked, no active model (ungated): {', '.join(report.without_active)}[/]",
+            highlight=False,
+        )
+    if notify and report.decaying:
+        result = notify_decay(report, Settings.from_env().notify_webhook_url)
+        console.print(f"notification {'posted' if result and result.posted else 'logged only'}")

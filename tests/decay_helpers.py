@@ -1,0 +1,103 @@
+"""A planted live record for the decay tests: an active model promoted on a backtest that promised 60 %,
+then filled evenings whose hits are drawn at 60 % and, when `decay_at` is given, at 45 % from there on."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+from accountability_helpers import add_backtest, make_model
+from sqlalchemy import insert
+
+from ldtm_core.accountability import cusum, registry
+from ldtm_core.schema import gate_decisions, snapshots
+
+# 250 backtest rows at 60 %, always-up 52 %: discordant 60 won by the model vs 40 by always-up.
+PROMISE = (250, 0.60, 0.52, 1.5, 0, 60, 40)
+
+
+def evenings(n: int, start: str = "2023-02-01") -> list[dt.date]:
+    return [d.date() for d in pd.bdate_range(start, periods=n)]
+
+
+def planted_model(engine, settings, ticker: str, seed: int = 0) -> int:
+    """An active model whose passed gate decision points at a backtest that promised 60 %."""
+    model_id = make_model(engine, settings, ticker, seed=seed, trained_on=dt.date(2023, 1, 31))
+    bid = add_backtest(engine, model_id, [PROMISE], ticker=ticker)
+    registry.promote(engine, model_id, "test", settings)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(gate_decisions).values(
+                backtest_id=bid,
+                model_id=model_id,
+                ticker=ticker,
+                passed=True,
+                decided_at=dt.datetime.now(dt.UTC),
+            )
+        )
+    return model_id
+
+
+def snapshot_row(ticker, model_id, day, hit, up, *, status="active", in_sample=False, version="v1") -> dict:
+    close = 100.0
+    actual = 101.0 if up else 99.0
+    pred = actual if hit else (99.0 if up else 101.0)  # right or wrong direction as asked
+    return {
+        "ticker": ticker,
+        "run_date": day,
+        "run_date_close": close,
+        "prev_close": close,
+        "model_id": model_id,
+        "model_version": version,
+        "model_status": status,
+        "mode": "replay",
+        "in_sample": in_sample,
+        "next_day_pred": pred,
+        "next_monday_pred": pred,
+        "one_month_pred": pred,
+        "direction_pred": "bullish" if pred > close else "bearish",
+        "next_day_date": day + dt.timedelta(days=1),
+        "next_monday_date": day + dt.timedelta(days=3),
+        "one_month_date": day + dt.timedelta(days=30),
+        "run_id": "r",
+        "created_at": dt.datetime.now(dt.UTC),
+        "prev_hash": f"{ticker}{day}{version}",
+        "row_hash": "h",
+        "next_day_actual": actual,
+        "next_day_pct_error": (pred - actual) / actual * 100,
+        "next_day_direction_actual": "bullish" if up else "bearish",
+        "next_day_direction_correct": bool(hit),
+        "next_monday_actual": actual,
+        "next_monday_pct_error": 1.0,
+        "one_month_actual": actual,
+        "one_month_pct_error": 1.0,
+    }
+
+
+def planted_record(engine, ticker, model_id, n=400, decay_at=None, seed=1) -> list[dict]:
+    """n filled evenings of the active model (hits at 60 %, 45 % from `decay_at`; up on 52 %), plus rows
+    that must not count: in-sample replays (all misses) and an ungated candidate's rows (all misses).
+
+    With `decay_at`, the record ends on the evening the accuracy chart first signals after the drop: the
+    night the check must warn (the chart the reader runs: p0 60 %, p1 50 %, ARL0 2 x 1000)."""
+    rng = np.random.default_rng(seed)
+    rate = np.where(np.arange(n) < (decay_at if decay_at is not None else n), 0.60, 0.45)
+    hits, ups = rng.random(n) < rate, rng.random(n) < 0.52
+    if decay_at is not None:
+        _, signals = cusum.run(cusum.design(0.60, 0.50, 2000), ~hits)
+        n = next(i for i in signals if i >= decay_at) + 1
+        hits, ups = hits[:n], ups[:n]
+    days = evenings(n)
+    rows = [snapshot_row(ticker, model_id, d, h, u) for d, h, u in zip(days, hits, ups, strict=True)]
+    rows += [
+        snapshot_row(ticker, model_id, d, False, True, in_sample=True, version="v1-in")
+        for d in evenings(5, "2022-06-01")
+    ]
+    rows += [  # the same model's rows from before its promotion, while it was an ungated candidate
+        snapshot_row(ticker, model_id, d, False, True, status="candidate", version=f"cand-{model_id}")
+        for d in evenings(5, "2022-09-01")
+    ]
+    with engine.begin() as conn:
+        conn.execute(insert(snapshots), rows)
+    return rows
