@@ -80,6 +80,7 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_GATE_MAX_P_VALUE": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
     "LDTM_GATE_MIN_ROWS": NumberSetting(int, 1, 1e7, "a whole number of backtest test rows"),
     "LDTM_GATE_MIN_FOLD_ROWS": NumberSetting(int, 1, 1e6, "a whole number of test rows per fold"),
+    "LDTM_GATE_ALPHA": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
     "LDTM_DECAY_DELTA": NumberSetting(float, 0, 100, "percentage points (10 for 10 points)", low_open=True),
     "LDTM_DECAY_ARL0": NumberSetting(float, 1, 1e7, "sessions between false alarms per ticker"),
     "LDTM_DECAY_PSI_SESSIONS": NumberSetting(int, 2, 1e5, "a whole number of sessions"),

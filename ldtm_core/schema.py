@@ -279,6 +279,9 @@ gate_decisions = Table(
     Column("ticker", TICKER, nullable=False),
     Column("passed", Boolean, nullable=False),
     Column("decided_at", DateTime(timezone=True), nullable=False),
+    # "pass" / "fail" / "insufficient evidence" and the whole report (GateReport.to_dict); revision 0023
+    Column("decision", String(24)),
+    Column("report_json", Text),
     Index("ix_gate_decisions_backtest", "backtest_id"),
 )
 

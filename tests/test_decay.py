@@ -223,3 +223,33 @@ def test_cli_decay_names_the_decaying_ticker(ldtm_env, tmp_path):
     assert "DECAYING" in out.output and "Decay in 1 of 2 active models" in out.output
     only = CliRunner().invoke(app, ["decay", "--ticker", "NVDA"], env={"COLUMNS": "200"})
     assert only.exit_code == 0 and "No decay: 1 active model checked" in only.output
+
+
+def test_a_model_promoted_after_its_shadow_evenings_keeps_the_promise_of_its_gate_backtest(
+    engine, db_url, tmp_path
+):
+    """The shadow conclusion records a passed decision too (backtest_id 'shadow-<id>', no folds): the
+    promise is still the backtest the gate passed, not "no promise"."""
+    import datetime as dt
+
+    from sqlalchemy import insert
+
+    from ldtm_core.accountability import registry
+    from ldtm_core.schema import gate_decisions
+
+    settings = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL"], start="2022-01-03", end="2024-09-30")
+    model_id = planted_model(engine, settings, "AAPL", seed=0)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(gate_decisions).values(
+                backtest_id=f"shadow-{model_id}",
+                model_id=model_id,
+                ticker="AAPL",
+                passed=True,
+                decided_at=dt.datetime.now(dt.UTC),
+            )
+        )
+    promise = decay.promise_of(engine, registry.get_model(engine, model_id))
+    assert promise is not None and promise.source == "gate decision"
+    assert promise.accuracy == pytest.approx(0.60) and not promise.backtest_id.startswith("shadow-")

@@ -59,7 +59,9 @@ def test_pass_promotes_and_pools_folds(engine, s):
     mid = make_model(engine, s, "AAPL", seed=2, trained_on=dt.date(2024, 3, 1))
     add_backtest(engine, mid, [(100, 0.40, 0.50, 9.0, 0), (100, 0.40, 0.5, 9.0, 0)])  # older, failing
     add_backtest(engine, mid, [(60, 0.55, 0.50, 1.5, 0), (40, 0.60, 0.45, 2.0, 0)])  # newest: used
-    report = run_gate(engine, s, "AAPL")
+    # Under the evidence policy these hand-made folds (no per-row predictions) cannot be paired with the
+    # champion, so the champion stays: the next test. The seed policy judges the pooled figures alone.
+    report = run_gate(engine, s, "AAPL", thresholds=GateThresholds(policy="seed"))
     assert report.passed and report.model_id == mid and report.folds == 2 and report.n == 100
     assert report.direction_accuracy == pytest.approx((0.55 * 60 + 0.60 * 40) / 100)
     assert report.always_up_accuracy == pytest.approx((0.50 * 60 + 0.45 * 40) / 100)
@@ -68,6 +70,20 @@ def test_pass_promotes_and_pools_folds(engine, s):
     assert report.promoted.version == "v1.2024-03-01" and report.promoted.retired_model_id == old
     assert registry.active_model(engine, "AAPL").id == mid
     assert report.notified is None
+
+
+def test_a_backtest_that_cannot_be_paired_with_the_champion_keeps_the_champion(engine, s):
+    """Folds without stored per-row predictions (written before revision 0022) are no evidence that the
+    candidate is better than what serves: insufficient evidence under the default policy."""
+    old = make_model(engine, s, "AAPL", seed=1)
+    registry.promote(engine, old, "earlier", s)
+    mid = make_model(engine, s, "AAPL", seed=2)
+    add_backtest(engine, mid, [(60, 0.55, 0.50, 1.5, 0, 10, 7), (40, 0.60, 0.45, 2.0, 0, 9, 5)])
+    report = run_gate(engine, s, "AAPL")
+    assert report.decision == "insufficient evidence" and not report.passed
+    assert report.comparison.champion_model_id == old and "cannot be paired" in report.comparison.note
+    assert registry.active_model(engine, "AAPL").id == old
+    assert registry.get_model(engine, mid).status == "candidate"
 
 
 @pytest.mark.parametrize(

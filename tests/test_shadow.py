@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from ldtm_core.accountability import registry, shadow
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import run_gate
+from ldtm_core.accountability.gate import GateThresholds, run_gate
 from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day
 from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ticker_predictions
 from ldtm_core.accountability.snapshots import predict
@@ -241,7 +241,8 @@ def test_zero_sessions_or_no_champion_promotes_at_once(engine, tmp_path, db_url)
 def test_gate_pass_goes_to_shadow_and_a_newer_shadow_replaces_it(engine, s, champion):
     mid = make_model(engine, s, "AAPL", seed=2, trained_on=dt.date(2024, 3, 1))
     add_backtest(engine, mid, [(60, 0.55, 0.50, 1.5, 0), (40, 0.60, 0.45, 2.0, 0)])
-    report = run_gate(engine, s, "AAPL")
+    # The seed policy: this hand-made backtest has no per-row predictions to pair with the champion.
+    report = run_gate(engine, s, "AAPL", thresholds=GateThresholds(policy="seed"))
     assert report.passed and report.promoted.shadow
     assert registry.get_model(engine, mid).status == "shadow"
     assert registry.active_model(engine, "AAPL").id == champion.id

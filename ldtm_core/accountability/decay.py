@@ -36,6 +36,7 @@ from sqlalchemy import Engine, select
 from ldtm_core.accountability import cusum, notify
 from ldtm_core.accountability.drift import FeatureDrift, feature_drift, model_inputs
 from ldtm_core.accountability.registry import ModelRecord, config_signature, serving_models
+from ldtm_core.accountability.shadow import SHADOW_DECISION_PREFIX
 from ldtm_core.config import env_number
 from ldtm_core.errors import InputError
 from ldtm_core.schema import backtest_folds, gate_decisions, snapshots
@@ -247,7 +248,12 @@ def promise_of(engine: Engine, model: ModelRecord) -> Promise | None:
     with engine.connect() as conn:
         passed = conn.execute(
             select(gate_decisions.c.backtest_id)
-            .where(gate_decisions.c.model_id == model.id, gate_decisions.c.passed.is_(True))
+            .where(
+                gate_decisions.c.model_id == model.id,
+                gate_decisions.c.passed.is_(True),
+                # a shadow conclusion (live evenings, no folds) is not the backtest that made the promise
+                gate_decisions.c.backtest_id.not_like(f"{SHADOW_DECISION_PREFIX}%"),
+            )
             .order_by(gate_decisions.c.id.desc())
             .limit(1)
         ).scalar()

@@ -7,7 +7,10 @@ Two named policies (LDTM_GATE_POLICY). `seed`: the seed's absolute criteria alon
 default): the same, and first a minimum of evidence, test rows in all (LDTM_GATE_MIN_ROWS) and in every
 fold (LDTM_GATE_MIN_FOLD_ROWS); below it the decision is "insufficient evidence": the champion stays,
 the candidate stays candidate (issue 21: two folds of one row, or 4 rows at p = 0.5, were promoted).
-The defaults come from a power calculation (docs/architecture.md, *Promotion gate*).
+The defaults come from a power calculation (docs/architecture.md, *Promotion gate*). A candidate that
+meets the minimum and the absolute bar is then paired with the champion on identical walk-forward rows
+(`champion_challenger.judge`: a paired backtest of the two configs, stale vs refreshed weights for the
+same recipe, or vs always-up when nothing serves yet); the report names the evidence it rests on.
 
 Seed criteria (overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
@@ -23,17 +26,21 @@ nor re-notifies anything.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import baselines, notify, shadow
+from ldtm_core.accountability import baselines, champion_challenger, gate_markdown, notify, shadow
+from ldtm_core.accountability.champion_challenger import Comparison
 from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
     DEFAULT_MIN_FOLD_ROWS,
     DEFAULT_MIN_ROWS,
     EVIDENCE_CRITERIA,
     POLICIES,
+    Criterion,
     GateThresholds,
+    _fmt,
 )
 from ldtm_core.accountability.registry import (
     PromoteResult,
@@ -42,7 +49,7 @@ from ldtm_core.accountability.registry import (
     newest_candidate,
     record_event,
 )
-from ldtm_core.accountability.skill import SkillTest, format_p_value, pooled
+from ldtm_core.accountability.skill import SkillTest, pooled
 from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
@@ -52,30 +59,6 @@ from ldtm_core.schema import backtest_folds, gate_decisions
 
 class AlreadyJudgedError(InputError):
     """The newest backtest of the candidate already has a gate decision (force to judge it again)."""
-
-
-@dataclass
-class Criterion:
-    name: str
-    value: float | int | str  # 'unknown' for a p-value the backtest did not record
-    op: str  # '>=' or '<=' or '>'
-    threshold: float | int
-    passed: bool
-
-    def describe(self) -> str:
-        return (
-            f"{self.name} = {_fmt(self.name, self.value)} (needs {self.op} {_fmt(self.name, self.threshold)})"
-        )
-
-
-def _fmt(name: str, v) -> str:
-    if name == "skill_p_value":
-        return format_p_value(v) if isinstance(v, float) else "unknown"
-    if isinstance(v, float) and ("accuracy" in name or "margin" in name):
-        return f"{v * 100:.2f}%"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
 
 
 @dataclass
@@ -97,6 +80,8 @@ class GateReport:
     # always-up, persistence, trailing majority on the same rows with their paired tests (None: unknown)
     baselines: dict = field(default_factory=dict)
     criteria: list[Criterion] = field(default_factory=list)
+    # The paired evidence vs the champion (evidence policy, once the absolute bar is met); None: not run
+    comparison: Comparison | None = None
     passed: bool = False
     promoted: PromoteResult | None = None
     notified: notify.NotifyResult | None = None
@@ -110,10 +95,25 @@ class GateReport:
         """The decision rule, in words, for every report."""
         if self.policy == "seed":
             return "seed policy: the absolute criteria below, all met"
-        return (
+        head = (
             "evidence policy: enough test rows in all and in every fold (else insufficient evidence, the "
             "champion stays), then the seed's absolute criteria, all met"
         )
+        if self.comparison is None:
+            return head + ", then the paired comparison with the champion (not reached)"
+        return f"{head}, then {self.comparison.evidence}: {self.comparison.rule}"
+
+    @property
+    def evidence(self) -> str:
+        """What the decision rests on, in words."""
+        if self.policy == "seed":
+            return "absolute criteria (seed policy)"
+        if self.comparison is None:
+            return "own backtest (minimum evidence, absolute criteria)"
+        return self.comparison.evidence
+
+    def markdown(self) -> str:
+        return gate_markdown.markdown(self)
 
     def baseline_lines(self) -> list[str]:
         """Each baseline beside the model on the same rows, 'beats' only with its exact test and p."""
@@ -136,6 +136,7 @@ class GateReport:
             f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
             + (self.skill.describe() if self.skill else "skill test unknown (backtest predates it)")
             + "".join(f"; {line}" for line in self.baseline_lines()[1:])
+            + (f"; {self.comparison.describe()}" if self.comparison else "")
             + f"; rule: {self.rule}"
         )
         if self.passed:
@@ -161,6 +162,8 @@ class GateReport:
             "skill_up_only": self.skill.up_only if self.skill else None,
             "skill_p_value": self.skill.p_value if self.skill else None,
             "rule": self.rule,
+            "evidence": self.evidence,
+            "comparison": self.comparison.to_dict() if self.comparison else None,
             "baselines": {
                 name: None
                 if (b := self.baselines.get(name)) is None
@@ -178,6 +181,7 @@ class GateReport:
             "criteria": [asdict(c) for c in self.criteria],
             "failing": [asdict(c) for c in self.failing],
             "summary": self.summary(),
+            "markdown": self.markdown(),
         }
 
 
@@ -289,8 +293,31 @@ def _decision(conn, report: GateReport, at: dt.datetime) -> None:
             ticker=report.ticker,
             passed=report.passed,
             decided_at=at,
+            decision=report.decision,
+            report_json=json.dumps(report.to_dict(), default=_json_default),
         )
     )
+
+
+def _json_default(value):
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return str(value)
+
+
+def latest_reports(engine: Engine, tickers=None) -> dict[str, dict]:
+    """{ticker: the latest recorded gate report (GateReport.to_dict) with its `decided_at`}; decisions
+    recorded before revision 0023 have no report and are left out."""
+    stmt = select(gate_decisions.c.ticker, gate_decisions.c.decided_at, gate_decisions.c.report_json).where(
+        gate_decisions.c.report_json.is_not(None)
+    )
+    if tickers is not None:
+        stmt = stmt.where(gate_decisions.c.ticker.in_(list(tickers)))
+    out = {}
+    with engine.connect() as conn:
+        for row in conn.execute(stmt.order_by(gate_decisions.c.id)):
+            out[row.ticker] = {**json.loads(row.report_json), "decided_at": str(row.decided_at)[:19]}
+    return out
 
 
 def run_gate(
@@ -339,6 +366,13 @@ def run_gate(
             "to judge the same backtest again"
         )
     fig, criteria = evaluate(folds, thresholds)
+    comparison = None
+    if thresholds.policy == "evidence" and fig["decision"] == "pass":
+        # Only a candidate that met the bar is paired with the champion: the decision of any other is
+        # already made, and the champion's side can cost fits.
+        comparison = champion_challenger.judge(engine, settings, rec, folds, fig["skill"], thresholds)
+        criteria = criteria + comparison.criteria
+        fig["decision"] = comparison.decision
     report = GateReport(
         ticker=ticker,
         model_id=model_id,
@@ -355,6 +389,7 @@ def run_gate(
         baselines=fig["baselines"],
         criteria=criteria,
         decision=fig["decision"],
+        comparison=comparison,
         policy=thresholds.policy,
         passed=fig["decision"] == "pass",
     )

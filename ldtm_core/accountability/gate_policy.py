@@ -1,7 +1,8 @@
 """Gate policies and thresholds (issue 21): what the promotion gate requires, from env, CLI or config.
 
 `seed`: the seed's absolute criteria alone. `evidence` (the default): a minimum of evidence first (test
-rows over all folds and in every fold), then the same criteria. The gate itself is `gate.py`.
+rows over all folds and in every fold), then the same criteria, then the paired comparison with the
+champion (`champion_challenger.py`). The gate itself is `gate.py`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ldtm_core.accountability.skill import format_p_value
 from ldtm_core.config import env_number
 from ldtm_core.errors import ConfigError, InputError
 
@@ -21,6 +23,9 @@ EVIDENCE_CRITERIA = ("rows", "fold_rows")
 DEFAULT_MIN_ROWS = 100
 # fold_spans' own smallest automatic test block: a fold of fewer rows is a hand-made `--test-sessions`.
 DEFAULT_MIN_FOLD_ROWS = 10
+# The one-sided significance level of the champion/challenger tests (LDTM_GATE_ALPHA): a challenger must
+# beat the champion at p <= alpha, and is refused when the champion (or always-up) beats it at p <= alpha.
+DEFAULT_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class GateThresholds:
     policy: str = "evidence"  # "seed": the absolute criteria only; "evidence": minimum evidence first
     min_rows: int = DEFAULT_MIN_ROWS  # test rows over all folds (evidence policy)
     min_fold_rows: int = DEFAULT_MIN_FOLD_ROWS  # test rows in every fold (evidence policy)
+    # Significance of the paired tests vs the champion / stale weights / always-up (evidence policy)
+    alpha: float = DEFAULT_ALPHA
 
     def validate(self) -> GateThresholds:
         """Refuse thresholds no model could meet (or every model meets) when they come from a user:
@@ -46,6 +53,7 @@ class GateThresholds:
             ),
             (self.min_rows >= 1, f"min rows must be >= 1, not {self.min_rows}"),
             (self.min_fold_rows >= 1, f"min rows per fold must be >= 1, not {self.min_fold_rows}"),
+            (0.0 < self.alpha < 1.0, f"gate alpha must be within (0, 1), not {self.alpha}"),
             # Above 100 % is allowed: it is how a test or an operator forces a candidate to fail.
             (
                 self.min_direction_accuracy >= 0.0,
@@ -85,6 +93,7 @@ class GateThresholds:
             "max_p_value": ("LDTM_GATE_MAX_P_VALUE", 1),
             "min_rows": ("LDTM_GATE_MIN_ROWS", 1),
             "min_fold_rows": ("LDTM_GATE_MIN_FOLD_ROWS", 1),
+            "alpha": ("LDTM_GATE_ALPHA", 1),
         }
         values = {}
         policy = os.environ.get("LDTM_GATE_POLICY", "").strip().lower()
@@ -98,3 +107,27 @@ class GateThresholds:
                 values[name] = value / per_unit if per_unit != 1 else value
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values).validate()
+
+
+@dataclass
+class Criterion:
+    name: str
+    value: float | int | str  # 'unknown' for a p-value the backtest did not record
+    op: str  # '>=' or '<=' or '>'
+    threshold: float | int
+    passed: bool
+
+    def describe(self) -> str:
+        return (
+            f"{self.name} = {_fmt(self.name, self.value)} (needs {self.op} {_fmt(self.name, self.threshold)})"
+        )
+
+
+def _fmt(name: str, v) -> str:
+    if name == "skill_p_value" or name.endswith("_p"):
+        return format_p_value(v) if isinstance(v, float) else "unknown"
+    if isinstance(v, float) and ("accuracy" in name or "margin" in name):
+        return f"{v * 100:.2f}%"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)

@@ -47,6 +47,8 @@ from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, LDTMError, NotFoundError
 from ldtm_core.schema import gate_decisions, model_registry, snapshots
 
+# gate_decisions rows of shadow conclusions: backtest_id is this prefix + the shadow model id (no folds).
+SHADOW_DECISION_PREFIX = "shadow-"
 SIGNIFICANCE = 0.05  # p at or below which the champion is judged better and the shadow retired
 RULE = (
     "retire the shadow when the champion is significantly better on the same filled evenings "
@@ -390,7 +392,8 @@ def _act(engine: Engine, settings: Settings, cmp: ShadowComparison, action: str,
 def _decision(conn: Connection, cmp: ShadowComparison, passed: bool) -> None:
     conn.execute(
         insert(gate_decisions).values(
-            backtest_id=f"shadow-{cmp.shadow_model_id}",
+            backtest_id=f"{SHADOW_DECISION_PREFIX}{cmp.shadow_model_id}",
+            decision="shadow promoted" if passed else "shadow retired",
             model_id=cmp.shadow_model_id,
             ticker=cmp.ticker,
             passed=passed,

@@ -233,6 +233,35 @@ def registry_history(ticker: str = typer.Argument(..., help="Ticker")) -> None:
     console.print(table)
 
 
+@registry_app.command("promote")
+@handle_errors
+def registry_promote(
+    ticker: str = typer.Argument(..., help="Ticker"),
+    model_id: int = typer.Option(..., "--model-id", help="The candidate to make active"),
+    reason: str = typer.Option(
+        ..., "--reason", help="Why the gate is overridden: recorded in the registry history"
+    ),
+) -> None:
+    """Promote a candidate by hand, over the gate's decision (a deliberate override, logged)."""
+    from ldtm_core.accountability.registry import get_model, promote
+    from ldtm_core.data.universe import validate_ticker
+
+    ticker = validate_ticker(ticker)
+    if not reason.strip():
+        raise InputError("--reason must say why the gate is overridden")
+    cfg = settings()
+    engine = open_db(cfg)
+    rec = get_model(engine, model_id)
+    if rec.ticker != ticker:
+        raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
+    res = promote(engine, model_id, f"manual override of the gate: {reason.strip()}", cfg)
+    console.print(
+        f"{ticker}: model {model_id} active as {res.version}; retired "
+        f"{res.retired_model_id if res.retired_model_id is not None else 'nothing'} "
+        "(recorded in `ldtm registry history`)"
+    )
+
+
 @registry_app.command("rollback")
 @handle_errors
 def registry_rollback(
@@ -288,11 +317,18 @@ def gate_cmd(
     min_fold_rows: int = typer.Option(
         None, "--min-fold-rows", help="Evidence policy: test rows in every fold (default 10)"
     ),
+    alpha: float = typer.Option(
+        None,
+        "--alpha",
+        help="Evidence policy: significance of the paired tests vs the champion, stale weights or "
+        "always-up (default LDTM_GATE_ALPHA or 0.05)",
+    ),
     force: bool = typer.Option(
         False, "--force", help="Judge the newest backtest again even if the gate already judged it"
     ),
 ) -> None:
-    """Judge a candidate on its newest backtest: promote on pass; exit 1 and notify on fail."""
+    """Judge a candidate on its newest backtest, paired with the champion on the same rows: promote on
+    pass; exit 1 and notify on fail."""
     from ldtm_core.accountability.gate import GateThresholds, run_gate
     from ldtm_core.data.universe import validate_ticker
 
@@ -305,6 +341,7 @@ def gate_cmd(
         policy=None if policy is None else policy.strip().lower(),
         min_rows=min_rows,
         min_fold_rows=min_fold_rows,
+        alpha=alpha,
     )
     cfg = settings()
     report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds, force=force)
@@ -321,7 +358,14 @@ def gate_cmd(
             "yes" if c.passed else "[red]NO[/]",
         )
     console.print(table)
-    console.print(_baselines_table(report))
+    from ldtm_core.cli.gate_tables import baselines_table, comparison_lines, comparison_table
+
+    console.print(baselines_table(report))
+    if report.comparison is not None:
+        console.print(comparison_table(report))
+        for line in comparison_lines(report):
+            console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"evidence: {report.evidence}", highlight=False)
     console.print(report.summary())
     if report.passed:
         p = report.promoted
@@ -336,31 +380,3 @@ def gate_cmd(
     if report.notified and report.notified.error:
         err_console.print(f"[yellow]webhook failed:[/] {report.notified.error}")
     sys.exit(1)
-
-
-def _baselines_table(report) -> Table:
-    """The model beside each baseline on the same rows, with the exact paired test (issue 21)."""
-    from ldtm_core.accountability.baselines import BASELINES, LABELS
-    from ldtm_core.accountability.skill import format_p_value
-
-    table = Table(
-        "on the same rows",
-        "accuracy",
-        "model only / baseline only",
-        "p (model beats it)",
-        title=f"{report.ticker}: {report.n} rows over {report.folds} folds; decision "
-        f"{report.decision.upper()} ({report.rule})",
-    )
-    table.add_row("model", fmt_pct(report.direction_accuracy), "", "")
-    for name in BASELINES:
-        b = report.baselines.get(name)
-        if b is None:
-            table.add_row(LABELS[name], "unknown", "backtest predates it", "")
-        else:
-            table.add_row(
-                LABELS[name],
-                fmt_pct(b.accuracy),
-                f"{b.model_only} / {b.base_only}",
-                format_p_value(b.p_value),
-            )
-    return table

@@ -254,6 +254,7 @@ def run_backtest(
     threads: int | None = 1,
     warm_start: bool = DEFAULT_WARM_START,
     reuse: bool | None = None,
+    end: dt.date | None = None,
 ) -> BacktestResult:
     """Walk-forward backtest of `cfg` (default: the model's config) on `ticker`; writes backtest_folds.
 
@@ -263,6 +264,8 @@ def run_backtest(
     saw only rows before its own, earlier cutoff); fold 1 always starts cold (`fold_one_start`).
     `reuse` (default `settings.backtest_reuse`) takes a fold's stored outcome (`fold_cache`) instead
     of refitting it when its key — config, rows, cutoff, seed, starting weights — is unchanged.
+    `end`: read prices up to this date only (the gate backtests the champion's config on the very
+    prices the candidate's backtest read).
     """
     t0 = time.perf_counter()
     ticker = validate_ticker(ticker)
@@ -284,7 +287,7 @@ def run_backtest(
         raise NotFoundError(
             f"{ticker} has no candidate model to backtest: train first (ldtm train --tickers {ticker})"
         )
-    prices, feats = prices_and_features(engine, ticker)
+    prices, feats = prices_and_features(engine, ticker, end=end)
     if prices.empty:
         raise NotFoundError(f"no prices for {ticker}")
     seen_by_study = tuning_seen(engine, model_id, cfg)

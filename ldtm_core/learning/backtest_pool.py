@@ -12,6 +12,7 @@ from functools import partial
 
 from sqlalchemy.engine import Engine
 
+from ldtm_core.accountability.champion_challenger import prepare_champion
 from ldtm_core.accountability.registry import newest_candidate
 from ldtm_core.config import Settings, mask_secrets
 from ldtm_core.data.universe import validate_ticker
@@ -27,6 +28,7 @@ class BacktestOutcome:
     status: str  # 'ok' | 'no candidate' | 'failed'
     result: BacktestResult | None = None
     reason: str = ""
+    champion: BacktestResult | None = None  # the champion's config on the same folds (another recipe)
 
     def row(self) -> dict:
         """One summary row (CLI table, Dagster metadata)."""
@@ -49,9 +51,11 @@ class BacktestOutcome:
             "leakage_rows": r.leakage_rows,
             "folds_reused": r.reused_folds,
             "folds_refit": r.refit_folds,
+            "champion_folds_refit": self.champion.refit_folds if self.champion else None,
             "covered_live": r.live_note,
             "duration_s": round(r.duration_s, 2),
             "features": r.features,
+            **({"reason": self.reason} if self.reason else {}),
         }
 
 
@@ -85,7 +89,18 @@ def backtest_candidate(
         )
     except LDTMError as exc:
         return BacktestOutcome(ticker, "failed", reason=mask_secrets(str(exc), settings.database_url))
-    return BacktestOutcome(ticker, "ok", result)
+    try:
+        # The gate pairs the candidate with the champion on these folds: fit the champion's side here,
+        # within the slot plan, so the gate (one process, one thread) only reads stored folds.
+        champion = prepare_champion(
+            engine, settings, candidate, result, device=device, threads=threads, reuse=reuse
+        )
+    except LDTMError as exc:  # the gate tries again and reports why it cannot pair
+        why = mask_secrets(str(exc), settings.database_url)
+        return BacktestOutcome(
+            ticker, "ok", result, reason=f"champion's config not backtested on these folds: {why}"
+        )
+    return BacktestOutcome(ticker, "ok", result, champion=champion)
 
 
 def backtest_many(

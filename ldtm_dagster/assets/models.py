@@ -4,7 +4,7 @@ Both are partitioned by ticker and accept multi-partition (single-run) backfills
 `context.partition_keys` and write to the database and the artifact store themselves (no IO manager).
 """
 
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, MetadataValue, asset
 
 from ldtm_core.accountability import gate, registry
 from ldtm_core.learning import export
@@ -32,9 +32,12 @@ def promotions(
     Materialised by `promotion_gate_sensor` whenever a ticker's backtest lands. Every row states the
     decision with its policy and rule, the rows, the model's accuracy beside always-up, persistence and
     the trailing majority on the same rows with the p-values; a failing candidate, or one judged on
-    too little evidence, stays a candidate and the champion keeps serving.
+    too little evidence, stays a candidate and the champion keeps serving. `gate_reports` is each
+    report as a Markdown table: both models on the shared rows, the discordant counts, the p-values,
+    always-up and persistence on the same rows, the evidence and the rule.
     """
     engine, settings = database.engine(store), database.settings(store)
+    reports: list[str] = []
 
     def one(ticker: str) -> dict:
         candidate = registry.newest_candidate(engine, ticker)
@@ -54,6 +57,8 @@ def promotions(
             }
         if report.passed:  # a failure is logged by the gate's notification (the `ldtm` logger)
             context.log.info(report.summary())
+        reports.append(report.markdown())
+        paired = report.comparison.paired if report.comparison else None
         # Every baseline on the same rows beside the model, each with its exact paired p-value.
         base = {}
         for name in ("persistence", "trend"):
@@ -77,6 +82,14 @@ def promotions(
             **base,
             "mean_abs_pct_error": report.mean_abs_pct_error,
             "leakage_rows": report.leakage_rows,
+            "evidence": report.evidence,
+            "paired_rows": paired.n if paired else None,
+            "challenger_paired_accuracy": paired.challenger_accuracy if paired else None,
+            "champion_paired_accuracy": paired.champion_accuracy if paired else None,
+            "challenger_only": paired.challenger_only if paired else None,
+            "champion_only": paired.champion_only if paired else None,
+            "p_better": paired.p_better if paired else None,
+            "p_worse": paired.p_worse if paired else None,
             "failing": "; ".join(c.describe() for c in report.failing),
         }
 
@@ -84,6 +97,7 @@ def promotions(
     return MaterializeResult(
         metadata={
             "summary": records_table(rows),
+            "gate_reports": MetadataValue.md("\n\n---\n\n".join(reports) or "no gate run"),
             "promoted": sum(r["decision"] == "promoted" for r in rows),
             "shadow": sum(r["decision"] == "shadow" for r in rows),
             "held": sum(r["decision"] == "held" for r in rows),

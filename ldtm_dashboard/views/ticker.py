@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from ldtm_core.accountability.gate import latest_reports
 from ldtm_core.accountability.reports import (
     counted_predictions,
     evening_cohorts,
@@ -118,6 +119,11 @@ st.dataframe(models, hide_index=True)
 st.dataframe(events, hide_index=True)
 
 st.header("Last gate report")
+recorded = latest_reports(db, [ticker]).get(ticker)
+if recorded and recorded.get("markdown"):
+    # As decided (revision 0023): the paired comparison with the champion, the evidence and the rule.
+    st.caption(f"as the gate recorded it, {recorded['decided_at']} UTC; evidence: {recorded.get('evidence')}")
+    st.markdown(recorded["markdown"])
 gate = last_gate_report(db, ticker)
 if gate is None:
     st.info(f"The gate has not judged a model of {ticker} yet.")

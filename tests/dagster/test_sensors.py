@@ -163,6 +163,9 @@ def test_make_dev_after_make_demo_judges_no_backtest_again(
         assert (
             0 < d["trend_p_value"] <= 1 and 0 < d["persistence_p_value"] <= 1 and 0 < d["skill_p_value"] <= 1
         )
+    # The gate reports as Markdown in the run's metadata: the table, the evidence and the rule.
+    md = gated.asset_materializations_for_node("promotions")[0].metadata["gate_reports"].value
+    assert md.count("| direction accuracy |") == 2 and "rule: evidence policy" in md and "failing:" in md
     for notice in webhook:  # the notification carries the same table
         assert notice["rule"].startswith("evidence policy") and set(notice["baselines"]) == {
             "always_up",

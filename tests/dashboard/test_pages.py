@@ -99,9 +99,14 @@ def test_ticker_page_from_the_address(seeded):
     # 3 horizons + rolling accuracy + cohorts + registry timeline.
     assert len(charts(at)) == 6
     assert any("gate FAILED for NVDA" in m.value for m in at.markdown)  # the held model's report
+    # The report as the gate recorded it (revision 0023): the table, the evidence, the rule.
+    assert any(
+        "| direction accuracy |" in m.value and "rule: evidence policy" in m.value for m in at.markdown
+    )
     at.selectbox[0].set_value("AAPL").run()
     assert at.query_params["ticker"] in ("AAPL", ["AAPL"])  # the address follows the choice
     assert any("gate passed (backtest" in m.value for m in at.markdown)  # the promotion event
+    assert any("evidence: vs always-up (first deployment)" in m.value for m in at.markdown)
 
 
 @pytest.mark.parametrize(

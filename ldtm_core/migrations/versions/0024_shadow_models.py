@@ -13,7 +13,7 @@ the schema (writable_schema, the documented procedure for loosening a CHECK), wh
 stored row. PostgreSQL drops and re-creates the constraint.
 
 Revision ID: 0024
-Revises: 0020
+Revises: 0023
 """
 
 import importlib.util
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0024"
-down_revision = "0020"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,348 @@
+"""Champion vs challenger on identical walk-forward rows (issue 21): the evidence the evidence-policy
+gate decides on once the candidate met the minimum evidence and the seed's absolute bar.
+
+Which evidence depends on what serves the ticker now (docs/architecture.md, *Promotion gate*):
+
+- **paired backtest of configs** — the candidate's config differs from the champion's (a tuned recipe,
+  an override, another profile): the champion's config is backtested over the same folds (same
+  cutoffs, purge, test sessions, the very prices the candidate's backtest read), reusing stored folds
+  (`fold_cache`), and the two are paired row by row on (fold, date). Pass only if the candidate is
+  right more often at McNemar p <= alpha and no horizon's |error| is significantly worse.
+- **stale vs refreshed** — the same recipe (the weekly retrain): its config-level backtest *is* the
+  champion's, so comparing configs is empty. Instead, per fold k >= 2, the weights fitted to fold
+  k-1's cutoff (stale: the model as it would serve had it not been refreshed) and fold k's own weights
+  (refreshed through this cutoff) predict fold k's rows, pooled over folds. It answers "does
+  refreshing this recipe help on this ticker", not "are this week's weights good": that evidence comes
+  only from rows the new weights have not seen, the live shadow evenings (LDTM_SHADOW_SESSIONS).
+  Pass unless the stale weights are better at p <= alpha (direction, or any horizon's |error|).
+- **vs always-up (first deployment)** — no active model: the candidate must not lose to always-up
+  beyond noise (always-up better at p <= alpha fails).
+
+A backtest written before per-row predictions (revision 0022) or discordant counts were stored cannot
+be paired: the decision then rests on the absolute criteria alone and the report says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from sqlalchemy import Engine, select
+
+from ldtm_core.accountability import baselines
+from ldtm_core.accountability.gate_policy import Criterion, GateThresholds
+from ldtm_core.accountability.paired import PairedComparison, compare, mcnemar_p
+from ldtm_core.accountability.registry import ModelRecord, active_model, config_signature
+from ldtm_core.accountability.skill import SkillTest, format_p_value
+from ldtm_core.config import Settings
+from ldtm_core.data.feature_store import prices_and_features
+from ldtm_core.data.samples import SampleSet, build_samples
+from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.learning import fold_cache
+from ldtm_core.learning.backtest import DEFAULT_WARM_START, _predict, run_backtest
+from ldtm_core.learning.model import LDTM, ModelConfig
+from ldtm_core.schema import backtest_fold_results
+
+CONFIGS = "paired backtest of configs"
+REFRESH = "stale vs refreshed"
+FIRST = "vs always-up (first deployment)"
+ABSOLUTE = "absolute criteria only"
+
+RULES = {
+    CONFIGS: "the candidate must be right more often than the champion on the same rows (exact McNemar "
+    "p <= {alpha}) and no horizon's |error| significantly worse (Wilcoxon p <= {alpha}); a tie keeps "
+    "the champion",
+    REFRESH: "the refreshed weights must not be significantly worse than the stale ones on the next "
+    "fold's rows (stale better at exact McNemar p <= {alpha}, or any horizon's |error| worse at "
+    "Wilcoxon p <= {alpha}, fails)",
+    FIRST: "no active model: the candidate must not lose to always-up beyond noise (always-up better "
+    "at exact p <= {alpha} fails)",
+    ABSOLUTE: "no paired comparison",
+}
+
+
+@dataclass
+class Comparison:
+    """The gate's paired evidence: which, its criteria and decision, the paired figures when any."""
+
+    evidence: str
+    decision: str  # "pass", "fail" or "insufficient evidence"
+    alpha: float
+    criteria: list[Criterion] = field(default_factory=list)
+    paired: PairedComparison | None = None
+    champion_model_id: int | None = None
+    champion_backtest_id: str | None = None
+    reused_folds: int = 0  # the champion side's folds taken from the store
+    refit_folds: int = 0
+    note: str = ""
+
+    @property
+    def rule(self) -> str:
+        return RULES[self.evidence].format(alpha=f"{self.alpha:g}")
+
+    def describe(self) -> str:
+        out = f"evidence: {self.evidence}"
+        if self.champion_model_id is not None:
+            out += f" (champion model {self.champion_model_id})"
+        if self.paired is not None:
+            out += f"; {self.paired.describe()}"
+        if self.champion_backtest_id:
+            out += f"; champion folds reused {self.reused_folds}, refit {self.refit_folds}"
+        return out + (f"; {self.note}" if self.note else "")
+
+    def to_dict(self) -> dict:
+        return {
+            "evidence": self.evidence,
+            "decision": self.decision,
+            "alpha": self.alpha,
+            "rule": self.rule,
+            "champion_model_id": self.champion_model_id,
+            "champion_backtest_id": self.champion_backtest_id,
+            "champion_folds_reused": self.reused_folds,
+            "champion_folds_refit": self.refit_folds,
+            "note": self.note,
+            "paired": self.paired.to_dict() if self.paired else None,
+        }
+
+
+def decide(
+    evidence: str, paired: PairedComparison, thresholds: GateThresholds
+) -> tuple[str, list[Criterion]]:
+    """The decision on paired figures (pure): 'pass', 'fail' or 'insufficient evidence', and why."""
+    a = thresholds.alpha
+    criteria = []
+    if evidence == CONFIGS:
+        fold_min = min(paired.fold_rows, default=0)
+        criteria += [
+            Criterion("paired_rows", paired.n, ">=", thresholds.min_rows, paired.n >= thresholds.min_rows),
+            Criterion(
+                "paired_fold_rows",
+                fold_min,
+                ">=",
+                thresholds.min_fold_rows,
+                fold_min >= thresholds.min_fold_rows,
+            ),
+            Criterion("beats_champion_p", paired.p_better, "<=", a, paired.p_better <= a),
+        ]
+        insufficient = not (criteria[0].passed and criteria[1].passed)
+    else:  # REFRESH: a non-inferiority check, so fewer rows only weaken it; one fold pair is the floor
+        criteria += [
+            Criterion("paired_folds", len(paired.fold_rows), ">=", 1, len(paired.fold_rows) >= 1),
+            Criterion("stale_better_p", paired.p_worse, ">", a, paired.p_worse > a),
+        ]
+        insufficient = not criteria[0].passed
+    for e in paired.errors:
+        criteria.append(Criterion(f"error_{e.horizon}_worse_p", e.p_worse, ">", a, e.p_worse > a))
+    if insufficient:
+        return "insufficient evidence", criteria
+    return ("pass" if all(c.passed for c in criteria) else "fail"), criteria
+
+
+def first_deployment(skill: SkillTest | None, thresholds: GateThresholds) -> Comparison:
+    if skill is None:
+        return Comparison(
+            ABSOLUTE,
+            "pass",
+            thresholds.alpha,
+            note="no active model, and the backtest predates the discordant counts: always-up not tested",
+        )
+    p = mcnemar_p(skill.up_only, skill.model_only)
+    c = Criterion("always_up_better_p", p, ">", thresholds.alpha, p > thresholds.alpha)
+    return Comparison(
+        FIRST,
+        "pass" if c.passed else "fail",
+        thresholds.alpha,
+        [c],
+        note=f"always-up right on {skill.up_only} vs the candidate on {skill.model_only} of "
+        f"{skill.discordant} disagreements, p (always-up better) = {format_p_value(p)}",
+    )
+
+
+def judge(
+    engine: Engine,
+    settings: Settings,
+    candidate: ModelRecord,
+    folds: list[dict],
+    skill: SkillTest | None,
+    thresholds: GateThresholds,
+) -> Comparison:
+    """The paired evidence for `candidate`, whose backtest `folds` (backtest_folds rows) met the bar."""
+    champion = active_model(engine, candidate.ticker)
+    if champion is None:
+        return first_deployment(skill, thresholds)
+    if any(not f.get("fold_key") for f in folds):
+        # Nothing to pair with the champion: not evidence that the candidate is better, so it stays.
+        return Comparison(
+            ABSOLUTE,
+            "insufficient evidence",
+            thresholds.alpha,
+            champion_model_id=champion.id,
+            note="the backtest predates stored per-row predictions (revision 0022): it cannot be paired "
+            "with the champion, which stays; backtest the candidate again for the paired comparison",
+        )
+    if config_signature(champion.config) != config_signature(candidate.config):
+        return _configs(engine, settings, candidate, champion, folds, thresholds)
+    return _refresh(engine, settings, candidate, champion, folds, thresholds)
+
+
+# --- the rows both sides are scored on ----------------------------------------------------------
+
+
+def _samples(engine: Engine, ticker: str, cfg: ModelConfig, end) -> SampleSet:
+    prices, feats = prices_and_features(engine, ticker, end=end)
+    return build_samples(prices, cfg.window, features=feats.frame)
+
+
+def _index(samples: SampleSet, dates: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(samples.dates, dates)
+    if np.any(pos >= len(samples)) or np.any(samples.dates[np.minimum(pos, len(samples) - 1)] != dates):
+        raise InputError("a fold's test dates are not among the ticker's sessions: backtest again")
+    return pos
+
+
+def _pair(
+    samples: SampleSet, parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], labels: tuple[str, str]
+) -> PairedComparison:
+    """`parts`: (fold, dates, challenger [n, 3], champion [n, 3]) of the rows both sides predicted."""
+    fold = np.concatenate([np.full(len(d), k) for k, d, _, _ in parts]) if parts else np.zeros(0, int)
+    idx = _index(samples, np.concatenate([d for _, d, _, _ in parts])) if parts else np.zeros(0, int)
+    empty = np.zeros((0, 3))
+    return compare(
+        np.concatenate([a for *_, a, _ in parts]) if parts else empty,
+        np.concatenate([b for *_, b in parts]) if parts else empty,
+        samples.target_close[idx],
+        samples.close[idx],
+        samples.prev_close[idx],
+        baselines.trailing_majority(samples.close, samples.prev_close, idx),
+        fold,
+        labels,
+    )
+
+
+def _warm(engine: Engine, folds: list[dict]) -> bool:
+    """Was the candidate's backtest warm-chained (fold 2 started from fold 1's weights)?"""
+    if len(folds) < 2:
+        return DEFAULT_WARM_START
+    with engine.connect() as conn:
+        parent = conn.execute(
+            select(backtest_fold_results.c.parent_key).where(
+                backtest_fold_results.c.fold_key == folds[1]["fold_key"]
+            )
+        ).scalar()
+    return parent == folds[0]["fold_key"]
+
+
+def champion_backtest(
+    engine: Engine,
+    settings: Settings,
+    ticker: str,
+    champion: ModelRecord,
+    folds: int,
+    max_fold_rows: int,
+    warm_start: bool,
+    end: dt.date | None,
+    **kw,
+):
+    """The champion's config backtested on the candidate's folds: the same fold count, cutoffs and test
+    rows (`max_fold_rows` reproduces them: each fold tests min(its quarter, test_sessions)), the same
+    chain and prices, so the stored folds' keys match and a second call refits nothing."""
+    return run_backtest(
+        engine,
+        settings,
+        ticker,
+        champion.config,
+        folds=folds,
+        model_id=champion.id,
+        test_sessions=max_fold_rows,
+        warm_start=warm_start,
+        end=end,
+        **kw,
+    )
+
+
+def prepare_champion(engine: Engine, settings: Settings, candidate: ModelRecord, result, **kw):
+    """Right after the candidate's backtest (in the backtest phase, within the slot plan): when the
+    champion runs another recipe, backtest its config on the same folds so the gate's side reuses them.
+    Returns that backtest, or None when there is nothing to pair (no champion, same recipe)."""
+    champion = active_model(engine, candidate.ticker)
+    if champion is None or config_signature(champion.config) == result.config_signature or not result.folds:
+        return None
+    return champion_backtest(
+        engine,
+        settings,
+        candidate.ticker,
+        champion,
+        len(result.folds),
+        max(f.n for f in result.folds),
+        result.folds[-1].warm_start,
+        result.data_end,
+        **kw,
+    )
+
+
+def _configs(engine, settings, candidate, champion, folds, thresholds) -> Comparison:
+    out = Comparison(CONFIGS, "insufficient evidence", thresholds.alpha, champion_model_id=champion.id)
+    end = folds[0].get("data_end")
+    try:
+        champ = champion_backtest(
+            engine,
+            settings,
+            candidate.ticker,
+            champion,
+            len(folds),
+            max(int(f["n"]) for f in folds),
+            _warm(engine, folds),
+            end,
+        )
+    except (InputError, NotFoundError) as exc:
+        out.note = f"the champion's config could not be backtested on the same folds: {exc}"
+        out.criteria = [Criterion("paired_rows", 0, ">=", thresholds.min_rows, False)]
+        return out
+    out.champion_backtest_id = champ.backtest_id
+    out.reused_folds, out.refit_folds = champ.reused_folds, champ.refit_folds
+    theirs = {f.cutoff: f for f in champ.folds}
+    parts = []
+    for f in folds:
+        other = theirs.get(_date(f["cutoff"]))
+        if other is None:
+            continue
+        d1, p1 = fold_cache.stored_predictions(engine, f["fold_key"])
+        d2, p2 = fold_cache.stored_predictions(engine, other.fold_key)
+        common, i1, i2 = np.intersect1d(d1, d2, return_indices=True)
+        if len(common):
+            parts.append((int(f["fold"]), common, p1[i1], p2[i2]))
+    samples = _samples(engine, candidate.ticker, candidate.config, end)
+    out.paired = _pair(samples, parts, ("candidate", "champion"))
+    out.decision, out.criteria = decide(CONFIGS, out.paired, thresholds)
+    return out
+
+
+def _refresh(engine, settings, candidate, champion, folds, thresholds) -> Comparison:
+    out = Comparison(REFRESH, "insufficient evidence", thresholds.alpha, champion_model_id=champion.id)
+    end = folds[0].get("data_end")
+    samples = _samples(engine, candidate.ticker, candidate.config, end)
+    parts, missing = [], []
+    for prev, f in zip(folds, folds[1:], strict=False):
+        stale = fold_cache.load(engine, settings, prev["fold_key"])
+        stored = fold_cache.stored_predictions(engine, f["fold_key"])
+        if stale is None or stale.weights is None or stored is None:
+            missing.append(str(prev["fold"]))
+            continue
+        dates, refreshed = stored
+        model = LDTM(candidate.config)
+        model.load_state_dict(fold_cache.load_weights(stale.weights))
+        model.eval()
+        with torch.no_grad():
+            old = _predict(model, samples.subset(_index(samples, dates)))
+        parts.append((int(f["fold"]), dates, refreshed, old))
+    out.paired = _pair(samples, parts, ("refreshed", "stale"))
+    out.decision, out.criteria = decide(REFRESH, out.paired, thresholds)
+    if missing:
+        out.note = f"fold(s) {', '.join(missing)}: stored weights missing, left out (backtest with --no-reuse to refit)"
+    return out
+
+
+def _date(value) -> dt.date:
+    return value if isinstance(value, dt.date) and not isinstance(value, dt.datetime) else value.date()

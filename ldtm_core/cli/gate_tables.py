@@ -1,0 +1,96 @@
+"""How `ldtm gate` shows a gate report: the baselines on the same rows and the paired comparison with
+the champion (issue 21), each with its counts and p-values."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ldtm_core.cli import fmt_num, fmt_pct
+
+
+def comparison_table(report) -> Table:
+    """Both sides on the shared rows (issue 21): accuracy and |error| per horizon, beside always-up and
+    persistence on the same rows."""
+    from ldtm_core.accountability.paired import HORIZON_LABELS
+
+    c = report.comparison
+    p = c.paired
+    table = Table(title=f"{report.ticker}: {c.evidence}, decision {c.decision.upper()}")
+    if p is None or not p.n:
+        table.add_column("paired comparison")
+        table.add_row(c.note or "no shared rows")
+        return table
+    up, pers = p.baselines.get("always_up"), p.baselines.get("persistence")
+    for col in (f"on the same {p.n} rows", p.challenger, p.champion, "always-up", "persistence"):
+        table.add_column(col)
+    table.add_row(
+        "direction accuracy",
+        fmt_pct(p.challenger_accuracy),
+        fmt_pct(p.champion_accuracy),
+        fmt_pct(up.accuracy) if up else "",
+        fmt_pct(pers.accuracy) if pers else "",
+    )
+    for e in p.errors:
+        table.add_row(
+            f"mean |err| {HORIZON_LABELS[e.horizon]} ({e.n} rows)",
+            f"{fmt_num(e.challenger_mae)}%",
+            f"{fmt_num(e.champion_mae)}%",
+            "",
+            "",
+        )
+    return table
+
+
+def comparison_lines(report) -> list[str]:
+    from ldtm_core.accountability.paired import HORIZON_LABELS
+    from ldtm_core.accountability.skill import format_p_value
+
+    c = report.comparison
+    p = c.paired
+    out = []
+    if p is not None and p.n:
+        out.append(
+            f"disagreements: {p.challenger} right on {p.challenger_only}, {p.champion} on {p.champion_only}; "
+            f"exact McNemar p ({p.challenger} better) = {format_p_value(p.p_better)}, "
+            f"p ({p.champion} better) = {format_p_value(p.p_worse)}"
+        )
+        out += [
+            f"|error| {HORIZON_LABELS[e.horizon]}: Wilcoxon p ({p.challenger} worse) = {format_p_value(e.p_worse)}"
+            for e in p.errors
+        ]
+    if c.champion_backtest_id:
+        out.append(
+            f"champion backtest {c.champion_backtest_id}: folds reused {c.reused_folds}, refit {c.refit_folds}"
+        )
+    if c.note:
+        out.append(c.note)
+    out.append(f"rule: {c.rule}")
+    return out
+
+
+def baselines_table(report) -> Table:
+    """The model beside each baseline on the same rows, with the exact paired test (issue 21)."""
+    from ldtm_core.accountability.baselines import BASELINES, LABELS
+    from ldtm_core.accountability.skill import format_p_value
+
+    table = Table(
+        "on the same rows",
+        "accuracy",
+        "model only / baseline only",
+        "p (model beats it)",
+        title=f"{report.ticker}: {report.n} rows over {report.folds} folds; decision "
+        f"{report.decision.upper()} ({report.rule})",
+    )
+    table.add_row("model", fmt_pct(report.direction_accuracy), "", "")
+    for name in BASELINES:
+        b = report.baselines.get(name)
+        if b is None:
+            table.add_row(LABELS[name], "unknown", "backtest predates it", "")
+        else:
+            table.add_row(
+                LABELS[name],
+                fmt_pct(b.accuracy),
+                f"{b.model_only} / {b.base_only}",
+                format_p_value(b.p_value),
+            )
+    return table
