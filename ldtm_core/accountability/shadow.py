@@ -23,12 +23,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import pandas as pd
-from scipy.stats import binomtest, wilcoxon
 from sqlalchemy import Connection, Engine, insert, select, update
 
 from ldtm_core.accountability import notify
+from ldtm_core.accountability.paired import error_test, mcnemar_p
 from ldtm_core.accountability.registry import (
     SHADOW,
     ModelRecord,
@@ -227,14 +226,11 @@ def compare(pairs: pd.DataFrame, required: int, alpha: float = SIGNIFICANCE, **i
     cmp.champion_accuracy, cmp.shadow_accuracy = float(champ.mean()), float(shad.mean())
     cmp.champion_only = int((champ & ~shad).sum())
     cmp.shadow_only = int((shad & ~champ).sum())
-    discordant = cmp.champion_only + cmp.shadow_only
-    if discordant:
-        cmp.direction_p = float(binomtest(cmp.champion_only, discordant, 0.5, alternative="greater").pvalue)
+    # The gate's paired tests, with the champion as the side that must prove itself better.
+    cmp.direction_p = mcnemar_p(cmp.champion_only, cmp.shadow_only)
     ce, se = pairs["champion_nd_err"].to_numpy(float), pairs["shadow_nd_err"].to_numpy(float)
     cmp.champion_mae, cmp.shadow_mae = float(ce.mean()), float(se.mean())
-    diff = se - ce
-    if np.any(diff != 0):
-        cmp.error_p = float(wilcoxon(se, ce, alternative="greater").pvalue)
+    cmp.error_p = error_test("next_day", se, ce).p_worse
     for short, name in (("nm", "next_monday"), ("om", "one_month")):
         ok = pairs[f"champion_{short}_err"].notna() & pairs[f"shadow_{short}_err"].notna()
         cmp.horizons[name] = {
