@@ -56,6 +56,7 @@ from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.errors import LDTMError  # noqa: E402
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, run_backtest  # noqa: E402
 from ldtm_core.learning.model import get_profile  # noqa: E402
+from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.learning.training import train_ticker  # noqa: E402
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
@@ -75,6 +76,7 @@ class Registry:
     engine: object
     decisions: dict[str, int] = field(default_factory=dict)  # decision -> count
     errors: list[str] = field(default_factory=list)
+    promoted: dict[str, int] = field(default_factory=dict)  # ticker -> promotions
 
 
 def synthetic_market(n: int, years: float, weeks: int, step: int, seed: int) -> pd.DataFrame:
@@ -183,6 +185,8 @@ def retrain(regs: list[Registry], ticker: str, cfg, profile: str, as_of, folds: 
             reg.errors.append(f"{ticker} {as_of}: {exc}")
             continue
         reg.decisions[report.decision] = reg.decisions.get(report.decision, 0) + 1
+        if report.passed:
+            reg.promoted[ticker] = reg.promoted.get(ticker, 0) + 1
 
 
 @dataclass
@@ -247,7 +251,7 @@ def walk(
     # next-day answer is one more session: the walk needs weeks * step + 1 sessions after ends[0].
     first_end = len(sessions) - 2 - args.weeks * args.step
     ends = [sessions[first_end + w * args.step] for w in range(args.weeks)]
-    regs = [open_registry(p, root / name) for p in args.policies]
+    regs = [open_registry(p, root) for p in args.policies]
     cfg = get_profile(args.profile, **({"max_epochs": args.max_epochs} if args.max_epochs else {}))
     print(
         f"{name}: {len(tickers)} tickers ({', '.join(tickers)}), prices {sessions[0]}..{sessions[-1]}, "
@@ -320,10 +324,8 @@ def main() -> None:
     torch.set_num_threads(1)
     # Each failed gate logs its report at WARNING (the notification): the table below counts them.
     notify.log.setLevel(logging.ERROR)
-    import platform
-
     print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; "
+        f"machine: {describe_cpu()}, {os.cpu_count()} cores; torch {torch.__version__}; "
         f"profile {args.profile}, {args.folds} folds, warm start {args.warm_start}; policies {', '.join(args.policies)}; "
         f"thresholds from the environment (LDTM_GATE_*) as the gate reads them",
         flush=True,
@@ -339,15 +341,17 @@ def main() -> None:
             )
         if real:
             (root / "csv").mkdir()
-            datasets.append(
-                ("real " + ",".join(real), real_market(real, root / "csv", args.years, args.weeks, args.step))
-            )
-        for name, market in datasets:
-            results = walk(name.replace(" ", "_").replace(",", "_"), market, root, args)
+        for series in real:  # one walk each: a table per series
+            market = real_market([series], root / "csv", args.years, args.weeks, args.step)
+            datasets.append((f"{series} ({REAL_SERIES[series]}, arch)", market))
+        for i, (name, market) in enumerate(datasets):
+            results = walk(name, market, root / f"d{i}", args)
             retrains = args.weeks * market["ticker"].nunique()
             out.append(table(name, results, retrains))
             for reg, (_, served) in results.values():
                 print(f"  {reg.policy}: in-sample rows among the served ones: {served.in_sample}")
+                who = ", ".join(f"{t} {n}" for t, n in sorted(reg.promoted.items())) or "none"
+                print(f"  {reg.policy}: promotions per ticker: {who}")
                 for e in reg.errors:
                     print(f"  {reg.policy}: {e}")
     print(f"\nwall {time.perf_counter() - t0:.0f} s\n")
