@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd  # noqa: E402
-from sqlalchemy import select  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
 
 from ldtm_core.accountability import notify  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
@@ -60,7 +60,7 @@ from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.learning.training import train_ticker  # noqa: E402
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
-from ldtm_core.schema import model_registry, snapshots  # noqa: E402
+from ldtm_core.schema import model_registry, registry_events, snapshots  # noqa: E402
 
 POLICIES = ("seed", "evidence")
 # arch's bundled daily series and the ticker each is ingested as.
@@ -76,7 +76,15 @@ class Registry:
     engine: object
     decisions: dict[str, int] = field(default_factory=dict)  # decision -> count
     errors: list[str] = field(default_factory=list)
-    promoted: dict[str, int] = field(default_factory=dict)  # ticker -> promotions
+
+    def promotions(self) -> dict[str, int]:
+        """{ticker: models made active}, from the registry's history: whatever path promoted them."""
+        e = registry_events.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(e.ticker, func.count()).where(e.to_status == "active").group_by(e.ticker)
+            ).all()
+        return {t: int(n) for t, n in rows}
 
 
 def synthetic_market(n: int, years: float, weeks: int, step: int, seed: int) -> pd.DataFrame:
@@ -185,8 +193,6 @@ def retrain(regs: list[Registry], ticker: str, cfg, profile: str, as_of, folds: 
             reg.errors.append(f"{ticker} {as_of}: {exc}")
             continue
         reg.decisions[report.decision] = reg.decisions.get(report.decision, 0) + 1
-        if report.passed:
-            reg.promoted[ticker] = reg.promoted.get(ticker, 0) + 1
 
 
 @dataclass
@@ -282,17 +288,20 @@ def table(name: str, results: dict, retrains: int) -> str:
     lines = [
         f"### {name}",
         "",
-        "| policy | retrains | promoted | failed | insufficient evidence | errors | champion live accuracy "
-        "[95 % Wilson] | always-up, same rows | champion mean abs error | all served rows (champion or "
-        "ungated candidate) | always-up, same rows |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | retrains | promoted | failed | insufficient evidence | other decisions | errors | champion "
+        "live accuracy [95 % Wilson] | always-up, same rows | champion mean abs error | all served rows "
+        "(champion or ungated candidate) | always-up, same rows |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for policy, (reg, (champ, served)) in results.items():
-        d = reg.decisions
+        d = dict(reg.decisions)
+        known = [d.pop(k, 0) for k in ("fail", "insufficient evidence")]
+        d.pop("pass", None)  # counted as promotions from the registry's history
+        other = ", ".join(f"{k} {n}" for k, n in sorted(d.items())) or "0"
         lines.append(
-            f"| {policy} | {retrains} | {d.get('pass', 0)} | {d.get('fail', 0)} | "
-            f"{d.get('insufficient evidence', 0)} | {len(reg.errors)} | {champ.accuracy()} | "
-            f"{champ.always_up()} | {champ.error()} | {served.accuracy()} | {served.always_up()} |"
+            f"| {policy} | {retrains} | {sum(reg.promotions().values())} | {known[0]} | {known[1]} | {other} | "
+            f"{len(reg.errors)} | {champ.accuracy()} | {champ.always_up()} | {champ.error()} | "
+            f"{served.accuracy()} | {served.always_up()} |"
         )
     return "\n".join(lines)
 
@@ -350,7 +359,7 @@ def main() -> None:
             out.append(table(name, results, retrains))
             for reg, (_, served) in results.values():
                 print(f"  {reg.policy}: in-sample rows among the served ones: {served.in_sample}")
-                who = ", ".join(f"{t} {n}" for t, n in sorted(reg.promoted.items())) or "none"
+                who = ", ".join(f"{t} {n}" for t, n in sorted(reg.promotions().items())) or "none"
                 print(f"  {reg.policy}: promotions per ticker: {who}")
                 for e in reg.errors:
                     print(f"  {reg.policy}: {e}")
