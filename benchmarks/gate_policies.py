@@ -5,12 +5,15 @@
 Each policy runs its own throw-away SQLite database and model registry; both see the same prices.
 Week by week (every `--step` sessions), on the same core functions as the pipeline:
   1. ingest   the prices up to this week's last session (`ingest_frame`), then `build_features`;
-  2. nightly  the evenings since the last retrain are predicted by what each registry serves
-              (`replay.predict_range`, mode replay: the champion, or an ungated candidate where none
-              is active yet) and filled back (`fillback`): the champion's live record;
+  2. nightly  each evening since the last retrain: predicted by what each registry serves
+              (`snapshots.predict`, mode replay: the champion, or an ungated candidate where none is
+              active yet, and a shadow if any), filled back (`fillback`), shadows concluded
+              (`shadow.conclude_all`), as the nightly assets do: the champion's live record;
   3. retrain  a candidate trained on the data up to this week (`train_ticker`, what the `checkpoints`
-              asset calls), backtested (`run_backtest`: quarter-anchored folds, reused via fold_cache)
-              and gated (`run_gate` with GateThresholds(policy=...)); a pass is promoted.
+              asset calls), backtested as the `backtests` asset does (`backtest_candidate`: its
+              quarter-anchored folds, reused via fold_cache, and the champion's side where the gate
+              pairs them) and gated (`run_gate` with GateThresholds(policy=...)).
+Promotions are counted from each registry's history (a gate pass, or a shadow promoted later).
 After the last retrain its evenings are predicted and filled too. Retrains start cold by default
 (`warm_start.DEFAULT_WARM_START`), so a week's candidate does not depend on the champion: it is trained
 once and registered in both registries; with `--warm-start` each registry trains its own.
@@ -40,21 +43,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from ldtm_core.accountability import notify  # noqa: E402
+from ldtm_core.accountability import notify, shadow  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
 from ldtm_core.accountability.gate import GateThresholds, run_gate  # noqa: E402
 from ldtm_core.accountability.leaderboard import wilson_interval  # noqa: E402
-from ldtm_core.accountability.registry import get_model, register_candidate  # noqa: E402
-from ldtm_core.accountability.replay import predict_range  # noqa: E402
+from ldtm_core.accountability.registry import SHADOW, get_model, register_candidate  # noqa: E402
+from ldtm_core.accountability.snapshots import predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
-from ldtm_core.data.calendar import calendar_bounds  # noqa: E402
+from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E402
 from ldtm_core.data.feature_store import build_features  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.price_files import read_price_file  # noqa: E402
 from ldtm_core.data.synthetic import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
-from ldtm_core.errors import LDTMError  # noqa: E402
-from ldtm_core.learning.backtest import DEFAULT_FOLDS, run_backtest  # noqa: E402
+from ldtm_core.errors import InputError, LDTMError  # noqa: E402
+from ldtm_core.learning.backtest import DEFAULT_FOLDS  # noqa: E402
+from ldtm_core.learning.backtest_pool import backtest_candidate  # noqa: E402
 from ldtm_core.learning.model import get_profile  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.learning.training import train_ticker  # noqa: E402
@@ -118,11 +122,11 @@ def real_market(names: list[str], home: Path, years: float, weeks: int, step: in
     return pd.concat(frames, ignore_index=True)
 
 
-def open_registry(policy: str, root: Path) -> Registry:
+def open_registry(policy: str, root: Path, shadow_sessions: int) -> Registry:
     home = root / policy
     url = f"sqlite:///{home}/ldtm.db"
     home.mkdir(parents=True)
-    settings = Settings(home=home, database_url=url)
+    settings = Settings(home=home, database_url=url, shadow_sessions=shadow_sessions)
     settings.ensure_dirs()
     return Registry(policy, settings, upgrade(url))
 
@@ -140,10 +144,15 @@ def ingest_until(regs: list[Registry], market: pd.DataFrame, after, until, ticke
 
 
 def nightly(regs: list[Registry], first, last) -> None:
-    """The evenings `first..last` predicted by what each registry serves, then everything filled back."""
-    for reg in regs:
-        predict_range(reg.engine, reg.settings, first, last, mode="replay")
-        fillback(reg.engine)
+    """Each evening `first..last` as the nightly runs it: predict with what each registry serves (mode
+    replay), fill back what the prices answer, conclude the shadows that have their evenings."""
+    for day in sessions_between(first, last):
+        for reg in regs:
+            predict(reg.engine, reg.settings, day, mode="replay")
+            fillback(reg.engine)
+            for outcome in shadow.conclude_all(reg.engine, reg.settings):
+                if outcome.error:
+                    reg.errors.append(f"shadow {day}: {outcome.error}")
 
 
 def _candidate_row(engine, model_id: int) -> dict:
@@ -181,7 +190,9 @@ def retrain(regs: list[Registry], ticker: str, cfg, profile: str, as_of, folds: 
         else:
             model_id = register_candidate(reg.engine, **shared)
         try:
-            run_backtest(reg.engine, reg.settings, ticker, folds=folds, model_id=model_id)
+            bt = backtest_candidate(reg.engine, ticker, None, 1, settings=reg.settings, folds=folds)
+            if bt.status != "ok":
+                raise InputError(f"backtest {bt.status}: {bt.reason}")
             report = run_gate(
                 reg.engine,
                 reg.settings,
@@ -241,6 +252,8 @@ def live_record(reg: Registry, first, last) -> tuple[Record, Record]:
         ).all()
     champion, served = Record(), Record()
     for r in rows:
+        if r.model_status == SHADOW:  # never published: not what the policy served
+            continue
         served.add(r)
         if r.model_status == "active":
             champion.add(r)
@@ -257,7 +270,7 @@ def walk(
     # next-day answer is one more session: the walk needs weeks * step + 1 sessions after ends[0].
     first_end = len(sessions) - 2 - args.weeks * args.step
     ends = [sessions[first_end + w * args.step] for w in range(args.weeks)]
-    regs = [open_registry(p, root) for p in args.policies]
+    regs = [open_registry(p, root, args.shadow_sessions) for p in args.policies]
     cfg = get_profile(args.profile, **({"max_epochs": args.max_epochs} if args.max_epochs else {}))
     print(
         f"{name}: {len(tickers)} tickers ({', '.join(tickers)}), prices {sessions[0]}..{sessions[-1]}, "
@@ -321,6 +334,9 @@ def main() -> None:
     ap.add_argument(
         "--warm-start", action="store_true", default=DEFAULT_WARM_START, help="retrain from the champion"
     )
+    ap.add_argument(
+        "--shadow-sessions", type=int, default=0, help="LDTM_SHADOW_SESSIONS of both registries (default 0)"
+    )
     ap.add_argument("--seed", type=int, default=0, help="synthetic market seed")
     ap.add_argument("--policies", default=",".join(POLICIES), help="gate policies, one registry each")
     args = ap.parse_args()
@@ -335,7 +351,8 @@ def main() -> None:
     notify.log.setLevel(logging.ERROR)
     print(
         f"machine: {describe_cpu()}, {os.cpu_count()} cores; torch {torch.__version__}; "
-        f"profile {args.profile}, {args.folds} folds, warm start {args.warm_start}; policies {', '.join(args.policies)}; "
+        f"profile {args.profile}, {args.folds} folds, warm start {args.warm_start}, shadow sessions "
+        f"{args.shadow_sessions}; policies {', '.join(args.policies)}; "
         f"thresholds from the environment (LDTM_GATE_*) as the gate reads them",
         flush=True,
     )
