@@ -143,3 +143,32 @@ def test_weekly_next_week_reuses_the_folds_that_did_not_move(bench):
     reuse = re.findall(r"folds reused (\d+), refit (\d+)", out)
     assert reuse == [("0", "2"), ("2", "0")], out
     assert re.search(r"week 2: ingest 2026-11-18\.\.2026-11-24", out)
+
+
+def test_gate_policies(bench):
+    """Two weekly retrains of one synthetic ticker through both gates (and arch's S&P 500 when installed)."""
+    real = ("--real", "sp500") if importlib.util.find_spec("arch") else ()
+    out = bench(
+        "gate_policies",
+        *("--tickers", "1", "--weeks", "2", "--years", "2", "--max-epochs", "1", *real),
+    )
+    assert "2 weekly retrains" in out
+    for policy in ("seed", "evidence"):
+        # retrains | promoted | failed | insufficient evidence | other decisions | errors: with this
+        # gate (no decision but those three) a retrain is promoted, failed, insufficient or an error
+        rows = re.findall(
+            rf"^\| {policy} \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| ([^|]+) \| (\d+) \|", out, re.M
+        )
+        assert len(rows) == (2 if real else 1), out
+        for retrains, promoted, failed, insufficient, other, errors in rows:
+            assert other.strip() == "0", out
+            assert int(retrains) == 2 == int(promoted) + int(failed) + int(insufficient) + int(errors)
+        assert f"{policy}: in-sample rows among the served ones: 0" in out
+    # 2 x 5 evenings served (by the champion or the ungated candidate), every one filled back
+    assert re.search(r"\| [\d.]+% \[[\d.]+, [\d.]+\] \(n=10\) \| [\d.]+% \|$", out, re.M), out
+
+
+def test_gate_policies_without_arch(bench, monkeypatch):
+    monkeypatch.setitem(sys.modules, "arch", None)  # import arch -> ImportError, as when not installed
+    with pytest.raises(SystemExit, match=r"--real needs the PyPI package `arch`.*pip install"):
+        bench("gate_policies", "--tickers", "0", "--weeks", "1", "--real", "sp500")
