@@ -69,6 +69,8 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+MIN_SHADOW_SESSIONS = 5  # 0.5**5 = 0.031: the fewest evenings whose exact test can reach p <= 0.05
+
 NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_NEUTRAL_BAND_PCT": NumberSetting(float, 0, 100, "a percent (0.25 for 0.25 %)"),
     "LDTM_GATE_MIN_FOLDS": NumberSetting(int, 1, 1000, "a whole number of folds"),
@@ -215,13 +217,20 @@ class Settings:
         universe = overrides.pop("universe", None) or os.environ.get("LDTM_UNIVERSE") or "full"
         check_environment()
         band = env_number("LDTM_NEUTRAL_BAND_PCT", 0.25)
+        shadow_sessions = int(env_number("LDTM_SHADOW_SESSIONS", 0))
+        if 0 < shadow_sessions < MIN_SHADOW_SESSIONS:
+            # With N evenings the smallest one-sided exact p is 0.5**N > 0.05: such a shadow never retires.
+            raise ConfigError(
+                f"LDTM_SHADOW_SESSIONS={shadow_sessions}: a shadow needs at least {MIN_SHADOW_SESSIONS} "
+                "filled evenings to be able to retire a worse model (0: promote at once)"
+            )
         return cls(
             home=home,
             database_url=url,
             universe=universe,
             notify_webhook_url=os.environ.get("LDTM_NOTIFY_WEBHOOK_URL") or None,
             neutral_band_pct=overrides.pop("neutral_band_pct", band),
-            shadow_sessions=overrides.pop("shadow_sessions", env_number("LDTM_SHADOW_SESSIONS", 0)),
+            shadow_sessions=overrides.pop("shadow_sessions", shadow_sessions),
             backtest_reuse=overrides.pop(
                 "backtest_reuse",
                 os.environ.get("LDTM_BACKTEST_REUSE", "1").strip().lower() not in ("0", "false", "no"),

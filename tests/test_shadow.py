@@ -246,11 +246,30 @@ def test_gate_pass_goes_to_shadow_and_a_newer_shadow_replaces_it(engine, s, cham
     assert report.passed and report.promoted.shadow
     assert registry.get_model(engine, mid).status == "shadow"
     assert registry.active_model(engine, "AAPL").id == champion.id
+    # Next week's refresh passes too: it waits, or a weekly retrain would restart the shadow every week
+    # and no shadow of more than 4 evenings would ever conclude (benchmarks/gate_policies.py measured it).
     newer = make_model(engine, s, "AAPL", seed=3)
     res = shadow.promote_or_shadow(engine, newer, "gate passed", s)
-    assert res.shadow and res.retired_model_id == mid
-    assert registry.get_model(engine, mid).status == "retired"
-    assert list(registry.shadow_models(engine)) == ["AAPL"]
+    assert not res.shadow and not res.changed and res.held_by_shadow == mid
+    assert registry.get_model(engine, mid).status == "shadow"
+    assert registry.get_model(engine, newer).status == "candidate"
+    assert f"shadow model {mid}" in registry.history(engine, "AAPL")[-1].reason
+    assert registry.shadow_models(engine)["AAPL"].id == mid
+
+
+def test_a_shadow_too_short_to_ever_retire_a_model_is_refused(monkeypatch):
+    """With N evenings the smallest one-sided exact p is 0.5**N: below 5 evenings a shadow could only
+    ever promote, whatever the live record says."""
+    from ldtm_core.config import Settings
+    from ldtm_core.errors import ConfigError
+
+    for n in (1, 4):
+        monkeypatch.setenv("LDTM_SHADOW_SESSIONS", str(n))
+        with pytest.raises(ConfigError, match="LDTM_SHADOW_SESSIONS.*at least 5"):
+            Settings.from_env()
+    for n in (0, 5):
+        monkeypatch.setenv("LDTM_SHADOW_SESSIONS", str(n))
+        assert Settings.from_env().shadow_sessions == n
 
 
 def test_cli_shows_champion_beside_shadow_and_ends_it_by_hand(ldtm_env, engine, tmp_path, monkeypatch):

@@ -264,6 +264,7 @@ class PromoteResult:
     retired_model_id: int | None
     changed: bool  # False when the model was already active
     shadow: bool = False  # True: the gate's pass put the model in shadow instead (accountability.shadow)
+    held_by_shadow: int | None = None  # the running shadow a gate-passed candidate waits behind
 
 
 def _lock_ticker(conn: Connection, ticker: str) -> None:

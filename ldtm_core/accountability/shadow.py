@@ -71,7 +71,9 @@ def promote_or_shadow(
 
 
 def start_shadow(engine: Engine, model_id: int, reason: str, sessions: int) -> PromoteResult:
-    """candidate -> shadow in one transaction; an earlier shadow of the ticker is retired (replaced)."""
+    """candidate -> shadow in one transaction. While the ticker already has a shadow the candidate stays
+    a candidate (recorded): replacing it would restart the live evenings with every weekly retrain, so
+    no shadow longer than a week of sessions could ever conclude. `ldtm shadow end` ends one by hand."""
     rec = get_model(engine, model_id)
 
     def work(conn: Connection) -> PromoteResult:
@@ -87,9 +89,19 @@ def start_shadow(engine: Engine, model_id: int, reason: str, sessions: int) -> P
         if champion is None:
             raise InputError(f"{rec.ticker} has no active model for model {model_id} to shadow")
         now = dt.datetime.now(dt.UTC)
-        old = shadow_models(conn, [rec.ticker]).get(rec.ticker)
-        if old is not None:
-            _set_status(conn, old, "retired", f"replaced in shadow by model {model_id}", now)
+        running = shadow_models(conn, [rec.ticker]).get(rec.ticker)
+        if running is not None:
+            record_event(
+                conn,
+                model_id,
+                rec.ticker,
+                "candidate",
+                "candidate",
+                f"{reason}; waits: shadow model {running.id} of {rec.ticker} is still in its live evenings "
+                "(the next retrain after it concludes is gated again)",
+                now,
+            )
+            return PromoteResult(rec.ticker, model_id, "", "", None, False, held_by_shadow=running.id)
         conn.execute(
             update(model_registry)
             .where(model_registry.c.id == model_id)
@@ -105,7 +117,7 @@ def start_shadow(engine: Engine, model_id: int, reason: str, sessions: int) -> P
             "filled evenings before the live comparison",
             now,
         )
-        return PromoteResult(rec.ticker, model_id, "", "", old.id if old else None, True, shadow=True)
+        return PromoteResult(rec.ticker, model_id, "", "", None, True, shadow=True)
 
     return run_in_transaction(engine, work)
 

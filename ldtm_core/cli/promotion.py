@@ -369,6 +369,12 @@ def gate_cmd(
     console.print(report.summary())
     if report.passed:
         p = report.promoted
+        if p.held_by_shadow is not None:
+            console.print(
+                f"not promoted yet: shadow model {p.held_by_shadow} is still in its live evenings; this "
+                "candidate stays a candidate (`ldtm shadow status`, `ldtm shadow end` to end it by hand)"
+            )
+            return
         if p.shadow:  # LDTM_SHADOW_SESSIONS > 0 and a champion serving: live evenings decide
             console.print(
                 f"in shadow beside the champion (model {p.model_id}): `ldtm shadow status` follows its "
