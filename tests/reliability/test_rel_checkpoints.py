@@ -82,13 +82,14 @@ def test_gate_refuses_a_tampered_candidate_and_promotes_a_healthy_one(pg_url, tm
     old_active = registry.active_model(engine, "AAPL").id
     env = cli_env(home, pg_url)
 
-    r = run_cli(["gate", "--ticker", "AAPL"], env)
+    # The seed policy: these hand-made folds have no per-row predictions to pair with AAPL's champion.
+    r = run_cli(["gate", "--ticker", "AAPL", "--policy", "seed"], env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     msg = " ".join(r.stderr.split())
     assert "ticker AAPL" in msg and path.name in msg and "refusing to promote" in msg
     assert registry.active_model(engine, "AAPL").id == old_active  # nothing changed
     assert registry.get_model(engine, bad).status == "candidate"
 
-    r = run_cli(["gate", "--ticker", "QQQ"], env)
+    r = run_cli(["gate", "--ticker", "QQQ", "--policy", "seed"], env)
     assert r.returncode == 0, r.stderr
     assert registry.active_model(engine, "QQQ").id == good

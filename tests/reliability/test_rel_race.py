@@ -27,7 +27,7 @@ from rel_helpers import (
 from ldtm_core.accountability import registry
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import run_gate
+from ldtm_core.accountability.gate import GateThresholds, run_gate
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.db import get_engine
 
@@ -84,11 +84,15 @@ def test_two_gates_for_the_same_ticker_promote_once(pg_url, tmp_path, pause_dir,
 
     home = tmp_path / "home"
     _, new = world(pg_url, home)
-    results = _race(["gate", "--ticker", "AAPL"], home, pg_url, pause_dir, "promote.after_copy")
+    # The seed policy: the race is on the promotion, and these hand-made folds have no per-row
+    # predictions to pair with the champion (the evidence policy would keep it: insufficient evidence).
+    results = _race(
+        ["gate", "--ticker", "AAPL", "--policy", "seed"], home, pg_url, pause_dir, "promote.after_copy"
+    )
     assert [rc for rc, _, _ in results] == [0, 0], results
 
     twin_settings, twin_new = world(twin_url, tmp_path / "twin")
-    run_gate(get_engine(twin_url), twin_settings, "AAPL", twin_new)
+    run_gate(get_engine(twin_url), twin_settings, "AAPL", twin_new, thresholds=GateThresholds(policy="seed"))
     state, clean = registry_state(pg_url), registry_state(twin_url)
     assert state == clean
     models, events = state
