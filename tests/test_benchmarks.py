@@ -131,3 +131,15 @@ def test_weekly(bench):
     assert re.search(r"backtest: [\d.]+ s wall for 1/1 tickers x 2 folds", out)
     assert "leakage 0" in out
     assert re.search(r"weekly loop: [\d.]+ s = train", out)
+
+
+def test_lr_schedule(bench):
+    out = bench(
+        "lr_schedule",
+        *("--tickers", "1", "--years", "2", "--seeds", "0,1", "--folds", "2", "--workers", "1"),
+        *("--set", "max_epochs:2", "--set", "hidden_size:8"),
+    )
+    assert "2 folds (warm-chained)" in out and "anneals over 2 epochs" in out
+    for name in ("cosine", "cosine_expected", "plateau"):
+        assert re.search(rf"^\| {name} \| \d+ \| \d+ \| \d+ \| {NUMBER} \| {NUMBER}x \|", out, re.M)
+    assert re.search(r"noise band \(cosine across seeds \[0, 1\]\): val loss [\d.]+ %", out)
