@@ -246,7 +246,8 @@ def main() -> None:
                 r = f.result()
                 results.append(r)
                 line = "; ".join(
-                    f"{n} {v['epochs']} ep val {v['val_loss']:.5f} acc {v['hits'] / v['n']:.3f} "
+                    f"{n} {v['epochs']} ep ({v['all_epochs']} all fits) val {v['val_loss']:.5f} "
+                    f"acc {v['hits'] / v['n']:.3f} "
                     f"{v['wall_s']:.0f} s"
                     for n, v in r["variants"].items()
                 )

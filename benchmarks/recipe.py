@@ -11,9 +11,9 @@ variants run one after another in the same single-threaded worker (one worker pe
 pair of wall times is measured under the same load.
 
 Patience needs no extra fits: a run with a shorter patience is a prefix of the longer run (same seed,
-data, batch order and learning-rate schedule, as long as the schedule does not depend on the patience:
-`cosine` (T_max = `max_epochs`) or `cosine_expected` with `lr_decay_epochs` set; a variant whose
-schedule does — `plateau`, `cosine_expected` by default — reports its own patience only). It stops at
+data, batch order and learning-rate schedule, as long as the schedule does not follow the validation
+loss: `cosine` (T_max = `max_epochs`) and `cosine_expected` (T = `lr_decay_epochs`) are fixed in
+advance; a `plateau` variant reports its own patience only). It stops at
 the first epoch whose validation loss has not improved for `p` epochs and returns the best weights up
 to there, so a per-epoch hook records, for each `p`, where it would have stopped and the best weights
 then. Its wall time is the measured fit's, prorated by epochs run (one epoch costs the same
@@ -126,8 +126,8 @@ def _one_variant(
 ) -> dict:
     # A warm chain with a shorter patience starts its folds from other weights: not derivable, so a
     # warm variant reports its own patience only (set `patience:` in the variant for a real run).
-    # Likewise a schedule that follows the patience: a shorter patience is another schedule, not a prefix.
-    prefix = cfg.lr_schedule == "cosine" or (cfg.lr_schedule == "cosine_expected" and cfg.lr_decay_epochs > 0)
+    # Likewise plateau: its cuts follow the patience, so a shorter patience is another run, not a prefix.
+    prefix = cfg.lr_schedule != "plateau"
     every = (
         [cfg.patience]
         if warm or not prefix

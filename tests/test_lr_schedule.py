@@ -55,10 +55,11 @@ def test_cosine_expected_anneals_over_its_length_then_holds_the_floor(split):
     assert fit.lrs == pytest.approx([LR * f for f in cosine + [floor, floor]], rel=1e-9)
 
 
-def test_cosine_expected_length_defaults_to_a_few_patiences_capped_by_max_epochs():
-    assert training_loop.decay_epochs(get_profile("reference", lr_schedule="cosine_expected")) == 15
-    assert training_loop.decay_epochs(_cfg(lr_schedule="cosine_expected", patience=3, max_epochs=8)) == 8
-    assert training_loop.decay_epochs(_cfg(lr_schedule="cosine_expected", lr_decay_epochs=5)) == 5
+def test_cosine_expected_is_the_default_and_its_length_is_capped_by_max_epochs():
+    ref = get_profile("reference")
+    assert (ref.lr_schedule, training_loop.decay_epochs(ref)) == ("cosine_expected", 15)
+    assert training_loop.decay_epochs(_cfg(max_epochs=8)) == 8  # the demo profile: over all its epochs
+    assert training_loop.decay_epochs(_cfg(lr_decay_epochs=5)) == 5
 
 
 def test_plateau_halves_the_rate_after_epochs_without_improvement():
@@ -92,8 +93,8 @@ def test_plateau_in_a_fit_lowers_the_rate_only_after_validation_stalls(split):
 def test_unknown_schedule_is_refused_by_name():
     with pytest.raises(InputError, match="lr_schedule='linear'"):
         _cfg(lr_schedule="linear")
-    with pytest.raises(InputError, match="lr_decay_epochs=-1"):
-        _cfg(lr_decay_epochs=-1)
+    with pytest.raises(InputError, match="lr_decay_epochs=0"):
+        _cfg(lr_decay_epochs=0)
     assert parse_overrides(["lr_schedule=plateau", "lr_decay_epochs=12"]) == {
         "lr_schedule": "plateau",
         "lr_decay_epochs": 12,
@@ -101,19 +102,23 @@ def test_unknown_schedule_is_refused_by_name():
 
 
 def test_configs_stored_before_the_schedule_existed_keep_their_signature_and_schedule():
-    legacy = get_profile("reference", lr_schedule="cosine", lr_decay_epochs=0)
+    legacy = get_profile("reference", lr_schedule="cosine")
     stored = legacy.to_dict()
     assert not set(LEGACY_VALUES) & set(stored)  # the pre-schedule dict, byte for byte
     old_signature = hashlib.sha256(json.dumps(stored, sort_keys=True).encode()).hexdigest()
     assert config_signature(legacy) == old_signature
-    # Read back: cosine, whatever today's default is.
+    # Read back: cosine, although today's default is another schedule.
     assert ModelConfig.from_dict(stored).lr_schedule == "cosine"
     assert ModelConfig.from_dict(stored) == legacy
-    # Another schedule is another model: another signature, and it round-trips.
-    other = get_profile("reference", lr_schedule="cosine_expected")
-    assert config_signature(other) != old_signature
+    # Today's default is another model: another signature (its folds are its own), and it round-trips.
+    today = get_profile("reference")
+    assert today.to_dict()["lr_schedule"] == "cosine_expected"
+    assert config_signature(today) != old_signature
+    assert ModelConfig.from_dict(today.to_dict()) == today
+    other = get_profile("reference", lr_decay_epochs=10)
+    assert config_signature(other) not in (old_signature, config_signature(today))
     assert ModelConfig.from_dict(other.to_dict()) == other
-    assert other.signature == legacy.signature  # the architecture (version major) is unchanged
+    assert today.signature == legacy.signature  # the architecture (version major) is unchanged
 
 
 def test_fit_is_still_deterministic_per_schedule(split):

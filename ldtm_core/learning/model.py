@@ -17,10 +17,10 @@ from ldtm_core.data.samples import HORIZONS
 from ldtm_core.errors import InputError
 
 LR_SCHEDULES = ("cosine", "cosine_expected", "plateau")
-LR_DECAY_PATIENCES = 3  # cosine_expected's default length: fits stop some 2x patience in (median 10 at 5)
 
-# Field -> the value configs stored before the field existed trained with (see ModelConfig.to_dict).
-LEGACY_VALUES: dict[str, object] = {"lr_schedule": "cosine", "lr_decay_epochs": 0}
+# Field -> the value configs stored before the field existed trained with (see ModelConfig.to_dict);
+# lr_decay_epochs means nothing to their cosine schedule, so its default stands for them too.
+LEGACY_VALUES: dict[str, object] = {"lr_schedule": "cosine", "lr_decay_epochs": 15}
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,13 @@ class ModelConfig:
     # SPEC §5 / the seed: 10. Measured side by side (docs/performance.md, benchmarks/recipe.py): 5 gives
     # the same validation loss (+0.08 %) and backtest accuracy for 1.5x less training, so 5.
     patience: int = 5
-    # The learning-rate schedule (training_loop.make_scheduler): "cosine" anneals over max_epochs (100)
-    # although fits stop near epoch 10, so the rate barely decays; "cosine_expected" anneals over
-    # `lr_decay_epochs` (0: LR_DECAY_PATIENCES x patience) and then holds its floor; "plateau" halves
-    # it when the validation loss stalls. Measured side by side in docs/performance.md.
-    lr_schedule: str = "cosine"
-    lr_decay_epochs: int = 0
+    # The learning-rate schedule (training_loop.make_scheduler). "cosine_expected": cosine over
+    # `lr_decay_epochs` (about where fits stop: median 9-10 epochs at patience 5), then a floor.
+    # "cosine", the seed's: T_max = max_epochs = 100, so a 10-epoch fit kept ~98 % of the rate.
+    # "plateau": halved when validation stalls. Measured side by side (docs/performance.md,
+    # benchmarks/lr_schedule.py): cosine_expected held quality, so it is the default.
+    lr_schedule: str = "cosine_expected"
+    lr_decay_epochs: int = 15
     val_fraction: float = 0.15
     grad_accum_steps: int = 1
     amp: str = "auto"  # auto (CUDA: bf16/fp16; CPU: bf16 where native, else fp32) | fp16 | bf16 | off
@@ -74,7 +75,7 @@ class ModelConfig:
             "lr": self.lr > 0,
             "amp": self.amp in ("auto", "fp16", "bf16", "off"),
             "lr_schedule": self.lr_schedule in LR_SCHEDULES,
-            "lr_decay_epochs": self.lr_decay_epochs >= 0,
+            "lr_decay_epochs": self.lr_decay_epochs >= 1,
             "input_size": self.input_size == len(FEATURE_NAMES),
         }
         bad = [name for name, ok in checks.items() if not ok]

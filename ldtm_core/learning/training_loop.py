@@ -20,7 +20,7 @@ from torch import nn
 
 from ldtm_core.data.samples import SampleSet
 from ldtm_core.errors import InputError, LDTMError
-from ldtm_core.learning.model import LDTM, LR_DECAY_PATIENCES, ModelConfig
+from ldtm_core.learning.model import LDTM, ModelConfig
 from ldtm_core.learning.precision import amp_dtype, precision_name
 
 VAL_CHUNK = 4096  # validation rows per forward pass: big chunks, no autograd, far cheaper than training
@@ -74,9 +74,8 @@ PLATEAU_FACTOR = 0.5
 
 
 def decay_epochs(cfg: ModelConfig) -> int:
-    """cosine_expected's annealing length: the configured one, else a few patiences (fits stop
-    about two patiences in), never longer than max_epochs."""
-    return min(cfg.lr_decay_epochs or LR_DECAY_PATIENCES * cfg.patience, cfg.max_epochs)
+    """cosine_expected's annealing length: `lr_decay_epochs`, never longer than max_epochs."""
+    return min(cfg.lr_decay_epochs, cfg.max_epochs)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: ModelConfig):
