@@ -55,9 +55,8 @@ def test_cosine_expected_anneals_over_its_length_then_holds_the_floor(split):
     assert fit.lrs == pytest.approx([LR * f for f in cosine + [floor, floor]], rel=1e-9)
 
 
-def test_cosine_expected_is_the_default_and_its_length_is_capped_by_max_epochs():
-    ref = get_profile("reference")
-    assert (ref.lr_schedule, training_loop.decay_epochs(ref)) == ("cosine_expected", 15)
+def test_cosine_expected_length_is_capped_by_max_epochs():
+    assert training_loop.decay_epochs(get_profile("reference", lr_schedule="cosine_expected")) == 15
     assert training_loop.decay_epochs(_cfg(max_epochs=8)) == 8  # the demo profile: over all its epochs
     assert training_loop.decay_epochs(_cfg(lr_decay_epochs=5)) == 5
 
@@ -102,23 +101,23 @@ def test_unknown_schedule_is_refused_by_name():
 
 
 def test_configs_stored_before_the_schedule_existed_keep_their_signature_and_schedule():
-    legacy = get_profile("reference", lr_schedule="cosine")
+    legacy = get_profile("reference")  # today's default schedule is the old one: cosine over max_epochs
+    assert legacy.lr_schedule == "cosine"
     stored = legacy.to_dict()
     assert not set(LEGACY_VALUES) & set(stored)  # the pre-schedule dict, byte for byte
     old_signature = hashlib.sha256(json.dumps(stored, sort_keys=True).encode()).hexdigest()
     assert config_signature(legacy) == old_signature
-    # Read back: cosine, although today's default is another schedule.
+    # Read back as cosine, whatever the default may become.
     assert ModelConfig.from_dict(stored).lr_schedule == "cosine"
     assert ModelConfig.from_dict(stored) == legacy
-    # Today's default is another model: another signature (its folds are its own), and it round-trips.
-    today = get_profile("reference")
-    assert today.to_dict()["lr_schedule"] == "cosine_expected"
-    assert config_signature(today) != old_signature
-    assert ModelConfig.from_dict(today.to_dict()) == today
-    other = get_profile("reference", lr_decay_epochs=10)
-    assert config_signature(other) not in (old_signature, config_signature(today))
-    assert ModelConfig.from_dict(other.to_dict()) == other
-    assert today.signature == legacy.signature  # the architecture (version major) is unchanged
+    # Another schedule or length is another model: another signature (its folds are its own).
+    expected = get_profile("reference", lr_schedule="cosine_expected")
+    shorter = get_profile("reference", lr_schedule="cosine_expected", lr_decay_epochs=10)
+    signatures = {config_signature(c) for c in (legacy, expected, shorter)}
+    assert len(signatures) == 3
+    for cfg in (expected, shorter):
+        assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+        assert cfg.signature == legacy.signature  # the architecture (version major) is unchanged
 
 
 def test_fit_is_still_deterministic_per_schedule(split):

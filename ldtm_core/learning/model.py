@@ -47,12 +47,13 @@ class ModelConfig:
     # SPEC §5 / the seed: 10. Measured side by side (docs/performance.md, benchmarks/recipe.py): 5 gives
     # the same validation loss (+0.08 %) and backtest accuracy for 1.5x less training, so 5.
     patience: int = 5
-    # The learning-rate schedule (training_loop.make_scheduler). "cosine_expected": cosine over
-    # `lr_decay_epochs` (about where fits stop: median 9-10 epochs at patience 5), then a floor.
-    # "cosine", the seed's: T_max = max_epochs = 100, so a 10-epoch fit kept ~98 % of the rate.
+    # The learning-rate schedule (training_loop.make_scheduler). "cosine", the seed's: T_max =
+    # max_epochs = 100, so a 10-epoch fit keeps ~98 % of the rate. "cosine_expected": cosine over
+    # `lr_decay_epochs` (about where fits stop: median 9-10 epochs at patience 5), then a 5 % floor.
     # "plateau": halved when validation stalls. Measured side by side (docs/performance.md,
-    # benchmarks/lr_schedule.py): cosine_expected held quality, so it is the default.
-    lr_schedule: str = "cosine_expected"
+    # benchmarks/lr_schedule.py): neither alternative saved epochs or moved quality beyond noise, so
+    # the default stays cosine and every stored config keeps its signature.
+    lr_schedule: str = "cosine"
     lr_decay_epochs: int = 15
     val_fraction: float = 0.15
     grad_accum_steps: int = 1
