@@ -4,7 +4,7 @@
 
 Each variant is the profile (default reference, as shipped) with some fields replaced; the default
 variants are today's schedule (`cosine`, T_max = max_epochs = 100), `cosine_expected` (annealed over
-a few patiences, then held at a floor) and `plateau` (halved when validation stalls). Per ticker,
+`lr_decay_epochs`, 15, then held at a floor) and `plateau` (halved when validation stalls). Per ticker,
 seed and variant: the candidate's fit on all labeled rows (purged split: validation loss, epochs to
 early stop, validation direction accuracy) and the walk-forward backtest folds as the backtest runs
 them (default 3, warm-chained: direction accuracy on the same test rows for every variant). One
