@@ -11,7 +11,9 @@ variants run one after another in the same single-threaded worker (one worker pe
 pair of wall times is measured under the same load.
 
 Patience needs no extra fits: a run with a shorter patience is a prefix of the longer run (same seed,
-data, batch order and cosine schedule — its T_max is `max_epochs`, not the patience). It stops at
+data, batch order and learning-rate schedule, as long as the schedule does not follow the validation
+loss: `cosine` (T_max = `max_epochs`) and `cosine_expected` (T = `lr_decay_epochs`) are fixed in
+advance; a `plateau` variant reports its own patience only). It stops at
 the first epoch whose validation loss has not improved for `p` epochs and returns the best weights up
 to there, so a per-epoch hook records, for each `p`, where it would have stopped and the best weights
 then. Its wall time is the measured fit's, prorated by epochs run (one epoch costs the same
@@ -124,8 +126,12 @@ def _one_variant(
 ) -> dict:
     # A warm chain with a shorter patience starts its folds from other weights: not derivable, so a
     # warm variant reports its own patience only (set `patience:` in the variant for a real run).
+    # Likewise plateau: its cuts follow the patience, so a shorter patience is another run, not a prefix.
+    prefix = cfg.lr_schedule != "plateau"
     every = (
-        [cfg.patience] if warm else sorted(set(p for p in patiences if p <= cfg.patience) | {cfg.patience})
+        [cfg.patience]
+        if warm or not prefix
+        else sorted(set(p for p in patiences if p <= cfg.patience) | {cfg.patience})
     )
     shorter = every[:-1]
     # per patience: candidate (epochs, best epoch, val loss), fold hits, fold rows, epochs of all fits,

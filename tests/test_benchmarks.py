@@ -172,3 +172,15 @@ def test_gate_policies_without_arch(bench, monkeypatch):
     monkeypatch.setitem(sys.modules, "arch", None)  # import arch -> ImportError, as when not installed
     with pytest.raises(SystemExit, match=r"--real needs the PyPI package `arch`.*pip install"):
         bench("gate_policies", "--tickers", "0", "--weeks", "1", "--real", "sp500")
+
+
+def test_lr_schedule(bench):
+    out = bench(
+        "lr_schedule",
+        *("--tickers", "1", "--years", "2", "--seeds", "0,1", "--folds", "2", "--workers", "1"),
+        *("--set", "max_epochs:2", "--set", "hidden_size:8"),
+    )
+    assert "2 folds (warm-chained)" in out and "anneals over 2 epochs" in out
+    for name in ("cosine", "cosine_expected", "plateau"):
+        assert re.search(rf"^\| {name} \| \d+ \| \d+ \| \d+ \| {NUMBER} \| {NUMBER}x \|", out, re.M)
+    assert re.search(r"noise band \(cosine across seeds \[0, 1\]\): val loss [\d.]+ %", out)

@@ -16,6 +16,12 @@ from ldtm_core.data.features import FEATURE_NAMES
 from ldtm_core.data.samples import HORIZONS
 from ldtm_core.errors import InputError
 
+LR_SCHEDULES = ("cosine", "cosine_expected", "plateau")
+
+# Field -> the value configs stored before the field existed trained with (see ModelConfig.to_dict);
+# lr_decay_epochs means nothing to their cosine schedule, so its default stands for them too.
+LEGACY_VALUES: dict[str, object] = {"lr_schedule": "cosine", "lr_decay_epochs": 15}
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -41,6 +47,14 @@ class ModelConfig:
     # SPEC §5 / the seed: 10. Measured side by side (docs/performance.md, benchmarks/recipe.py): 5 gives
     # the same validation loss (+0.08 %) and backtest accuracy for 1.5x less training, so 5.
     patience: int = 5
+    # The learning-rate schedule (training_loop.make_scheduler). "cosine", the seed's: T_max =
+    # max_epochs = 100, so a 10-epoch fit keeps ~98 % of the rate. "cosine_expected": cosine over
+    # `lr_decay_epochs` (about where fits stop: median 9-10 epochs at patience 5), then a 5 % floor.
+    # "plateau": halved when validation stalls. Measured side by side (docs/performance.md,
+    # benchmarks/lr_schedule.py): neither alternative saved epochs or moved quality beyond noise, so
+    # the default stays cosine and every stored config keeps its signature.
+    lr_schedule: str = "cosine"
+    lr_decay_epochs: int = 15
     val_fraction: float = 0.15
     grad_accum_steps: int = 1
     amp: str = "auto"  # auto (CUDA: bf16/fp16; CPU: bf16 where native, else fp32) | fp16 | bf16 | off
@@ -61,6 +75,8 @@ class ModelConfig:
             "val_fraction": 0.0 < self.val_fraction < 0.9,
             "lr": self.lr > 0,
             "amp": self.amp in ("auto", "fp16", "bf16", "off"),
+            "lr_schedule": self.lr_schedule in LR_SCHEDULES,
+            "lr_decay_epochs": self.lr_decay_epochs >= 1,
             "input_size": self.input_size == len(FEATURE_NAMES),
         }
         bad = [name for name, ok in checks.items() if not ok]
@@ -95,6 +111,11 @@ class ModelConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["horizons"] = list(self.horizons)
+        # Fields added after configs were first stored are left out at the value every older config
+        # trained with, so those configs keep their registry signature (and their stored folds).
+        for name, legacy in LEGACY_VALUES.items():
+            if d[name] == legacy:
+                del d[name]
         return d
 
     @classmethod
@@ -106,7 +127,9 @@ class ModelConfig:
         _refuse_unknown(d)
         if "horizons" in d:
             d["horizons"] = tuple(d["horizons"])
-        return cls(**d)
+        # Absent means stored before the field existed (or left out by to_dict): the legacy value,
+        # not today's default, which may differ.
+        return cls(**{**LEGACY_VALUES, **d})
 
 
 PROFILES: dict[str, ModelConfig] = {

@@ -1,4 +1,4 @@
-"""The fit loop (SPEC §5): AdamW + cosine LR + early stopping over precomputed tensors.
+"""The fit loop (SPEC §5): AdamW + a learning-rate schedule + early stopping over precomputed tensors.
 
 The data path is precomputed tensors: each epoch permutes the training rows once (one gather) and
 feeds contiguous slices of it as batches, so there is no Dataset, no DataLoader and no per-item
@@ -46,6 +46,7 @@ class FitResult:
     loop_s: float = 0.0  # time inside the epoch loop proper (the rest: validation, copies, setup)
     precision: str = "fp32"  # the training step's autocast dtype: fp32 | bf16 | fp16
     warm_start: bool = False
+    lrs: list[float] = field(default_factory=list)  # the learning rate each epoch trained with
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -66,6 +67,40 @@ def make_optimizer(model: nn.Module, cfg: ModelConfig, device: torch.device) -> 
         return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
     except (RuntimeError, TypeError):  # an older torch or a device without a fused kernel
         return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+LR_FLOOR = 0.05  # cosine_expected ends at this fraction of lr and holds it: later epochs still fine-tune
+PLATEAU_FACTOR = 0.5
+
+
+def decay_epochs(cfg: ModelConfig) -> int:
+    """cosine_expected's annealing length: `lr_decay_epochs`, never longer than max_epochs."""
+    return min(cfg.lr_decay_epochs, cfg.max_epochs)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: ModelConfig):
+    """The configured schedule; step it once per epoch with `step_scheduler`."""
+    if cfg.lr_schedule == "plateau":
+        # Halve after patience // 3 (at least 1) epochs without a new best, so early stopping's
+        # patience leaves room to try the lower rate; threshold 0 = the same "better" as early stopping.
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, factor=PLATEAU_FACTOR, patience=max(1, cfg.patience // 3), threshold=0.0
+        )
+    if cfg.lr_schedule == "cosine_expected":
+        t = decay_epochs(cfg)
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda e: LR_FLOOR + (1 - LR_FLOOR) * 0.5 * (1 + math.cos(math.pi * min(e, t) / t)),
+        )
+    # "cosine", the seed's: T_max = max_epochs (100), so a 10-epoch fit keeps ~98 % of the rate.
+    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.max_epochs)
+
+
+def step_scheduler(scheduler, val_loss: float) -> None:
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        scheduler.step(val_loss)
+    else:
+        scheduler.step()
 
 
 @dataclass
@@ -161,7 +196,7 @@ def fit(
     init_state: dict[str, torch.Tensor] | None = None,
     on_epoch: Callable[[int, float, nn.Module], None] | None = None,
 ) -> FitResult:
-    """Train with AdamW + cosine LR and early stopping on val loss; returns the best model on CPU.
+    """Train with AdamW + `cfg.lr_schedule` and early stopping on val loss; returns the best model on CPU.
 
     `init_state` warm-starts from those weights (same architecture) instead of a seeded initialisation;
     the starting weights are then scored first, so fine-tuning never returns anything worse than them.
@@ -184,7 +219,7 @@ def fit(
         x_tr, y_tr, x_va, y_va = (t.to(dev, non_blocking=True) for t in (x_tr, y_tr, x_va, y_va))
     runner: nn.Module = torch.compile(model) if cfg.compile else model
     optimizer = make_optimizer(model, cfg, dev)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.max_epochs)
+    scheduler = make_scheduler(optimizer, cfg)
     ac_dtype = amp_dtype(cfg, dev)
     scaler = torch.amp.GradScaler("cuda") if ac_dtype == torch.float16 else None
     loop = EpochLoop(runner, optimizer, cfg.batch_size, cfg.grad_accum_steps, ac_dtype, scaler)
@@ -198,16 +233,18 @@ def fit(
         best_loss = evaluate(runner, x_va, y_va, eval_dtype)
         best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     history: list[tuple[float, float]] = []
+    lrs: list[float] = []
     stale = 0
     epoch = 0
     loop_s = 0.0
     for epoch in range(1, cfg.max_epochs + 1):
         perm = torch.randperm(len(x_tr), generator=gen).to(dev)
+        lrs.append(optimizer.param_groups[0]["lr"])
         t_loop = time.perf_counter()
         train_loss = loop.run(x_tr, y_tr, perm)
         loop_s += time.perf_counter() - t_loop
         val_loss = evaluate(runner, x_va, y_va, eval_dtype)
-        scheduler.step()
+        step_scheduler(scheduler, val_loss)
         history.append((train_loss, val_loss))
         if not (math.isfinite(train_loss) and math.isfinite(val_loss)):
             raise TrainingError(f"training diverged at epoch {epoch} (train {train_loss}, val {val_loss})")
@@ -243,4 +280,5 @@ def fit(
         loop_s=loop_s,
         precision=precision_name(ac_dtype),
         warm_start=init_state is not None,
+        lrs=lrs,
     )
