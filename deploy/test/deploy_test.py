@@ -178,7 +178,13 @@ class Stack:
 
     def up(self) -> None:
         log(f"{' '.join(compose_cmd())} -p {PROJECT} up -d")
-        sh([*self.compose, "up", "-d"], timeout=600)
+        try:
+            sh([*self.compose, "up", "-d"], timeout=600)
+        except DeployTestFailure:
+            # Compose gives up on a dependency that exited (e.g. the code server failing to import):
+            # show why before failing.
+            dump_state()
+            raise
         self.wait_healthy()
 
     def down(self, volumes: bool = False) -> None:
