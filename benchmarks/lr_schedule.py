@@ -7,7 +7,8 @@ variants are today's schedule (`cosine`, T_max = max_epochs = 100), `cosine_expe
 `lr_decay_epochs`, 15, then held at a floor) and `plateau` (halved when validation stalls). Per ticker,
 seed and variant: the candidate's fit on all labeled rows (purged split: validation loss, epochs to
 early stop, validation direction accuracy) and the walk-forward backtest folds as the backtest runs
-them (default 3, warm-chained: direction accuracy on the same test rows for every variant). One
+them (default 3, cold like the backtest's default, `--warm-folds` chains them: direction accuracy on
+the same test rows for every variant). One
 (ticker, seed) runs all its variants one after another in the same single-threaded worker, so each
 comparison of wall times is made under the same load. The seed changes the initial weights and the
 batch order; the spread of a variant's figures across seeds is the noise band a difference must
@@ -87,7 +88,7 @@ def _one_variant(samples: SampleSet, ticker: str, cfg: ModelConfig, folds: int, 
     }
     evaluable, spans = fold_spans(samples, folds, None, ticker)
     labeled = np.flatnonzero(samples.labeled)
-    init_state = None  # fold 1 always starts cold; later folds chain warm as the backtest does
+    init_state = None  # fold 1 always starts cold; with --warm-folds later folds chain warm
     for span in spans:
         test_idx, _, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
         ftr, fva = split.purged_split(samples.subset(pool), cfg.val_fraction)
@@ -199,7 +200,10 @@ def main() -> None:
     )
     ap.add_argument("--folds", type=int, default=DEFAULT_FOLDS)
     ap.add_argument(
-        "--cold-folds", action="store_true", help="train every fold cold (default: as the backtest)"
+        "--warm-folds",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULT_WARM_START,
+        help="start fold k+1 from fold k's weights (default: as the backtest, cold)",
     )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
@@ -209,7 +213,7 @@ def main() -> None:
         name, overrides = parse_variant(f"{spec},{common}" if common else spec)
         variants[name] = get_profile("reference", **overrides)
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    warm = DEFAULT_WARM_START and not args.cold_folds
+    warm = args.warm_folds
     universe = load_universe("full")
     tickers = universe[:: max(1, len(universe) // args.tickers)][: args.tickers]
     _, last = calendar_bounds()

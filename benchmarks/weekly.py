@@ -7,8 +7,9 @@ Phases, each on the same core functions the Dagster assets call:
   train     `checkpoints`: every ticker trained within the slot plan (one single-threaded worker per
             slot on a CPU), warm start from the active model as configured;
   backtest  `backtests`: each ticker's newest candidate, walk-forward with the default folds (3),
-            within the slot plan like training (one single-threaded worker per slot), folds
-            warm-chained as configured;
+            within the slot plan like training (one single-threaded worker per slot), stored fold
+            outcomes reused; folds cold as shipped (`--warm-folds` chains them, the default before
+            issue 22);
   gate      `promotions` (fired by promotion_gate_sensor per backtest): the gate, promoting passes.
 Data: N tickers of the full universe, 20 years of synthetic prices (seeded), in a throw-away SQLite
 database unless --url names a server (a fresh database `ldtm_weekly_<pid>` is created and dropped).
@@ -140,6 +141,12 @@ def main() -> None:
     ap.add_argument("--url", default=None, help="PostgreSQL server URL (default: SQLite in a temp dir)")
     ap.add_argument("--folds", type=int, default=BACKTEST_FOLDS, help="backtest folds per ticker")
     ap.add_argument("--cold-start", action="store_true", help="no warm starts (train nor backtest folds)")
+    ap.add_argument(
+        "--warm-folds",
+        action=argparse.BooleanOptionalAction,
+        default=BACKTEST_WARM,
+        help="start backtest fold k+1 from fold k's weights (default: as shipped, cold)",
+    )
     ap.add_argument("--weeks", type=int, default=1, help="loops on the same database, 5 sessions apart")
     ap.add_argument("--end", type=dt.date.fromisoformat, default=None, help="the last week's last session")
     args = ap.parse_args()
@@ -156,7 +163,7 @@ def main() -> None:
     import torch
 
     train_warm = TRAIN_WARM and not args.cold_start
-    bt_warm = BACKTEST_WARM and not args.cold_start
+    bt_warm = args.warm_folds and not args.cold_start
     print(f"CPU: {describe_cpu()}; cores {os.cpu_count()}; torch {torch.__version__}")
     print(
         f"settings: {len(tickers)} tickers ({', '.join(tickers[:8])}{'…' if len(tickers) > 8 else ''}), "

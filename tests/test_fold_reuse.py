@@ -1,5 +1,6 @@
 """Stored fold outcomes reused instead of refitted: same key reused, a revised bar refits its fold and
-the folds warm-started after it, another config never reuses, a reuse equals a refit bit for bit."""
+the folds warm-started after it, a completed quarter refits only its new cold fold, another config
+never reuses, a reuse equals a refit bit for bit."""
 
 from __future__ import annotations
 
@@ -105,6 +106,28 @@ def test_a_revised_bar_in_fold_2_refits_fold_2_and_the_folds_warm_started_after_
         True,
         True,
     ]
+
+
+def test_a_completed_quarter_refits_only_its_new_fold_with_cold_folds_and_every_fold_when_chained(
+    engine, world, fits
+):
+    """Why folds start cold by default: when a quarter completes, the folds shift by one quarter; cold
+    folds keep their keys (only the new quarter's fold refits), a warm chain's fold 1 moves and every
+    later key names its parent, so the whole chain refits."""
+    chained = dataclasses.replace(CFG, seed=CFG.seed + 1)  # its own keys: no cold fold of `cold` to find
+    cold = _run(engine, world)  # the default
+    warm = _run(engine, world, chained, warm_start=True)
+    assert [f.warm_start for f in cold.folds] == [False] * FOLDS
+    assert [f.warm_start for f in warm.folds] == [False, True, True]
+    ingest(engine, ["AAPL"], start="2022-06-01", end="2024-07-03")  # Q2 2024 completes
+    fits.clear()
+    cold_next = _run(engine, world)
+    assert [f.test_start.month for f in cold_next.folds] == [10, 1, 4]  # Q4 2023, Q1 and Q2 2024
+    assert [f.reused for f in cold_next.folds] == [True, True, False] and len(fits) == 1
+    assert [f.fold_key for f in cold_next.folds[:2]] == [f.fold_key for f in cold.folds[1:]]
+    fits.clear()
+    warm_next = _run(engine, world, chained, warm_start=True)
+    assert warm_next.reused_folds == 0 and len(fits) == FOLDS
 
 
 def test_a_different_config_never_reuses_another_configs_folds(engine, world, fits):

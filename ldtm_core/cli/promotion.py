@@ -55,7 +55,7 @@ def backtest_cmd(
     warm_start: bool = typer.Option(
         None,
         "--warm-start/--cold-start",
-        help="start fold k+1 from fold k's weights (fold 1 is always cold; default: warm, see docs/performance.md)",
+        help="start fold k+1 from fold k's weights (fold 1 is always cold; default: cold, see docs/performance.md)",
     ),
     no_reuse: bool = typer.Option(
         False,

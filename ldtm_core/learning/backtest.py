@@ -41,10 +41,11 @@ from ldtm_core.schema import backtest_folds, model_registry
 
 DEFAULT_TEST_SESSIONS = 63  # about a quarter of sessions: what one fold tests by default (a whole quarter)
 DEFAULT_FOLDS = 3
-# Fold k+1 fine-tunes fold k's weights by default (fold 1 is always cold, like the candidate): measured
-# 1.4x faster backtests for 0.3-1.3 points lower direction accuracy (docs/performance.md), an error on
-# the strict side for the gate, and what brings the weekly loop within its hour on two cores.
-DEFAULT_WARM_START = True
+# Folds start cold by default. Warm chaining (fold k+1 from fold k's weights) fits a from-scratch
+# backtest 1.3x faster, but a chain's folds all change when a quarter completes (fold 1 moves), while
+# cold folds keep their keys and refit only the new quarter: with stored folds reused, cold is the
+# cheaper weekly loop and the seed's own recipe (docs/performance.md, issue 22).
+DEFAULT_WARM_START = False
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 A fold's outcome is a pure function of: the config (its signature, seed included, and the seed again
 explicitly), exactly the sample rows it trains, validates and tests on (`fingerprint`), its cutoff, and
-the weights it started from. Folds are warm-chained by default, so the last is named by the key of the
-fold they came from (`fold_key`'s `parent`): a revised bar inside fold 2's rows changes fold 2's
+the weights it started from. Folds start cold by default (no parent), so when a quarter completes the
+older folds keep their keys and only the new one refits; a warm-chained fold is named by the key of the
+fold it came from (`fold_key`'s `parent`): a revised bar inside fold 2's rows changes fold 2's
 fingerprint, hence its key, hence the key of every fold warm-started after it, and nothing before it.
 
 Each fitted fold's weights are kept as an artifact (atomic write, loaded with weights_only=True) so a

@@ -60,7 +60,7 @@ BACKTESTS_CONFIG = {
     "warm_start": Field(
         bool,
         default_value=DEFAULT_WARM_START,
-        description="start fold k+1 from fold k's weights (fold 1 is always cold)",
+        description="start fold k+1 from fold k's weights (fold 1 is always cold; default cold: a completed quarter then refits one fold, not all)",
     ),
     "force": Field(
         bool,
