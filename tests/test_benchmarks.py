@@ -180,7 +180,7 @@ def test_lr_schedule(bench):
         *("--tickers", "1", "--years", "2", "--seeds", "0,1", "--folds", "2", "--workers", "1"),
         *("--set", "max_epochs:2", "--set", "hidden_size:8"),
     )
-    assert "2 folds (warm-chained)" in out and "anneals over 2 epochs" in out
+    assert "2 folds (cold)" in out and "anneals over 2 epochs" in out
     for name in ("cosine", "cosine_expected", "plateau"):
         assert re.search(rf"^\| {name} \| \d+ \| \d+ \| \d+ \| {NUMBER} \| {NUMBER}x \|", out, re.M)
     assert re.search(r"noise band \(cosine across seeds \[0, 1\]\): val loss [\d.]+ %", out)
