@@ -36,7 +36,7 @@ def dashboard_command(streamlit_args: list[str]) -> list[str]:
 )
 @handle_errors
 def dashboard_cmd(ctx: typer.Context) -> None:
-    """Serve the forecast dashboard (Leaderboard, Ticker, Runs) on the configured database.
+    """Serve the forecast dashboard (Leaderboard, Ticker, Decay, Runs) on the configured database.
 
     Every argument goes to Streamlit, e.g. `ldtm dashboard --server.port 8600 --server.headless true`.
     """
