@@ -80,10 +80,3 @@ def current_revision(url: str) -> str | None:
 
     with get_engine(url).connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
-
-
-def head_revision() -> str:
-    """The newest revision the shipped migrations define (what `upgrade` brings a database to)."""
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 import torch
 from accountability_helpers import ingest, make_model, make_settings
+from calendar_oracle import next_session
 from sqlalchemy import select
 from typer.testing import CliRunner
 
 from ldtm_core.cli import app
-from ldtm_core.data.calendar import next_session
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning import backtest as bt
 from ldtm_core.learning import training_loop

@@ -537,7 +537,9 @@ def test_synthetic_range_past_the_calendar_is_refused_by_name(db_url, start, end
 def test_a_full_history_from_1986_is_stored_whole_and_read_back_on_its_sessions(db_url, tmp_path):
     """Issue 20 item 7: a real full download (MSFT from 1986-03-13) was refused whole, 962 lines
     'before the XNYS calendar's range, which starts at 1990-01-02'. The calendar reaches back instead."""
-    from ldtm_core.data.calendar import is_session, next_session
+    from calendar_oracle import next_session
+
+    from ldtm_core.data.calendar import is_session
     from ldtm_core.data.prices import load_prices
 
     # The sessions straight from exchange_calendars, independent of ldtm's calendar module.

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from calendar_oracle import next_monday_session, next_session
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ldtm_core.data.calendar import next_monday_session, next_session, sessions_after, sessions_between
+from ldtm_core.data.calendar import sessions_after, sessions_between
 from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features
 from ldtm_core.data.samples import build_samples, denormalise, normalise_targets
 from ldtm_core.data.synthetic import generate

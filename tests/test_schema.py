@@ -7,7 +7,15 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from ldtm_core.db import get_engine
-from ldtm_core.migrate import current_revision, head_revision, upgrade
+from ldtm_core.migrate import alembic_config, current_revision, upgrade
+
+
+def head_revision() -> str:
+    """The newest revision the shipped migrations define."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
 
 TABLES = {
     "prices",

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from accountability_helpers import ingest, make_model, make_settings
+from calendar_oracle import next_monday_session, next_session
 from sqlalchemy import select, text
 
 from ldtm_core.accountability import registry
@@ -20,7 +21,7 @@ from ldtm_core.accountability.chain import canonical
 from ldtm_core.accountability.inference import batched_forward
 from ldtm_core.accountability.price_windows import features_batch
 from ldtm_core.accountability.snapshots import classify_direction, predict
-from ldtm_core.data.calendar import next_monday_session, next_session, sessions_after
+from ldtm_core.data.calendar import sessions_after
 from ldtm_core.data.features import compute_features
 from ldtm_core.data.samples import build_samples
 from ldtm_core.data.synthetic import generate

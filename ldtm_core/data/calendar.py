@@ -179,16 +179,6 @@ def _scalar(result: np.datetime64, what: str, day) -> dt.date:
     return _to_date(result)
 
 
-def next_session(day) -> dt.date:
-    """The first session strictly after `day`."""
-    return _scalar(target_dates(np.array([_to_d64(day)]))[0][0], "the next session", day)
-
-
-def next_monday_session(day) -> dt.date:
-    """The first session on or after the first Monday strictly after `day` (Tuesday if Monday is a holiday)."""
-    return _scalar(target_dates(np.array([_to_d64(day)]))[1][0], "the next-Monday session", day)
-
-
 def sessions_after(day, n: int = ONE_MONTH_SESSIONS) -> dt.date:
     """The session `n` sessions after `day` (counted from the session on or before `day`)."""
     s = session_array()

@@ -53,11 +53,6 @@ def threshold_from_env() -> float:
     return value
 
 
-def no_recorded_actions(ticker: str, day: dt.date, ratio: float) -> bool:
-    """Nothing is explained (the explicit choice for a caller that wants every large move)."""
-    return False
-
-
 def large_moves(
     engine: Engine,
     tickers: Sequence[str],

@@ -205,7 +205,3 @@ class LDTM(nn.Module):
         out, _ = self.lstm(x)
         last = out[:, -1, :]
         return torch.cat([head(last) for head in self.heads], dim=1)
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
