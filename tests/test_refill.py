@@ -10,7 +10,7 @@ from sqlalchemy import select, text, update
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.chain import AUDIT_KEY_ENV, row_hash
 from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.refill import refill
+from ldtm_core.accountability.refill import refill, refill_after_ingest
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
@@ -170,8 +170,9 @@ def test_cli_refill_dry_run_then_refill_and_audit_lists_it(engine, recent, ldtm_
 
 
 def test_recording_a_split_from_an_ingest_refills_at_once(engine, db_url, tmp_path, monkeypatch):
-    """The action arrives with back-adjusted history a day late: the ingest that records it re-fills the
-    actuals it explains in the same call, before any leaderboard reads them."""
+    """The action arrives with back-adjusted history a day late: the ingest reports the ticker that got an
+    action, and its caller (`refill_after_ingest`, what the prices asset and `ldtm ingest` run) re-fills
+    the actuals it explains at once, before any leaderboard reads them."""
     monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
     settings = make_settings(tmp_path, db_url)
     df = generate(["AAPL"], "2024-01-02", "2024-06-28", seed=7)
@@ -186,7 +187,10 @@ def test_recording_a_split_from_an_ingest_refills_at_once(engine, db_url, tmp_pa
     assert _row(engine, dates[-3]).next_day_pct_error > 200
     adjusted = raw[raw["date"] >= dates[-6]].copy()  # the source's overlap, rewritten on the new basis
     adjusted.loc[adjusted["date"] < ex, ["open", "high", "low", "close"]] /= 4
-    ingest_frame(engine, adjusted, "vendor")
+    result = ingest_frame(engine, adjusted, "vendor")
+    assert result.action_tickers == ["AAPL"]
+    assert _row(engine, dates[-3]).next_day_pct_error > 200  # the data layer re-fills nothing itself
+    assert len(refill_after_ingest(engine, result).refilled) == 1
     row = _row(engine, dates[-3])
     assert row.next_day_actual == pytest.approx(df.set_index("date").loc[ex, "close"])
     assert abs(row.next_day_pct_error) < 20

@@ -315,8 +315,16 @@ def revisions(conn_or_engine, tickers: Sequence[str] | None = None) -> list[dict
 
 
 def refill_after_actions(engine: Engine, tickers: Sequence[str]) -> RefillResult | None:
-    """Called by every ingest path right after it recorded corporate actions for `tickers`: the actuals
-    they explain are re-filled at once, so no reader scores a split as a -90 % day until the next fillback."""
+    """Re-fill at once the actuals that corporate actions just recorded for `tickers` explain, so no
+    reader scores a split as a -90 % day until the next fillback."""
     if not tickers:
         return None
     return refill(engine, automatic=True, tickers=sorted(set(tickers)))
+
+
+def refill_after_ingest(engine: Engine, *results) -> RefillResult | None:
+    """What every ingest path's caller (the `prices` asset, the `ldtm ingest` commands) runs after an
+    ingest: the data layer reports which tickers got an action (`action_tickers` of an IngestResult,
+    FileOutcome or FetchReport) and knows nothing of predictions, so re-filling is done here."""
+    tickers = [t for result in results for t in getattr(result, "action_tickers", [])]
+    return refill_after_actions(engine, tickers)

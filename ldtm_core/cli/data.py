@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ldtm_core.accountability.refill import refill_after_ingest
 from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
 from ldtm_core.config import masked_url
 from ldtm_core.data.universe import load_universe, resolve_tickers
@@ -111,7 +112,9 @@ def ingest_synthetic_cmd(
     start_d = parse_date(start, "--start") or _years_before(end_d, 20)
     if start_d > end_d:
         raise InputError(f"--start {start_d} is after --end {end_d}")
-    result = ingest_synthetic(open_db(cfg), selected, start_d, end_d, seed, force=force or None)
+    engine = open_db(cfg)
+    result = ingest_synthetic(engine, selected, start_d, end_d, seed, force=force or None)
+    refill_after_ingest(engine, result)
     table = _outcome_table(f"synthetic ingest {start_d}..{end_d} into {masked_url(cfg.database_url)}")
     table.add_row(result.source, _ticker_cell(selected), str(result.rows), str(result.written), "ok")
     console.print(table)
@@ -163,9 +166,10 @@ def ingest_csv_cmd(
     cfg = settings()
     threshold = threshold_from_env()
     files = expand_paths(paths)
+    engine = open_db(cfg)
     with progress("ingest", len(files)) as advance:
         outcomes = ingest_files(
-            open_db(cfg),
+            engine,
             files,
             load_universe(cfg.universe),
             allow_new=allow_new,
@@ -173,6 +177,7 @@ def ingest_csv_cmd(
             force=force or None,  # None: LDTM_FORCE_REINGEST decides
             threshold_pct=threshold,
         )
+    refill_after_ingest(engine, *outcomes)
     failed = [o for o in outcomes if not o.ok]
     table = _outcome_table(f"file ingest into {masked_url(cfg.database_url)}")
     for o in outcomes:
@@ -242,6 +247,7 @@ def ingest_fetch_cmd(
         refetch=refetch,
         force=force or None,  # None: LDTM_FORCE_REINGEST decides
     )
+    refill_after_ingest(engine, report)
     table = Table(
         "ticker",
         "status",

@@ -32,6 +32,9 @@ class IngestResult:
     tickers: int
     rows: int
     written: int  # rows inserted or changed
+    # Tickers that got a corporate action recorded: the caller re-fills their actuals (the data layer
+    # knows nothing of predictions; accountability.refill.refill_after_ingest does it).
+    action_tickers: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -45,6 +48,7 @@ class FileOutcome:
     error: str | None = None
     # One-day moves in what this file stored that no recorded corporate action explains (a split?).
     moves: list[LargeMove] = field(default_factory=list)
+    action_tickers: list[str] = field(default_factory=list)  # as IngestResult.action_tickers
 
     @property
     def ok(self) -> bool:
@@ -77,16 +81,7 @@ def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: boo
         return write_prices(conn, kept[df.columns], source)
 
     written = run_in_transaction(engine, work)
-    _refill_after_actions(engine, recorded)
-    return IngestResult(label, int(df["ticker"].nunique()), len(df), written)
-
-
-def _refill_after_actions(engine: Engine, tickers: list[str]) -> None:
-    """Actions just recorded re-base filled actuals: re-fill them now (accountability.refill)."""
-    if tickers:
-        from ldtm_core.accountability.refill import refill_after_actions  # the data layer's one upward call
-
-        refill_after_actions(engine, tickers)
+    return IngestResult(label, int(df["ticker"].nunique()), len(df), written, sorted(set(recorded)))
 
 
 def ingest_frame(
@@ -135,7 +130,8 @@ def ingest_files(
             else:
                 try:
                     source = paths[i].suffix.lower().lstrip(".")
-                    outcome.written = _store(engine, df, source, str(paths[i]), force).written
+                    stored = _store(engine, df, source, str(paths[i]), force)
+                    outcome.written, outcome.action_tickers = stored.written, stored.action_tickers
                     firsts = df.groupby("ticker")["date"].min()
                     outcome.moves = moves_since(
                         engine, {t: pd.Timestamp(d).date() for t, d in firsts.items()}, threshold_pct

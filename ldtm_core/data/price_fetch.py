@@ -92,6 +92,12 @@ class FetchReport:
         return sum(o.written for o in self.outcomes.values())
 
     @property
+    def action_tickers(self) -> list[str]:
+        """Tickers that got a corporate action recorded: the caller re-fills their actuals
+        (accountability.refill.refill_after_ingest; the data layer knows nothing of predictions)."""
+        return sorted(o.ticker for o in self.outcomes.values() if o.actions)
+
+    @property
     def source_down(self) -> bool:
         """Nothing stored and every failure transient: the source itself is unreachable (worth a retry)."""
         failed = self.failed
@@ -281,10 +287,6 @@ def _store_answer(
     if not clean and not answer.receipts:
         return
     written = run_in_transaction(engine, work)
-    if actions:  # actuals filled before these actions were known are re-filled now (accountability.refill)
-        from ldtm_core.accountability.refill import refill_after_actions
-
-        refill_after_actions(engine, [a.ticker for a in actions])
     for ticker, df in clean.items():
         if df.empty:
             continue

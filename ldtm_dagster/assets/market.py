@@ -20,6 +20,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from ldtm_core.accountability.refill import refill_after_ingest
 from ldtm_core.data import feature_store, ingest
 from ldtm_core.data.calendar import is_session, latest_closed_session, latest_session_on_or_before
 from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, fetch_prices
@@ -118,6 +119,7 @@ def prices(
             refetch=config.refetch,
             force=config.force_reingest or None,  # None: LDTM_FORCE_REINGEST decides
         )
+        refill_after_ingest(engine, report)
     except LDTMError as exc:
         raise Failure(f"prices: {exc}", allow_retries=False) from None
     outcome_rows = report.table()
@@ -166,6 +168,7 @@ def _ingest_named_files(context, config: PricesConfig, engine, tickers: list[str
     if not config.paths:
         raise Failure("prices config: source 'files' needs at least one path in `paths`", allow_retries=False)
     outcomes = ingest.ingest_files(engine, config.paths, tickers, allow_new=config.allow_new)
+    refill_after_ingest(engine, *outcomes)
     files = [{"path": o.path, "rows": o.rows, "written": o.written, "error": o.error} for o in outcomes]
     metadata = {
         "source": "files",
