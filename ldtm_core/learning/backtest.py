@@ -313,6 +313,7 @@ def run_backtest(
     # (loaded only if the next fold must refit).
     parent = None if init_state is None else fold_cache.state_digest(init_state)
     init_path = None
+    rt = fold_cache.runtime(cfg, device)  # precision, device, torch and code: part of every fold's key
     for k, span in enumerate(spans):
         test_idx, cutoff, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
         sub = samples.subset(pool)
@@ -331,6 +332,7 @@ def run_backtest(
             _d(cutoff),
             cfg.seed,
             parent,
+            rt,
         )
         stored = fold_cache.load(engine, settings, key) if reuse else None
         if stored is not None and stored.weights is not None:
@@ -351,7 +353,8 @@ def run_backtest(
             )
             preds = _predict(fit.model, samples.subset(test_idx))
             epochs, best_epoch, val_loss, fit_s = fit.epochs, fit.best_epoch, fit.val_loss, fit.duration_s
-            fold_cache.store(
+            # What the key now stores is what is scored (an existing row with intact weights is kept).
+            preds = fold_cache.store(
                 engine,
                 settings,
                 key=key,
