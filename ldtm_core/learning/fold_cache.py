@@ -45,9 +45,7 @@ from ldtm_core.schema import backtest_fold_results
 # The source files whose change can change a fit's numbers (architecture, loop, split, windows and
 # denormalisation): their hash replaces a manual format number in the key. Scoring is recomputed from
 # the stored predictions, so the backtest's own module is not among them.
-LEARNING_CODE = tuple(
-    Path(m.__file__) for m in (model_module, training_loop, split, samples_module)
-)
+LEARNING_CODE = tuple(Path(m.__file__) for m in (model_module, training_loop, split, samples_module))
 
 
 class Runtime(NamedTuple):
