@@ -146,3 +146,22 @@ def test_pooled_baselines_from_stored_folds_use_the_scored_rows(n_ties):
     }
     got = baselines.from_fold(fold)
     assert got["always_up"].n == 7 and got["always_up"].hits == 4
+
+
+def test_the_ticker_report_scores_no_tie():
+    from ldtm_core.accountability.reports import rolling_accuracy, scored, ticker_skill
+
+    preds = pd.DataFrame(
+        {
+            "run_date": pd.to_datetime(["2024-01-02", "2024-01-03", "2024-01-04"]).date,
+            "run_date_close": [100.0, 100.0, 100.0],
+            "next_day_actual": [101.0, 100.0, None],  # a hit, a tie, unfilled
+            "correct": [True, None, None],
+            "went_up": [True, False, None],
+        }
+    )
+    assert len(scored(preds)) == 1
+    assert rolling_accuracy(preds)["n"].tolist() == [1]
+    assert rolling_accuracy(preds)["model"].tolist() == [1.0]
+    skill = ticker_skill(preds)
+    assert (skill.model_only, skill.up_only) == (0, 0)
