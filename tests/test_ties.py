@@ -165,3 +165,21 @@ def test_the_ticker_report_scores_no_tie():
     assert rolling_accuracy(preds)["model"].tolist() == [1.0]
     skill = ticker_skill(preds)
     assert (skill.model_only, skill.up_only) == (0, 0)
+
+
+def test_the_decay_record_scores_no_tie(engine, db_url, tmp_path):
+    from decay_helpers import evenings, planted_model, snapshot_row
+    from sqlalchemy import insert
+
+    from ldtm_core.accountability import decay, registry
+
+    settings = make_settings(tmp_path, db_url)
+    model_id = planted_model(engine, settings, "AAPL")
+    days = evenings(3)
+    rows = [snapshot_row("AAPL", model_id, d, True, True) for d in days]
+    rows[1] |= {"next_day_actual": 100.0, "next_day_direction_correct": None}  # a zero move
+    with engine.begin() as conn:
+        conn.execute(insert(snapshots), rows)
+    record = decay.live_record(engine, registry.get_model(engine, model_id))
+    assert record["run_date"].tolist() == [days[0], days[2]]
+    assert record["hit"].all()
