@@ -183,3 +183,32 @@ def test_the_decay_record_scores_no_tie(engine, db_url, tmp_path):
     record = decay.live_record(engine, registry.get_model(engine, model_id))
     assert record["run_date"].tolist() == [days[0], days[2]]
     assert record["hit"].all()
+
+
+def test_with_many_ties_the_always_up_test_keeps_its_false_rate_and_finds_a_planted_edge():
+    """30 % zero moves: a coin-flipping model "beats always-up" at p <= 0.05 in at most ~5 % of worlds,
+    and a model that knows 15 % of the real moves in far more (through baselines.score and the backtest's
+    scoring, ties left out)."""
+    rng = np.random.default_rng(0)
+    n, sims, tie = 250, 600, 0.3
+    moves = [-1.0, 0.0, 1.0]
+    p = [(1 - tie) / 2, tie, (1 - tie) / 2]
+    rates = {}
+    for edge in (0.0, 0.15):
+        rejected = 0
+        for _ in range(sims):
+            close = 100 + np.cumsum(rng.choice(moves, size=n, p=p))
+            actual = close + rng.choice(moves, size=n, p=p)
+            truth = np.sign(actual - close)
+            call = rng.choice([-1.0, 1.0], size=n)
+            call = np.where((rng.random(n) < edge) & (truth != 0), truth, call)
+            pred = close + 0.5 * call
+            right = np.sign(pred - close) == truth
+            got = baselines.score(right, actual, close, close, np.ones(n))["always_up"]
+            skill = bt.skill_test(pred, actual, close)
+            assert (skill.model_only, skill.up_only) == (got.model_only, got.base_only)
+            assert got.n == int((truth != 0).sum())
+            rejected += got.p_value <= 0.05
+        rates[edge] = rejected / sims
+    assert rates[0.0] <= 0.05 + 2 * (0.05 * 0.95 / sims) ** 0.5, rates  # one-sided exact test: <= 5 %
+    assert rates[0.15] >= 0.25, rates
