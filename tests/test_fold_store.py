@@ -132,3 +132,17 @@ def test_the_code_hash_follows_the_learning_files(tmp_path, monkeypatch):
     before = fold_cache.code_hash.__wrapped__()
     a.write_text("x = 2\n")
     assert fold_cache.code_hash.__wrapped__() != before
+
+
+def test_the_runtime_on_cuda_names_the_card_and_its_resolved_precision(monkeypatch):
+    """No GPU here: the CUDA branch with the card's answers planted."""
+    from ldtm_core.learning import training_loop
+
+    monkeypatch.setattr(training_loop, "resolve_device", lambda device: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    rt = fold_cache.runtime(dataclasses.replace(CFG, amp="auto"), "cuda")
+    assert (rt.precision, rt.device) == ("bf16", "cuda NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert fold_cache.runtime(dataclasses.replace(CFG, amp="auto"), "cuda").precision == "fp16"
+    assert _key(rt) != _key(fold_cache.runtime(CFG, "cpu"))
