@@ -179,7 +179,11 @@ snapshots = Table(
     Column("next_monday_pct_error", Float),
     Column("one_month_actual", Float),
     Column("one_month_pct_error", Float),
-    Column("filled_at", DateTime(timezone=True)),
+    Column("filled_at", DateTime(timezone=True)),  # the row's last fill (any horizon)
+    # When each horizon's actual was written (0026): a bar revised after it is stale for that horizon only.
+    Column("next_day_filled_at", DateTime(timezone=True)),
+    Column("next_monday_filled_at", DateTime(timezone=True)),
+    Column("one_month_filled_at", DateTime(timezone=True)),
     UniqueConstraint("ticker", "run_date", "model_version", name="uq_snapshots_ticker_date_model"),
     # Two rows can never claim the same predecessor: the hash chain of a ticker cannot fork.
     UniqueConstraint("ticker", "prev_hash", name="uq_snapshots_chain"),
@@ -245,6 +249,9 @@ backtest_folds = Table(
     Column("trend_hits", Integer),
     Column("trend_model_only", Integer),
     Column("trend_only", Integer),
+    # Test rows whose next-day close equals the run-date close: scored by nobody, left out of `n` and
+    # every accuracy (revision 0026; NULL before: unknown).
+    Column("ties", Integer),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
 )

@@ -88,7 +88,10 @@ def _row(ticker, model_id, run_date, close, prev, pred, actual, mode, nm_err, om
         r |= {
             "next_day_actual": actual,
             "next_day_pct_error": (pred - actual) / actual * 100,
-            "next_day_direction_correct": sign(pred - close) == sign(actual - close),
+            # A zero move is a tie: no hit, no miss (issue 28 item 11).
+            "next_day_direction_correct": None
+            if actual == close
+            else sign(pred - close) == sign(actual - close),
             "next_monday_actual": actual,
             "next_monday_pct_error": nm_err,
             "one_month_actual": actual,
@@ -125,7 +128,9 @@ def _build(engine):
     return inside
 
 
-def _expected(rows):
+def _expected(all_rows):
+    # Ties (a zero move) are scored by nobody: out of n, hits, always-up and persistence; errors count.
+    rows = [r for r in all_rows if r["next_day_actual"] != r["run_date_close"]]
     n = len(rows)
     hits = sum(bool(r["next_day_direction_correct"]) for r in rows)
     up = sum(r["next_day_actual"] > r["run_date_close"] for r in rows)
@@ -133,12 +138,19 @@ def _expected(rows):
     def persist(r):
         today = r["run_date_close"] - r["prev_close"]
         tomorrow = r["next_day_actual"] - r["run_date_close"]
-        return (today > 0 and tomorrow > 0) or (today < 0 and tomorrow < 0) or (today == 0 and tomorrow == 0)
+        return (today > 0 and tomorrow > 0) or (today < 0 and tomorrow < 0)
 
-    om = [abs(r["one_month_pct_error"]) for r in rows if r["one_month_pct_error"] is not None]
+    om = [abs(r["one_month_pct_error"]) for r in all_rows if r["one_month_pct_error"] is not None]
     went_up = [r["next_day_actual"] > r["run_date_close"] for r in rows]
     right = [bool(r["next_day_direction_correct"]) for r in rows]
+    p_right = [persist(r) for r in rows]
     return {
+        "persistence_model_only": sum(
+            bool(r["next_day_direction_correct"]) and not p for r, p in zip(rows, p_right, strict=True)
+        ),
+        "persistence_only": sum(
+            p and not bool(r["next_day_direction_correct"]) for r, p in zip(rows, p_right, strict=True)
+        ),
         "model_only": sum(m and not u for m, u in zip(right, went_up, strict=True)),
         "up_only": sum(u and not m for m, u in zip(right, went_up, strict=True)),
         "n": n,
@@ -147,11 +159,12 @@ def _expected(rows):
         "wilson": wilson(hits, n),
         "always_up_accuracy": up / n,
         "persistence_accuracy": sum(map(persist, rows)) / n,
-        "next_day_mape": sum(abs(r["next_day_pct_error"]) for r in rows) / n,
-        "next_monday_mape": sum(abs(r["next_monday_pct_error"]) for r in rows) / n,
+        "ties": len(all_rows) - n,
+        "next_day_mape": sum(abs(r["next_day_pct_error"]) for r in all_rows) / len(all_rows),
+        "next_monday_mape": sum(abs(r["next_monday_pct_error"]) for r in all_rows) / len(all_rows),
         "one_month_mape": sum(om) / len(om),
-        "window_start": min(r["run_date"] for r in rows),
-        "window_end": max(r["run_date"] for r in rows),
+        "window_start": min(r["run_date"] for r in all_rows),
+        "window_end": max(r["run_date"] for r in all_rows),
     }
 
 
@@ -186,8 +199,15 @@ def test_every_number_matches_a_direct_computation(engine, mode):
         assert got["model_only"] - got["up_only"] == got["hits"] - round(got["always_up_accuracy"] * got["n"])
         b, c = exp["model_only"], exp["up_only"]
         assert got["skill_p_value"] == pytest.approx(binomtest(b, b + c, 0.5, alternative="greater").pvalue)
-    if mode == "all":
-        assert board["n"].tolist() == [30, 30]
+        # Persistence's test on the scored rows too: a tie after a flat day is not its hit.
+        b, c = exp["persistence_model_only"], exp["persistence_only"]
+        assert got["persistence_p_value"] == pytest.approx(
+            binomtest(b, b + c, 0.5, alternative="greater").pvalue if b + c else 1.0
+        )
+    if mode == "all":  # 30 evenings each, of which the zero moves are ties (left out of n)
+        exp = [_expected([r for r in inside if r["ticker"] == t]) for t in ("AAA", "BBB")]
+        assert [e["n"] + e["ties"] for e in exp] == [30, 30] and all(e["ties"] for e in exp)
+        assert [board.loc[t, "n"] for t in ("AAA", "BBB")] == [e["n"] for e in exp]
 
 
 def test_small_known_case_and_verdict(engine):

@@ -198,3 +198,38 @@ def test_recording_a_split_from_an_ingest_refills_at_once(engine, db_url, tmp_pa
         [rev] = conn.execute(select(fill_revisions)).all()
     assert "split" in rev.reason and rev.old_actual == pytest.approx(rev.new_actual / 4)
     assert verify(engine).ok
+
+
+def test_a_revision_outside_the_window_stays_refillable_after_a_later_horizon_fills(
+    engine, db_url, tmp_path, monkeypatch
+):
+    """Issue 28 item 5: next day filled, its bar revised by a forced re-ingest outside the overlap window
+    (the nightly leaves it to --refill), then the one-month fill: still stale, and --refill fixes it."""
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
+    settings = make_settings(tmp_path, db_url)
+    df = generate(["AAPL"], "2023-01-03", "2024-06-28", seed=7)
+    dates = sorted(df["date"].unique())
+    run_date = dates[-40]
+    ingest_frame(engine, df[df["date"] <= dates[-35]], "synthetic")  # the next day is there, the month not
+    make_model(engine, settings, "AAPL")
+    predict(engine, settings, run_date=run_date)
+    fillback(engine)
+    row = _row(engine, run_date)
+    assert row.next_day_actual is not None and row.one_month_actual is None
+    ingest_frame(engine, df[df["date"] > dates[-35]], "synthetic")  # the month's close arrives later
+    _revise(engine, df, dates[-39], factor=0.98, force=True)  # a forced re-ingest, far outside the window
+    nightly = refill(engine, automatic=True)
+    assert [(s.run_date, s.horizon) for s in nightly.left] == [(run_date, "next_day")]
+    fillback(engine)  # the month (and Monday) fill: before, it bumped the one filled_at of the row
+    assert _row(engine, run_date).one_month_actual is not None
+    report = verify(engine)
+    assert report.ok, [p.what for p in report.problems]
+    assert [(s.run_date, s.horizon) for s in report.stale] == [(run_date, "next_day")]
+    done = refill(engine)
+    assert [(s.run_date, s.horizon) for s in done.refilled] == [(run_date, "next_day")]
+    row = _row(engine, run_date)
+    assert row.next_day_actual == pytest.approx(
+        df.set_index("date").loc[dates[-39], "close"] * 0.98, rel=1e-9
+    )
+    report = verify(engine)
+    assert report.ok and not report.stale and not report.problems

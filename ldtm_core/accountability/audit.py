@@ -39,7 +39,7 @@ from ldtm_core.accountability.chain import (
     load_anchors,
     row_hash,
 )
-from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, row_band
+from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
 from ldtm_core.accountability.refill import StaleActual, find_stale, revisions
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.data.universe import validate_ticker
@@ -265,10 +265,6 @@ def _check_anchors(
     return problems, checked
 
 
-def _sign(x: float) -> int:
-    return (x > 0) - (x < 0)
-
-
 def _close(a, b) -> bool:
     return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-9)
 
@@ -340,9 +336,11 @@ def _check_actuals(
                             f"next_day_direction_actual {r['next_day_direction_actual']!r} != {want_dir!r} "
                             f"(move {move:+.4f} %, band {b} %)"
                         )
-                    want_hit = _sign(r["next_day_pred"] - rdc) == _sign(close - rdc)
+                    want_hit = direction_hit(r["next_day_pred"], close, rdc)  # None: a tie
                     got_hit = r["next_day_direction_correct"]
-                    if got_hit is None or bool(got_hit) != want_hit:
+                    if (got_hit is None) != (want_hit is None) or (
+                        got_hit is not None and bool(got_hit) != want_hit
+                    ):
                         wrong.append(f"next_day_direction_correct {got_hit!r} != {want_hit!r}")
             if wrong:
                 problems.append(

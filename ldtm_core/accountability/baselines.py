@@ -10,6 +10,10 @@
   (always-up or always-down again, years stale by the end of a long fold), and because the same rule
   scores live rows without knowing which model or training window produced them.
 
+A tie (the next-day close equals the run-date close) is scored by no one: every baseline and the model
+skip those rows (`n` counts the rest), the rule the fillback, the views and the backtest apply. A
+baseline that calls no move (persistence after a flat day) misses any real move.
+
 "Beats" is only ever said with the one-sided exact sign test on the rows where model and baseline
 disagree (`skill.sign_test_p_value`), p beside it.
 """
@@ -84,14 +88,18 @@ def score(
     model_right: np.ndarray, actual: np.ndarray, close: np.ndarray, prev_close: np.ndarray, trend: np.ndarray
 ) -> dict[str, Paired]:
     """Each baseline on the same rows as the model: `actual` next-day close, `close` run-date close,
-    `prev_close` the close before it (NaN: persistence says flat, right only on a flat day), `trend` the
+    `prev_close` the close before it (NaN: persistence says flat, a miss of any move), `trend` the
     trailing-majority sign per row."""
-    model_right = np.asarray(model_right, dtype=bool)
     truth = np.sign(np.asarray(actual, float) - np.asarray(close, float))
+    decided = truth != 0  # ties are nobody's hit or miss
+    truth = truth[decided]
+    model_right = np.asarray(model_right, dtype=bool)[decided]
     calls = {
         "always_up": np.ones_like(truth),
-        "persistence": np.nan_to_num(np.sign(np.asarray(close, float) - np.asarray(prev_close, float))),
-        "trend": np.asarray(trend, float),
+        "persistence": np.nan_to_num(np.sign(np.asarray(close, float) - np.asarray(prev_close, float)))[
+            decided
+        ],
+        "trend": np.asarray(trend, float)[decided],
     }
     out = {}
     for name, call in calls.items():
@@ -119,7 +127,7 @@ def baseline_columns(scored: dict[str, Paired]) -> dict[str, int | None]:
 
 def from_fold(fold: dict) -> dict[str, Paired | None]:
     """A stored fold's baselines (None: the fold predates the column, so its test is unknown)."""
-    n = int(fold["n"])
+    n = int(fold["n"]) - int(fold.get("ties") or 0)  # the scored rows: ties out (0026; NULL before)
     up_hits = round(fold["always_up_accuracy"] * n)
     out: dict[str, Paired | None] = {
         "always_up": None

@@ -301,6 +301,7 @@ def live_record(engine: Engine, model: ModelRecord, mode: str = "all") -> pd.Dat
             s.model_status == "active",
             s.in_sample.is_(False),
             s.next_day_actual.is_not(None),
+            s.next_day_actual != s.run_date_close,  # a tie (zero move) is nobody's hit or miss
         )
         .order_by(s.run_date, s.id)
     )

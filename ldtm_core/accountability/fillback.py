@@ -7,6 +7,10 @@ A value is written only where that actual is still NULL, and runs are serialised
 concurrent run never fills anything twice. Prediction columns are never written,
 so the audit chain stays valid. The dry run is one SELECT with the same three joins.
 
+Ties (issue 28): a next-day actual equal to the run-date close is a zero move, neither a hit nor a miss
+of the model (or of any baseline): `next_day_direction_correct` is NULL, its direction label 'neutral'
+(`direction_hit`, and the same rule in SQL here, in the re-fill, the audit and the accuracy views).
+
 Price basis (SPEC §2): an actual is compared on the prediction's own basis, its run date's. A horizon
 with a recorded corporate action between run date and target date is filled per row in Python with
 the close divided by the actions' factors (corporate_actions.basis_factor); the rest stay set-based.
@@ -18,7 +22,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 import numpy as np
-from sqlalchemy import Engine, and_, case, exists, func, or_, select, update
+from sqlalchemy import Engine, and_, case, exists, func, null, or_, select, update
 from sqlalchemy.orm import aliased
 
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
@@ -35,6 +39,14 @@ LEGACY_NEUTRAL_BAND_PCT = 0.25
 def row_band(stored: float | None, legacy: float = LEGACY_NEUTRAL_BAND_PCT) -> float:
     """The neutral band (%) a row is judged with: the one stored with its prediction."""
     return legacy if stored is None else float(stored)
+
+
+def direction_hit(pred: float, actual: float, close: float) -> bool | None:
+    """Was the predicted next-day direction right? None on a tie (a zero move): scored by nobody. A
+    predicted zero move is a miss of any real move."""
+    if actual == close:
+        return None
+    return bool(np.sign(pred - close) == np.sign(actual - close))
 
 
 @dataclass
@@ -172,6 +184,7 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
         actual = v.c[f"c_{h}"]
         fill = and_(s[f"{h}_actual"].is_(None), actual.is_not(None))
         values[f"{h}_actual"] = case((fill, actual), else_=s[f"{h}_actual"])
+        values[f"{h}_filled_at"] = case((fill, now), else_=s[f"{h}_filled_at"])
         values[f"{h}_pct_error"] = case(
             (fill, (s[f"{h}_pred"] - actual) / actual * 100.0), else_=s[f"{h}_pct_error"]
         )
@@ -179,7 +192,10 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
             move_pct = (actual - s.run_date_close) / s.run_date_close * 100.0
             b = func.coalesce(s.neutral_band_pct, band)
             direction = case((move_pct > b, "bullish"), (move_pct < -b, "bearish"), else_="neutral")
-            correct = _sign(s.next_day_pred - s.run_date_close) == _sign(actual - s.run_date_close)
+            correct = case(
+                (actual == s.run_date_close, null()),  # a tie: neither right nor wrong
+                else_=_sign(s.next_day_pred - s.run_date_close) == _sign(actual - s.run_date_close),
+            )
             values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
             values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
     conn.execute(update(snapshots).where(s.id == v.c.sid).values(values))
@@ -230,6 +246,7 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             )
             pred = float(getattr(r, f"{h}_pred"))
             values[f"{h}_actual"] = actual
+            values[f"{h}_filled_at"] = now
             values[f"{h}_pct_error"] = (pred - actual) / actual * 100.0
             if h == "next_day":
                 rdc = float(r.run_date_close)
@@ -238,7 +255,7 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
                 values["next_day_direction_actual"] = (
                     "bullish" if move_pct > b else ("bearish" if move_pct < -b else "neutral")
                 )
-                values["next_day_direction_correct"] = bool(np.sign(pred - rdc) == np.sign(actual - rdc))
+                values["next_day_direction_correct"] = direction_hit(pred, actual, rdc)
             filled[h] += 1
         # Only actuals still NULL (the WHERE re-checks each one), so a rerun writes nothing twice.
         conn.execute(update(snapshots).where(s.id == r.id).values(values))

@@ -310,9 +310,11 @@ def skill_tests(
             model_right, (inside["next_day_actual"] > inside["run_date_close"]).to_numpy()
         )
         if persistence is not None:
-            # Persistence's own rows (those with a previous close), as the view scores it.
-            has = inside["prev_close"].notna().to_numpy()
+            # Persistence's own rows (a previous close, and not a tie), as the view scores it.
             close = inside["run_date_close"].to_numpy(float)
+            has = inside["prev_close"].notna().to_numpy() & (
+                inside["next_day_actual"].to_numpy(float) != close
+            )
             said = np.sign(close - inside["prev_close"].to_numpy(float))
             right = said == np.sign(inside["next_day_actual"].to_numpy(float) - close)
             persistence[key] = SkillTest(

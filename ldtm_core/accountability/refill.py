@@ -3,7 +3,8 @@
 An actual is stale when it differs from what the fillback would write today (the target's stored close on
 the run date's basis). Two ordinary events make one, and each leaves a record to check it against:
 - a revision: the target's bar was re-written by an ingest after the actual was filled
-  (prices.ingested_at > snapshots.filled_at). Inside the overlap window the nightly fetch does this by
+  (prices.ingested_at > that horizon's own fill time, `snapshots.<horizon>_filled_at`: the row's
+  `filled_at` moves with every later horizon's fill, which would hide the revision). Inside the overlap window the nightly fetch does this by
   design; further back only a forced re-ingest does;
 - a late corporate action between run date and target: recorded after the fill, or the stored actual is
   exactly the raw close (the action's factor was not applied).
@@ -29,7 +30,7 @@ import pandas as pd
 from sqlalchemy import Connection, Engine, and_, exists, func, insert, or_, select, update
 from sqlalchemy.orm import aliased
 
-from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, row_band
+from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
 from ldtm_core.data.corporate_actions import basis_factor
 from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, sessions_before
 from ldtm_core.db import run_in_transaction, write_lock
@@ -112,7 +113,7 @@ def find_stale(conn: Connection, tickers: Sequence[str] | None = None) -> list[S
         and_(
             s[f"{h}_actual"].is_not(None),
             or_(
-                px[h].c.ingested_at > s.filled_at,
+                px[h].c.ingested_at > func.coalesce(s[f"{h}_filled_at"], s.filled_at),
                 exists(
                     select(ca.ticker).where(
                         ca.ticker == s.ticker, ca.ex_date > s.run_date, ca.ex_date <= s[f"{h}_date"]
@@ -129,7 +130,7 @@ def find_stale(conn: Connection, tickers: Sequence[str] | None = None) -> list[S
         s.model_version,
         s.run_date_close,
         s.filled_at,
-        *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date", "actual", "pct_error")),
+        *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date", "actual", "pct_error", "filled_at")),
         *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
         *(px[h].c.ingested_at.label(f"{h}_ingested_at") for h in HORIZONS),
         *(px[h].c.source.label(f"{h}_source") for h in HORIZONS),
@@ -152,9 +153,10 @@ def find_stale(conn: Connection, tickers: Sequence[str] | None = None) -> list[S
     window = {t: sessions_before(pd.Timestamp(d).date(), WINDOW_SESSIONS) for t, d in last.items()}
     out: list[StaleActual] = []
     for r in rows:
-        filled_at = _utc(r.filled_at)
         run_date = pd.Timestamp(r.run_date).date()
         for h in HORIZONS:
+            # This horizon's own fill time (rows filled before 0026 without one: the row's).
+            filled_at = _utc(getattr(r, f"{h}_filled_at")) or _utc(r.filled_at)
             actual, close = getattr(r, f"{h}_actual"), getattr(r, f"{h}_close")
             if actual is None or close is None:
                 continue  # a vanished close is no recorded reason: the audit reports it
@@ -270,6 +272,7 @@ def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -
     values: dict = {
         f"{st.horizon}_actual": st.new_actual,
         f"{st.horizon}_pct_error": new_err,
+        f"{st.horizon}_filled_at": now,
         "filled_at": now,
     }
     if st.horizon == "next_day":
@@ -278,8 +281,7 @@ def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -
         values["next_day_direction_actual"] = (
             "bullish" if move > band else ("bearish" if move < -band else "neutral")
         )
-        pred_sign = (row.next_day_pred > rdc) - (row.next_day_pred < rdc)
-        values["next_day_direction_correct"] = pred_sign == ((st.new_actual > rdc) - (st.new_actual < rdc))
+        values["next_day_direction_correct"] = direction_hit(float(row.next_day_pred), st.new_actual, rdc)
     # The WHERE re-checks the old value: a concurrent change makes this write nothing, never a wrong one.
     done = conn.execute(
         update(snapshots).where(s.id == st.id, s[f"{st.horizon}_actual"] == st.old_actual).values(values)

@@ -106,10 +106,19 @@ def counted_predictions(
     return predictions[keep]
 
 
+def scored(predictions: pd.DataFrame) -> pd.DataFrame:
+    """The filled evenings a direction figure scores: a tie (next-day close = run-date close) is nobody's
+    hit or miss (fillback.direction_hit), as on the leaderboard."""
+    return predictions[
+        predictions["next_day_actual"].notna()
+        & (predictions["next_day_actual"] != predictions["run_date_close"])
+    ]
+
+
 def rolling_accuracy(predictions: pd.DataFrame, days: int = ROLLING_DAYS) -> pd.DataFrame:
     """Next-day accuracy of the model and of always-up over the `days` calendar days ending at each
-    filled evening (the leaderboard's window, evaluated at every evening)."""
-    filled = predictions[predictions["next_day_actual"].notna()]
+    scored evening (the leaderboard's window, evaluated at every evening)."""
+    filled = scored(predictions)
     columns = ["run_date", "n", "model", "always_up"]
     if filled.empty:
         return pd.DataFrame(columns=columns)
@@ -125,7 +134,7 @@ def rolling_accuracy(predictions: pd.DataFrame, days: int = ROLLING_DAYS) -> pd.
 
 
 def ticker_skill(predictions: pd.DataFrame) -> SkillTest:
-    filled = predictions[predictions["next_day_actual"].notna()]
+    filled = scored(predictions)
     return discordant_counts(
         filled["correct"].astype(bool).to_numpy(), filled["went_up"].astype(bool).to_numpy()
     )

@@ -10,7 +10,8 @@ i.e. a sign test on the discordant rows) asks how surprising it is that the mode
     p = P(X >= model_only),  X ~ Binomial(model_only + up_only, 1/2)
 
 A small p (e.g. <= 0.05) is evidence the model beats always-up; a large one means it may not.
-With no discordant rows there is no evidence either way and p = 1.
+With no discordant rows there is no evidence either way and p = 1. Ties (a zero next-day move) are
+nobody's hit or miss: callers pass only the decided rows (fillback.direction_hit, backtest.skill_test).
 """
 
 from __future__ import annotations

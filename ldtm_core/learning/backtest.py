@@ -75,6 +75,7 @@ class FoldResult:
     tuning_leakage_rows: int = 0  # of leakage_rows: test rows the tuning study's trials used
     fold_key: str = ""  # its stored outcome in backtest_fold_results (ldtm_core.learning.fold_cache)
     reused: bool = False  # taken from the store rather than refitted
+    ties: int = 0  # of the n test rows: a zero next-day move, scored by nobody (out of every accuracy)
     # Persistence and the trailing-majority baseline on the same rows (accountability.baselines).
     baselines: dict = field(default_factory=dict)
 
@@ -108,12 +109,18 @@ class BacktestResult:
         return sum(f.n for f in self.folds)
 
     @property
+    def ties(self) -> int:
+        return sum(f.ties for f in self.folds)
+
+    @property
     def direction_accuracy(self) -> float:
-        return sum(f.hits for f in self.folds) / self.n if self.n else float("nan")
+        scored = self.n - self.ties
+        return sum(f.hits for f in self.folds) / scored if scored else float("nan")
 
     @property
     def always_up_accuracy(self) -> float:
-        return sum(f.up_hits for f in self.folds) / self.n if self.n else float("nan")
+        scored = self.n - self.ties
+        return sum(f.up_hits for f in self.folds) / scored if scored else float("nan")
 
     @property
     def mean_abs_pct_error(self) -> float:
@@ -151,18 +158,23 @@ def _d(value) -> dt.date:
     return pd.Timestamp(value).date()
 
 
-def score(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> tuple[int, int, float]:
-    """(direction hits, always-up hits, mean |pct error|) of next-day predictions on the same rows."""
-    hits = int((np.sign(pred - close) == np.sign(actual - close)).sum())
+def score(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> tuple[int, int, float, int]:
+    """(direction hits, always-up hits, mean |pct error|, ties) of next-day predictions on the same rows.
+
+    A tie (next-day close equal to the run-date close) is scored by nobody (fillback.direction_hit):
+    neither the model's hit nor always-up's; the error still counts."""
+    decided = actual != close
+    hits = int(((np.sign(pred - close) == np.sign(actual - close)) & decided).sum())
     up = int((actual > close).sum())
     mape = float(np.mean(np.abs(pred - actual) / actual * 100.0)) if len(actual) else float("nan")
-    return hits, up, mape
+    return hits, up, mape, int((~decided).sum())
 
 
 def skill_test(pred: np.ndarray, actual: np.ndarray, close: np.ndarray) -> SkillTest:
-    """Discordant rows of the model's next-day direction vs always-up (same rule as `score`)."""
+    """Discordant rows of the model's next-day direction vs always-up on the decided rows (ties out)."""
+    decided = actual != close
     model_right = np.sign(pred - close) == np.sign(actual - close)
-    return discordant_counts(model_right, actual > close)
+    return discordant_counts(model_right[decided], (actual > close)[decided])
 
 
 def count_leakage(samples: SampleSet, train_idx: np.ndarray, test_idx: np.ndarray, cutoff) -> int:
@@ -313,6 +325,7 @@ def run_backtest(
     # (loaded only if the next fold must refit).
     parent = None if init_state is None else fold_cache.state_digest(init_state)
     init_path = None
+    rt = fold_cache.runtime(cfg, device)  # precision, device, torch and code: part of every fold's key
     for k, span in enumerate(spans):
         test_idx, cutoff, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
         sub = samples.subset(pool)
@@ -331,6 +344,7 @@ def run_backtest(
             _d(cutoff),
             cfg.seed,
             parent,
+            rt,
         )
         stored = fold_cache.load(engine, settings, key) if reuse else None
         if stored is not None and stored.weights is not None:
@@ -351,7 +365,8 @@ def run_backtest(
             )
             preds = _predict(fit.model, samples.subset(test_idx))
             epochs, best_epoch, val_loss, fit_s = fit.epochs, fit.best_epoch, fit.val_loss, fit.duration_s
-            fold_cache.store(
+            # What the key now stores is what is scored (an existing row with intact weights is kept).
+            preds = fold_cache.store(
                 engine,
                 settings,
                 key=key,
@@ -371,7 +386,8 @@ def run_backtest(
             weights_path, next_state = None, fit.model.state_dict()
         test = samples.subset(test_idx)
         pred = preds[:, 0]
-        hits, up, mape = score(pred, test.target_close[:, 0], test.close)
+        hits, up, mape, ties = score(pred, test.target_close[:, 0], test.close)
+        scored = len(test_idx) - ties  # n stays the fold's test rows (the champion's rerun reads it)
         skill = skill_test(pred, test.target_close[:, 0], test.close)
         paired = baselines.score(
             np.sign(pred - test.close) == np.sign(test.target_close[:, 0] - test.close),
@@ -393,8 +409,11 @@ def run_backtest(
                 n=len(test_idx),
                 hits=hits,
                 up_hits=up,
-                direction_accuracy=hits / len(test_idx),
-                always_up_accuracy=up / len(test_idx),
+                # Over the scored rows; 0 when all are ties (a weight-0 figure, never NaN: SQLite stores
+                # NaN as NULL).
+                direction_accuracy=hits / scored if scored else 0.0,
+                always_up_accuracy=up / scored if scored else 0.0,
+                ties=ties,
                 mean_abs_pct_error=mape,
                 leakage_rows=count_leakage(samples, lineage, test_idx, cutoff) + study_rows,
                 n_train=len(train_idx),
@@ -445,6 +464,7 @@ def run_backtest(
             "leakage_rows": f.leakage_rows,
             "model_only_hits": f.model_only_hits,
             "up_only_hits": f.up_only_hits,
+            "ties": f.ties,
             "created_at": now,
             "config_signature": result.config_signature,
             "data_start": result.data_start,

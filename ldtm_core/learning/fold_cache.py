@@ -1,38 +1,78 @@
 """Stored fold outcomes of the walk-forward backtest, reused instead of refitted (issue 22).
 
 A fold's outcome is a pure function of: the config (its signature, seed included, and the seed again
-explicitly), exactly the sample rows it trains, validates and tests on (`fingerprint`), its cutoff, and
-the weights it started from. Folds start cold by default (no parent), so when a quarter completes the
-older folds keep their keys and only the new one refits; a warm-chained fold is named by the key of the
-fold it came from (`fold_key`'s `parent`): a revised bar inside fold 2's rows changes fold 2's
-fingerprint, hence its key, hence the key of every fold warm-started after it, and nothing before it.
+explicitly), exactly the sample rows it trains, validates and tests on (`fingerprint`), its cutoff, the
+weights it started from, and the runtime that does the arithmetic (`runtime`: the resolved training
+precision, the device kind, the torch version and a hash of the learning code). Folds start cold by
+default (no parent), so when a quarter completes the older folds keep their keys and only the new one
+refits; a warm-chained fold is named by the key of the fold it came from (`fold_key`'s `parent`): a
+revised bar inside fold 2's rows changes fold 2's fingerprint, hence its key, hence the key of every fold
+warm-started after it, and nothing before it. A store shared by hosts (the compose artifacts volume)
+reuses a fold only where this host would compute the same numbers; elsewhere it refits once.
 
-Each fitted fold's weights are kept as an artifact (atomic write, loaded with weights_only=True) so a
-later fold that must refit can start from a predecessor that was reused rather than refitting the
-chain. Rows of `backtest_fold_results` are immutable: one key, one result; a racing writer's duplicate
-is the same result and is ignored.
+Each fitted fold's weights are kept as an artifact (atomic write, named by key and content hash, loaded
+with weights_only=True) so a later fold that must refit can start from a predecessor that was reused
+rather than refitting the chain. One key, one result: an existing row whose weights verify is kept as it
+is (a racing writer's duplicate computes the same); a row whose weights are gone (pruned) is replaced,
+row and file together, by the refit that found it so.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ldtm_core.config import Settings
+from ldtm_core.data import samples as samples_module
 from ldtm_core.data.samples import SampleSet
+from ldtm_core.learning import model as model_module
+from ldtm_core.learning import precision, split, training_loop
 from ldtm_core.learning.checkpoints import sha256_file, write_atomic
+from ldtm_core.learning.model import ModelConfig
 from ldtm_core.schema import backtest_fold_results
 
-KEY_FORMAT = 1  # bump when what a fold computes changes without its inputs changing
+# The source files whose change can change a fit's numbers (architecture, loop, split, windows and
+# denormalisation): their hash replaces a manual format number in the key. Scoring is recomputed from
+# the stored predictions, so the backtest's own module is not among them.
+LEARNING_CODE = tuple(Path(m.__file__) for m in (model_module, training_loop, split, samples_module))
+
+
+class Runtime(NamedTuple):
+    """What does the arithmetic of a fit, beyond its inputs."""
+
+    precision: str  # the resolved training precision: fp32 / bf16 / fp16 (amp="auto" decided here)
+    device: str  # "cpu", or "cuda <card name>"
+    torch: str
+    code: str  # sha256 of LEARNING_CODE
+
+
+@functools.cache
+def code_hash() -> str:
+    h = hashlib.sha256()
+    for path in LEARNING_CODE:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def runtime(cfg: ModelConfig, device: str | None) -> Runtime:
+    """This host's runtime for a fit of `cfg` on `device` (resolved exactly as training resolves it)."""
+    dev = training_loop.resolve_device(device)
+    kind = "cpu" if dev.type == "cpu" else f"{dev.type} {torch.cuda.get_device_name(dev)}"
+    return Runtime(
+        precision.precision_name(precision.amp_dtype(cfg, dev)), kind, torch.__version__, code_hash()
+    )
 
 
 def fingerprint(samples: SampleSet, fit_idx: np.ndarray, test_idx: np.ndarray) -> str:
@@ -66,8 +106,10 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def fold_key(signature: str, data_fingerprint: str, cutoff: dt.date, seed: int, parent: str | None) -> str:
-    parts = [KEY_FORMAT, signature, data_fingerprint, cutoff.isoformat(), int(seed), parent or ""]
+def fold_key(
+    signature: str, data_fingerprint: str, cutoff: dt.date, seed: int, parent: str | None, rt: Runtime
+) -> str:
+    parts = [signature, data_fingerprint, cutoff.isoformat(), int(seed), parent or "", *rt]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -94,7 +136,7 @@ def load(engine: Engine, settings: Settings, key: str) -> StoredFold | None:
         return None
     r = json.loads(row.result_json)
     path = weights_dir(settings) / r["weights_file"]
-    ok = path.is_file() and sha256_file(path) == r["weights_sha256"]
+    ok = _verifies(path, r["weights_sha256"])
     return StoredFold(
         key,
         np.asarray(r["pred"], dtype=np.float64).reshape(-1, 3),
@@ -103,6 +145,10 @@ def load(engine: Engine, settings: Settings, key: str) -> StoredFold | None:
         float(r["val_loss"]),
         path if ok else None,
     )
+
+
+def _verifies(path: Path, digest: str) -> bool:
+    return path.is_file() and sha256_file(path) == digest
 
 
 def stored_predictions(engine: Engine, key: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -142,35 +188,67 @@ def store(
     best_epoch: int,
     val_loss: float,
 ) -> None:
-    """Weights first (atomic), then the row: a row never points at weights that were not written."""
+    """Weights first (atomic, under a name of key and content hash, so no write ever changes a file a
+    row points at), then the row. Returns the [n, 3] predictions now stored under `key`: this fit's, or
+    those of the existing row whose weights still verify (kept: one key, one result)."""
     buffer = io.BytesIO()
     torch.save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, buffer)
-    name = f"{key}.pt"
-    digest = write_atomic(weights_dir(settings) / name, buffer.getvalue())
+    data = buffer.getvalue()
+    name = f"{key}.{hashlib.sha256(data).hexdigest()[:16]}.pt"
+    digest = write_atomic(weights_dir(settings) / name, data)
+    pred = np.asarray(pred, dtype=np.float64)
     result = {
         "weights_file": name,
         "weights_sha256": digest,
         "dates": [str(d) for d in test_dates.astype("datetime64[D]")],
-        "pred": np.asarray(pred, dtype=np.float64).tolist(),  # float repr: exact round trip
+        "pred": pred.tolist(),  # float repr: exact round trip
         "epochs": int(epochs),
         "best_epoch": int(best_epoch),
         "val_loss": float(val_loss),
     }
-    try:
+    t = backtest_fold_results.c
+    for _ in range(3):  # a racing writer can insert or replace between our read and our write
+        with engine.connect() as conn:
+            row = conn.execute(select(t.result_json).where(t.fold_key == key)).first()
+        if row is None:
+            try:
+                with engine.begin() as conn:
+                    conn.execute(
+                        insert(backtest_fold_results).values(
+                            fold_key=key,
+                            ticker=ticker,
+                            config_signature=signature,
+                            data_fingerprint=data_fingerprint,
+                            cutoff=cutoff,
+                            seed=int(seed),
+                            parent_key=parent,
+                            weights_path=str(Path("folds") / name),
+                            result_json=json.dumps(result),
+                            created_at=dt.datetime.now(dt.UTC),
+                        )
+                    )
+                return pred
+            except IntegrityError:
+                continue  # another backtest stored the key first: judge its row below
+        old = json.loads(row.result_json)
+        old_file = weights_dir(settings) / old["weights_file"]
+        if _verifies(old_file, old["weights_sha256"]):
+            if old_file.name != name:
+                (weights_dir(settings) / name).unlink(missing_ok=True)
+            return np.asarray(old["pred"], dtype=np.float64).reshape(-1, 3)
+        # The row's weights are gone: this refit replaces the row, compared-and-swapped on its old text.
         with engine.begin() as conn:
-            conn.execute(
-                insert(backtest_fold_results).values(
-                    fold_key=key,
-                    ticker=ticker,
-                    config_signature=signature,
-                    data_fingerprint=data_fingerprint,
-                    cutoff=cutoff,
-                    seed=int(seed),
-                    parent_key=parent,
+            done = conn.execute(
+                update(backtest_fold_results)
+                .where(t.fold_key == key, t.result_json == row.result_json)
+                .values(
                     weights_path=str(Path("folds") / name),
                     result_json=json.dumps(result),
                     created_at=dt.datetime.now(dt.UTC),
                 )
-            )
-    except IntegrityError:
-        pass  # another backtest stored the same key first: the same result by construction
+            ).rowcount
+        if done:
+            if old_file.name != name:
+                old_file.unlink(missing_ok=True)  # it no longer verifies: nothing reads it
+            return pred
+    raise RuntimeError(f"fold {key}: the stored row kept changing under three attempts to store it")

@@ -9,6 +9,7 @@ from ldtm_core.accountability.reports import (
     last_gate_report,
     model_timeline,
     rolling_accuracy,
+    scored,
     snapshot_range,
     ticker_predictions,
     ticker_skill,
@@ -57,7 +58,7 @@ include_ungated = st.checkbox(
 )
 predictions = ticker_predictions(db, ticker, start, end)
 counted = counted_predictions(predictions, include_in_sample, include_ungated)
-filled = counted[counted["next_day_actual"].notna()]
+filled = scored(counted)  # ties (a zero move) are nobody's hit or miss
 hidden = int((predictions["in_sample"] & predictions["next_day_actual"].notna()).sum())
 ungated = int((~predictions["gated"] & predictions["next_day_actual"].notna()).sum())
 if ungated and not include_ungated:
