@@ -12,7 +12,7 @@ import pytest
 import torch
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 from scipy.stats import binomtest, wilcoxon
-from sqlalchemy import select, update
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from ldtm_core.accountability import registry, shadow
@@ -25,7 +25,7 @@ from ldtm_core.accountability.snapshots import predict
 from ldtm_core.errors import InputError
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
-from ldtm_core.schema import gate_decisions, model_registry, snapshots
+from ldtm_core.schema import gate_decisions, snapshots
 
 EVENINGS = [dt.date(2024, 6, d) for d in (17, 18, 20, 21, 24, 25)]  # 19 June: Juneteenth
 

@@ -37,7 +37,9 @@ def _retire_rate(n: int, pc: float, ps: float, rng, same_errors: bool = True) ->
                 "shadow_om_err": np.nan,
             }
         )
-        cmp = shadow.compare(pairs, n, ticker="X", shadow_model_id=2, champion_model_id=1, champion_version="v")
+        cmp = shadow.compare(
+            pairs, n, ticker="X", shadow_model_id=2, champion_model_id=1, champion_version="v"
+        )
         retired += cmp.decision == "retire"
     return retired / REPS
 

@@ -56,9 +56,10 @@ def test_a_shadow_whose_checkpoint_no_longer_loads_ends_and_frees_the_ticker(eng
     reason = registry.history(engine, "AAPL")[-1].reason
     assert "checkpoint no longer loads" in reason and "/gone.pt" in reason
     with engine.connect() as conn:
-        assert conn.execute(
-            select(gate_decisions.c.passed).where(gate_decisions.c.model_id == sid)
-        ).scalar_one() is False
+        assert (
+            conn.execute(select(gate_decisions.c.passed).where(gate_decisions.c.model_id == sid)).scalar_one()
+            is False
+        )
     # The ticker is free: the next gate-passed candidate enters shadow instead of waiting behind it.
     nxt = make_model(engine, s, "AAPL", seed=2)
     assert shadow.promote_or_shadow(engine, nxt, "gate passed (test)", s).shadow

@@ -39,7 +39,6 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from ldtm_core.accountability import notify
 from ldtm_core.accountability.paired import error_test, mcnemar_p
-from ldtm_core.accountability.shadow_design import ALPHA, TESTS, ShadowDesign
 from ldtm_core.accountability.registry import (
     SHADOW,
     ModelRecord,
@@ -52,6 +51,7 @@ from ldtm_core.accountability.registry import (
     record_event,
     shadow_models,
 )
+from ldtm_core.accountability.shadow_design import ALPHA, TESTS, ShadowDesign
 from ldtm_core.accountability.skill import format_p_value
 from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
@@ -93,9 +93,7 @@ def promote_or_shadow(
     return start_shadow(engine, model_id, reason, design_for(settings))
 
 
-def start_shadow(
-    engine: Engine, model_id: int, reason: str, design: ShadowDesign | int
-) -> PromoteResult:
+def start_shadow(engine: Engine, model_id: int, reason: str, design: ShadowDesign | int) -> PromoteResult:
     """candidate -> shadow in one transaction, its design stored with it. While the ticker already has a
     shadow the candidate stays a candidate (recorded): replacing it would restart the live evenings with
     every weekly retrain, so no shadow longer than a week of sessions could ever conclude. `ldtm shadow
@@ -390,7 +388,9 @@ def comparison(engine: Engine, settings: Settings, ticker: str) -> ShadowCompari
     after = stored.after_snapshot_id
     if not stored.stored:  # its timeout counts from the shadow's own first row
         with engine.connect() as conn:
-            first = conn.execute(select(func.min(snapshots.c.id)).where(snapshots.c.model_id == rec.id)).scalar()
+            first = conn.execute(
+                select(func.min(snapshots.c.id)).where(snapshots.c.model_id == rec.id)
+            ).scalar()
         after = (first - 1) if first is not None else 1 << 62
     cmp.published_evenings = _published_since(engine, ticker, after)
     cmp.max_evenings = stored.design.max_evenings

@@ -161,7 +161,7 @@ def check_design(sessions: int, margin_points: float, power: float, alpha: float
     if reached >= power:
         return None
     need = sessions_for_power(margin_points, power, alpha / TESTS)
-    chance = 0.5 ** sessions
+    chance = 0.5**sessions
     floor = (
         f"; with {sessions} evenings the smallest one-sided exact p is {chance:.3g}"
         if chance > alpha / TESTS
