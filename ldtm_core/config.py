@@ -88,7 +88,9 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     # Evenings a gate-passed challenger predicts beside the champion before the live comparison (0: none).
     "LDTM_SHADOW_SESSIONS": NumberSetting(int, 0, 1e4, "a whole number of sessions (0: promote at once)"),
     # The drop the shadow evenings must detect, and with what probability (shadow_design.py, issue 27).
-    "LDTM_SHADOW_MARGIN": NumberSetting(float, 0, 100, "percentage points (20 for 60 % vs 40 %)", low_open=True),
+    "LDTM_SHADOW_MARGIN": NumberSetting(
+        float, 0, 100, "percentage points (20 for 60 % vs 40 %)", low_open=True
+    ),
     "LDTM_SHADOW_POWER": NumberSetting(float, 0, 1, "a probability below 1 (0.8)", low_open=True),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),

@@ -25,11 +25,9 @@ from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.drift import FeatureDrift, feature_drift, model_inputs
 from ldtm_core.accountability.registry import SHADOW, ModelRecord, config_signature, list_models
+from ldtm_core.accountability.shadow import SHADOW_DECISION_PREFIX
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
 
-SHADOW_DECISION_PREFIX = (
-    "shadow-"  # as accountability.shadow writes them (no import: shadow imports registry)
-)
 RECORD_COLUMNS = ["run_date", "model_id", "hit", "up"]
 
 
