@@ -171,3 +171,18 @@ def test_detect_runs_the_same_charts_on_a_record_in_memory():
     assert [c.name for c in t.charts] == ["accuracy", "vs_always_up"]
     assert t.charts[0].signals == decay.charts_for(promises[0], hits, up, days, DecaySettings())[0].signals
     assert math.isclose(t.promised, 0.60)
+
+
+def test_designs_sit_on_a_grid_so_a_year_of_weekly_promises_costs_a_few():
+    """Each weekly model promises a slightly different accuracy; designs are floored to the point (and
+    the discordant rate raised to the 0.05), so a nightly check designs a handful of charts, not one
+    per model (each design is an ARL bisection of ~0.1 s)."""
+    settings = DecaySettings()
+    rng = np.random.default_rng(1)
+    promises = [
+        _promise(float(a), disc=(int(400 * a), 400 - int(400 * a))) for a in rng.uniform(0.60, 0.61, 52)
+    ]
+    designs = {decay.designs_of(p, settings) for p in promises}
+    assert len(designs) <= 2  # q0 may straddle a point; the accuracy design is one
+    acc, _ = decay.designs_of(_promise(0.6099), settings)
+    assert acc == cusum.design(0.60, 0.50, 2 * settings.arl0)  # floored: conservative in control
