@@ -14,8 +14,9 @@ The stated difference ("margin", in points) is the one the brief of issue 27 nam
 (50 + m/2) % of evenings and a shadow right on (50 - m/2) %, each evening's two hits independent. Then
 r = pc (1 - ps) + ps (1 - pc) and q = pc (1 - ps) / r: 55/45 is m = 10 (r 0.505, q 0.599), 60/40 is
 m = 20 (r 0.52, q 0.692). Two models that agree more often than independent ones (the usual case for
-two fits of one recipe) have fewer discordant evenings and less power for the same n: the report says
-this assumption beside the figure.
+two fits of one recipe) have fewer discordant evenings, but the same accuracy gap then makes them more
+one-sided, and the paired test has more power for the same n (`exact_power(..., discordant=r)` gives
+it): the independent case is the conservative one the design is stated for.
 
 The shadow decides on two tests (direction and next-day |error|), each at alpha / 2 (Bonferroni), so
 equal models are retired at most alpha of the time; the power stated here is the direction test's at
@@ -62,14 +63,27 @@ def _critical(n: int, alpha: float) -> np.ndarray:
 
 
 def exact_power(
-    n: int, champion_accuracy: float, shadow_accuracy: float, alpha: float = ALPHA / TESTS
+    n: int,
+    champion_accuracy: float,
+    shadow_accuracy: float,
+    alpha: float = ALPHA / TESTS,
+    discordant: float | None = None,
 ) -> float:
     """P(the one-sided exact McNemar test at `alpha` calls the champion better) after n paired evenings
-    whose hits are independent at the two accuracies (equal accuracies: the test's exact size)."""
+    at the two accuracies (equal accuracies: the test's exact size). Hits independent, unless
+    `discordant` gives the share of evenings the two disagree on (correlated models: fewer), then the
+    champion wins q = (r + pc - ps) / 2r of those."""
     n = int(n)
     if n <= 0:
         return 0.0
     r, q = rates(champion_accuracy, shadow_accuracy)
+    if discordant is not None:
+        r = float(discordant)
+        q = (r + champion_accuracy - shadow_accuracy) / (2 * r) if r > 0 else 0.5
+        if not (0 <= r <= 1 and 0 <= q <= 1):
+            raise ValueError(
+                f"a discordant share {r} cannot give accuracies {champion_accuracy} and {shadow_accuracy}"
+            )
     d = np.arange(n + 1)
     c = _critical(n, float(alpha))
     reject = binom.sf(c - 1, d, q)  # P(X >= c_d | d)
