@@ -69,8 +69,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-MIN_SHADOW_SESSIONS = 5  # 0.5**5 = 0.031: the fewest evenings whose exact test can reach p <= 0.05
-
 NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_NEUTRAL_BAND_PCT": NumberSetting(float, 0, 100, "a percent (0.25 for 0.25 %)"),
     "LDTM_GATE_MIN_FOLDS": NumberSetting(int, 1, 1000, "a whole number of folds"),
@@ -89,6 +87,11 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_DECAY_HOLD_SESSIONS": NumberSetting(int, 1, 1e5, "a whole number of sessions"),
     # Evenings a gate-passed challenger predicts beside the champion before the live comparison (0: none).
     "LDTM_SHADOW_SESSIONS": NumberSetting(int, 0, 1e4, "a whole number of sessions (0: promote at once)"),
+    # The drop the shadow evenings must detect, and with what probability (shadow_design.py, issue 27).
+    "LDTM_SHADOW_MARGIN": NumberSetting(
+        float, 0, 100, "percentage points (20 for 60 % vs 40 %)", low_open=True
+    ),
+    "LDTM_SHADOW_POWER": NumberSetting(float, 0, 1, "a probability below 1 (0.8)", low_open=True),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
@@ -194,6 +197,9 @@ class Settings:
     backtest_reuse: bool = True
     # >0: a challenger that passes the gate serves in shadow for this many filled evenings (shadow.py).
     shadow_sessions: int = 0
+    # The drop (points) those evenings are sized to detect and the power promised at it (shadow_design).
+    shadow_margin_points: float = 20.0
+    shadow_power: float = 0.8
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -218,12 +224,17 @@ class Settings:
         check_environment()
         band = env_number("LDTM_NEUTRAL_BAND_PCT", 0.25)
         shadow_sessions = int(env_number("LDTM_SHADOW_SESSIONS", 0))
-        if 0 < shadow_sessions < MIN_SHADOW_SESSIONS:
-            # With N evenings the smallest one-sided exact p is 0.5**N > 0.05: such a shadow never retires.
-            raise ConfigError(
-                f"LDTM_SHADOW_SESSIONS={shadow_sessions}: a shadow needs at least {MIN_SHADOW_SESSIONS} "
-                "filled evenings to be able to retire a worse model (0: promote at once)"
-            )
+        margin = float(env_number("LDTM_SHADOW_MARGIN", 20.0))
+        power = float(env_number("LDTM_SHADOW_POWER", 0.8))
+        if power >= 1:
+            raise ConfigError(f"LDTM_SHADOW_POWER={power:g}: no finite shadow has power 1 (0.8 is usual)")
+        if shadow_sessions > 0:
+            from ldtm_core.accountability.shadow_design import check_design
+
+            # A shadow too short for the power it states would promote a worse model (issue 27).
+            why = check_design(shadow_sessions, margin, power)
+            if why:
+                raise ConfigError(f"LDTM_SHADOW_SESSIONS={shadow_sessions}: {why}")
         return cls(
             home=home,
             database_url=url,
@@ -231,6 +242,8 @@ class Settings:
             notify_webhook_url=os.environ.get("LDTM_NOTIFY_WEBHOOK_URL") or None,
             neutral_band_pct=overrides.pop("neutral_band_pct", band),
             shadow_sessions=overrides.pop("shadow_sessions", shadow_sessions),
+            shadow_margin_points=overrides.pop("shadow_margin_points", margin),
+            shadow_power=overrides.pop("shadow_power", power),
             backtest_reuse=overrides.pop(
                 "backtest_reuse",
                 os.environ.get("LDTM_BACKTEST_REUSE", "1").strip().lower() not in ("0", "false", "no"),

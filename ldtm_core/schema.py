@@ -338,3 +338,22 @@ feature_sets = Table(
     Column("last_date", Date),
     Column("built_at", DateTime(timezone=True), nullable=False),
 )
+
+# The design of each shadow, fixed when it starts (revision 0027, issue 28 item 8): the evenings it needs,
+# the margin and power they were sized for, the champion it is compared with and its timeout. Changing
+# LDTM_SHADOW_SESSIONS during a shadow changes nothing; a rollback of that champion ends the shadow.
+shadow_designs = Table(
+    "shadow_designs",
+    metadata,
+    Column("model_id", Integer, ForeignKey("model_registry.id"), primary_key=True),
+    Column("ticker", TICKER, nullable=False),
+    Column("champion_model_id", Integer, ForeignKey("model_registry.id"), nullable=False),
+    Column("sessions", Integer, nullable=False),
+    Column("margin_points", Float, nullable=False),
+    Column("power", Float, nullable=False),
+    Column("alpha", Float, nullable=False),
+    Column("max_evenings", Integer, nullable=False),
+    # The newest snapshot id when it started: published evenings after it count towards the timeout.
+    Column("after_snapshot_id", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+)

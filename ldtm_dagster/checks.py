@@ -12,9 +12,11 @@ its evening. Instead predict skips each stale ticker by name ("no price for X on
 the bar arrives fills it in; this check names the stale tickers and why, up front.
 
 `leaderboard_decay` warns (never blocks: a decaying model still predicts until an operator rolls it back
-or a retrain replaces it) and names each active model whose live record fell below what its gate report
-promised (ldtm_core.accountability.decay), with the drift of its features beside it. Each alarm episode is
-posted to the notification webhook once: the keys already alarmed are kept in the check's own metadata.
+or a retrain replaces it) and names each ticker whose published production record (across model changes,
+each row against the promise of the model that made it) fell below what was promised
+(ldtm_core.accountability.decay), with the drift of its features beside it. Each alarm episode (an
+unbroken stretch in WARN, named by its first evening) is posted to the notification webhook once: the
+keys already alarmed are kept in the check's own metadata and read back from its recent evaluations.
 """
 
 import os
@@ -118,19 +120,29 @@ def prices_latest_session_complete(
 DECAY_KEYS = "alarm_keys"
 
 
+ALARM_HISTORY = 60  # earlier evaluations whose alarm keys count as notified (about three months of nights)
+
+
 def _alarmed_before(context: AssetCheckExecutionContext, key: AssetCheckKey) -> set[str] | None:
-    """The alarm keys of this check's previous evaluation (None: it never ran, or they are unreadable)."""
+    """The alarm keys of this check's recent evaluations (None: it never ran, or none are readable). Keys
+    name an episode by its first evening, so one that lasts is found in any of them, also after a night
+    that checked other tickers."""
     done = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
-    history = context.instance.event_log_storage.get_asset_check_execution_history(key, limit=1, status=done)
-    evaluation = history[0].evaluation if history else None
-    value = evaluation.metadata.get(DECAY_KEYS) if evaluation else None
-    return set(value.value) if value is not None and isinstance(value.value, list) else None
+    history = context.instance.event_log_storage.get_asset_check_execution_history(
+        key, limit=ALARM_HISTORY, status=done
+    )
+    keys: set[str] | None = None
+    for record in history:
+        value = record.evaluation.metadata.get(DECAY_KEYS) if record.evaluation else None
+        if value is not None and isinstance(value.value, list):
+            keys = (keys or set()) | set(value.value)
+    return keys
 
 
 @asset_check(
     asset="leaderboard",
-    description="no active model's live direction record has dropped significantly below what its gate "
-    "report promised, or below always-up on the same evenings (Bernoulli CUSUM; warns and names the "
+    description="no ticker's published direction record has dropped significantly below what its models' "
+    "gate reports promised, or below always-up on the same evenings (Bernoulli CUSUM; warns and names the "
     "decaying tickers, posts each new alarm to the webhook; PSI of the 11 features beside it)",
 )
 def leaderboard_decay(
@@ -156,33 +168,7 @@ def leaderboard_decay(
             DECAY_KEYS: MetadataValue.json(keys),
             "delta_points": report.settings.delta * 100,
             "designed_arl0_sessions": report.settings.arl0,
-            "table": records_table(
-                [
-                    {
-                        k: r[k]
-                        for k in (
-                            "ticker",
-                            "decaying",
-                            "live_n",
-                            "live_accuracy",
-                            "promised_accuracy",
-                            "always_up_accuracy",
-                            "cusum",
-                            "threshold",
-                            "cusum_vs_up",
-                            "threshold_vs_up",
-                            "alarm_since",
-                            "signals",
-                            "last_signal",
-                            "psi_max",
-                            "psi_feature",
-                            "psi_band",
-                            "psi_unusual",
-                        )
-                    }
-                    for r in rows
-                ]
-            ),
+            "table": records_table([{k: r[k] for k in decay.TABLE_COLUMNS} for r in rows]),
         },
     )
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 from scipy.stats import binomtest, wilcoxon
-from sqlalchemy import select, update
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from ldtm_core.accountability import registry, shadow
@@ -25,7 +25,7 @@ from ldtm_core.accountability.snapshots import predict
 from ldtm_core.errors import InputError
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
-from ldtm_core.schema import gate_decisions, model_registry, snapshots
+from ldtm_core.schema import gate_decisions, snapshots
 
 EVENINGS = [dt.date(2024, 6, d) for d in (17, 18, 20, 21, 24, 25)]  # 19 June: Juneteenth
 
@@ -257,26 +257,41 @@ def test_gate_pass_goes_to_shadow_and_a_newer_shadow_replaces_it(engine, s, cham
     assert registry.shadow_models(engine)["AAPL"].id == mid
 
 
-def test_a_shadow_too_short_to_ever_retire_a_model_is_refused(monkeypatch):
-    """With N evenings the smallest one-sided exact p is 0.5**N: below 5 evenings a shadow could only
-    ever promote, whatever the live record says."""
+def test_a_shadow_too_short_for_its_stated_power_is_refused(monkeypatch):
+    """N evenings must reach LDTM_SHADOW_POWER at LDTM_SHADOW_MARGIN (exact binomial power, issue 27):
+    5 evenings can never retire (0.5**5 > 0.025), and the refusal says what N the power needs."""
+    from ldtm_core.accountability.shadow_design import sessions_for_power
     from ldtm_core.config import Settings
     from ldtm_core.errors import ConfigError
 
-    for n in (1, 4):
+    need = sessions_for_power(20, 0.8)
+    for n in (1, 5, need - 1):
         monkeypatch.setenv("LDTM_SHADOW_SESSIONS", str(n))
-        with pytest.raises(ConfigError, match="LDTM_SHADOW_SESSIONS.*at least 5"):
+        with pytest.raises(ConfigError, match=rf"LDTM_SHADOW_SESSIONS={n}: .*20-point drop.*at least {need}"):
             Settings.from_env()
-    for n in (0, 5):
+    for n in (0, need):
         monkeypatch.setenv("LDTM_SHADOW_SESSIONS", str(n))
         assert Settings.from_env().shadow_sessions == n
+    # A larger stated margin or a lower stated power needs fewer evenings.
+    monkeypatch.setenv("LDTM_SHADOW_SESSIONS", "6")
+    monkeypatch.setenv("LDTM_SHADOW_MARGIN", "100")
+    assert Settings.from_env().shadow_margin_points == 100
+    monkeypatch.setenv("LDTM_SHADOW_POWER", "1")
+    with pytest.raises(ConfigError, match="LDTM_SHADOW_POWER"):
+        Settings.from_env()
+
+
+def _short_shadow_env(monkeypatch) -> None:
+    """6 evenings, stated for a 100-point margin (all 6 one way: p = 1/64): short enough for a test."""
+    monkeypatch.setenv("LDTM_SHADOW_SESSIONS", "6")
+    monkeypatch.setenv("LDTM_SHADOW_MARGIN", "100")
 
 
 def test_cli_shows_champion_beside_shadow_and_ends_it_by_hand(ldtm_env, engine, tmp_path, monkeypatch):
     from ldtm_core.cli import app
 
-    monkeypatch.setenv("LDTM_SHADOW_SESSIONS", "5")
-    s = make_settings(tmp_path, ldtm_env["url"], shadow_sessions=5)
+    _short_shadow_env(monkeypatch)
+    s = make_settings(tmp_path, ldtm_env["url"], shadow_sessions=6)
     ingest(engine, ["AAPL"])
     registry.promote(engine, make_model(engine, s, "AAPL", seed=0), "first", s)
     sid = make_model(engine, s, "AAPL", seed=1)
@@ -289,7 +304,7 @@ def test_cli_shows_champion_beside_shadow_and_ends_it_by_hand(ldtm_env, engine, 
     side = runner.invoke(app, ["leaderboard", "--shadow"])
     text = " ".join(side.output.split())
     assert side.exit_code == 0, side.output
-    assert "champion vs shadow" in text and f"model {sid}" in text and "3/5" in text and "pending" in text
+    assert "champion vs shadow" in text and f"model {sid}" in text and "3/6" in text and "pending" in text
     listed = runner.invoke(app, ["registry", "list"])
     assert "shadow" in listed.output
     refused = runner.invoke(app, ["shadow", "end", "AAPL", "--retire", "--reason", " "])
@@ -307,8 +322,8 @@ def test_dashboard_shows_champion_beside_shadow(engine, tmp_path, db_url, monkey
 
     monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("LDTM_DATABASE_URL", db_url)
-    monkeypatch.setenv("LDTM_SHADOW_SESSIONS", "5")
-    s = make_settings(tmp_path, db_url, shadow_sessions=5)
+    _short_shadow_env(monkeypatch)
+    s = make_settings(tmp_path, db_url, shadow_sessions=6)
     ingest(engine, ["AAPL"])
     champ = make_model(engine, s, "AAPL", seed=0)
     registry.promote(engine, champ, "first", s)
@@ -326,17 +341,18 @@ def test_dashboard_shows_champion_beside_shadow(engine, tmp_path, db_url, monkey
     assert any("never published" in c.value for c in at.caption)
 
 
-def test_a_decision_that_cannot_be_carried_out_is_reported_and_changes_nothing(engine, s, champion):
+def test_a_decision_that_cannot_be_carried_out_is_reported_and_changes_nothing(
+    engine, s, champion, monkeypatch
+):
     twin = make_model(engine, s, "AAPL", seed=0)
     shadow.promote_or_shadow(engine, twin, "gate passed (test)", s)
     run_evenings(engine, s)
-    with engine.begin() as conn:  # the shadow's checkpoint went missing before the conclusion
-        conn.execute(
-            update(model_registry)
-            .where(model_registry.c.id == twin)
-            .values(checkpoint_path="/nonexistent.pt")
-        )
+
+    def refuse(*args, **kwargs):
+        raise InputError("the registry refused the promotion (test)")
+
+    monkeypatch.setattr(shadow, "promote", refuse)
     [out] = shadow.conclude_all(engine, s)
-    assert out.comparison.decision == "promote" and "missing" in out.error
+    assert out.comparison.decision == "promote" and "refused the promotion" in out.error
     assert registry.get_model(engine, twin).status == "shadow"
     assert registry.active_model(engine, "AAPL").id == champion.id

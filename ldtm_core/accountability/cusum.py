@@ -173,3 +173,23 @@ def expected_alarms(design: CusumDesign, p: float, sessions: int) -> float:
         nxt[0] += signal  # restart
         dist = nxt
     return total
+
+
+def run_normalised(designs: list[CusumDesign], misses) -> tuple[np.ndarray, list[int]]:
+    """The chart when each outcome has its own design (decay: the promise of the model that made the
+    row): S_t = max(0, S_{t-1} + step_t), each step in units of its own design's threshold (a miss
+    +(b - a) / H, a hit -a / H), a signal at S >= 1, then a restart at 0. With one design throughout it
+    is `run` exactly (S / h), so the exact ARL0 holds; when the promise changes, each row still drifts
+    down at its own in-control rate and up at its own out-of-control rate (the rate is checked by
+    simulation in the tests)."""
+    y = np.asarray(misses, dtype=bool)
+    if len(designs) != len(y):
+        raise ValueError(f"{len(designs)} designs for {len(y)} outcomes")
+    s, out, signals = 0.0, np.empty(len(y), dtype=np.float64), []
+    for i, (d, miss) in enumerate(zip(designs, y, strict=True)):
+        s = s + (d.b - d.a) / d.steps if miss else max(0.0, s - d.a / d.steps)
+        if s >= 1.0 - 1e-9:  # float sums of the integer chart's steps: 1e-9 is far below one step
+            signals.append(i)
+            s = 0.0
+        out[i] = s
+    return out, signals

@@ -1,15 +1,19 @@
-"""Decay alerts (issue 21): is each active model still delivering what its gate report promised?
+"""Decay alerts (issues 21, 27): is each ticker's production record still delivering what was promised?
 
 Per ticker with an active model, every night:
 
-- The live record: the model's own filled snapshot rows written while it was active (`model_status`
-  'active', so since its promotion), out of sample (in-sample replays left out, as every production
-  figure does), one per evening, in run-date order. Candidates' (ungated) rows never count.
-- The promise: the pooled next-day direction accuracy of the backtest the gate passed it on
-  (`gate_decisions` -> `backtest_folds`); a model promoted without a recorded decision falls back to its
-  newest backtest of its own config, and the report says so.
+- The record (`decay_record.published_record`): the ticker's published production rows across model
+  changes (per evening the first non-shadow row, written by an active model), filled and out of sample,
+  one per evening in run-date order. A weekly promotion changes the model, not the record, so evidence
+  of a drop keeps accumulating (a chart that restarted at every promotion needed 17-20 misses in a row
+  within the ~5 evenings a weekly champion serves: it could never fire).
+- The promise: per row, the pooled next-day direction accuracy of the backtest the gate passed the model
+  that wrote it on (`decay_record.promises_of`); rows of a model with no promise are not judged.
 - Chart 1, accuracy: a Bernoulli CUSUM (ldtm_core.accountability.cusum) on the nightly direction hits,
-  in control p0 = promised accuracy, out of control p1 = p0 - delta.
+  each row in control at its model's promised accuracy p0 and out of control at p0 - delta, each step in
+  units of its own design's threshold (`cusum.run_normalised`: with one promise throughout this is the
+  exactly designed chart; with promises changing weekly the false-alarm rate stays near the design,
+  measured in tests/test_decay_record.py).
 - Chart 2, against always-up on the same evenings: only evenings where exactly one of the two was right
   carry evidence about the difference (the McNemar argument of skill.py). On those the model's win share
   was promised as q0 = model_only / (model_only + up_only) by the same backtest; the chart is the same
@@ -18,28 +22,38 @@ Per ticker with an active model, every night:
 - False alarms: with both charts each is designed for 2 x ARL0 sessions, so a ticker's false alarms
   (either chart) come at most once per ~ARL0 sessions (the per-session alarm rates add at most).
 - A signal = a chart's statistic reaches its threshold; the chart restarts at 0 (the ARL0 counts these).
-  Decaying = a chart signalled within the newest `hold` evenings of the record (a sustained drop keeps
-  signalling: every ~81 sessions at a 15-point drop from 60 %); each signal is notified once.
-- Feature drift beside it (ldtm_core.accountability.drift): PSI of the 11 model inputs, the last
-  `psi_sessions` sessions after the model's data cutoff against everything up to the cutoff.
+  Decaying = a chart signalled within the newest `hold` evenings of the record. An alarm episode is a
+  stretch of evenings in WARN without a break, whichever chart signals; it is named by its first
+  evening (`alarm_key`) and notified once (issue 28 item 9).
+- Feature drift beside it (`decay_record.drift_of`): PSI of the 11 model inputs, the last
+  `psi_sessions` sessions after the recipe's data cutoff against everything up to it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
-import pandas as pd
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from ldtm_core.accountability import cusum, notify
-from ldtm_core.accountability.drift import FeatureDrift, feature_drift, model_inputs
-from ldtm_core.accountability.registry import ModelRecord, config_signature, serving_models
-from ldtm_core.accountability.shadow import SHADOW_DECISION_PREFIX
+from ldtm_core.accountability.decay_record import (
+    Promise,
+    drift_of,
+    models_by_id,
+    promise_of,
+    promises_of,
+    published_record,
+)
+from ldtm_core.accountability.drift import FeatureDrift
+from ldtm_core.accountability.registry import ModelRecord, serving_models
 from ldtm_core.config import env_number
 from ldtm_core.errors import InputError
-from ldtm_core.schema import backtest_folds, gate_decisions, snapshots
+
+__all__ = ["Promise", "drift_of", "promise_of"]  # read through this module by older callers
 
 MODES = ("all", "live", "replay")
 
@@ -76,19 +90,6 @@ class DecaySettings:
 
 
 @dataclass(frozen=True)
-class Promise:
-    """What the backtest behind the promotion said, pooled over its folds."""
-
-    backtest_id: str
-    source: str  # "gate decision" or "newest backtest (no passed gate decision recorded)"
-    n: int
-    accuracy: float
-    always_up_accuracy: float
-    model_only: int | None  # discordant rows vs always-up; None before revision 0013
-    up_only: int | None
-
-
-@dataclass(frozen=True)
 class Chart:
     name: str  # "accuracy" or "vs_always_up"
     p0: float
@@ -100,6 +101,7 @@ class Chart:
     signals: int  # since the model's promotion
     last_signal: dt.date | None
     alarm: bool  # the last signal is within the newest `hold` evenings
+    signal_dates: tuple = ()  # every signal's evening, oldest first
 
 
 @dataclass
@@ -116,6 +118,11 @@ class TickerDecay:
     charts: list[Chart] = field(default_factory=list)
     drift: FeatureDrift | None = None
     reason: str = ""  # why no chart runs (no promise, no live rows)
+    models: int = 0  # models whose published rows make up the record
+    judged: int = 0  # rows whose model had a promise to judge them against
+    promised: float | None = None  # the judged rows' mean promised accuracy
+    dates: list = field(default_factory=list, repr=False)  # the record's evenings, for the episode
+    hold: int = 5
 
     @property
     def accuracy(self) -> float | None:
@@ -134,13 +141,19 @@ class TickerDecay:
 
     @property
     def alarm_key(self) -> str:
-        """Names one alarm episode (ticker, model, start): notified once."""
-        return f"{self.ticker}/{self.model_id}/{self.alarm_since}"
+        """Names one alarm episode (ticker, its first evening in WARN): notified once, whichever chart
+        keeps it going and whichever model serves meanwhile."""
+        return f"{self.ticker}/{self.alarm_since}"
 
     @property
     def alarm_since(self) -> dt.date | None:
-        """The earliest of the charts' last signals that keep the ticker in WARN."""
-        return min((c.last_signal for c in self.charts if c.alarm), default=None)
+        """The first evening of the current unbroken WARN stretch (None: not in WARN)."""
+        if not self.decaying:
+            return None
+        signals = [d for c in self.charts for d in c.signal_dates]
+        if not self.dates or not signals:
+            return min((c.last_signal for c in self.charts if c.alarm), default=None)
+        return episode_start(self.dates, signals, self.hold)
 
     @property
     def signals(self) -> int:
@@ -155,7 +168,10 @@ class TickerDecay:
             "decaying": self.decaying,
             "live_n": self.n,
             "live_accuracy": self.accuracy,
-            "promised_accuracy": self.promise.accuracy if self.promise else None,
+            "live_models": self.models,
+            "promised_accuracy": self.promised
+            if self.promised is not None
+            else (self.promise.accuracy if self.promise else None),
             "always_up_accuracy": self.always_up_accuracy,
             "cusum": acc.statistic if acc else None,
             "threshold": acc.h if acc else None,
@@ -179,174 +195,215 @@ class TickerDecay:
         if not self.charts:
             return f"{self.ticker}: not checked ({self.reason})"
         label = {"accuracy": "CUSUM", "vs_always_up": "vs always-up"}
+        promised = self.row()["promised_accuracy"]
+        models = f" of {self.models} models" if self.models > 1 else ""
         head = (
-            f"{self.ticker} model {self.model_id}: live {self.accuracy * 100:.1f}% on {self.n} evenings vs "
-            f"promised {self.promise.accuracy * 100:.1f}% (always-up {self.always_up_accuracy * 100:.1f}% on the "
-            "same evenings); "
+            f"{self.ticker} model {self.model_id}: live {self.accuracy * 100:.1f}% on {self.n} published "
+            f"evenings{models} vs promised {promised * 100:.1f}% (always-up "
+            f"{self.always_up_accuracy * 100:.1f}% on the same evenings); "
             + ", ".join(f"{label[c.name]} {c.statistic:.2f} / h {c.h:.2f}" for c in self.charts)
         )
         if self.decaying:
             head += f" -> DECAYING: signal on {self.alarm_since}"
         if self.signals:
-            head += f" ({self.signals} signal{'s' if self.signals > 1 else ''} since promotion)"
+            head += f" ({self.signals} signal{'s' if self.signals > 1 else ''} on the record)"
         return head + (f"; {self.drift.describe().split(': ', 1)[1]}" if self.drift else "")
 
 
 # --- pure ------------------------------------------------------------------------------------------
 
+# The decay table's columns, in display order: one home for the Dagster check and the dashboard.
+TABLE_COLUMNS = [
+    "ticker",
+    "decaying",
+    "alarm_since",
+    "signals",
+    "last_signal",
+    "live_n",
+    "live_models",
+    "live_accuracy",
+    "promised_accuracy",
+    "always_up_accuracy",
+    "cusum",
+    "threshold",
+    "cusum_vs_up",
+    "threshold_vs_up",
+    "psi_max",
+    "psi_feature",
+    "psi_band",
+    "psi_unusual",
+    "promise_source",
+    "note",
+]
+
+
+def episode_start(dates: list, signal_dates: list, hold: int) -> dt.date | None:
+    """The first evening of the unbroken WARN stretch that holds the newest evening of `dates` (None:
+    not in WARN). A signal on evening i keeps evenings i .. i + hold - 1 in WARN; a signal on or before
+    the evening after that continues the same stretch."""
+    index = {d: i for i, d in enumerate(dates)}
+    signals = sorted({index[d] for d in signal_dates if d in index})
+    if not signals or len(dates) - 1 - signals[-1] >= hold:
+        return None
+    start = signals[-1]
+    for i in reversed(signals[:-1]):
+        if start - i > hold:
+            break
+        start = i
+    return dates[start]
+
 
 def run_chart(
-    name: str, design: cusum.CusumDesign, hits: np.ndarray, dates: list, recent_from: dt.date | None
+    name: str,
+    designs: list[cusum.CusumDesign] | cusum.CusumDesign,
+    hits: np.ndarray,
+    dates: list,
+    recent_from: dt.date | None,
 ) -> Chart:
-    """The chart over `hits` (True = hit) in order; in alarm when its last signal is on or after
-    `recent_from` (the first of the record's newest `hold` evenings)."""
-    stat, signals = cusum.run(design, ~np.asarray(hits, dtype=bool))
+    """The chart over `hits` (True = hit) in order, each with its own design (or one for all); in alarm
+    when its last signal is on or after `recent_from` (the first of the record's newest `hold` evenings)."""
+    hits = np.asarray(hits, dtype=bool)
+    if isinstance(designs, cusum.CusumDesign):
+        designs = [designs] * len(hits)
+    stat, signals = cusum.run_normalised(designs, ~hits)
+    current = designs[-1] if designs else None
     last = dates[signals[-1]] if signals else None
     return Chart(
         name,
-        design.p0,
-        design.p1,
-        design.h,
-        design.arl0,
+        current.p0 if current else float("nan"),
+        current.p1 if current else float("nan"),
+        current.h if current else float("nan"),
+        current.arl0 if current else float("nan"),
         len(stat),
-        float(stat[-1]) if len(stat) else 0.0,
+        float(stat[-1] * current.h) if len(stat) else 0.0,  # in units of the serving model's threshold
         len(signals),
         last,
         last is not None and recent_from is not None and last >= recent_from,
+        tuple(dates[i] for i in signals),
     )
+
+
+def designs_of(promise: Promise | None, settings: DecaySettings) -> tuple:
+    """(accuracy design or None, vs-always-up design or None) for rows judged against `promise`."""
+    if promise is None:
+        return None, None
+    return _designs(
+        float(promise.accuracy), promise.n, promise.model_only, promise.up_only, settings.delta, settings.arl0
+    )
+
+
+# Designs on a grid: a chart's design costs ~0.1 s (an ARL bisection), and with weekly promotions every
+# model's promise differs a little, so 103 tickers x a year of models would mean thousands of designs per
+# night. Promises are floored to the point and the discordant rate raised to the 0.05: both conservative
+# (in control the chart expects no more than was promised, and the vs-up chart's ARL0 target only grows).
+ACCURACY_GRID = 100
+RATE_GRID = 20
+
+
+def _floor(x: float, grid: int) -> float:
+    return math.floor(x * grid + 1e-9) / grid
+
+
+@lru_cache(maxsize=4096)
+def _designs(accuracy, n, model_only, up_only, delta, arl0) -> tuple:
+    p0 = _floor(float(np.clip(accuracy, 0.02, 0.98)), ACCURACY_GRID)
+    discordant = (model_only or 0) + (up_only or 0)
+    q0 = _floor(model_only / discordant, ACCURACY_GRID) if discordant else None
+    two = q0 is not None and q0 - delta > 0.01 and 0 < q0 < 0.99
+    arl = arl0 * (2 if two else 1)
+    acc = cusum.design(p0, p0 - delta, arl) if p0 - delta > 0.01 else None
+    rate = min(1.0, math.ceil(discordant / n * RATE_GRID - 1e-9) / RATE_GRID) if n else 1.0
+    vs_up = cusum.design(q0, q0 - delta, max(arl * rate, 1.0)) if two else None
+    return acc, vs_up
+
+
+def charts_for_record(
+    promises: list[Promise | None], model_hit, up_hit, dates: list, settings: DecaySettings
+) -> list[Chart]:
+    """Both charts over one published record (pure), each row judged against its own model's promise:
+    accuracy, and the discordant evenings vs always-up. Rows without a design are not judged."""
+    model_hit, up_hit = np.asarray(model_hit, bool), np.asarray(up_hit, bool)
+    pairs = [designs_of(p, settings) for p in promises]
+    recent_from = dates[-settings.hold] if len(dates) >= settings.hold else (dates[0] if dates else None)
+    out = []
+    keep = [i for i, (acc, _) in enumerate(pairs) if acc is not None]
+    if keep:
+        out.append(
+            run_chart(
+                "accuracy",
+                [pairs[i][0] for i in keep],
+                model_hit[keep],
+                [dates[i] for i in keep],
+                recent_from,
+            )
+        )
+    split = model_hit != up_hit
+    keep = [i for i, (_, up) in enumerate(pairs) if up is not None and split[i]]
+    if keep:
+        out.append(
+            run_chart(
+                "vs_always_up",
+                [pairs[i][1] for i in keep],
+                model_hit[keep],
+                [dates[i] for i in keep],
+                recent_from,
+            )
+        )
+    return out
 
 
 def charts_for(
     promise: Promise, model_hit: np.ndarray, up_hit: np.ndarray, dates: list, settings: DecaySettings
 ) -> list[Chart]:
-    """Both charts for one live record (pure): accuracy, and the discordant evenings vs always-up."""
-    model_hit, up_hit = np.asarray(model_hit, bool), np.asarray(up_hit, bool)
-    p0 = float(np.clip(promise.accuracy, 0.02, 0.98))
-    discordant = (promise.model_only or 0) + (promise.up_only or 0)
-    q0 = promise.model_only / discordant if discordant else None
-    two = q0 is not None and q0 - settings.delta > 0.01 and 0 < q0 < 0.99
-    arl0 = settings.arl0 * (2 if two else 1)
-    out = []
-    recent_from = dates[-settings.hold] if len(dates) >= settings.hold else (dates[0] if dates else None)
-    if p0 - settings.delta > 0.01:
-        design = cusum.design(p0, p0 - settings.delta, arl0)
-        out.append(run_chart("accuracy", design, model_hit, dates, recent_from))
-    if two:
-        rate = discordant / promise.n  # discordant evenings per session, as promised
-        design = cusum.design(q0, q0 - settings.delta, max(arl0 * rate, 1.0))
-        split = model_hit != up_hit
-        kept = [d for d, s in zip(dates, split, strict=True) if s]
-        out.append(run_chart("vs_always_up", design, model_hit[split], kept, recent_from))
+    """Both charts for a record made under one promise (pure)."""
+    return charts_for_record([promise] * len(dates), model_hit, up_hit, dates, settings)
+
+
+def detect(
+    promises: list[Promise | None], model_hit, up_hit, dates: list, settings: DecaySettings | None = None
+) -> TickerDecay:
+    """Decay on a record given in memory (for benchmarks): the same charts and episode as `check`."""
+    settings = settings or DecaySettings()
+    out = TickerDecay("?", 0, None, promises[-1] if promises else None, hold=settings.hold)
+    _fill(out, promises, np.asarray(model_hit, bool), np.asarray(up_hit, bool), list(dates), settings)
     return out
+
+
+def _fill(out: TickerDecay, promises, hits, ups, dates, settings: DecaySettings) -> None:
+    out.n, out.hits, out.up_hits, out.dates = len(dates), int(hits.sum()), int(ups.sum()), dates
+    if dates:
+        out.first_evening, out.last_evening = dates[0], dates[-1]
+    judged = [p.accuracy for p in promises if p is not None]
+    out.judged = len(judged)
+    out.promised = float(np.mean(judged)) if judged else None
+    if not out.n:
+        out.reason = "no filled out-of-sample published evening yet"
+    elif not out.judged:
+        out.reason = "no backtest behind the models of its record: nothing was promised"
+    else:
+        out.charts = charts_for_record(promises, hits, ups, dates, settings)
+        if not out.charts:
+            out.reason = f"promised accuracy {out.promised:.3f} leaves no room for a drop of {settings.delta}"
 
 
 # --- the database ----------------------------------------------------------------------------------
 
 
-def promise_of(engine: Engine, model: ModelRecord) -> Promise | None:
-    """The backtest the gate passed `model` on, pooled; else its newest own-config backtest; else None."""
-    with engine.connect() as conn:
-        passed = conn.execute(
-            select(gate_decisions.c.backtest_id)
-            .where(
-                gate_decisions.c.model_id == model.id,
-                gate_decisions.c.passed.is_(True),
-                # a shadow conclusion (live evenings, no folds) is not the backtest that made the promise
-                gate_decisions.c.backtest_id.not_like(f"{SHADOW_DECISION_PREFIX}%"),
-            )
-            .order_by(gate_decisions.c.id.desc())
-            .limit(1)
-        ).scalar()
-        source = "gate decision"
-        if passed is None:
-            source = "newest backtest (no passed gate decision recorded)"
-            passed = conn.execute(
-                select(backtest_folds.c.backtest_id)
-                .where(
-                    backtest_folds.c.model_id == model.id,
-                    backtest_folds.c.config_signature == config_signature(model.config),
-                )
-                .order_by(backtest_folds.c.id.desc())
-                .limit(1)
-            ).scalar()
-        if passed is None:
-            return None
-        folds = (
-            conn.execute(select(backtest_folds).where(backtest_folds.c.backtest_id == passed))
-            .mappings()
-            .all()
-        )
-    n = sum(int(f["n"]) for f in folds)
-    if not n:
-        return None
-    known = all(f["model_only_hits"] is not None for f in folds)
-    return Promise(
-        backtest_id=str(passed),
-        source=source,
-        n=n,
-        accuracy=sum(f["direction_accuracy"] * f["n"] for f in folds) / n,
-        always_up_accuracy=sum(f["always_up_accuracy"] * f["n"] for f in folds) / n,
-        model_only=sum(int(f["model_only_hits"]) for f in folds) if known else None,
-        up_only=sum(int(f["up_only_hits"]) for f in folds) if known else None,
-    )
-
-
-def live_record(engine: Engine, model: ModelRecord, mode: str = "all") -> pd.DataFrame:
-    """The model's filled, out-of-sample rows written while active: run_date, hit, up (one per evening)."""
-    s = snapshots.c
-    stmt = (
-        select(s.run_date, s.next_day_direction_correct, s.next_day_actual, s.run_date_close)
-        .where(
-            s.model_id == model.id,
-            s.model_status == "active",
-            s.in_sample.is_(False),
-            s.next_day_actual.is_not(None),
-            s.next_day_actual != s.run_date_close,  # a tie (zero move) is nobody's hit or miss
-        )
-        .order_by(s.run_date, s.id)
-    )
-    if mode != "all":
-        stmt = stmt.where(s.mode == mode)
-    with engine.connect() as conn:
-        rows = pd.DataFrame(conn.execute(stmt).all(), columns=["run_date", "hit", "actual", "close"])
-    rows = rows.drop_duplicates("run_date", keep="first")
-    rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
-    return pd.DataFrame(
-        {
-            "run_date": rows["run_date"].to_numpy(),
-            "hit": rows["hit"].astype(bool).to_numpy(),
-            "up": (rows["actual"].astype(float) > rows["close"].astype(float)).to_numpy(),
-        }
-    )
-
-
-def drift_of(engine: Engine, model: ModelRecord, sessions: int) -> FeatureDrift:
-    """PSI of the model inputs: the last `sessions` feature rows after the data cutoff vs those up to it."""
-    from ldtm_core.data.feature_store import prices_and_features
-
-    _, read = prices_and_features(engine, model.ticker)
-    inputs = model_inputs(read.frame, model.config.window)
-    cutoff = model.trained_on_date
-    before = np.array([d <= cutoff for d in inputs.index], dtype=bool)
-    return feature_drift(model.ticker, inputs[before], inputs[~before].tail(sessions))
-
-
 def check_ticker(engine: Engine, model: ModelRecord, settings: DecaySettings) -> TickerDecay:
-    out = TickerDecay(model.ticker, model.id, model.version, promise_of(engine, model))
-    record = live_record(engine, model, settings.mode)
-    out.n, out.hits, out.up_hits = len(record), int(record["hit"].sum()), int(record["up"].sum())
-    if len(record):
-        out.first_evening, out.last_evening = record["run_date"].iloc[0], record["run_date"].iloc[-1]
-    if out.promise is None:
-        out.reason = "no backtest behind this model: nothing was promised"
-    elif not out.n:
-        out.reason = "no filled out-of-sample evening since its promotion yet"
-    else:
-        out.charts = charts_for(out.promise, record["hit"], record["up"], list(record["run_date"]), settings)
-        if not out.charts:
-            out.reason = (
-                f"promised accuracy {out.promise.accuracy:.3f} leaves no room for a drop of {settings.delta}"
-            )
+    """`model`'s ticker: its published record across model changes, each row against its model's promise."""
+    record = published_record(engine, model.ticker, settings.mode)
+    models = models_by_id(engine, {*record["model_id"].tolist(), model.id})
+    promises = promises_of(engine, list(models.values()))
+    out = TickerDecay(model.ticker, model.id, model.version, promises.get(model.id), hold=settings.hold)
+    out.models = int(record["model_id"].nunique())
+    _fill(
+        out,
+        [promises.get(int(m)) for m in record["model_id"]],
+        record["hit"].to_numpy(bool),
+        record["up"].to_numpy(bool),
+        list(record["run_date"]),
+        settings,
+    )
     out.drift = drift_of(engine, model, settings.psi_sessions)
     return out
 
@@ -367,7 +424,8 @@ class DecayReport:
     def summary(self) -> str:
         bad = self.decaying
         rule = (
-            f"Bernoulli CUSUM, drop of {self.settings.delta * 100:g} points, designed false-alarm rate one per "
+            f"Bernoulli CUSUM on each ticker's published record across model changes, drop of "
+            f"{self.settings.delta * 100:g} points, designed false-alarm rate one per "
             f"{self.settings.arl0:g} sessions per ticker"
         )
         models = f"{len(self.tickers)} active model{'' if len(self.tickers) == 1 else 's'}"

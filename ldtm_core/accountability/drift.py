@@ -102,6 +102,7 @@ class FeatureDrift:
     recent_rows: int
     recent_start: object = None
     recent_end: object = None
+    reference_end: object = None  # the data cutoff the reference window ends on (decay: the recipe's)
     reason: str = ""  # why nothing was computed (too few recent rows, no features)
     null_p95: dict[str, float] = field(default_factory=dict)  # per feature; empty: too few stretches
 
@@ -129,6 +130,7 @@ class FeatureDrift:
         return (
             f"{self.ticker}: max PSI {self.max_psi:.3f} ({self.max_feature}, {self.band}); beyond the "
             f"training window's own spread: {beyond}"
+            + (f" (reference up to {self.reference_end})" if self.reference_end else "")
         )
 
 

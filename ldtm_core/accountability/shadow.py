@@ -6,32 +6,43 @@ promoted at once, as before). Every nightly then predicts with both (snapshots.p
 shadow's row is chained like any other, marked `model_status = 'shadow'`, never published and
 left out of every production figure; fillback fills it like any row.
 
-The live comparison pairs, per evening, the published row (the first non-shadow row, by an active
-model) with the shadow's row, both filled and out of sample. After N such evenings `conclude`:
+The design (issue 27, `shadow_design`): N follows from exact binomial power for a stated margin
+(LDTM_SHADOW_MARGIN points, LDTM_SHADOW_POWER), a setting that cannot reach it is refused, and the
+design is stored when the shadow starts (`shadow_designs`, issue 28 item 8): changing the settings
+during a shadow changes nothing.
+
+The live comparison pairs, per evening, the published row of the champion the shadow started beside
+(the first non-shadow row, by that active model) with the shadow's row, both filled and out of
+sample. After N such evenings `conclude`:
 - direction: exact McNemar on the discordant evenings (champion right and shadow wrong vs the
   reverse), one-sided "the champion is better": scipy.stats.binomtest(champion_only,
   champion_only + shadow_only, 0.5, "greater");
-- next-day |pct error|: one-sided Wilcoxon signed-rank on the paired errors, "the shadow's are larger".
-The shadow is retired (the champion stays) when either p <= SIGNIFICANCE; otherwise, not shown
-to be worse, it is promoted. The decision, with its figures, goes into the registry events, a
-`gate_decisions` row (backtest_id `shadow-<model id>`) and a notification. `end_shadow` ends one by
-hand (logged the same way).
+- next-day |pct error|: one-sided Wilcoxon signed-rank on the paired errors, "the shadow's are larger"
+  (next-day targets of different evenings do not overlap).
+The shadow is retired (the champion stays) when either p <= alpha / 2 (Bonferroni: equal models are
+retired at most alpha of the time); otherwise, not shown to be worse, it is promoted.
+
+A shadow cannot hold its ticker forever (issue 28 item 8): it ends, retired with the reason, when its
+checkpoint no longer loads, when the champion it is compared with stopped serving (a rollback), or
+when it has not collected its N paired evenings after `max_evenings` published evenings. Each decision,
+with its figures, goes into the registry events, a `gate_decisions` row (backtest_id `shadow-<model
+id>`) and a notification. `end_shadow` ends one by hand (logged the same way).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from ldtm_core.accountability import notify
-from ldtm_core.accountability.paired import error_test, mcnemar_p
 from ldtm_core.accountability.registry import (
     SHADOW,
     ModelRecord,
     PromoteResult,
+    _conn,
     _lock_ticker,
     active_model,
     get_model,
@@ -39,24 +50,33 @@ from ldtm_core.accountability.registry import (
     record_event,
     shadow_models,
 )
-from ldtm_core.accountability.skill import format_p_value
+from ldtm_core.accountability.shadow_compare import (  # noqa: F401 - re-exported: callers read them here
+    RULE,
+    SIGNIFICANCE,
+    ShadowComparison,
+    compare,
+    paired_evenings,
+)
+from ldtm_core.accountability.shadow_design import TESTS, ShadowDesign  # noqa: F401 - ShadowDesign too
 from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, LDTMError, NotFoundError
-from ldtm_core.schema import gate_decisions, model_registry, snapshots
+from ldtm_core.schema import gate_decisions, model_registry, shadow_designs, snapshots
 
 # gate_decisions rows of shadow conclusions: backtest_id is this prefix + the shadow model id (no folds).
 SHADOW_DECISION_PREFIX = "shadow-"
-SIGNIFICANCE = 0.05  # p at or below which the champion is judged better and the shadow retired
-RULE = (
-    "retire the shadow when the champion is significantly better on the same filled evenings "
-    f"(exact McNemar on the direction discordants, or Wilcoxon on next-day |error|, one-sided, "
-    f"p <= {SIGNIFICANCE:g}); otherwise promote it"
-)
 
 
 # --- entering shadow -------------------------------------------------------------------------------
+
+
+def design_for(settings: Settings) -> ShadowDesign:
+    """The design a shadow started now gets (sessions at least 1: a shadow left after the setting went
+    back to 0 still needs one paired evening)."""
+    return ShadowDesign(
+        max(int(settings.shadow_sessions), 1), settings.shadow_margin_points, settings.shadow_power
+    )
 
 
 def promote_or_shadow(
@@ -67,13 +87,15 @@ def promote_or_shadow(
     rec = get_model(engine, model_id)
     if settings.shadow_sessions <= 0 or rec.status != "candidate" or active_model(engine, rec.ticker) is None:
         return promote(engine, model_id, reason, settings)
-    return start_shadow(engine, model_id, reason, settings.shadow_sessions)
+    return start_shadow(engine, model_id, reason, design_for(settings))
 
 
-def start_shadow(engine: Engine, model_id: int, reason: str, sessions: int) -> PromoteResult:
-    """candidate -> shadow in one transaction. While the ticker already has a shadow the candidate stays
-    a candidate (recorded): replacing it would restart the live evenings with every weekly retrain, so
-    no shadow longer than a week of sessions could ever conclude. `ldtm shadow end` ends one by hand."""
+def start_shadow(engine: Engine, model_id: int, reason: str, design: ShadowDesign | int) -> PromoteResult:
+    """candidate -> shadow in one transaction, its design stored with it. While the ticker already has a
+    shadow the candidate stays a candidate (recorded): replacing it would restart the live evenings with
+    every weekly retrain, so no shadow longer than a week of sessions could ever conclude. `ldtm shadow
+    end` ends one by hand."""
+    design = design if isinstance(design, ShadowDesign) else ShadowDesign(max(int(design), 1))
     rec = get_model(engine, model_id)
 
     def work(conn: Connection) -> PromoteResult:
@@ -107,19 +129,68 @@ def start_shadow(engine: Engine, model_id: int, reason: str, sessions: int) -> P
             .where(model_registry.c.id == model_id)
             .values(status=SHADOW, updated_at=now)
         )
+        conn.execute(
+            insert(shadow_designs).values(
+                model_id=model_id,
+                ticker=rec.ticker,
+                champion_model_id=champion.id,
+                sessions=design.sessions,
+                margin_points=design.margin_points,
+                power=design.power,
+                alpha=design.alpha,
+                max_evenings=design.max_evenings,
+                after_snapshot_id=conn.execute(select(func.max(snapshots.c.id))).scalar() or 0,
+                started_at=now,
+            )
+        )
         record_event(
             conn,
             model_id,
             rec.ticker,
             "candidate",
             SHADOW,
-            f"{reason}; in shadow beside champion model {champion.id} ({champion.version}) for {sessions} "
-            "filled evenings before the live comparison",
+            f"{reason}; in shadow beside champion model {champion.id} ({champion.version}) for "
+            f"{design.sessions} filled evenings before the live comparison (ends retired if they are not "
+            f"collected within {design.max_evenings} published evenings); {design.describe()}",
             now,
         )
         return PromoteResult(rec.ticker, model_id, "", "", None, True, shadow=True)
 
     return run_in_transaction(engine, work)
+
+
+@dataclass(frozen=True)
+class StoredDesign:
+    """A running shadow's design as stored when it started (`stored` False: started before revision
+    0027, so read from the current settings and its champion taken to be today's)."""
+
+    design: ShadowDesign
+    champion_model_id: int | None
+    after_snapshot_id: int
+    stored: bool
+
+
+def stored_design(conn_or_engine, shadow_id: int, settings: Settings) -> StoredDesign:
+    with _connect(conn_or_engine) as conn:
+        row = (
+            conn.execute(select(shadow_designs).where(shadow_designs.c.model_id == shadow_id))
+            .mappings()
+            .first()
+        )
+    if row is None:
+        return StoredDesign(design_for(settings), None, 0, False)
+    design = ShadowDesign(
+        int(row["sessions"]),
+        float(row["margin_points"]),
+        float(row["power"]),
+        float(row["alpha"]),
+        int(row["max_evenings"]),
+    )
+    return StoredDesign(design, int(row["champion_model_id"]), int(row["after_snapshot_id"] or 0), True)
+
+
+def _connect(conn_or_engine):
+    return _conn(conn_or_engine)
 
 
 def _set_status(conn: Connection, rec: ModelRecord, to: str, reason: str, now: dt.datetime) -> None:
@@ -129,153 +200,71 @@ def _set_status(conn: Connection, rec: ModelRecord, to: str, reason: str, now: d
     record_event(conn, rec.id, rec.ticker, rec.status, to, reason[:2000], now)
 
 
-# --- the paired live record ------------------------------------------------------------------------
-
-
-def paired_evenings(engine: Engine, ticker: str, shadow_id: int) -> pd.DataFrame:
-    """One row per evening where the published (active, first non-shadow) row and the shadow's row are
-    both filled and out of sample: each side's direction hit and |pct error| per horizon."""
-    s = snapshots.c
-    cols = [
-        s.id,
-        s.run_date,
-        s.model_id,
-        s.model_version,
-        s.model_status,
-        s.in_sample,
-        s.next_day_actual,
-        s.run_date_close,
-        s.next_day_direction_correct,
-        s.next_day_pct_error,
-        s.next_monday_pct_error,
-        s.one_month_pct_error,
-    ]
-    with engine.connect() as conn:
-        rows = pd.DataFrame(
-            conn.execute(select(*cols).where(s.ticker == ticker).order_by(s.id)).mappings().all(),
-            columns=[c.name for c in cols],
-        )
-    out_cols = ["run_date", "champion_version", "shadow_version", "went_up"] + [
-        f"{side}_{m}" for side in ("champion", "shadow") for m in ("correct", "nd_err", "nm_err", "om_err")
-    ]
-    if rows.empty:
-        return pd.DataFrame(columns=out_cols)
-    published = rows[rows["model_status"] != SHADOW].drop_duplicates("run_date", keep="first")
-    published = published[published["model_status"] == "active"]
-    shadow = rows[rows["model_id"] == shadow_id]
-    both = published.merge(shadow, on="run_date", suffixes=("_c", "_s"))
-    both = both[
-        both["next_day_actual_c"].notna()
-        & both["next_day_actual_s"].notna()
-        & ~both["in_sample_c"].astype(bool)
-        & ~both["in_sample_s"].astype(bool)
-    ]
-    out = pd.DataFrame(
-        {
-            "run_date": pd.to_datetime(both["run_date"]).dt.date,
-            "champion_version": both["model_version_c"],
-            "shadow_version": both["model_version_s"],
-            "went_up": both["next_day_actual_c"] > both["run_date_close_c"],
-        }
-    )
-    for side, suf in (("champion", "_c"), ("shadow", "_s")):
-        out[f"{side}_correct"] = both[f"next_day_direction_correct{suf}"].astype(bool)
-        for short, col in (("nd", "next_day"), ("nm", "next_monday"), ("om", "one_month")):
-            out[f"{side}_{short}_err"] = both[f"{col}_pct_error{suf}"].astype(float).abs()
-    return out.sort_values("run_date").reset_index(drop=True)[out_cols]
-
-
-@dataclass
-class ShadowComparison:
-    ticker: str
-    shadow_model_id: int
-    champion_model_id: int | None
-    champion_version: str | None
-    required: int
-    n: int = 0
-    champion_accuracy: float | None = None
-    shadow_accuracy: float | None = None
-    champion_only: int = 0  # evenings the champion was right and the shadow wrong
-    shadow_only: int = 0
-    direction_p: float = 1.0  # exact McNemar, one-sided: the champion is better
-    champion_mae: float | None = None  # next-day mean |pct error| on the same evenings
-    shadow_mae: float | None = None
-    error_p: float = 1.0  # Wilcoxon signed-rank, one-sided: the shadow's errors are larger
-    horizons: dict = field(default_factory=dict)  # next_monday / one_month: {n, champion_mae, shadow_mae}
-    decision: str = "pending"  # pending | promote | retire (| promote by hand | retire by hand)
-    rule: str = RULE
-    first_evening: dt.date | None = None
-    last_evening: dt.date | None = None
-
-    def summary(self) -> str:
-        head = f"shadow model {self.shadow_model_id} of {self.ticker} vs champion {self.champion_version}"
-        if self.n == 0:
-            return f"{head}: no paired filled evening yet (needs {self.required})"
-        return (
-            f"{head} on the same {self.n} filled evenings ({self.first_evening}..{self.last_evening}; "
-            f"needs {self.required}): direction {self.shadow_accuracy:.1%} vs {self.champion_accuracy:.1%}, "
-            f"discordant {self.shadow_only} shadow-only / {self.champion_only} champion-only, McNemar "
-            f"p = {format_p_value(self.direction_p)}; next-day |error| {self.shadow_mae:.3f}% vs "
-            f"{self.champion_mae:.3f}%, Wilcoxon p = {format_p_value(self.error_p)}; decision: {self.decision}"
-        )
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        for k in ("first_evening", "last_evening"):
-            d[k] = d[k].isoformat() if d[k] else None
-        d["summary"] = self.summary()
-        return d
-
-
-def compare(pairs: pd.DataFrame, required: int, alpha: float = SIGNIFICANCE, **ids) -> ShadowComparison:
-    """The paired comparison and its decision (pure: the pairs come from `paired_evenings`)."""
-    cmp = ShadowComparison(required=required, **ids)
-    cmp.n = len(pairs)
-    if cmp.n == 0:
-        return cmp
-    champ = pairs["champion_correct"].to_numpy(bool)
-    shad = pairs["shadow_correct"].to_numpy(bool)
-    cmp.champion_accuracy, cmp.shadow_accuracy = float(champ.mean()), float(shad.mean())
-    cmp.champion_only = int((champ & ~shad).sum())
-    cmp.shadow_only = int((shad & ~champ).sum())
-    # The gate's paired tests, with the champion as the side that must prove itself better.
-    cmp.direction_p = mcnemar_p(cmp.champion_only, cmp.shadow_only)
-    ce, se = pairs["champion_nd_err"].to_numpy(float), pairs["shadow_nd_err"].to_numpy(float)
-    cmp.champion_mae, cmp.shadow_mae = float(ce.mean()), float(se.mean())
-    cmp.error_p = error_test("next_day", se, ce).p_worse
-    for short, name in (("nm", "next_monday"), ("om", "one_month")):
-        ok = pairs[f"champion_{short}_err"].notna() & pairs[f"shadow_{short}_err"].notna()
-        cmp.horizons[name] = {
-            "n": int(ok.sum()),
-            "champion_mae": float(pairs.loc[ok, f"champion_{short}_err"].mean()) if ok.any() else None,
-            "shadow_mae": float(pairs.loc[ok, f"shadow_{short}_err"].mean()) if ok.any() else None,
-        }
-    cmp.first_evening, cmp.last_evening = pairs["run_date"].min(), pairs["run_date"].max()
-    if cmp.n >= required:
-        worse = cmp.direction_p <= alpha or cmp.error_p <= alpha
-        cmp.decision = "retire" if worse else "promote"
-    return cmp
-
-
 def required_sessions(settings: Settings) -> int:
-    # A shadow left over after the setting went back to 0 still needs one paired evening.
-    return max(int(settings.shadow_sessions), 1)
+    """The evenings a shadow started now would need (a running shadow's are stored with it)."""
+    return design_for(settings).sessions
+
+
+def _published_since(engine: Engine, ticker: str, after_id: int) -> int:
+    """Evenings `ticker` published (a non-shadow row by an active model) in snapshots after `after_id`."""
+    s = snapshots.c
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(func.count(func.distinct(s.run_date))).where(
+                    s.ticker == ticker, s.id > after_id, s.model_status == "active"
+                )
+            ).scalar()
+            or 0
+        )
 
 
 def comparison(engine: Engine, settings: Settings, ticker: str) -> ShadowComparison | None:
-    """The live comparison so far for `ticker`'s shadow (None: the ticker has no shadow)."""
+    """The live comparison so far for `ticker`'s shadow (None: the ticker has no shadow), on the
+    design stored when it started."""
     rec = shadow_models(engine, [ticker]).get(ticker)
     if rec is None:
         return None
+    stored = stored_design(engine, rec.id, settings)
     champion = active_model(engine, ticker)
-    return compare(
-        paired_evenings(engine, ticker, rec.id),
-        required_sessions(settings),
+    started_beside = stored.champion_model_id if stored.stored else (champion.id if champion else None)
+    cmp = compare(
+        paired_evenings(engine, ticker, rec.id, started_beside),
+        stored.design.sessions,
+        stored.design.alpha / TESTS,
         ticker=ticker,
         shadow_model_id=rec.id,
-        champion_model_id=champion.id if champion else None,
-        champion_version=champion.version if champion else None,
+        champion_model_id=started_beside,
+        champion_version=champion.version if champion and champion.id == started_beside else None,
     )
+    cmp.design = (
+        stored.design.describe()
+        if stored.stored
+        else f"started before its design was stored: {stored.design.sessions} evenings from today's settings"
+    )
+    after = stored.after_snapshot_id
+    if not stored.stored:  # its timeout counts from the shadow's own first row
+        with engine.connect() as conn:
+            first = conn.execute(
+                select(func.min(snapshots.c.id)).where(snapshots.c.model_id == rec.id)
+            ).scalar()
+        after = (first - 1) if first is not None else 1 << 62
+    cmp.published_evenings = _published_since(engine, ticker, after)
+    cmp.max_evenings = stored.design.max_evenings
+    if champion is None or champion.id != started_beside:
+        now = f"model {champion.id} serves now" if champion else "no model serves now"
+        cmp.ended = (
+            f"champion model {started_beside}, the one this shadow was compared with, stopped serving "
+            f"({now}: a rollback or a promotion by hand); its live record no longer answers the question"
+        )
+    elif cmp.decision == "pending" and cmp.published_evenings >= cmp.max_evenings:
+        cmp.ended = (
+            f"timed out: {cmp.n} of {cmp.required} paired evenings after {cmp.published_evenings} published "
+            f"evenings (limit {cmp.max_evenings}); its rows were missing or unfilled"
+        )
+    if cmp.ended:
+        cmp.decision = "ended"
+    return cmp
 
 
 def side_by_side(engine: Engine, settings: Settings) -> pd.DataFrame:
@@ -299,6 +288,9 @@ def side_by_side(engine: Engine, settings: Settings) -> pd.DataFrame:
                 "shadow_mae": c.shadow_mae,
                 "error_p": c.error_p,
                 "decision": c.decision,
+                "published_evenings": c.published_evenings,
+                "max_evenings": c.max_evenings,
+                "note": c.ended or c.design,
             }
         )
     return pd.DataFrame(rows, columns=SIDE_BY_SIDE_COLUMNS)
@@ -319,6 +311,9 @@ SIDE_BY_SIDE_COLUMNS = [
     "shadow_mae",
     "error_p",
     "decision",
+    "published_evenings",
+    "max_evenings",
+    "note",  # why it ends early, or what its design detects
 ]
 
 
@@ -333,11 +328,29 @@ class ShadowOutcome:
     error: str | None = None  # the decision could not be carried out (e.g. the checkpoint is missing)
 
 
+def checkpoint_problem(rec: ModelRecord) -> str | None:
+    """Why the shadow's checkpoint cannot be loaded now (the nightly skips such a shadow), or None."""
+    from ldtm_core.accountability.inference import load_verified_model
+
+    try:
+        load_verified_model(rec, rec.ticker)
+    except Exception as exc:  # noqa: BLE001 - any reason a nightly would skip it ends the shadow
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def conclude(engine: Engine, settings: Settings, ticker: str) -> ShadowOutcome | None:
-    """Act on `ticker`'s shadow once its paired evenings reach the requirement (else only report)."""
+    """Act on `ticker`'s shadow once its paired evenings reach the requirement (else only report); end
+    it, retired with the reason, when it can no longer reach them (issue 28 item 8)."""
     cmp = comparison(engine, settings, validate_ticker(ticker))
     if cmp is None:
         return None
+    if not cmp.ended:
+        broken = checkpoint_problem(get_model(engine, cmp.shadow_model_id))
+        if broken:
+            cmp.ended, cmp.decision = f"its checkpoint no longer loads ({broken})", "ended"
+    if cmp.ended:
+        return _act(engine, settings, cmp, "retire", f"ended ({cmp.ended})")
     if cmp.decision == "pending":
         return ShadowOutcome(cmp)
     return _act(engine, settings, cmp, cmp.decision, "live comparison")
@@ -388,7 +401,8 @@ def _act(engine: Engine, settings: Settings, cmp: ShadowComparison, action: str,
             cur = get_model(conn, rec.id)
             if cur.status != SHADOW:
                 raise InputError(f"model {rec.id} of {rec.ticker} is {cur.status} now, no longer in shadow")
-            _set_status(conn, cur, "retired", f"{text}; the champion stays", dt.datetime.now(dt.UTC))
+            stays = "the model serving now stays" if cmp.ended else "the champion stays"
+            _set_status(conn, cur, "retired", f"{text}; {stays}", dt.datetime.now(dt.UTC))
             _decision(conn, cmp, False)
 
         run_in_transaction(engine, retire)

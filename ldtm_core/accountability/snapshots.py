@@ -9,7 +9,9 @@ row for an evening already predicted; the leaderboard scores only the first (wha
 A ticker whose active champion has a shadow challenger (accountability.shadow) gets a second row from
 the shadow, `model_status = 'shadow'`, chained right after the champion's in the same transaction;
 it is never the published forecast (the boards and the run's cohort leave it out). A shadow that
-cannot run is named in `shadow_skipped` and never costs the ticker its published row.
+cannot run is named in `shadow_skipped` and never costs the ticker its published row; the conclusion
+step (accountability.shadow.conclude) ends a shadow whose checkpoint no longer loads, so a skipped
+shadow cannot hold its ticker for ever.
 
 A replayed evening whose next-day target date is on or before the model's data cutoff
 (`trained_on_date`) is stored flagged `in_sample`: the model may have trained on the answer.

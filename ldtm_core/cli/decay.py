@@ -1,4 +1,5 @@
-"""`ldtm decay`: each active model's live record against what its gate report promised, and its feature drift."""
+"""`ldtm decay`: each ticker's published record, across model changes, against what its models' gate reports
+promised, and its feature drift."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def decay_cmd(
         False, "--notify", help="Also post the decaying tickers to LDTM_NOTIFY_WEBHOOK_URL"
     ),
 ) -> None:
-    """CUSUM decay check and PSI feature drift of every active model (what the `leaderboard_decay`
+    """CUSUM decay check of every ticker with an active model, on its published record across model
+    changes, and PSI feature drift since the recipe's data cutoff (what the `leaderboard_decay`
     Dagster check reports each night; docs/operations.md says what to do on an alarm)."""
     from ldtm_core.accountability.decay import DecaySettings, check, notify_decay
     from ldtm_core.config import Settings
@@ -34,6 +36,7 @@ def decay_cmd(
     table = Table(
         "ticker",
         "live n",
+        "models",
         "live acc",
         "promised",
         "always-up",
@@ -41,7 +44,7 @@ def decay_cmd(
         "vs up / h",
         "max PSI (feature, band; unusual)",
         "state",
-        title="decay (active models)",
+        title="decay (published record across model changes; each row against its model's promise)",
     )
     for t in report.tickers:
         r = t.row()
@@ -56,6 +59,7 @@ def decay_cmd(
         table.add_row(
             t.ticker,
             str(t.n),
+            str(t.models),
             fmt_pct(r["live_accuracy"]),
             fmt_pct(r["promised_accuracy"]),
             fmt_pct(r["always_up_accuracy"]),

@@ -278,11 +278,22 @@ def registry_rollback(
     from ldtm_core.accountability.registry import rollback
     from ldtm_core.data.universe import validate_ticker
 
-    res = rollback(open_db(), validate_ticker(ticker), reason, to_model_id=to)
+    engine = open_db()
+    res = rollback(engine, validate_ticker(ticker), reason, to_model_id=to)
     console.print(
         f"{res.ticker}: model {res.reactivated_model_id} ({res.version}) active again; "
         f"retired {res.retired_model_id if res.retired_model_id is not None else 'nothing'}"
     )
+    # A shadow was compared with the model just rolled back: end it now rather than re-point it (issue 28).
+    from ldtm_core.accountability.shadow import conclude
+
+    ended = conclude(engine, settings(), res.ticker)
+    if ended is not None and ended.comparison.ended:
+        console.print(
+            f"shadow model {ended.comparison.shadow_model_id} ended, retired: {ended.comparison.ended}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command("gate")

@@ -53,6 +53,10 @@ def print_side_by_side(df) -> None:
             r.decision,
         )
     console.print(table)
+    for r in df.itertuples(index=False):
+        if getattr(r, "note", ""):
+            label = "[red]ENDS[/]" if r.decision == "ended" else "design"
+            console.print(f"{r.ticker} {label}: {r.note}", highlight=False, soft_wrap=True)
     console.print(f"rule: {RULE}", highlight=False, soft_wrap=True)
 
 
@@ -60,9 +64,12 @@ def print_side_by_side(df) -> None:
 @handle_errors
 def shadow_status() -> None:
     """Every model in shadow beside its champion: paired evenings so far, figures, pending decision."""
-    from ldtm_core.accountability.shadow import side_by_side
+    from ldtm_core.accountability.shadow import design_for, side_by_side
 
-    print_side_by_side(side_by_side(open_db(), settings()))
+    cfg = settings()
+    print_side_by_side(side_by_side(open_db(cfg), cfg))
+    if cfg.shadow_sessions > 0:
+        console.print(f"a shadow started now: {design_for(cfg).describe()}", highlight=False, soft_wrap=True)
 
 
 @shadow_app.command("conclude")

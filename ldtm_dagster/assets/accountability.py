@@ -204,8 +204,9 @@ def fillbacks(
 
     First the actuals made stale by a revised bar inside the overlap window or a late corporate action are
     re-filled (ldtm_core.accountability.refill; each logged in fill_revisions with its old value).
-    Then each shadow model whose filled evenings reach LDTM_SHADOW_SESSIONS is promoted or retired on
-    its paired live record against the champion (ldtm_core.accountability.shadow)."""
+    Then each shadow model whose paired filled evenings reach the N stored when it started is promoted
+    or retired on its live record against the champion, and one whose checkpoint no longer loads, whose
+    champion stopped serving or that timed out is ended (ldtm_core.accountability.shadow)."""
     engine = database.engine(store)
     with failing_as("fillbacks"):
         redone = refill.refill(engine, automatic=True)

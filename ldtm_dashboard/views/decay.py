@@ -1,50 +1,39 @@
-"""Decay: each active model's live record against what its gate report promised (CUSUM alarms), with the
+"""Decay: each ticker's published record, across model changes, against what its models' gate reports
+promised (CUSUM alarms), with the
 drift of its features (PSI) beside it. The same figures as the `leaderboard_decay` check and `ldtm decay`."""
 
 import pandas as pd
 import streamlit as st
 
-from ldtm_core.accountability.decay import DecaySettings, check
+from ldtm_core.accountability.decay import TABLE_COLUMNS, DecaySettings, check
 from ldtm_dashboard.data import database_caption, engine
 
 PCT = st.column_config.NumberColumn
-COLUMNS = [
-    "ticker",
-    "decaying",
-    "alarm_since",
-    "signals",
-    "last_signal",
-    "live_n",
-    "live_accuracy",
-    "promised_accuracy",
-    "always_up_accuracy",
-    "cusum",
-    "threshold",
-    "cusum_vs_up",
-    "threshold_vs_up",
-    "psi_max",
-    "psi_feature",
-    "psi_band",
-    "psi_unusual",
-    "promise_source",
-    "note",
-]
+COLUMNS = TABLE_COLUMNS
 COLUMN_CONFIG = {
     "decaying": st.column_config.CheckboxColumn(
         "decaying", help="a chart signalled within the newest evenings (LDTM_DECAY_HOLD_SESSIONS)"
     ),
-    "signals": PCT("signals", help="CUSUM signals since promotion (the chart restarts at 0 after each)"),
-    "live_n": PCT("live n", help="filled out-of-sample evenings of the active model since its promotion"),
+    "signals": PCT("signals", help="CUSUM signals on the record (the chart restarts at 0 after each)"),
+    "live_n": PCT("live n", help="filled out-of-sample published evenings, whichever model served"),
+    "live_models": PCT("models", help="models whose published rows make up the record"),
     "live_accuracy": PCT("live acc.", format="percent"),
     "promised_accuracy": PCT(
-        "promised", format="percent", help="pooled accuracy of the backtest the gate promoted it on"
+        "promised",
+        format="percent",
+        help="mean over the record of each row's promise: the pooled accuracy of the backtest the gate "
+        "promoted the model that wrote it on",
     ),
     "always_up_accuracy": PCT("always-up", format="percent", help="on the same evenings"),
     "cusum": PCT("CUSUM", format="%.2f", help="accuracy chart: evidence of a drop of delta points"),
     "threshold": PCT("h", format="%.2f", help="designed for the configured false-alarm rate"),
     "cusum_vs_up": PCT("CUSUM vs up", format="%.2f", help="on the evenings model and always-up disagree"),
     "threshold_vs_up": PCT("h vs up", format="%.2f"),
-    "psi_max": PCT("max PSI", format="%.3f", help="of the 11 model inputs, recent window vs training"),
+    "psi_max": PCT(
+        "max PSI",
+        format="%.3f",
+        help="of the 11 model inputs, recent window vs up to the recipe's data cutoff",
+    ),
     "psi_unusual": st.column_config.TextColumn(
         "PSI unusual",
         help="features whose PSI is beyond the 95th percentile of the training window's own stretches of "
@@ -70,11 +59,13 @@ if bad:
 else:
     st.success(report.summary())
 st.caption(
-    f"A Bernoulli CUSUM per active model on its filled out-of-sample evenings since promotion: in control "
-    f"the promised accuracy, out of control {settings.delta * 100:g} points lower; a second chart on the "
+    "A Bernoulli CUSUM per ticker on its published record across model changes (a weekly promotion does "
+    "not wipe the evidence), each filled out-of-sample evening judged against the promise of the model that "
+    f"made it: in control that accuracy, out of control {settings.delta * 100:g} points lower; a second chart on the "
     "evenings where model and always-up disagree. Thresholds are designed (exact Markov-chain run length) "
-    f"for one false alarm per {settings.arl0:g} sessions per ticker. PSI: the last {settings.psi_sessions} "
-    "sessions after the model's data cutoff against its training window, decile bins; < 0.1 stable, "
+    f"for one false alarm per {settings.arl0:g} sessions per ticker; one alarm episode is notified once. PSI: "
+    f"the last {settings.psi_sessions} sessions after the recipe's data cutoff (its first model's) against "
+    "the rows up to it, decile bins; < 0.1 stable, "
     "0.1-0.25 moderate, >= 0.25 significant, read beside 'PSI unusual' (the training window's own "
     "stretches of the same length set what is normal for the feature). What to do on an alarm: docs/operations.md (Decay)."
 )
@@ -97,6 +88,6 @@ st.dataframe(table[COLUMNS], hide_index=True, column_config=COLUMN_CONFIG)
 st.subheader("Feature drift (PSI per feature)")
 psi = pd.DataFrame({t.ticker: t.drift.values for t in report.tickers if t.drift and t.drift.values}).T
 if psi.empty:
-    st.info("No PSI yet: a model needs 20 sessions after its data cutoff.")
+    st.info("No PSI yet: a recipe needs 20 sessions after its first model's data cutoff.")
 else:
     st.dataframe(psi.style.format("{:.3f}"), column_config={"_index": "ticker"})

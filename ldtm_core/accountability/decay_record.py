@@ -1,0 +1,181 @@
+"""What the decay monitor reads (issue 27): a ticker's published production record across model changes,
+the promise of each model that made a row of it, and the feature drift since the recipe's data cutoff.
+
+- The record: per evening the published row (the first non-shadow row of the evening, in id order) when
+  an active model wrote it, filled and out of sample, in run-date order, whichever model wrote it. A weekly
+  promotion changes the model, not the record: the evidence of a drop keeps accumulating.
+- The promise of a model: the pooled next-day direction accuracy of the backtest the gate passed it on
+  (`gate_decisions` -> `backtest_folds`; a shadow's conclusion, with no folds, is not that backtest); a
+  model promoted without a recorded decision falls back to its newest backtest of its own config, and the
+  report says so. Each row is judged against the promise of the model that wrote it.
+- Drift: PSI of the 11 model inputs, the last `psi_sessions` sessions after the recipe's data cutoff (the
+  earliest data cutoff of the ticker's models with the serving model's config signature) against
+  everything up to it. A weekly retrain of one recipe moves the model's own cutoff every week, which left
+  fewer than the 20 sessions PSI needs after it: the recipe's is what the promise was made on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, select
+
+from ldtm_core.accountability.drift import FeatureDrift, feature_drift, model_inputs
+from ldtm_core.accountability.registry import SHADOW, ModelRecord, config_signature, list_models
+from ldtm_core.accountability.shadow import SHADOW_DECISION_PREFIX
+from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
+
+RECORD_COLUMNS = ["run_date", "model_id", "hit", "up"]
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What the backtest behind the promotion said, pooled over its folds."""
+
+    backtest_id: str
+    source: str  # "gate decision" or "newest backtest (no passed gate decision recorded)"
+    n: int
+    accuracy: float
+    always_up_accuracy: float
+    model_only: int | None  # discordant rows vs always-up; None before revision 0013
+    up_only: int | None
+
+
+def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise | None]:
+    """{model id: its promise or None}, in three queries whatever the number of models."""
+    ids = [m.id for m in models]
+    if not ids:
+        return {}
+    with engine.connect() as conn:
+        passed = conn.execute(
+            select(gate_decisions.c.model_id, gate_decisions.c.backtest_id)
+            .where(
+                gate_decisions.c.model_id.in_(ids),
+                gate_decisions.c.passed.is_(True),
+                gate_decisions.c.backtest_id.not_like(f"{SHADOW_DECISION_PREFIX}%"),
+            )
+            .order_by(gate_decisions.c.id)
+        ).all()
+        chosen = {mid: (str(bid), "gate decision") for mid, bid in passed}  # the newest wins
+        missing = [m for m in models if m.id not in chosen]
+        if missing:
+            own = conn.execute(
+                select(
+                    backtest_folds.c.model_id, backtest_folds.c.backtest_id, backtest_folds.c.config_signature
+                )
+                .where(backtest_folds.c.model_id.in_([m.id for m in missing]))
+                .order_by(backtest_folds.c.id)
+            ).all()
+            wanted = {m.id: config_signature(m.config) for m in missing}
+            for mid, bid, sig in own:
+                if sig == wanted[mid]:
+                    chosen[mid] = (str(bid), "newest backtest (no passed gate decision recorded)")
+        bids = sorted({b for b, _ in chosen.values()})
+        folds = (
+            pd.DataFrame(
+                conn.execute(select(backtest_folds).where(backtest_folds.c.backtest_id.in_(bids)))
+                .mappings()
+                .all()
+            )
+            if bids
+            else pd.DataFrame()
+        )
+    by_backtest = {bid: _pooled(bid, folds[folds["backtest_id"] == bid]) for bid in bids}
+    out: dict[int, Promise | None] = {}
+    for m in models:
+        if m.id not in chosen:
+            out[m.id] = None
+            continue
+        bid, source = chosen[m.id]
+        p = by_backtest.get(bid)
+        out[m.id] = None if p is None else Promise(bid, source, *p)
+    return out
+
+
+def _pooled(bid: str, folds: pd.DataFrame) -> tuple | None:
+    if folds.empty:
+        return None
+    n = int(folds["n"].sum())
+    if not n:
+        return None
+    known = folds["model_only_hits"].notna().all()
+    return (
+        n,
+        float((folds["direction_accuracy"] * folds["n"]).sum() / n),
+        float((folds["always_up_accuracy"] * folds["n"]).sum() / n),
+        int(folds["model_only_hits"].sum()) if known else None,
+        int(folds["up_only_hits"].sum()) if known else None,
+    )
+
+
+def promise_of(engine: Engine, model: ModelRecord) -> Promise | None:
+    """The backtest the gate passed `model` on, pooled; else its newest own-config backtest; else None."""
+    return promises_of(engine, [model])[model.id]
+
+
+def published_record(engine: Engine, ticker: str, mode: str = "all") -> pd.DataFrame:
+    """The ticker's published production rows, filled and out of sample, one per evening in run-date
+    order, across every model that served: run_date, model_id, hit, up (the stock went up)."""
+    s = snapshots.c
+    cols = [s.id, s.run_date, s.model_id, s.model_status, s.mode, s.in_sample]
+    cols += [s.next_day_direction_correct, s.next_day_actual, s.run_date_close]
+    with engine.connect() as conn:
+        rows = pd.DataFrame(
+            conn.execute(select(*cols).where(s.ticker == ticker).order_by(s.run_date, s.id)).all(),
+            columns=[c.name for c in cols],
+        )
+    rows = rows[rows["model_status"] != SHADOW].drop_duplicates(
+        "run_date", keep="first"
+    )  # what was published
+    rows = rows[
+        (rows["model_status"] == "active")
+        & ~rows["in_sample"].astype(bool)
+        & rows["next_day_actual"].notna()
+        & rows["next_day_direction_correct"].notna()
+    ]
+    if mode != "all":
+        rows = rows[rows["mode"] == mode]
+    return pd.DataFrame(
+        {
+            "run_date": pd.to_datetime(rows["run_date"]).dt.date.to_numpy(),
+            "model_id": rows["model_id"].astype(int).to_numpy(),
+            "hit": rows["next_day_direction_correct"].astype(bool).to_numpy(),
+            "up": (rows["next_day_actual"].astype(float) > rows["run_date_close"].astype(float)).to_numpy(),
+        },
+        columns=RECORD_COLUMNS,
+    )
+
+
+def models_by_id(engine: Engine, ids) -> dict[int, ModelRecord]:
+    from ldtm_core.accountability.registry import _COLS
+
+    ids = sorted({int(i) for i in ids})
+    if not ids:
+        return {}
+    with engine.connect() as conn:
+        rows = conn.execute(select(*_COLS).where(model_registry.c.id.in_(ids))).all()
+    return {r.id: ModelRecord.from_row(r) for r in rows}
+
+
+def recipe_cutoff(engine: Engine, model: ModelRecord) -> dt.date:
+    """The earliest data cutoff among the ticker's models of `model`'s config signature (its recipe)."""
+    sig = config_signature(model.config)
+    same = [m.trained_on_date for m in list_models(engine, model.ticker) if config_signature(m.config) == sig]
+    return min([*same, model.trained_on_date])
+
+
+def drift_of(engine: Engine, model: ModelRecord, sessions: int) -> FeatureDrift:
+    """PSI of the model inputs: the last `sessions` feature rows after the recipe's data cutoff vs the
+    rows up to it."""
+    from ldtm_core.data.feature_store import prices_and_features
+
+    _, read = prices_and_features(engine, model.ticker)
+    inputs = model_inputs(read.frame, model.config.window)
+    cutoff = recipe_cutoff(engine, model)
+    before = np.array([d <= cutoff for d in inputs.index], dtype=bool)
+    return replace(
+        feature_drift(model.ticker, inputs[before], inputs[~before].tail(sessions)), reference_end=cutoff
+    )
