@@ -297,9 +297,8 @@ def decay_delays(right, up, drop: int, start: int, weekly: bool, settings) -> li
     for j in range(PLANTED, 2 * PLANTED):
         delay = np.inf
         for e in range(drop, len(right)):
-            promoted = (
-                start + (e - start) // 5 * 5 if weekly else start
-            )  # weekly: a new champion every 5 evenings
+            # weekly: a new champion every 5 evenings, whose record starts at its promotion
+            promoted = start + (e - start) // 5 * 5 if weekly else start
             if decaying_tonight(promise, right[: e + 1, j], up[: e + 1, j], promoted, settings):
                 delay = e - drop
                 break
@@ -314,117 +313,119 @@ def fmt(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 12 tickers, 20 evenings, few sims")
-    ap.add_argument("--tickers", type=int, default=103, help="tickers of the full universe (103)")
-    ap.add_argument("--evenings", type=int, default=252, help="evenings of the board's year (252)")
-    ap.add_argument("--sims", type=int, default=400, help="simulations per paired figure (400)")
-    ap.add_argument("--years", type=int, default=5, help="simulated years for the gate's rates (5)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the market and of the model calls")
-    args = ap.parse_args()
-    if args.quick:
-        args.tickers, args.evenings, args.sims, args.years = 2 * PLANTED + 2, 20, 20, 1
-    t0 = time.perf_counter()
-    rng = np.random.default_rng(args.seed)
-    tickers = load_universe("full")[: args.tickers]
-    closes = market(tickers, args.seed)
+def universe_figures(case: str, closes, evenings, years: int, rng, thresholds, tmp: Path) -> list[tuple]:
+    """Board, gate and decay figures of one universe: (a) no skill, (b) with the planted cases."""
+    planted = case == "b"
     dates = closes.index.to_numpy().astype("datetime64[D]")
-    year = np.flatnonzero(
-        (dates >= np.datetime64(f"{YEAR}-01-01")) & (dates <= np.datetime64(f"{YEAR}-12-31"))
-    )
-    evenings = year[: args.evenings]
-    thresholds = GateThresholds()
-    rows: list[tuple[str, str, str]] = []
+    n = closes.shape[1]
+    p = hit_rates(n, len(closes), planted)
+    drop = planted_drop(p, dates) if planted else None
+    right, up = calls(closes, p, rng)
+    beats = board_year(closes, right, evenings, warm=21, tmp=tmp)
+    nulls = range(2 * PLANTED, n) if planted else range(n)
+    nb = beats[:, list(nulls)]
+    rows = [
+        (case, "board: null tickers shown 'beats' per evening (mean)", f"{nb.sum(1).mean():.2f}"),
+        (case, "board: evenings with any null 'beats'", fmt(nb.any(1).mean())),
+        (case, "board: null tickers ever shown 'beats' in the year", f"{int(nb.any(0).sum())} of {nb.shape[1]}"),
+    ]  # fmt: skip
+    week, year_pass, power = [], [], []
+    for y in range(years):
+        r, u = (right, up) if y == 0 else calls(closes, p, rng)
+        w, yr = gate_year(closes, r, u, thresholds, nulls)
+        week.append(w.mean())
+        year_pass.append(yr.mean())
+        if planted:
+            power.append(gate_year(closes, r, u, thresholds, range(PLANTED))[0].mean())
+    rows += [
+        (case, "gate: false first deployments per weekly judgement", fmt(float(np.mean(week)))),
+        (case, "gate: null tickers first-deployed within the year", fmt(float(np.mean(year_pass)))),
+    ]
+    if not planted:
+        return rows
+    edge = beats[:, :PLANTED]
+    rows += [
+        (case, f"board power: {EDGE:.0%} tickers shown 'beats' per evening", fmt(edge.mean())),
+        (case, f"board power: {EDGE:.0%} tickers ever shown 'beats'", f"{int(edge.any(0).sum())} of {PLANTED}"),
+        (case, f"gate power: {EDGE:.0%} tickers pass a first deployment, per judgement", fmt(float(np.mean(power)))),
+    ]  # fmt: skip
+    settings = decay.DecaySettings()
+    for weekly, label in ((True, "a new champion weekly"), (False, "one champion all year")):
+        d = np.array(decay_delays(right, up, drop, evenings[0], weekly, settings))
+        fired = np.isfinite(d)
+        med = f", median delay {np.median(d[fired]):.0f} evenings" if fired.any() else ""
+        figure = f"decay {DROP_BEFORE:.0%} → {DROP_AFTER:.0%} mid-year, {label}: alarmed within the year{med}"
+        rows.append((case, figure, f"{int(fired.sum())} of {PLANTED}"))
+    return rows
 
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, planted in (("a", False), ("b", True)):
-            p = hit_rates(len(tickers), len(closes), planted)
-            drop = planted_drop(p, dates) if planted else None
-            right, up = calls(closes, p, rng)
-            beats = board_year(closes, right, evenings, warm=21, tmp=Path(tmp))
-            null = slice(2 * PLANTED, None) if planted else slice(None)
-            nb = beats[:, null]
-            rows += [
-                (name, "board: null tickers shown 'beats' per evening (mean)", f"{nb.sum(1).mean():.2f}"),
-                (name, "board: evenings with any null 'beats'", fmt(nb.any(1).mean())),
-                (name, "board: null tickers ever shown 'beats' in the year", f"{int(nb.any(0).sum())} of {nb.shape[1]}"),
-            ]  # fmt: skip
-            if planted:
-                edge = beats[:, :PLANTED]
-                rows += [
-                    (name, f"board power: {EDGE:.0%} tickers shown 'beats' per evening", fmt(edge.mean())),
-                    (name, f"board power: {EDGE:.0%} tickers ever shown", f"{int(edge.any(0).sum())} of {PLANTED}"),
-                ]  # fmt: skip
-            week, year_pass, power = [], [], []
-            for y in range(args.years):
-                r, u = (right, up) if y == 0 else calls(closes, p, rng)
-                idx = range(2 * PLANTED, len(tickers)) if planted else range(len(tickers))
-                w, yr = gate_year(closes, r, u, thresholds, idx)
-                week.append(w.mean())
-                year_pass.append(yr.mean())
-                if planted:
-                    power.append(gate_year(closes, r, u, thresholds, range(PLANTED))[0].mean())
-            if planted:
-                rows.append((name, f"gate power: {EDGE:.0%} tickers, first deployment per judgement", fmt(float(np.mean(power)))))  # fmt: skip
-            rows += [
-                (name, "gate: false first deployments per weekly judgement", fmt(float(np.mean(week)))),
-                (name, "gate: null tickers first-deployed within the year", fmt(float(np.mean(year_pass)))),
-            ]
-            if planted:
-                settings = decay.DecaySettings()
-                for weekly, label in ((True, "weekly promotions"), (False, "one model all year")):
-                    d = np.array(decay_delays(right, up, drop, evenings[0], weekly, settings))
-                    fired = np.isfinite(d)
-                    med = f", median {np.median(d[fired]):.0f} evenings" if fired.any() else ""
-                    rows.append((name, f"decay 55→45 %, {label}: alarmed in the year{med}", f"{int(fired.sum())} of {PLANTED}"))  # fmt: skip
 
-    # Paired figures: pure functions on simulated rows of the synthetic market's tickers.
+def paired_figures(closes, sims: int, rng, thresholds) -> list[tuple]:
+    """Recipe changes with k tries, equal refreshes and the shadow: pure functions on simulated rows."""
+    rows = []
     for k in (1, 5, 20):
         passed = 0
-        for _ in range(args.sims):
-            j = int(rng.integers(len(tickers)))
-            actual, close, fold = paired_rows(closes, j, rng, 189)
+        for _ in range(sims):
+            actual, close, fold = paired_rows(closes, int(rng.integers(closes.shape[1])), rng, 189)
             champion = coin_predictor(actual, close, rng)
             passed += any(
-                recipe_change_passes(
-                    coin_predictor(actual, close, rng), champion, actual, close, fold, thresholds
-                )
+                recipe_change_passes(coin_predictor(actual, close, rng), champion, actual, close, fold, thresholds)
                 for _ in range(k)
-            )
+            )  # fmt: skip
         rows.append(
-            ("a", f"gate: false recipe promotions, k = {k} tries on the same folds", fmt(passed / args.sims))
+            ("a", f"gate: false recipe promotions, k = {k} tries on the same folds", fmt(passed / sims))
         )
     refused, tripped = 0, {}
-    for _ in range(args.sims):
-        j = int(rng.integers(len(tickers)))
-        actual, close, fold = paired_rows(closes, j, rng, 189)
+    for _ in range(sims):
+        actual, close, fold = paired_rows(closes, int(rng.integers(closes.shape[1])), rng, 189)
         refreshed = actual * (1 + ar1(rng, 189, ERROR_PHI, ERROR_SD))
         stale = actual * (1 + ar1(rng, 189, ERROR_PHI, ERROR_SD))
         bad, names = refresh_refusal(refreshed, stale, actual, close, fold, thresholds)
         refused += bad
-        for n in names:
-            tripped[n] = tripped.get(n, 0) + 1
+        for name in names:
+            tripped[name] = tripped.get(name, 0) + 1
     rows.append(
-        (
-            "a",
-            "gate: equal refresh refused (AR(1) errors, φ = 0 / 0.8 / 0.95, 189 rows)",
-            fmt(refused / args.sims),
-        )
+        ("a", "gate: equal refresh refused (AR(1) errors φ = 0 / 0.8 / 0.95, 189 rows)", fmt(refused / sims))
     )
-    for n, c in sorted(tripped.items()):
-        rows.append(("a", f"  of which {n} tripped", fmt(c / args.sims)))
+    rows += [(("a", f"- of which {name} tripped", fmt(c / sims))) for name, c in sorted(tripped.items())]
     rows += [
-        ("a", f"shadow ({SHADOW_EVENINGS} evenings): equal models retired", fmt(shadow_rate(0.5, 0.5, args.sims, rng))),
-        ("b", f"shadow power: {DROP_BEFORE:.0%} champion vs {DROP_AFTER:.0%} shadow retired", fmt(shadow_rate(DROP_BEFORE, DROP_AFTER, args.sims, rng))),
-        ("b", "shadow power: 60 % champion vs 40 % shadow retired", fmt(shadow_rate(0.60, 0.40, args.sims, rng))),
+        ("a", f"shadow ({SHADOW_EVENINGS} evenings): equal models, shadow retired", fmt(shadow_rate(0.5, 0.5, sims, rng))),
+        ("b", f"shadow power: {DROP_BEFORE:.0%} champion vs {DROP_AFTER:.0%} shadow, retired", fmt(shadow_rate(DROP_BEFORE, DROP_AFTER, sims, rng))),
+        ("b", "shadow power: 60 % champion vs 40 % shadow, retired", fmt(shadow_rate(0.60, 0.40, sims, rng))),
     ]  # fmt: skip
+    return rows
 
-    print(f"# null universe: {len(tickers)} tickers, {len(evenings)} evenings of {YEAR}, {args.years} simulated "
-          f"year(s) of 52 weekly judgements, {args.sims} sims per paired figure, seed {args.seed}")  # fmt: skip
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: 22 tickers, 20 evenings, 20 sims, 1 year"
+    )
+    ap.add_argument("--tickers", type=int, default=103, help="tickers of the full universe (103)")
+    ap.add_argument("--evenings", type=int, default=252, help="evenings of the board's year (252)")
+    ap.add_argument("--sims", type=int, default=400, help="simulations per paired figure (400)")
+    ap.add_argument("--years", type=int, default=5, help="simulated years of the gate's rates (5)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the market and of the model calls")
+    args = ap.parse_args()
+    if args.quick:
+        args.tickers, args.evenings, args.sims, args.years = 2 * PLANTED + 2, 20, 20, 1
+    if args.tickers < 2 * PLANTED + 1:
+        ap.error(f"--tickers must be at least {2 * PLANTED + 1}: the planted cases take {2 * PLANTED}")
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(args.seed)
+    closes = market(load_universe("full")[: args.tickers], args.seed)
+    dates = closes.index.to_numpy().astype("datetime64[D]")
+    evenings = np.flatnonzero(dates >= np.datetime64(f"{YEAR}-01-01"))[: args.evenings]
+    thresholds = GateThresholds()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [r for case in "ab" for r in universe_figures(case, closes, evenings, args.years, rng, thresholds, Path(tmp))]  # fmt: skip
+    rows += paired_figures(closes, args.sims, rng, thresholds)
+    print(
+        f"# null universe: {closes.shape[1]} tickers, {len(evenings)} evenings of {YEAR}, {args.years} "
+        f"simulated year(s) of 52 weekly judgements, {args.sims} sims per paired figure, seed {args.seed}"
+    )
     print(f"machine: {describe_cpu()}")
     print("\n| case | figure | before | after |\n|---|---|---|---|")
-    for case, figure, value in rows:
+    for case, figure, value in sorted(rows, key=lambda r: r[0]):
         print(f"| {case} | {figure} | {value} | |")
     print(f"\nwall {time.perf_counter() - t0:.0f} s")
     return 0
