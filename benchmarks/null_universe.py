@@ -112,7 +112,8 @@ def decaying_tonight(promise: decay.Promise, hits, up_hits, promoted_at: int, se
 
 
 def market(tickers: list[str], seed: int) -> pd.DataFrame:
-    """Closes (sessions x tickers) from the year before YEAR to the month after it."""
+    """Closes (sessions x tickers) from two years before YEAR (the first judgements' folds) to a month
+    after it (the last evenings' answers)."""
     df = generate(tickers, f"{YEAR - 2}-01-02", f"{YEAR + 1}-01-30", seed=seed)
     return df.pivot(index="date", columns="ticker", values="close")[tickers]
 
