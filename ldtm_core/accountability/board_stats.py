@@ -38,7 +38,7 @@ import pandas as pd
 from arch.bootstrap import SPA
 from statsmodels.stats.multitest import multipletests
 
-from ldtm_core.accountability.skill import format_p_value
+from ldtm_core.accountability.skill import SkillTest, format_p_value
 
 ALPHA = 0.05  # the q (and the universe p) the board calls evidence
 BASELINES = ("always_up", "persistence")
@@ -92,6 +92,51 @@ def label_board(board: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     return board
 
 
+def board_from_rows(rows: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """A labelled board straight from per-row flags (one row per key and evening): what `leaderboard`
+    computes from the database, for simulations (benchmarks/null_universe.py) and tests.
+
+    rows: `key`, `model_right`, `up` (always-up right), `persist_right`, `has_prev`. Returns one row per key
+    with n, the accuracies, the discordant counts, each baseline's exact one-sided p (skill.SkillTest) and
+    `label_board`'s q-values and labels.
+    """
+    m = rows["model_right"].astype(bool)
+    up = rows["up"].astype(bool)
+    has = rows["has_prev"].astype(bool)
+    pr = rows["persist_right"].astype(bool) & has
+    flags = pd.DataFrame(
+        {
+            "key": rows["key"],
+            "n": 1,
+            "hits": m,
+            "ups": up,
+            "has": has,
+            "persist_hits": pr,
+            "model_only": m & ~up,
+            "up_only": ~m & up,
+            "p_model_only": m & ~pr & has,
+            "p_only": ~m & pr & has,
+        }
+    )
+    g = flags.groupby("key", sort=True).sum().astype(int)
+    out = pd.DataFrame(
+        {
+            "key": g.index,
+            "n": g["n"].to_numpy(),
+            "direction_accuracy": (g["hits"] / g["n"]).to_numpy(),
+            "always_up_accuracy": (g["ups"] / g["n"]).to_numpy(),
+            "persistence_accuracy": (g["persist_hits"] / g["has"].where(g["has"] > 0)).to_numpy(),
+            "model_only": g["model_only"].to_numpy(),
+            "up_only": g["up_only"].to_numpy(),
+            "skill_p_value": [SkillTest(a, b).p_value for a, b in zip(g["model_only"], g["up_only"], strict=True)],
+            "persistence_p_value": [
+                SkillTest(a, b).p_value for a, b in zip(g["p_model_only"], g["p_only"], strict=True)
+            ],
+        }
+    )
+    return label_board(out, alpha)
+
+
 def best_baselines(history: pd.DataFrame, keys: list) -> dict:
     """Each key's baseline, chosen on its evenings BEFORE the window (no hindsight): the more accurate of
     always-up and persistence there (ties and no history: always-up).
@@ -101,13 +146,12 @@ def best_baselines(history: pd.DataFrame, keys: list) -> dict:
     out = dict.fromkeys(keys, "always_up")
     if history.empty:
         return out
-    for key, g in history.groupby("key"):
-        if key not in out:
-            continue
-        up = g["up"].astype(bool).mean()
-        has = g["has_prev"].astype(bool)
-        persist = g.loc[has, "persist_right"].astype(bool).mean() if has.any() else -1.0
-        out[key] = "persistence" if persist > up else "always_up"
+    up = history.groupby("key")["up"].mean()
+    has = history[history["has_prev"].astype(bool)]
+    persist = has.groupby("key")["persist_right"].mean().reindex(up.index).fillna(-1.0)
+    for key in up.index[(persist > up).to_numpy()]:
+        if key in out:
+            out[key] = "persistence"
     return out
 
 
@@ -126,9 +170,13 @@ def loss_differentials(rows: pd.DataFrame, baseline_of: dict) -> pd.DataFrame:
     base_right = np.where(use_persist, r["persist_right"].astype(bool), r["up"].astype(bool))
     defined = ~use_persist | r["has_prev"].astype(bool).to_numpy()
     d = np.where(defined, model_miss.to_numpy() - (~base_right).astype(float), 0.0)
-    frame = pd.DataFrame({"key": r["key"].to_numpy(), "run_date": r["run_date"].to_numpy(), "d": d})
-    wide = frame.pivot_table(index="run_date", columns="key", values="d", aggfunc="first")
-    return wide.reindex(columns=keys).fillna(0.0).sort_index()
+    r = r.assign(d=d).drop_duplicates(["key", "run_date"], keep="first")
+    dates = sorted(r["run_date"].unique())
+    matrix = np.zeros((len(dates), len(keys)))
+    matrix[
+        pd.Index(dates).get_indexer(r["run_date"]), pd.Index(keys).get_indexer(r["key"])
+    ] = r["d"].to_numpy()
+    return pd.DataFrame(matrix, index=dates, columns=keys)
 
 
 @dataclass(frozen=True)
