@@ -93,7 +93,9 @@ def test_a_null_universe_shows_beats_on_at_most_5_percent_of_boards():
         b = board_stats.board_from_rows(rows)
         labelled += bool((b["beats_always_up"] | b["beats_persistence"]).any())
         ahead = b["direction_accuracy"] > b["always_up_accuracy"]
-        old_rule += bool(((b["skill_p_value"] <= 0.05) & ahead).any() or (b["persistence_p_value"] <= 0.05).any())
+        old_rule += bool(
+            ((b["skill_p_value"] <= 0.05) & ahead).any() or (b["persistence_p_value"] <= 0.05).any()
+        )
     assert labelled / boards <= 0.05
     assert old_rule / boards >= 0.8  # what the board showed before issue 27
 
@@ -122,7 +124,9 @@ def test_spa_holds_its_size_on_a_null_universe_and_finds_a_planted_edge():
         for i in range(40)
     ]
     assert np.mean(np.array(null) <= 0.05) <= 0.1  # 4 of 40 at most (measured 3-4 % on 200 boards)
-    planted = [board_stats.universe_test(*_universe(rng, history=60, edge=(10, 0.8))).p_value for _ in range(30)]
+    planted = [
+        board_stats.universe_test(*_universe(rng, history=60, edge=(10, 0.8))).p_value for _ in range(30)
+    ]
     assert np.mean(np.array(planted) <= 0.05) >= 0.3  # measured 53 % on 100 boards
 
 
@@ -150,7 +154,12 @@ def test_loss_differentials_use_the_baseline_chosen_before_the_window():
         }
     )
     before = pd.DataFrame(  # A: persistence was better before the window; B: always-up
-        {"key": ["A", "A", "B"], "up": [False, False, True], "persist_right": [True, True, False], "has_prev": True}
+        {
+            "key": ["A", "A", "B"],
+            "up": [False, False, True],
+            "persist_right": [True, True, False],
+            "has_prev": True,
+        }
     )
     chosen = board_stats.best_baselines(before, ["A", "B", "C"])
     assert chosen == {"A": "persistence", "B": "always_up", "C": "always_up"}
@@ -224,7 +233,11 @@ def test_each_horizon_says_on_how_many_distinct_target_dates_it_stands(engine):
             rows.append(r | {"in_sample": False})
         # An in-sample row (its own target dates) is off the default board and off the counts.
         extra = _row("WEEK", mid, monday + dt.timedelta(days=5), 100.0, 99.0, 101.0, 102.0, "live", 1.0, 2.0)
-        extra |= {"in_sample": True, "next_monday_date": dt.date(2024, 3, 25), "one_month_date": dt.date(2024, 4, 8)}
+        extra |= {
+            "in_sample": True,
+            "next_monday_date": dt.date(2024, 3, 25),
+            "one_month_date": dt.date(2024, 4, 8),
+        }
         rows.append(extra)
         conn.execute(insert(snapshots), rows)
     got = leaderboard(engine).iloc[0]

@@ -128,7 +128,9 @@ def board_from_rows(rows: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
             "persistence_accuracy": (g["persist_hits"] / g["has"].where(g["has"] > 0)).to_numpy(),
             "model_only": g["model_only"].to_numpy(),
             "up_only": g["up_only"].to_numpy(),
-            "skill_p_value": [SkillTest(a, b).p_value for a, b in zip(g["model_only"], g["up_only"], strict=True)],
+            "skill_p_value": [
+                SkillTest(a, b).p_value for a, b in zip(g["model_only"], g["up_only"], strict=True)
+            ],
             "persistence_p_value": [
                 SkillTest(a, b).p_value for a, b in zip(g["p_model_only"], g["p_only"], strict=True)
             ],
@@ -173,9 +175,9 @@ def loss_differentials(rows: pd.DataFrame, baseline_of: dict) -> pd.DataFrame:
     r = r.assign(d=d).drop_duplicates(["key", "run_date"], keep="first")
     dates = sorted(r["run_date"].unique())
     matrix = np.zeros((len(dates), len(keys)))
-    matrix[
-        pd.Index(dates).get_indexer(r["run_date"]), pd.Index(keys).get_indexer(r["key"])
-    ] = r["d"].to_numpy()
+    matrix[pd.Index(dates).get_indexer(r["run_date"]), pd.Index(keys).get_indexer(r["key"])] = r[
+        "d"
+    ].to_numpy()
     return pd.DataFrame(matrix, index=dates, columns=keys)
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 from sqlalchemy import Engine, func, not_, select, text
 
 from ldtm_core.accountability import board_stats
-from ldtm_core.accountability.board_stats import ALPHA, LABEL_RULE, UniverseTest
+from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
 from ldtm_core.accountability.registry import SHADOW, serving_models
 from ldtm_core.accountability.skill import SkillTest, format_p_value
 from ldtm_core.errors import InputError
@@ -424,7 +424,8 @@ def _with_target_dates(
                 continue
             counts = rows.groupby(keys)["target"].nunique()
             board[out] = [
-                int(counts.get(k if by_model else k[0], 0)) for k in board[keys].itertuples(index=False, name=None)
+                int(counts.get(k if by_model else k[0], 0))
+                for k in board[keys].itertuples(index=False, name=None)
             ]
     return board
 
