@@ -221,15 +221,20 @@ class UniverseTest:
         return f"{question} No evidence: p = {p} ({method})."
 
     def to_dict(self) -> dict:
+        """JSON-safe (NaN: None)."""
+
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else float(x)
+
         return {
-            "p_value": self.p_value,
-            "p_lower": self.p_lower,
-            "p_consistent": self.p_consistent,
+            "p_value": num(self.p_value),
+            "p_lower": num(self.p_lower),
+            "p_consistent": num(self.p_consistent),
             "rejects": self.rejects,
             "tickers": self.tickers,
             "evenings": self.evenings,
             "best": self.best,
-            "best_improvement": self.best_improvement,
+            "best_improvement": num(self.best_improvement),
             "baselines": self.baselines,
             "method": f"arch.bootstrap.SPA, stationary, block {SPA_BLOCK}, {SPA_REPS} reps, seed {SPA_SEED}",
         }
