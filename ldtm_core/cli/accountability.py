@@ -335,6 +335,7 @@ def print_leaderboard(df, mode: str = "all") -> None:
         "|err| 1m (n, dates)",
         title=title,
     )
+    table.columns[0].no_wrap = True  # a ticker (and its model version) stays on one line; figures wrap
     for r in df.itertuples(index=False):
         name = f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker
         if "gated" in df.columns and not r.gated:
