@@ -256,12 +256,15 @@ def leaderboard_cmd(
     Each evening counts once per ticker: its first recorded prediction (what was published). The
     next-day figures cover the 30 days ending at the newest filled evening; the next-Monday and one-month
     errors the 30 days ending at their own newest filled target date, with their counts in brackets."""
+    from ldtm_core.accountability.board_stats import LABEL_RULE
     from ldtm_core.accountability.leaderboard import (
         in_sample_note,
         leaderboard,
         leaderboard_by_model,
         ungated_note,
+        universe,
     )
+    from ldtm_core.accountability.no_champion import without_champion
 
     engine = open_db()
     label = ", with ".join(
@@ -273,7 +276,21 @@ def leaderboard_cmd(
     if by_model:
         print_leaderboard(leaderboard_by_model(engine, mode, **flags), f"{label}, by model")
     else:
-        print_leaderboard(leaderboard(engine, mode, **flags), label)
+        board = leaderboard(engine, mode, **flags)
+        print_leaderboard(board, label)
+        # The universe's one answer (Hansen's SPA over the tickers), then what the label controls.
+        console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
+    console.print(f"[dim]{LABEL_RULE}[/]", highlight=False, soft_wrap=True)
+    missing = without_champion(engine)
+    if missing:
+        console.print(
+            f"[yellow]No production model ({len(missing)}): predicted by an ungated candidate, out of every "
+            "figure above[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for m in missing:
+            console.print(f"  {m.ticker}: {m.reason}", highlight=False, soft_wrap=True)
     for note in (
         None if include_in_sample or by_model else in_sample_note(engine, mode),
         ungated_note(engine, include_ungated),
@@ -299,7 +316,6 @@ def leaderboard_cmd(
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
     from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
-    from ldtm_core.accountability.skill import format_p_value
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
@@ -312,12 +328,14 @@ def print_leaderboard(df, mode: str = "all") -> None:
         "always-up",
         "persistence",
         "beats up",
-        "p (beats up)",
+        "p (q) vs up",
+        "p (q) vs persist.",
         "|err| 1d",
-        "|err| Mon (n)",
-        "|err| 1m (n)",
+        "|err| Mon (n, dates)",
+        "|err| 1m (n, dates)",
         title=title,
     )
+    table.columns[0].no_wrap = True  # a ticker (and its model version) stays on one line; figures wrap
     for r in df.itertuples(index=False):
         name = f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker
         if "gated" in df.columns and not r.gated:
@@ -332,15 +350,29 @@ def print_leaderboard(df, mode: str = "all") -> None:
             fmt_pct(r.always_up_accuracy),
             _with_n(fmt_pct(r.persistence_accuracy), r.persistence_n, r.n),
             "yes" if r.beats_always_up else "[red]no[/]",
-            format_p_value(r.skill_p_value),
+            _p_q(r.skill_p_value, getattr(r, "q_vs_always_up", None)),
+            _p_q(r.persistence_p_value, getattr(r, "q_vs_persistence", None))
+            + (" beats" if getattr(r, "beats_persistence", False) else ""),
             fmt_num(r.next_day_mape),
-            _with_n(fmt_num(r.next_monday_mape), r.next_monday_n),
-            _with_n(fmt_num(r.one_month_mape), r.one_month_n),
+            _with_dates(fmt_num(r.next_monday_mape), r.next_monday_n, getattr(r, "next_monday_dates", None)),
+            _with_dates(fmt_num(r.one_month_mape), r.one_month_n, getattr(r, "one_month_dates", None)),
         )
     console.print(table)
     if "gated" in df.columns and not df["gated"].all():
         console.print(UNGATED_LEGEND, highlight=False, soft_wrap=True)
     console.print(verdict(df))
+
+
+def _p_q(p, q) -> str:
+    """Each ticker's own p and, in brackets, its BH q over the board (what the label reads)."""
+    from ldtm_core.accountability.skill import format_p_value
+
+    return f"{format_p_value(p)} ({format_p_value(q)})"
+
+
+def _with_dates(value: str, n: int, dates: int | None) -> str:
+    """A horizon's error with its rows and the distinct target dates they stand on."""
+    return f"{value} ({n})" if dates is None else f"{value} ({n}, {dates})"
 
 
 def _with_n(value: str, n: int, same_as: int | None = None) -> str:
