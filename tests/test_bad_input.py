@@ -1,0 +1,127 @@
+"""Settings and commands that accepted what they should refuse (issue 28, item 13)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from ldtm_core.cli import app
+from ldtm_core.config import Settings
+from ldtm_core.errors import ConfigError
+
+runner = CliRunner()
+BOOLEANS = (
+    "LDTM_BACKTEST_REUSE",
+    "LDTM_FORCE_REINGEST",
+    "LDTM_YFINANCE_AUTO_ADJUST",
+    "LDTM_BF16_PROBE",
+    "LDTM_K8S_GPU_PER_STEP",
+)
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def one_clean_error_line(result, *fragments: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def clean_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("LDTM_DATABASE_URL", raising=False)
+    for name in BOOLEANS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+# --- booleans: one vocabulary ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [("1", True), ("true", True), ("YES", True), (" On ", True), ("0", False), ("False", False)]
+    + [("no", False), ("OFF", False), ("off", False)],
+)
+def test_backtest_reuse_reads_the_documented_vocabulary(clean_env, raw, expected):
+    clean_env.setenv("LDTM_BACKTEST_REUSE", raw)
+    assert Settings.from_env().backtest_reuse is expected
+
+
+@pytest.mark.parametrize("raw", ["N", "x", "y", "2", "disable"])
+def test_a_boolean_outside_the_vocabulary_is_refused_naming_the_variable(clean_env, raw):
+    clean_env.setenv("LDTM_BACKTEST_REUSE", raw)
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env()
+    assert "LDTM_BACKTEST_REUSE" in str(err.value) and repr(raw) in str(err.value)
+    assert "on/off" in str(err.value)
+    one_clean_error_line(invoke("leaderboard"), "LDTM_BACKTEST_REUSE")
+
+
+@pytest.mark.parametrize("name", BOOLEANS)
+def test_every_boolean_setting_uses_the_one_helper(clean_env, name):
+    from ldtm_core.config import BOOLEAN_SETTINGS, env_flag
+
+    assert name in BOOLEAN_SETTINGS
+    clean_env.setenv(name, "off")
+    assert env_flag(name, True) is False
+    clean_env.setenv(name, "maybe")
+    with pytest.raises(ConfigError, match=name):
+        env_flag(name, True)
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env()  # the settings check refuses it before any work
+
+
+def test_each_boolean_reader_refuses_what_it_used_to_read_as_false_or_true(clean_env):
+    from ldtm_core.data.corporate_actions import force_from_env
+    from ldtm_core.data.sources.yfinance import _flag
+    from ldtm_core.learning.precision import bf16_probe_speedup
+    from ldtm_dagster.deployment import gpu_per_step
+
+    clean_env.setenv("LDTM_FORCE_REINGEST", "ON")
+    assert force_from_env() is True
+    clean_env.setenv("LDTM_FORCE_REINGEST", "x")  # was: "not forced"
+    with pytest.raises(ConfigError, match="LDTM_FORCE_REINGEST"):
+        force_from_env()
+    clean_env.setenv("LDTM_YFINANCE_AUTO_ADJUST", "nope")
+    with pytest.raises(ConfigError, match="LDTM_YFINANCE_AUTO_ADJUST"):
+        _flag("LDTM_YFINANCE_AUTO_ADJUST", False)
+    clean_env.setenv("LDTM_BF16_PROBE", "off")  # was: probe (only "0" switched it off)
+    assert bf16_probe_speedup() == 0.0
+    clean_env.setenv("LDTM_K8S_GPU_PER_STEP", "No")
+    assert gpu_per_step() is False
+
+
+# --- ranges ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "var, value, fragment",
+    [
+        ("LDTM_GATE_ALPHA", "1", "below 1"),
+        ("LDTM_GATE_ALPHA", "0", "above 0"),
+        ("LDTM_DECAY_ARL0", "1", "from 20"),
+        ("LDTM_DECAY_ARL0", "19", "from 20"),
+    ],
+)
+def test_a_setting_the_gate_or_the_decay_check_cannot_use_is_refused_by_the_settings_check(
+    clean_env, var, value, fragment
+):
+    clean_env.setenv(var, value)
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env()
+    assert var in str(err.value) and fragment in str(err.value), str(err.value)
+    one_clean_error_line(invoke("leaderboard"), var)
+
+
+def test_the_edges_that_remain_valid(clean_env):
+    clean_env.setenv("LDTM_GATE_ALPHA", "0.5")
+    clean_env.setenv("LDTM_DECAY_ARL0", "20")
+    Settings.from_env()
