@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from ldtm_core.data.calendar import require_in_range
 from ldtm_core.data.corporate_actions import force_from_env, reconcile, record_actions
 from ldtm_core.data.price_files import read_price_file
+from ldtm_core.data.price_gaps import PriceGap, gaps_since
 from ldtm_core.data.price_moves import LargeMove, moves_since
 from ldtm_core.data.price_validation import VALUE_COLUMNS, canonical_header, validate_prices
 from ldtm_core.data.price_writer import write_prices
@@ -32,6 +33,8 @@ class IngestResult:
     tickers: int
     rows: int
     written: int  # rows inserted or changed
+    # Holes longer than LDTM_MAX_GAP_SESSIONS next to what was stored (features restart after them).
+    gaps: list[PriceGap] = field(default_factory=list)
 
 
 @dataclass
@@ -45,6 +48,8 @@ class FileOutcome:
     error: str | None = None
     # One-day moves in what this file stored that no recorded corporate action explains (a split?).
     moves: list[LargeMove] = field(default_factory=list)
+    # Holes longer than LDTM_MAX_GAP_SESSIONS next to what this file stored (price_gaps.gaps_since).
+    gaps: list[PriceGap] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -78,7 +83,9 @@ def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: boo
 
     written = run_in_transaction(engine, work)
     _refill_after_actions(engine, recorded)
-    return IngestResult(label, int(df["ticker"].nunique()), len(df), written)
+    spans = df.groupby("ticker")["date"].agg(["min", "max"])
+    gaps = gaps_since(engine, {t: (r["min"], r["max"]) for t, r in spans.iterrows()})
+    return IngestResult(label, int(df["ticker"].nunique()), len(df), written, gaps)
 
 
 def _refill_after_actions(engine: Engine, tickers: list[str]) -> None:
@@ -135,7 +142,8 @@ def ingest_files(
             else:
                 try:
                     source = paths[i].suffix.lower().lstrip(".")
-                    outcome.written = _store(engine, df, source, str(paths[i]), force).written
+                    stored = _store(engine, df, source, str(paths[i]), force)
+                    outcome.written, outcome.gaps = stored.written, stored.gaps
                     firsts = df.groupby("ticker")["date"].min()
                     outcome.moves = moves_since(
                         engine, {t: pd.Timestamp(d).date() for t, d in firsts.items()}, threshold_pct
