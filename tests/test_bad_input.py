@@ -125,3 +125,37 @@ def test_the_edges_that_remain_valid(clean_env):
     clean_env.setenv("LDTM_GATE_ALPHA", "0.5")
     clean_env.setenv("LDTM_DECAY_ARL0", "20")
     Settings.from_env()
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def _history(engine, ticker):
+    from ldtm_core.accountability import registry
+
+    return [(e.model_id, e.from_status, e.to_status) for e in registry.history(engine, ticker)]
+
+
+def test_promoting_the_active_model_again_says_nothing_changed(ldtm_env, tmp_path):
+    from accountability_helpers import make_model, make_settings
+
+    from ldtm_core.accountability import registry
+    from ldtm_core.migrate import upgrade
+
+    engine = upgrade(ldtm_env["url"])
+    s = make_settings(tmp_path, ldtm_env["url"])
+    a = make_model(engine, s, "AAPL", seed=1)
+    registry.promote(engine, a, "first", s)
+    before = _history(engine, "AAPL")
+    result = invoke("registry", "promote", "AAPL", "--model-id", str(a), "--reason", "again")
+    assert result.exit_code == 0, result.output
+    assert _history(engine, "AAPL") == before  # nothing written...
+    assert "already active" in result.output and "recorded in" not in result.output  # ...nor claimed
+    assert "nothing changed" in result.output
+
+
+def test_shadow_end_refuses_promote_and_retire_together(ldtm_env):
+    one_clean_error_line(
+        invoke("shadow", "end", "AAPL", "--promote", "--retire", "--reason", "x"), "--promote", "--retire"
+    )
+    one_clean_error_line(invoke("shadow", "end", "AAPL", "--reason", "x"), "--promote", "--retire")
