@@ -159,3 +159,55 @@ def test_shadow_end_refuses_promote_and_retire_together(ldtm_env):
         invoke("shadow", "end", "AAPL", "--promote", "--retire", "--reason", "x"), "--promote", "--retire"
     )
     one_clean_error_line(invoke("shadow", "end", "AAPL", "--reason", "x"), "--promote", "--retire")
+
+
+def test_decay_of_a_ticker_without_a_model_says_so_not_no_decay(ldtm_env):
+    from ldtm_core.migrate import upgrade
+
+    upgrade(ldtm_env["url"])
+    line = one_clean_error_line(invoke("decay", "--ticker", "ZZZZ"), "ZZZZ", "no model")
+    assert "No decay" not in line
+
+
+def test_decay_names_the_requested_ticker_it_did_not_check(ldtm_env, tmp_path):
+    from accountability_helpers import make_model, make_settings
+
+    from ldtm_core.accountability import registry
+    from ldtm_core.migrate import upgrade
+
+    engine = upgrade(ldtm_env["url"])
+    s = make_settings(tmp_path, ldtm_env["url"])
+    registry.promote(engine, make_model(engine, s, "AAPL"), "first", s)
+    result = invoke("decay", "--ticker", "AAPL", "--ticker", "ZZZZ")
+    assert result.exit_code == 0, result.output
+    assert "ZZZZ" in result.output and "no model" in result.output
+
+
+def test_predict_without_tickers_predicts_only_the_universe(ldtm_env, tmp_path):
+    from accountability_helpers import ingest, make_model, make_settings
+    from sqlalchemy import select
+
+    from ldtm_core.accountability import registry
+    from ldtm_core.migrate import upgrade
+    from ldtm_core.schema import snapshots
+
+    engine = upgrade(ldtm_env["url"])
+    s = make_settings(tmp_path, ldtm_env["url"])
+    ingest(engine, ["AAPL", "MSFT"], start="2023-06-01", end="2024-03-28")  # MSFT: not in `demo`
+    for t in ("AAPL", "MSFT"):
+        registry.promote(engine, make_model(engine, s, t), "first", s)
+    result = invoke("predict")
+    assert result.exit_code == 0, result.output
+    with engine.connect() as conn:
+        predicted = set(conn.execute(select(snapshots.c.ticker).distinct()).scalars())
+    assert predicted == {"AAPL"}
+    assert "MSFT" in result.output  # said what was left out, and how to include it
+    assert invoke("predict", "--tickers", "MSFT").exit_code == 0  # named explicitly: still allowed
+
+
+def test_a_universe_file_with_a_byte_order_mark_is_read(tmp_path):
+    from ldtm_core.data.universe import load_universe
+
+    path = tmp_path / "universe.txt"
+    path.write_bytes("AAPL\nNVDA\n".encode("utf-8-sig"))
+    assert load_universe(str(path)) == ["AAPL", "NVDA"]
