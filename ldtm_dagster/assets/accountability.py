@@ -11,6 +11,7 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     BackfillPolicy,
+    Config,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -28,6 +29,11 @@ from ..plots import leaderboard_figure_markdown
 from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore
 from ..steps import failing_as, for_each_partition
+
+
+class SnapshotsConfig(Config):
+    """No options: the evening is the partition and the tickers are the universe's. Declared so that a
+    misspelt or misplaced key (e.g. `tickers`, which belongs to `prices`) is refused before the run."""
 
 
 @asset(
@@ -52,7 +58,7 @@ from ..steps import failing_as, for_each_partition
     ],
 )
 def snapshots(
-    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+    context: AssetExecutionContext, config: SnapshotsConfig, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
     """Hash-chained predictions (3 horizons) per ticker for the evening, written before the outcome.
 
