@@ -28,7 +28,7 @@ from ..partitions import check_evening_keys, evening_partitions
 from ..plots import leaderboard_figure_markdown
 from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import failing_as, for_each_partition
+from ..steps import failing_as, for_each_partition, partition_keys
 
 
 class SnapshotsConfig(Config):
@@ -64,7 +64,7 @@ def snapshots(
 
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
-    check_evening_keys(context.run.tags, list(context.partition_keys))
+    check_evening_keys(context.run.tags, partition_keys(context, "snapshots"))
     engine, settings = database.engine(store), database.settings(store)
     previous = _materialized_anchors(context)
     duplicates: dict[str, int] = {}

@@ -31,7 +31,7 @@ from ldtm_core.errors import LDTMError
 from ..metadata import records_table
 from ..partitions import EVENING_TAG, ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import failing_as
+from ..steps import failing_as, partition_keys
 
 PARTITION_TAG = "dagster/partition"
 # Transient source failures (the vendor or gateway is down for every ticker): three more tries,
@@ -222,7 +222,7 @@ def features(
     matches the prices; a ticker whose prices did not change is left as it is, one with only new
     sessions gets just those rows."""
     engine = database.engine(store)
-    tickers = list(context.partition_keys)
+    tickers = partition_keys(context, "features")
     with failing_as("features"):
         outcomes = feature_store.build_features(engine, tickers)
         checks = feature_store.check_features(engine, tickers)

@@ -15,3 +15,23 @@ def test_unknown_config_keys_on_the_snapshots_step_are_refused(ldtm_env):
         materialize(
             [snapshots], resources=demo_resources(), run_config=run_config, partition_key="2024-03-28"
         )
+
+
+def test_nightly_job_without_a_partition_says_how_to_pass_one(dagster_instance, sqlite_url, tmp_path):
+    """`dagster job execute -j nightly_job` without a partition: one line naming the option, not
+    "Cannot access partition_key for a non-partitioned run" under a traceback."""
+    from ldtm_dagster_helpers import tiny_resources
+
+    from ldtm_dagster import defs
+
+    result = defs.resolve_job_def("nightly_job").execute_in_process(
+        instance=dagster_instance,
+        resources=tiny_resources(tmp_path / "home", sqlite_url),
+        raise_on_error=False,
+    )
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    error = failure.step_failure_data.error
+    assert "dagster/partition" in error.message and "nightly_job" in error.message, error.message
+    assert "non-partitioned" not in error.message
+    assert error.cls_name == "Failure"
