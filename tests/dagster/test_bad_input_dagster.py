@@ -35,3 +35,28 @@ def test_nightly_job_without_a_partition_says_how_to_pass_one(dagster_instance, 
     assert "dagster/partition" in error.message and "nightly_job" in error.message, error.message
     assert "non-partitioned" not in error.message
     assert error.cls_name == "Failure"
+
+
+def test_a_missing_universe_file_while_dagster_loads_the_code_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "LDTM_UNIVERSE": str(tmp_path / "nope.txt"), "DAGSTER_HOME": str(tmp_path)}
+    env["PYTHONPATH"] = str(repo)
+    dagster = Path(sys.executable).with_name("dagster")
+    out = subprocess.run(
+        [str(dagster), "job", "execute", "-m", "ldtm_dagster", "-j", "nightly_job"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out.stderr
+    assert "LDTM_UNIVERSE" in errors[0] and "nope.txt" in errors[0] and "does not exist" in errors[0]
