@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -293,6 +294,25 @@ class Settings:
             except OSError as exc:
                 why = _MKDIR_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
                 raise ConfigError(f"LDTM_HOME {home}: {d} cannot be created: {why}") from None
+
+    def require_writable(self, folder: Path, what: str) -> None:
+        """Refuse, naming the folder, before work whose result could not be stored there (a read-only
+        LDTM_HOME whose folders exist passes ensure_dirs): `ldtm train` used to train, then fail to save."""
+        reason = None
+        if not os.access(folder, os.W_OK):
+            reason = "permission denied (read-only?)"
+        else:
+            try:  # the mount may be read-only although the bits allow writing (and root ignores the bits)
+                fd, probe = tempfile.mkstemp(prefix=".ldtm-write-probe-", dir=folder)
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as exc:
+                reason = _MKDIR_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
+        if reason is not None:
+            raise ConfigError(
+                f"LDTM_HOME {self.home}: {folder} is not writable ({reason}); {what} cannot be stored there: "
+                "point LDTM_HOME at a writable folder"
+            )
 
     def require_writable_sqlite(self) -> None:
         """A SQLite database needs its folder writable (its journal files live beside it), even to read."""

@@ -211,3 +211,30 @@ def test_a_universe_file_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "universe.txt"
     path.write_bytes("AAPL\nNVDA\n".encode("utf-8-sig"))
     assert load_universe(str(path)) == ["AAPL", "NVDA"]
+
+
+# --- errors as one line (item 14) ---------------------------------------------------------------------
+
+
+def test_train_on_a_read_only_home_refuses_before_training_naming_the_path(ldtm_env, monkeypatch):
+    import ldtm_core.config as config
+    from ldtm_core.learning import training_pool
+    from ldtm_core.migrate import upgrade
+
+    upgrade(ldtm_env["url"])
+    Settings.from_env().ensure_dirs()
+    checkpoints = ldtm_env["home"] / "checkpoints"
+    real_access = config.os.access
+    # Root ignores permission bits, so the read-only folder is simulated at the check itself.
+    monkeypatch.setattr(
+        config.os, "access", lambda p, mode: False if str(p) == str(checkpoints) else real_access(p, mode)
+    )
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained although the checkpoints could not be written")
+
+    monkeypatch.setattr(training_pool, "train_many", no_training)
+    line = one_clean_error_line(
+        invoke("train", "--tickers", "AAPL", "--profile", "demo"), str(checkpoints), "not writable"
+    )
+    assert "LDTM_HOME" in line
