@@ -238,3 +238,41 @@ def test_train_on_a_read_only_home_refuses_before_training_naming_the_path(ldtm_
         invoke("train", "--tickers", "AAPL", "--profile", "demo"), str(checkpoints), "not writable"
     )
     assert "LDTM_HOME" in line
+
+
+def test_ctrl_c_exits_130_with_a_line_saying_what_was_kept(ldtm_env, monkeypatch):
+    from ldtm_core.data import ingest
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest, "ingest_synthetic", interrupted)
+    result = invoke("ingest", "synthetic", "--tickers", "1", "--start", "2024-01-02", "--end", "2024-02-01")
+    assert result.exit_code == 130, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("interrupted"), result.output
+    assert "ingest synthetic" in lines[0] and "kept" in lines[0]
+
+
+def test_ctrl_c_inside_promote_leaves_no_orphan_versioned_checkpoint(engine, db_url, tmp_path, monkeypatch):
+    from accountability_helpers import make_model, make_settings
+
+    from ldtm_core.accountability import registry
+
+    s = make_settings(tmp_path, db_url)
+    a = make_model(engine, s, "AAPL", seed=1)
+    before = sorted(p.name for p in s.checkpoint_dir.iterdir())
+    for point in ("promote.after_copy", "promote.after_retire"):
+
+        def interrupt(name, point=point):
+            if name == point:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(registry, "pause_point", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            registry.promote(engine, a, "first", s)
+        assert sorted(p.name for p in s.checkpoint_dir.iterdir()) == before, point
+        assert registry.get_model(engine, a).status == "candidate"
+    monkeypatch.setattr(registry, "pause_point", lambda name: None)
+    res = registry.promote(engine, a, "first", s)  # and the next promotion still works
+    assert res.changed and (s.checkpoint_dir / f"AAPL_ldtm_{res.version}.pt").is_file()
