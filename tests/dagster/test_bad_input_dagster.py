@@ -60,3 +60,39 @@ def test_a_missing_universe_file_while_dagster_loads_the_code_is_one_line(tmp_pa
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, out.stderr
     assert "LDTM_UNIVERSE" in errors[0] and "nope.txt" in errors[0] and "does not exist" in errors[0]
+
+
+def test_the_prices_asset_warns_of_a_hole_in_what_it_stored(dagster_instance, sqlite_url, tmp_path):
+    """Issue 28 item 12 in the Dagster shell: the `prices` step's log and metadata name the hole."""
+    import pandas as pd
+    from dagster import AssetKey
+    from ldtm_dagster_helpers import tiny_resources
+
+    from ldtm_core.data.synthetic import generate
+    from ldtm_dagster import assets
+
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    early = generate(["AAPL"], "2024-01-02", "2024-02-29", seed=2)
+    late = generate(["AAPL"], "2024-05-01", "2024-06-14", seed=2)
+    pd.concat([early, late]).to_csv(drop / "aapl.csv", index=False)
+    result = materialize(
+        [assets.prices],
+        instance=dagster_instance,
+        resources=tiny_resources(tmp_path / "home", sqlite_url),
+        run_config={"ops": {"prices": {"config": {"source": f"files:{drop}", "end": "2024-06-14"}}}},
+    )
+    assert result.success
+    meta = (
+        dagster_instance.fetch_materializations(AssetKey("prices"), limit=1)
+        .records[0]
+        .asset_materialization.metadata
+    )
+    [gap] = meta["price_gaps"].value
+    assert "AAPL" in gap and "2024-02-29" in gap and "2024-05-01" in gap and "sessions" in gap
+    warnings = [
+        e.message
+        for e in dagster_instance.all_logs(result.run_id)
+        if e.level >= 30 and "price gap" in e.message
+    ]
+    assert len(warnings) == 1, warnings
