@@ -136,7 +136,7 @@ def prices(
     }
     if report.files:
         metadata["files"] = records_table(report.files)
-    _report_gaps(context, metadata, report.gaps)
+    _report_gaps(metadata, report.gaps)
     if report.source_down:
         # Nothing stored and every failure transient: worth the RetryPolicy's next attempt.
         first = report.failed[0]
@@ -154,12 +154,11 @@ def prices(
     return MaterializeResult(metadata=metadata)
 
 
-def _report_gaps(context, metadata: dict, gaps: list) -> None:
-    """Holes longer than LDTM_MAX_GAP_SESSIONS next to what was stored: a warning each, and metadata."""
+def _report_gaps(metadata: dict, gaps: list) -> None:
+    """Holes longer than LDTM_MAX_GAP_SESSIONS next to what was stored, in the metadata. The run log has
+    each already: price_gaps warns on the `ldtm.ingest` logger, which dagster.yaml manages."""
     if gaps:
         metadata["price_gaps"] = MetadataValue.json([g.describe() for g in gaps[:50]])
-    for gap in gaps:
-        context.log.warning(f"prices: {gap.describe()}")
 
 
 def _summary_metadata(engine) -> dict:
@@ -183,7 +182,7 @@ def _ingest_named_files(context, config: PricesConfig, engine, tickers: list[str
         "files": records_table(files),
         **_summary_metadata(engine),
     }
-    _report_gaps(context, metadata, [g for o in outcomes for g in o.gaps])
+    _report_gaps(metadata, [g for o in outcomes for g in o.gaps])
     bad = [f for f in files if f["error"]]
     if bad:
         # Good files are stored (each in its own transaction); the bad ones wrote nothing.
