@@ -40,7 +40,11 @@ def predict_cmd(
     ),
     tickers: Annotated[
         list[str] | None,
-        typer.Option("--tickers", "-t", help="Tickers (repeat or comma list); default all with a model"),
+        typer.Option(
+            "--tickers",
+            "-t",
+            help="Tickers (repeat or comma list); default: those of LDTM_UNIVERSE with a model",
+        ),
     ] = None,
     mode: str = typer.Option(None, "--mode", help="live or replay (default: replay when later prices exist)"),
     neutral_band: float = typer.Option(
@@ -68,13 +72,16 @@ def predict_cmd(
         from ldtm_core.progress import progress
 
         first, last = parse_date(start, "--start"), parse_date(end, "--end")
+        engine = open_db(cfg)
+        if chosen is None:
+            chosen = _universe_with_models(engine, cfg)
         # A bar (or periodic lines when piped) instead of a report per evening; the range is checked
         # by predict_range before anything is written.
         with progress(
             "replay", max(1, len(sessions_between(first, last)) if first <= last else 1)
         ) as advance:
             results = predict_range(
-                open_db(cfg),
+                engine,
                 cfg,
                 first,
                 last,
@@ -106,12 +113,33 @@ def predict_cmd(
         return
     when = parse_date(run_date, "--run-date")
     engine = open_db(cfg)
+    if chosen is None:
+        chosen = _universe_with_models(engine, cfg)
     if when is not None:
         _check_run_date(engine, when, chosen)
     res = predict(engine, cfg, when, chosen, mode, neutral_band)
     _print_predict(res)
     if res.skipped and not res.tickers_predicted:
         sys.exit(1)
+
+
+def _universe_with_models(engine, cfg) -> list[str]:
+    """Without --tickers: the tickers of LDTM_UNIVERSE that have a model (not every model's ticker); the
+    models outside the universe are named once."""
+    from ldtm_core.accountability.registry import serving_models
+    from ldtm_core.data.universe import load_universe
+
+    universe = load_universe(cfg.universe)
+    models = serving_models(engine)
+    outside = sorted(set(models) - set(universe))
+    if outside:
+        console.print(
+            f"[yellow]not predicted, outside LDTM_UNIVERSE={cfg.universe}:[/] {' '.join(outside)} "
+            "(name them with --tickers to predict them)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return [t for t in universe if t in models] or universe
 
 
 def _print_predict(res) -> None:

@@ -12,6 +12,7 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     BackfillPolicy,
+    Config,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -29,7 +30,12 @@ from ..partitions import check_evening_keys, evening_partitions
 from ..plots import leaderboard_figure_markdown
 from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import failing_as, for_each_partition
+from ..steps import failing_as, for_each_partition, partition_keys
+
+
+class SnapshotsConfig(Config):
+    """No options: the evening is the partition and the tickers are the universe's. Declared so that a
+    misspelt or misplaced key (e.g. `tickers`, which belongs to `prices`) is refused before the run."""
 
 
 @asset(
@@ -54,13 +60,13 @@ from ..steps import failing_as, for_each_partition
     ],
 )
 def snapshots(
-    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+    context: AssetExecutionContext, config: SnapshotsConfig, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
     """Hash-chained predictions (3 horizons) per ticker for the evening, written before the outcome.
 
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
-    check_evening_keys(context.run.tags, list(context.partition_keys))
+    check_evening_keys(context.run.tags, partition_keys(context, "snapshots"))
     engine, settings = database.engine(store), database.settings(store)
     previous = _materialized_anchors(context)
     duplicates: dict[str, int] = {}
