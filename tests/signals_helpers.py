@@ -25,9 +25,17 @@ def register(engine, ticker: str, status: str = "active", config: str = '{"hidde
     with engine.begin() as conn:
         return conn.execute(
             insert(model_registry).values(
-                ticker=ticker, status=status, profile="demo", arch_signature="sig", config_json=config,
-                trained_on_date=dt.date(2000, 1, 3), checkpoint_path=f"/x/{ticker}.pt", checkpoint_sha256="0" * 64,
-                version="v1.2000-01-03" if status == "active" else None, created_at=now, updated_at=now,
+                ticker=ticker,
+                status=status,
+                profile="demo",
+                arch_signature="sig",
+                config_json=config,
+                trained_on_date=dt.date(2000, 1, 3),
+                checkpoint_path=f"/x/{ticker}.pt",
+                checkpoint_sha256="0" * 64,
+                version="v1.2000-01-03" if status == "active" else None,
+                created_at=now,
+                updated_at=now,
             )  # fmt: skip
         ).inserted_primary_key[0]
 
@@ -55,7 +63,7 @@ def rows_for(
     out = []
     for ticker, g in prices.groupby("ticker", sort=True):
         dates = list(pd.to_datetime(g["date"]).dt.date)
-        close = g["close"].to_numpy(dtype=float)
+        close = [float(c) for c in g["close"]]  # plain floats: psycopg2 cannot adapt numpy scalars
         last = len(dates) - 22
         idx = range(max(0, last - evenings) if evenings else 0, last)
         for i in idx:
@@ -63,7 +71,7 @@ def rows_for(
             monday = next((j for j in range(i + 1, i + 6) if dates[j].weekday() == 0), i + 5)
             targets = {"next_day": i + 1, "next_monday": monday, "one_month": i + 21}
             pred = {
-                h: close[i] * (1 + skill * (close[j] / close[i] - 1) + noise * rng.standard_normal())
+                h: close[i] * (1 + skill * (close[j] / close[i] - 1) + noise * float(rng.standard_normal()))
                 for h, j in targets.items()
             }
             out.append(

@@ -48,7 +48,9 @@ def market(engine):
     with engine.begin() as conn:
         conn.execute(snapshots.delete().where(snapshots.c.ticker == "AAPL", snapshots.c.run_date == d))
     write(engine, [rows[0]])
-    write(engine, [rows_for(df[df["ticker"] == "AAPL"], {"AAPL": first["AAPL"]})[10]])  # the champion's, after
+    write(
+        engine, [rows_for(df[df["ticker"] == "AAPL"], {"AAPL": first["AAPL"]})[10]]
+    )  # the champion's, after
     write(engine, rows[1:])
     fillback(engine)
     return df, d
@@ -109,7 +111,9 @@ def test_a_book_recomputed_independently_from_the_stored_rows_and_prices(engine,
     # the universe even when its rows are not in the book).
     e = evenings[5]
     names = [t for t in TICKERS + ["GOOGL"] if (t, e) in close and (t, nxt[e]) in close]
-    assert report.benchmark.loc[e] == pytest.approx(np.mean([close[(t, nxt[e])] / close[(t, e)] - 1 for t in names]))
+    assert report.benchmark.loc[e] == pytest.approx(
+        np.mean([close[(t, nxt[e])] / close[(t, e)] - 1 for t in names])
+    )
     assert "GOOGL" in report.universe and report.out_of_book["out"].min() >= 1
 
 
@@ -124,7 +128,12 @@ def test_the_board_rule_and_its_flags(engine, market):
     assert (load_rows(engine, RowChoice(include_in_sample=True)).rows["in_sample"]).sum() == 1
     assert load_rows(engine, RowChoice(mode="live")).rows.empty
     what_if = load_rows(engine, RowChoice(shadow=True)).rows
-    assert what_if[(what_if["run_date"] == shadow_evening) & (what_if["ticker"] == "AAPL")]["model_status"].item() == "shadow"
+    assert (
+        what_if[(what_if["run_date"] == shadow_evening) & (what_if["ticker"] == "AAPL")][
+            "model_status"
+        ].item()
+        == "shadow"
+    )
     table, totals = explain(engine, shadow_evening)
     assert table.set_index("ticker").loc["GOOGL", "status"] == "out: ungated (candidate)"
     assert table["contrib_long_short"].sum() == pytest.approx(totals["long_short_gross"])
@@ -178,7 +187,11 @@ def test_psr_and_dsr_against_the_papers_numerical_example():
     from scipy import stats
 
     sr = r.mean() / r.std(ddof=1)
-    want = stats.norm.cdf(sr * math.sqrt(499) / math.sqrt(1 - stats.skew(r) * sr + (stats.kurtosis(r, fisher=False) - 1) / 4 * sr**2))
+    want = stats.norm.cdf(
+        sr
+        * math.sqrt(499)
+        / math.sqrt(1 - stats.skew(r) * sr + (stats.kurtosis(r, fisher=False) - 1) / 4 * sr**2)
+    )
     assert signal_stats.psr(r) == pytest.approx(want, rel=1e-12)
     assert signal_stats.dsr(r, 1) == pytest.approx(signal_stats.psr(r))
     assert signal_stats.dsr(r, 50) < signal_stats.psr(r)
@@ -207,7 +220,11 @@ def _frame_rows(pred: np.ndarray, real: np.ndarray) -> Rows:
          "direction_pred": np.where(p > 0.0025, "bullish", np.where(p < -0.0025, "bearish", "neutral"))}
     )  # fmt: skip
     for h in ("next_day", "next_monday", "one_month"):
-        frame[f"{h}_date"], frame[f"{h}_pred"], frame[f"{h}_actual"] = frame["run_date"], 100 * (1 + p), 100 * (1 + a)
+        frame[f"{h}_date"], frame[f"{h}_pred"], frame[f"{h}_actual"] = (
+            frame["run_date"],
+            100 * (1 + p),
+            100 * (1 + a),
+        )
     return Rows(with_returns(frame), sorted(set(ticker)), 0, 0, 0, pd.DataFrame())
 
 
@@ -246,7 +263,9 @@ def test_overlapping_month_ics_need_the_hac_lag():
     runs = 100
     for _ in range(runs):
         real, pred = (
-            np.lib.stride_tricks.sliding_window_view(rng.standard_normal((270, 20)), 21, axis=0).sum(axis=-1)[:250]
+            np.lib.stride_tricks.sliding_window_view(rng.standard_normal((270, 20)), 21, axis=0).sum(axis=-1)[
+                :250
+            ]
             for _ in range(2)
         )
         ic = signal_ic.ic_series(_frame_rows(pred * 0.001, real * 0.01).rows, "one_month")["ic"]

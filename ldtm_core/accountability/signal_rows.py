@@ -136,7 +136,9 @@ def with_returns(rows: pd.DataFrame) -> pd.DataFrame:
     close = out["run_date_close"].to_numpy(dtype=float)
     for h in HORIZONS:
         out[f"pred_{h}"] = out[f"{h}_pred"].to_numpy(dtype=float) / close - 1.0
-        out[f"real_{h}"] = pd.to_numeric(out[f"{h}_actual"], errors="coerce").to_numpy(dtype=float) / close - 1.0
+        out[f"real_{h}"] = (
+            pd.to_numeric(out[f"{h}_actual"], errors="coerce").to_numpy(dtype=float) / close - 1.0
+        )
     return out
 
 

@@ -116,7 +116,9 @@ def summary(returns: pd.Series, n_trials: int, benchmark: pd.Series | None = Non
         "evenings": n,
         "total_return": float(np.prod(1.0 + r.to_numpy()) - 1.0) if n else math.nan,
         "annual_return": float(empyrical.annual_return(r, annualization=PERIODS_PER_YEAR)) if n else math.nan,
-        "annual_vol": float(empyrical.annual_volatility(r, annualization=PERIODS_PER_YEAR)) if n > 1 else math.nan,
+        "annual_vol": float(empyrical.annual_volatility(r, annualization=PERIODS_PER_YEAR))
+        if n > 1
+        else math.nan,
         "sharpe": float(empyrical.sharpe_ratio(r, annualization=PERIODS_PER_YEAR)) if n > 1 else math.nan,
         "sortino": float(empyrical.sortino_ratio(r, annualization=PERIODS_PER_YEAR)) if n > 1 else math.nan,
         "max_drawdown": float(empyrical.max_drawdown(r)) if n else math.nan,

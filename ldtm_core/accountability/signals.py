@@ -76,19 +76,31 @@ class SignalReport:
         parts = []
         for name, p in self.portfolios.items():
             s = p.daily.set_index("run_date")["net"]
-            parts.append(pd.DataFrame({"run_date": s.index, "series": LABELS[name], "value": (1 + s).cumprod()}))
+            parts.append(
+                pd.DataFrame({"run_date": s.index, "series": LABELS[name], "value": (1 + s).cumprod()})
+            )
         b = self.benchmark.dropna()
-        parts.append(pd.DataFrame({"run_date": b.index, "series": LABELS["benchmark"], "value": (1 + b).cumprod()}))
-        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["run_date", "series", "value"])
+        parts.append(
+            pd.DataFrame({"run_date": b.index, "series": LABELS["benchmark"], "value": (1 + b).cumprod()})
+        )
+        return (
+            pd.concat(parts, ignore_index=True)
+            if parts
+            else pd.DataFrame(columns=["run_date", "series", "value"])
+        )
 
     def drawdowns(self) -> pd.DataFrame:
         parts = []
         for name, p in self.portfolios.items():
             s = p.daily.set_index("run_date")["net"]
             dd = signal_stats.drawdown_series(s)
-            parts.append(pd.DataFrame({"run_date": dd.index, "series": LABELS[name], "drawdown": dd.to_numpy()}))
+            parts.append(
+                pd.DataFrame({"run_date": dd.index, "series": LABELS[name], "drawdown": dd.to_numpy()})
+            )
         b = signal_stats.drawdown_series(self.benchmark.dropna())
-        parts.append(pd.DataFrame({"run_date": b.index, "series": LABELS["benchmark"], "drawdown": b.to_numpy()}))
+        parts.append(
+            pd.DataFrame({"run_date": b.index, "series": LABELS["benchmark"], "drawdown": b.to_numpy()})
+        )
         return pd.concat(parts, ignore_index=True)
 
     def headline(self) -> str:
