@@ -17,8 +17,7 @@ from ldtm_core.accountability import signal_ic, signal_stats
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.signal_portfolios import simulate
 from ldtm_core.accountability.signal_rows import RowChoice, Rows, load_rows, with_returns
-from ldtm_core.accountability.signals import explain, report_from_rows, signal_report
-from ldtm_core.accountability.signal_stats import Trials
+from ldtm_core.accountability.signals import explain, signal_report
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.errors import InputError
 from ldtm_core.schema import prices, snapshots

@@ -61,6 +61,9 @@ class RowChoice:
         return "; ".join(parts)
 
 
+PRODUCTION = RowChoice()  # the default: the gated, out-of-sample published record
+
+
 @dataclass
 class Rows:
     """The chosen rows (one per ticker and evening) and what the choice left out."""
@@ -82,7 +85,7 @@ def _columns():
     return cols
 
 
-def load_rows(engine: Engine, choice: RowChoice = RowChoice()) -> Rows:
+def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
     """The rows `choice` selects, with `pred_{h}` / `real_{h}` returns (real NaN until filled).
 
     One query over the date range; the first-row rule and the flags are applied here in the same order

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from ldtm_core.accountability import signal_ic, signal_stats
 from ldtm_core.accountability.signal_portfolios import LABELS, PORTFOLIOS, Portfolio, simulate
-from ldtm_core.accountability.signal_rows import RowChoice, Rows, benchmark_returns, load_rows
+from ldtm_core.accountability.signal_rows import PRODUCTION, RowChoice, Rows, benchmark_returns, load_rows
 from ldtm_core.accountability.signal_stats import Trials
 from ldtm_core.config import env_number
 from ldtm_core.errors import InputError
@@ -124,7 +124,7 @@ def _f(v, digits: int = 2) -> str:
 
 
 def report_from_rows(
-    rows: Rows, benchmark: pd.Series, cost_bp: float, trials: Trials, choice: RowChoice = RowChoice()
+    rows: Rows, benchmark: pd.Series, cost_bp: float, trials: Trials, choice: RowChoice = PRODUCTION
 ) -> SignalReport:
     """The report on rows already chosen (pure: the simulations and tests call it on frames)."""
     frame = rows.rows
@@ -181,7 +181,7 @@ def _notes(rows: Rows, report: SignalReport) -> list[str]:
 
 def signal_report(
     engine: Engine,
-    choice: RowChoice = RowChoice(),
+    choice: RowChoice = PRODUCTION,
     cost_bp: float | None = None,
     trials: Trials | None = None,
 ) -> SignalReport:
@@ -197,7 +197,7 @@ def signal_report(
 
 
 def explain(
-    engine: Engine, evening: dt.date, choice: RowChoice = RowChoice(), cost_bp: float | None = None
+    engine: Engine, evening: dt.date, choice: RowChoice = PRODUCTION, cost_bp: float | None = None
 ) -> tuple[pd.DataFrame, dict]:
     """One evening's books: per ticker of the universe its published row (or why it is out), weights in
     both portfolios, predicted and realised next-day return and contribution; and the evening's totals."""
