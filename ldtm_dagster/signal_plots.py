@@ -1,0 +1,34 @@
+"""The signal-performance picture in the Dagster UI: equity curves against the benchmark and the drawdown,
+as a PNG inside Markdown metadata (presentation only: the numbers are SignalReport's)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: code servers and run workers have no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ldtm_core.accountability.signals import SignalReport  # noqa: E402
+
+from .metadata import png_markdown  # noqa: E402
+
+
+def equity_figure_markdown(report: SignalReport) -> str | None:
+    if not report.evenings:
+        return None
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=[2, 1])
+    for name, part in report.equity().groupby("series", sort=False):
+        top.plot(pd.to_datetime(part["run_date"]), part["value"], label=name, linewidth=1.2)
+    top.set_ylabel(f"growth of 1 (net of {report.cost_bp:g} bp)")
+    top.legend(fontsize=8)
+    top.set_title(report.headline(), fontsize=8, wrap=True)
+    for name, part in report.drawdowns().groupby("series", sort=False):
+        bottom.plot(pd.to_datetime(part["run_date"]), part["drawdown"], label=name, linewidth=1.0)
+    bottom.set_ylabel("drawdown")
+    bottom.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    md = png_markdown(fig, "signal performance")
+    plt.close(fig)
+    return md
