@@ -14,17 +14,29 @@ from ldtm_core.accountability.signals import SignalReport  # noqa: E402
 
 from .metadata import png_markdown  # noqa: E402
 
+POINTS = 400  # drawn per line at most: five years of evenings as a picture, the table has the numbers
+
+
+def _thin(frame: pd.DataFrame) -> pd.DataFrame:
+    step = -(-len(frame) // POINTS)
+    if step <= 1:
+        return frame
+    keep = list(range(0, len(frame), step))
+    return frame.iloc[keep if keep[-1] == len(frame) - 1 else [*keep, len(frame) - 1]]
+
 
 def equity_figure_markdown(report: SignalReport) -> str | None:
     if not report.evenings:
         return None
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=[2, 1])
     for name, part in report.equity().groupby("series", sort=False):
+        part = _thin(part)
         top.plot(pd.to_datetime(part["run_date"]), part["value"], label=name, linewidth=1.2)
     top.set_ylabel(f"growth of 1 (net of {report.cost_bp:g} bp)")
     top.legend(fontsize=8)
     top.set_title(report.headline(), fontsize=8, wrap=True)
     for name, part in report.drawdowns().groupby("series", sort=False):
+        part = _thin(part)
         bottom.plot(pd.to_datetime(part["run_date"]), part["drawdown"], label=name, linewidth=1.0)
     bottom.set_ylabel("drawdown")
     bottom.tick_params(axis="x", rotation=30)
