@@ -67,9 +67,17 @@ def seed(engine, tickers: list[str], years: float, skill: float, noise: float, s
         ids = {
             t: conn.execute(
                 insert(model_registry).values(
-                    ticker=t, status="active", profile="demo", arch_signature="s", config_json='{"hidden": 8}',
-                    trained_on_date=start, checkpoint_path=f"/b/{t}.pt", checkpoint_sha256="0" * 64,
-                    version="v1.bench", created_at=now, updated_at=now,
+                    ticker=t,
+                    status="active",
+                    profile="demo",
+                    arch_signature="s",
+                    config_json='{"hidden": 8}',
+                    trained_on_date=start,
+                    checkpoint_path=f"/b/{t}.pt",
+                    checkpoint_sha256="0" * 64,
+                    version="v1.bench",
+                    created_at=now,
+                    updated_at=now,
                 )  # fmt: skip
             ).inserted_primary_key[0]
             for t in tickers
@@ -114,6 +122,23 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
+def _phases(engine, plot) -> tuple[float, ...]:
+    """The report's steps one by one: rows, benchmark prices, IC/quintiles/books, stats table, PNG."""
+    marks = [time.perf_counter()]
+    rows = load_rows(engine)
+    marks.append(time.perf_counter())
+    scored = rows.rows[np.isfinite(rows.rows["real_next_day"].to_numpy(dtype=float))]
+    bench = benchmark_returns(engine, rows.universe, sorted(scored["run_date"].unique()))
+    marks.append(time.perf_counter())
+    report = report_from_rows(rows, bench, 5.0, recipes_tried(engine, rows.universe))
+    marks.append(time.perf_counter())
+    report.summary()
+    marks.append(time.perf_counter())
+    plot(report)
+    marks.append(time.perf_counter())
+    return tuple(b - a for a, b in zip(marks[:-1], marks[1:], strict=True))
+
+
 def cost(engine, repeat: int) -> None:
     from ldtm_dagster.signal_plots import equity_figure_markdown
 
@@ -129,21 +154,16 @@ def cost(engine, repeat: int) -> None:
     for _ in range(repeat):
         report, wall = timed(nightly)
         walls.append(wall)
-        rows, t_rows = timed(lambda: load_rows(engine))
-        scored = rows.rows[np.isfinite(rows.rows["real_next_day"].to_numpy(dtype=float))]
-        bench, t_bench = timed(lambda: benchmark_returns(engine, rows.universe, sorted(scored["run_date"].unique())))
-        trials = recipes_tried(engine, rows.universe)
-        rep, t_calc = timed(lambda: report_from_rows(rows, bench, 5.0, trials))
-        _, t_summary = timed(rep.summary)
-        _, t_plot = timed(lambda: equity_figure_markdown(rep))
-        phases.append((t_rows, t_bench, t_calc, t_summary, t_plot))
+        phases.append(_phases(engine, equity_figure_markdown))
     med = statistics.median(walls)
     ph = [statistics.median(p[k] for p in phases) * 1000 for k in range(5)]
     print(
         f"\nnightly signal_performance: {len(report.universe)} tickers x {len(report.evenings)} evenings "
         f"({report.rows_used} rows)"
     )
-    print(f"  wall (median of {repeat})      {med * 1000:8.0f} ms   runs: {', '.join(f'{w:.2f}' for w in walls)} s")
+    print(
+        f"  wall (median of {repeat})      {med * 1000:8.0f} ms   runs: {', '.join(f'{w:.2f}' for w in walls)} s"
+    )
     print(
         f"  phases: rows {ph[0]:.0f} ms, benchmark prices {ph[1]:.0f} ms, IC/quintiles/books {ph[2]:.0f} ms, "
         f"stats table {ph[3]:.0f} ms, equity PNG {ph[4]:.0f} ms"
@@ -153,7 +173,9 @@ def cost(engine, repeat: int) -> None:
 def figures(url_for, years: float, seeds: int, edge: float, noise: float) -> None:
     tickers = load_universe("demo")
     print(f"\nfigures on the demo universe ({', '.join(tickers)}), {years:g} years, noise {noise:g}")
-    print(f"  {'market':<18}{'seed':>5}{'mean IC 1d':>12}{'HAC t':>8}{'q5-q1 1d':>11}{'Sharpe net':>12}{'DSR':>7}")
+    print(
+        f"  {'market':<18}{'seed':>5}{'mean IC 1d':>12}{'HAC t':>8}{'q5-q1 1d':>11}{'Sharpe net':>12}{'DSR':>7}"
+    )
     for label, skill in (("no skill", 0.0), (f"planted {edge:g}", edge)):
         for s in range(seeds):
             url = url_for(f"fig{int(skill * 1000)}_{s}")
@@ -172,12 +194,16 @@ def figures(url_for, years: float, seeds: int, edge: float, noise: float) -> Non
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("url", help="PostgreSQL URL of any database on the server (a fresh one is created), or sqlite://")
+    ap.add_argument(
+        "url", help="PostgreSQL URL of any database on the server (a fresh one is created), or sqlite://"
+    )
     ap.add_argument("--tickers", type=int, default=103, help="first N tickers of the full universe")
     ap.add_argument("--years", type=float, default=5.0, help="years of evenings")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skill", type=float, default=0.0, help="planted skill of the cost run's rows")
-    ap.add_argument("--noise", type=float, default=0.01, help="prediction noise (standard deviation of returns)")
+    ap.add_argument(
+        "--noise", type=float, default=0.01, help="prediction noise (standard deviation of returns)"
+    )
     ap.add_argument("--figures", type=int, default=3, help="seeds of each market for the figures (0: none)")
     ap.add_argument("--figure-years", type=float, default=2.0)
     ap.add_argument("--edge", type=float, default=0.05, help="planted skill of the figures' edge market")
@@ -205,7 +231,9 @@ def main() -> None:
         engine = upgrade(url)
         tickers = load_universe("full")[: args.tickers]
         n, t_seed = timed(lambda: seed(engine, tickers, args.years, args.skill, args.noise, 1))
-        print(f"setup: {len(tickers)} tickers, {args.years:g} years, {n} rows written and filled in {t_seed:.1f} s")
+        print(
+            f"setup: {len(tickers)} tickers, {args.years:g} years, {n} rows written and filled in {t_seed:.1f} s"
+        )
         cost(engine, args.repeat)
         engine.dispose()
         if args.figures:
@@ -216,7 +244,8 @@ def main() -> None:
             with admin_engine.connect() as conn:
                 for name in created:
                     conn.execute(
-                        text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
+                        text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
+                        {"n": name},
                     )
                     conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
         scratch.cleanup()

@@ -184,3 +184,13 @@ def test_lr_schedule(bench):
     for name in ("cosine", "cosine_expected", "plateau"):
         assert re.search(rf"^\| {name} \| \d+ \| \d+ \| \d+ \| {NUMBER} \| {NUMBER}x \|", out, re.M)
     assert re.search(r"noise band \(cosine across seeds \[0, 1\]\): val loss [\d.]+ %", out)
+
+
+def test_signals(bench):
+    out = bench(
+        "signals", "sqlite://", "--tickers", "3", "--years", "0.3", "--repeat", "1", "--figures", "1",
+        "--figure-years", "0.3",
+    )  # fmt: skip
+    assert re.search(r"nightly signal_performance: 3 tickers x \d+ evenings", out)
+    assert re.search(rf"wall \(median of 1\)\s+{NUMBER} ms", out)
+    assert "no skill" in out and "planted 0.05" in out
