@@ -10,6 +10,13 @@ from rich.table import Table
 from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db, parse_date
 
 
+SHORT = {
+    "long bullish / short bearish": "long/short",
+    "long-only bullish": "long-only",
+    "equal-weight universe": "benchmark",
+}
+
+
 def _pct(v, digits: int = 2) -> str:
     return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v * 100:.{digits}f}%"
 
@@ -61,6 +68,8 @@ def signals_cmd(
     report = signal_report(engine, choice, cost_bp)
     console.print(report.headline(), highlight=False, soft_wrap=True)
     if not report.evenings:
+        for note in report.notes[:-2]:  # what the flags left out, the reason the range may be empty
+            console.print(note, highlight=False, soft_wrap=True)
         return
     ic = Table(
         "horizon",
@@ -99,8 +108,9 @@ def signals_cmd(
     console.print(q)
     books = Table(
         "portfolio", "basis", "evenings", "total", "ann. return", "ann. vol", "Sharpe", "Sortino", "max DD",
-        "DD peak → trough (recovered)", "PSR vs 0", "PSR vs bench", "DSR", "turnover", "net exp.",
-        title=f"paper portfolios (cost {report.cost_bp:g} bp per unit turnover)",
+        "DD peak → trough (back)", "PSR vs 0", "PSR vs bench", "DSR", "turnover", "net exp.",
+        title=f"paper portfolios: long/short = long bullish, short bearish; long-only = bullish; benchmark = "
+        f"equal-weight universe (cost {report.cost_bp:g} bp per unit turnover)",
     )  # fmt: skip
     for r in report.summary().itertuples(index=False):
         dd = (
@@ -109,7 +119,7 @@ def signals_cmd(
             else f"{r.drawdown_peak} → {r.drawdown_trough} ({r.drawdown_recovered or 'not yet'})"
         )
         books.add_row(
-            r.portfolio, r.basis, str(r.evenings), _pct(r.total_return, 1), _pct(r.annual_return, 1),
+            SHORT.get(r.portfolio, r.portfolio), r.basis, str(r.evenings), _pct(r.total_return, 1), _pct(r.annual_return, 1),
             _pct(r.annual_vol, 1), fmt_num(r.sharpe), fmt_num(r.sortino), _pct(r.max_drawdown, 1), dd,
             fmt_num(r.psr_vs_0, 3), fmt_num(r.psr_vs_benchmark, 3), fmt_num(r.dsr, 3), fmt_num(r.turnover, 2),
             fmt_num(r.net_exposure, 2),
