@@ -90,7 +90,9 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     # Evenings a gate-passed challenger predicts beside the champion before the live comparison (0: none).
     "LDTM_SHADOW_SESSIONS": NumberSetting(int, 0, 1e4, "a whole number of sessions (0: promote at once)"),
     # Signal performance (accountability.signals): the paper books' cost per unit of turnover.
-    "LDTM_SIGNAL_COST_BP": NumberSetting(float, 0, 10_000, "basis points per unit of turnover (5 for 0.05 %)"),
+    "LDTM_SIGNAL_COST_BP": NumberSetting(
+        float, 0, 10_000, "basis points per unit of turnover (5 for 0.05 %)"
+    ),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),

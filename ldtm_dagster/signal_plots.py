@@ -1,4 +1,4 @@
-"""The signal-performance picture in the Dagster UI: equity curves against the benchmark and the drawdown,
+"""The signal-performance picture in the Dagster UI: the books' equity curves against the benchmark,
 as a PNG inside Markdown metadata (presentation only: the numbers are SignalReport's)."""
 
 from __future__ import annotations
@@ -28,19 +28,14 @@ def _thin(frame: pd.DataFrame) -> pd.DataFrame:
 def equity_figure_markdown(report: SignalReport) -> str | None:
     if not report.evenings:
         return None
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=[2, 1])
+    # One panel: the equity curves (the drawdown is in the summary table and on the dashboard page).
+    fig, top = plt.subplots(figsize=(9, 4))
     for name, part in report.equity().groupby("series", sort=False):
         part = _thin(part)
         top.plot(pd.to_datetime(part["run_date"]), part["value"], label=name, linewidth=1.2)
     top.set_ylabel(f"growth of 1 (net of {report.cost_bp:g} bp)")
     top.legend(fontsize=8)
-    top.set_title(report.headline(), fontsize=8, wrap=True)
-    for name, part in report.drawdowns().groupby("series", sort=False):
-        part = _thin(part)
-        bottom.plot(pd.to_datetime(part["run_date"]), part["drawdown"], label=name, linewidth=1.0)
-    bottom.set_ylabel("drawdown")
-    bottom.tick_params(axis="x", rotation=30)
-    fig.tight_layout()
+    top.tick_params(axis="x", rotation=30)
     md = png_markdown(fig, "signal performance")
     plt.close(fig)
     return md

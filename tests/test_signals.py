@@ -119,7 +119,7 @@ def test_a_book_recomputed_independently_from_the_stored_rows_and_prices(engine,
 def test_the_board_rule_and_its_flags(engine, market):
     _, shadow_evening = market
     rows = load_rows(engine)
-    day = rows.rows[rows.rows["run_date"] == shadow_evening].set_index("ticker")
+    day = rows.rows[rows.rows["run_date"] == pd.Timestamp(shadow_evening)].set_index("ticker")
     assert day.loc["AAPL", "model_status"] == "active" and day.loc["AAPL", "next_day_pred"] < 1e5
     assert day.loc["MSFT", "model_version"] != "v9"  # the later second row of the evening never counts
     assert "GOOGL" not in set(rows.rows["ticker"]) and rows.hidden_ungated > 0 and rows.hidden_in_sample == 1
@@ -128,7 +128,7 @@ def test_the_board_rule_and_its_flags(engine, market):
     assert load_rows(engine, RowChoice(mode="live")).rows.empty
     what_if = load_rows(engine, RowChoice(shadow=True)).rows
     assert (
-        what_if[(what_if["run_date"] == shadow_evening) & (what_if["ticker"] == "AAPL")][
+        what_if[(what_if["run_date"] == pd.Timestamp(shadow_evening)) & (what_if["ticker"] == "AAPL")][
             "model_status"
         ].item()
         == "shadow"

@@ -31,6 +31,7 @@ def _data(evenings=60, names=23, seed=0):
             "run_date": np.repeat([d.date() for d in days], names),
             "in_sample": False,
             "run_date_close": 50.0,
+            "direction_pred": "neutral",
         }
     )
     for h in ("next_day", "next_monday", "one_month"):

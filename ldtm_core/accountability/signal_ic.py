@@ -22,17 +22,32 @@ import pandas as pd
 import statsmodels.api as sm
 
 from ldtm_core.accountability.fillback import HORIZONS
-from ldtm_core.accountability.signal_rows import HORIZON_SESSIONS
+from ldtm_core.accountability.signal_rows import HORIZON_SESSIONS, as_dates
 
 QUANTILES = 5
 MIN_NAMES_IC = 3  # a rank correlation of two names is always +-1
 
 
+def grid(rows: pd.DataFrame, values: list[str]) -> list[pd.DataFrame]:
+    """Columns of the rows frame as evenings x tickers matrices (one row per ticker and evening, as the
+    board's rule guarantees), built by integer indexing on the codes `with_returns` set: a pivot per
+    matrix was most of the report's time."""
+    _, day_first, day_at = np.unique(rows["day_code"].to_numpy(), return_index=True, return_inverse=True)
+    _, name_first, name_at = np.unique(rows["name_code"].to_numpy(), return_index=True, return_inverse=True)
+    index = pd.Index(as_dates(rows["run_date"].to_numpy()[day_first]), name="run_date")
+    columns = pd.Index([str(t) for t in rows["ticker"].take(name_first)], name="ticker")
+    out = []
+    for v in values:
+        m = np.full((len(index), len(columns)), np.nan)
+        m[day_at, name_at] = rows[v].to_numpy(dtype=float)
+        out.append(pd.DataFrame(m, index=index, columns=columns))
+    return out
+
+
 def matrices(rows: pd.DataFrame, horizon: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(predicted, realised) returns as evenings x tickers, NaN wherever either is missing."""
     filled = rows[np.isfinite(rows[f"real_{horizon}"].to_numpy(dtype=float))]
-    pred = filled.pivot(index="run_date", columns="ticker", values=f"pred_{horizon}").astype(float)
-    real = filled.pivot(index="run_date", columns="ticker", values=f"real_{horizon}").astype(float)
+    pred, real = grid(filled, [f"pred_{horizon}", f"real_{horizon}"])
     both = pred.notna() & real.notna()
     return pred.where(both), real.where(both)
 
@@ -89,12 +104,12 @@ def hac_mean(values, lag: int) -> HacMean:
     )
 
 
-def ic_summary(rows: pd.DataFrame) -> pd.DataFrame:
+def ic_summary(rows: pd.DataFrame, series_by_horizon: dict | None = None) -> pd.DataFrame:
     """One row per horizon: evenings with an IC, distinct target dates, mean IC, its standard deviation,
     IC IR, HAC t and p (lag h - 1), mean names per evening."""
     out = []
     for h in HORIZONS:
-        series = ic_series(rows, h)
+        series = series_by_horizon[h] if series_by_horizon else ic_series(rows, h)
         ic = series["ic"].to_numpy(dtype=float) if len(series) else np.array([])
         ic = ic[np.isfinite(ic)]
         test = hac_mean(ic, HORIZON_SESSIONS[h] - 1)

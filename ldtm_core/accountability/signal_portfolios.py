@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ldtm_core.accountability.signal_ic import grid
+
 PORTFOLIOS = ("long_short", "long_only")
 LABELS = {
     "long_short": "long bullish / short bearish",
@@ -36,19 +38,18 @@ def weights(rows: pd.DataFrame, kind: str) -> pd.DataFrame:
     if kind not in PORTFOLIOS:
         raise ValueError(f"portfolio must be one of {PORTFOLIOS}, not {kind!r}")
     rows = scored_rows(rows)
-    side = np.where(rows["direction_pred"] == "bullish", 1.0, 0.0)
-    if kind == "long_short":
-        side = side - np.where(rows["direction_pred"] == "bearish", 1.0, 0.0)
-    frame = pd.DataFrame({"run_date": rows["run_date"], "ticker": rows["ticker"], "side": side})
+    side = rows["side"].to_numpy(dtype=float)
+    if kind == "long_only":
+        side = np.maximum(side, 0.0)
+    frame = rows[["run_date", "ticker", "day_code", "name_code"]].assign(side=side)
     count = (frame["side"] != 0).groupby(frame["run_date"]).transform("sum")
     frame["w"] = np.where(count > 0, frame["side"] / count.clip(lower=1), 0.0)
-    return frame.pivot(index="run_date", columns="ticker", values="w").fillna(0.0)
+    return grid(frame, ["w"])[0].fillna(0.0)
 
 
 def realised(rows: pd.DataFrame) -> pd.DataFrame:
     """Evenings x tickers next-day realised returns (NaN: no scored row)."""
-    rows = scored_rows(rows)
-    return rows.pivot(index="run_date", columns="ticker", values="real_next_day").astype(float)
+    return grid(scored_rows(rows), ["real_next_day"])[0]
 
 
 @dataclass

@@ -24,9 +24,11 @@ from sqlalchemy import Engine, select
 from ldtm_core.accountability.fillback import HORIZONS
 from ldtm_core.accountability.leaderboard import MODES
 from ldtm_core.accountability.registry import SHADOW
-from ldtm_core.data.prices import load_prices
+from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
+from ldtm_core.data.feature_store import _copy_out
+from ldtm_core.db import is_postgres
 from ldtm_core.errors import InputError
-from ldtm_core.schema import snapshots
+from ldtm_core.schema import prices, snapshots
 
 # Sessions each horizon spans (next Monday: 1 to 5): the HAC lag of an overlapping series is h - 1.
 HORIZON_SESSIONS = {"next_day": 1, "next_monday": 5, "one_month": 21}
@@ -76,13 +78,48 @@ class Rows:
     dropped: pd.DataFrame  # ticker, run_date, reason: the first rows the flags left out
 
 
-def _columns():
-    s = snapshots.c
-    cols = [s.id, s.ticker, s.run_date, s.mode, s.in_sample, s.model_status, s.model_version]
-    cols += [s.direction_pred, s.run_date_close]
-    for h in HORIZONS:
-        cols += [s[f"{h}_date"], s[f"{h}_pred"], s[f"{h}_actual"]]
-    return cols
+COLUMNS = ["ticker", "run_date", "mode", "in_sample", "model_status", "model_version"]
+COLUMNS += ["direction_pred", "run_date_close"]
+COLUMNS += [f"{h}_{c}" for h in HORIZONS for c in ("date", "pred", "actual")]
+DATES = ["run_date"] + [f"{h}_date" for h in HORIZONS]
+BOOLEANS = {"in_sample"}
+
+
+def _read(engine: Engine, columns: list[str], table, date_col: str, start, end, order: str) -> pd.DataFrame:
+    """Fixed columns of `table` between two dates as a DataFrame, dates as datetime64.
+
+    PostgreSQL: COPY to CSV through the driver's own parameter binding, parsed by pandas' C reader
+    (a five-year, 103-ticker read is most of the report's time through row fetching)."""
+    dates = [c for c in columns if c == date_col or c.endswith("_date")]
+    if is_postgres(engine):
+        # Fixed column and table names from this module; the dates are bound by the driver. Dates leave
+        # as whole days since 1970 (far cheaper to print and parse than ISO text).
+        where = " AND ".join(
+            [f"{date_col} >= %(start)s"] * (start is not None)
+            + [f"{date_col} <= %(end)s"] * (end is not None)
+        )
+        select_list = ", ".join(f"{c} - DATE '1970-01-01'" if c in dates else c for c in columns)
+        query = f"SELECT {select_list} FROM {table.name}"  # noqa: S608
+        query += f" WHERE {where}" if where else ""
+        with engine.connect() as conn:
+            buf = _copy_out(conn, f"{query} ORDER BY {order}", {"start": start, "end": end})
+        frame = pd.read_csv(buf, names=columns, keep_default_na=False, na_values=[""], dtype={"ticker": str})
+        for c in set(columns) & BOOLEANS:
+            frame[c] = frame[c].astype(str) == "t"  # PostgreSQL's CSV spelling of a boolean
+        for c in dates:
+            frame[c] = pd.to_datetime(frame[c].to_numpy(dtype="int64").astype("datetime64[D]"))
+        return frame
+    stmt = select(*[table.c[c] for c in columns])
+    if start is not None:
+        stmt = stmt.where(table.c[date_col] >= start)
+    if end is not None:
+        stmt = stmt.where(table.c[date_col] <= end)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt.order_by(*[table.c[c.strip()] for c in order.split(",")])).all()
+    frame = pd.DataFrame(rows, columns=columns)
+    for c in dates:
+        frame[c] = pd.to_datetime(frame[c], format="ISO8601")
+    return frame
 
 
 def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
@@ -91,14 +128,8 @@ def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
     One query over the date range; the first-row rule and the flags are applied here in the same order
     as the views (first non-shadow row, then the filters), so a later row of an evening never stands in
     for a dropped first row."""
-    s = snapshots.c
-    stmt = select(*_columns())
-    if choice.start is not None:
-        stmt = stmt.where(s.run_date >= choice.start)
-    if choice.end is not None:
-        stmt = stmt.where(s.run_date <= choice.end)
-    with engine.connect() as conn:
-        raw = pd.DataFrame(conn.execute(stmt.order_by(s.id)).all(), columns=[c.name for c in _columns()])
+    raw = _read(engine, COLUMNS, snapshots, "run_date", choice.start, choice.end, "id")
+    raw["in_sample"] = raw["in_sample"].astype(bool)
     universe = sorted(raw["ticker"].unique()) if len(raw) else []
     shadow_rows = raw[raw["model_status"] == SHADOW]
     first = raw[raw["model_status"] != SHADOW].drop_duplicates(["ticker", "run_date"], keep="first")
@@ -118,7 +149,6 @@ def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
         [wrong_mode, hid_in_sample, hid_ungated], ["other mode", "in-sample", "ungated (candidate)"], ""
     )
     dropped = first.assign(reason=reason)[~keep][["ticker", "run_date", "reason"]]
-    dropped["run_date"] = pd.to_datetime(dropped["run_date"]).dt.date
     rows = first[keep]
     if choice.shadow and len(shadow_rows):
         shadow_first = shadow_rows.drop_duplicates(["ticker", "run_date"], keep="first")
@@ -131,11 +161,19 @@ def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
 
 
 def with_returns(rows: pd.DataFrame) -> pd.DataFrame:
-    """Typed columns and the returns of every horizon (a pure function: tests feed it frames)."""
+    """Typed columns and the returns of every horizon (a pure function: tests feed it frames).
+
+    Dates stay datetime64 here (fast pivots); what leaves the package is converted (`as_dates`)."""
     out = rows.sort_values(["run_date", "ticker"]).reset_index(drop=True).copy()
-    for c in ["run_date"] + [f"{h}_date" for h in HORIZONS]:
-        out[c] = pd.to_datetime(out[c]).dt.date
+    for c in DATES:
+        out[c] = pd.to_datetime(out[c])
     out["in_sample"] = out["in_sample"].astype(bool)
+    # Integer codes (sorted) of the evening and the ticker, and the published side: what the matrices
+    # and books are indexed by (string and date work once here, not per matrix).
+    out["day_code"] = pd.factorize(out["run_date"], sort=True)[0]
+    out["name_code"] = pd.factorize(out["ticker"], sort=True)[0]
+    direction = out["direction_pred"].to_numpy(dtype=object)
+    out["side"] = np.where(direction == "bullish", 1, np.where(direction == "bearish", -1, 0))
     close = out["run_date_close"].to_numpy(dtype=float)
     for h in HORIZONS:
         out[f"pred_{h}"] = out[f"{h}_pred"].to_numpy(dtype=float) / close - 1.0
@@ -145,26 +183,33 @@ def with_returns(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def benchmark_returns(engine: Engine, tickers: list[str], evenings: list[dt.date]) -> pd.Series:
+def as_dates(index) -> list[dt.date]:
+    """datetime64 values -> datetime.date (the report's evenings)."""
+    return [pd.Timestamp(d).date() for d in index]
+
+
+def benchmark_returns(engine: Engine, tickers: list[str], evenings: list) -> pd.Series:
     """The equal-weight universe's return from each evening's close to the next session's close.
 
-    Every ticker of `tickers` with a bar on both sessions counts that evening (the closes on one basis:
-    `load_prices(adjusted=True)` divides out splits and dividends exactly as fillback's basis factor).
-    The next session is the next date any of them has a bar."""
-    if not tickers or not evenings:
+    Every ticker of `tickers` with a bar on both sessions counts that evening. The closes are put on one
+    basis with the recorded corporate actions (`cumulative_factors`, as `load_prices(adjusted=True)`
+    does), so a split divides out exactly as in fillback's basis factor. The next session is the next
+    date any of them has a bar. Indexed by the evenings as given."""
+    if not tickers or not len(evenings):
         return pd.Series(dtype=float)
-    start, end = min(evenings), max(evenings) + dt.timedelta(days=10)
-    frames = load_prices(engine, tickers, start, end, adjusted=True)
-    closes = close_matrix(frames)
-    return equal_weight_next(closes).reindex(pd.Index(evenings)).astype(float)
-
-
-def close_matrix(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """{ticker: price frame} -> dates x tickers closes."""
-    parts = {t: f.set_index("date")["close"] for t, f in frames.items() if len(f)}
-    if not parts:
-        return pd.DataFrame()
-    return pd.DataFrame(parts).sort_index()
+    days = pd.to_datetime(pd.Series(list(evenings)))
+    start, end = days.min().date(), (days.max() + pd.Timedelta(days=10)).date()
+    frame = _read(engine, ["ticker", "date", "close"], prices, "date", start, end, "ticker, date")
+    frame = frame[frame["ticker"].isin(set(tickers))]
+    closes = frame.pivot(index="date", columns="ticker", values="close").astype(float)
+    actions = load_actions(engine, list(closes.columns))
+    for t, acts in actions.items():
+        # On the basis of the last date read: every return inside the window compares like with like.
+        closes[t] = closes[t].to_numpy() * cumulative_factors(closes.index, acts, closes.index[-1].date())
+    out = equal_weight_next(closes)
+    return pd.Series(out.reindex(pd.DatetimeIndex(days)).to_numpy(), index=pd.Index(list(evenings))).astype(
+        float
+    )
 
 
 def equal_weight_next(closes: pd.DataFrame) -> pd.Series:

@@ -18,7 +18,14 @@ from sqlalchemy import Engine
 
 from ldtm_core.accountability import signal_ic, signal_stats
 from ldtm_core.accountability.signal_portfolios import LABELS, PORTFOLIOS, Portfolio, simulate
-from ldtm_core.accountability.signal_rows import PRODUCTION, RowChoice, Rows, benchmark_returns, load_rows
+from ldtm_core.accountability.signal_rows import (
+    PRODUCTION,
+    RowChoice,
+    Rows,
+    as_dates,
+    benchmark_returns,
+    load_rows,
+)
 from ldtm_core.accountability.signal_stats import Trials
 from ldtm_core.config import env_number
 from ldtm_core.errors import InputError
@@ -135,12 +142,13 @@ def report_from_rows(
     out = pd.DataFrame(
         {"run_date": evenings, "scored": held.to_numpy(), "out": len(rows.universe) - held.to_numpy()}
     )
+    ic_daily = {h: signal_ic.ic_series(frame, h) for h in signal_ic.HORIZONS}
     report = SignalReport(
         choice=choice,
         cost_bp=cost_bp,
         trials=trials,
-        ic=signal_ic.ic_summary(frame),
-        ic_daily={h: signal_ic.ic_series(frame, h) for h in signal_ic.HORIZONS},
+        ic=signal_ic.ic_summary(frame, ic_daily),
+        ic_daily=ic_daily,
         quintiles=signal_ic.quintile_summary(frame),
         portfolios=portfolios,
         benchmark=bench,
@@ -191,7 +199,7 @@ def signal_report(
         raise InputError(f"signals: the cost must be a number of basis points >= 0, not {cost_bp!r}")
     rows = load_rows(engine, choice)
     scored = rows.rows[np.isfinite(rows.rows["real_next_day"].to_numpy(dtype=float))]
-    bench = benchmark_returns(engine, rows.universe, sorted(scored["run_date"].unique()))
+    bench = benchmark_returns(engine, rows.universe, as_dates(sorted(scored["run_date"].unique())))
     trials = trials or signal_stats.recipes_tried(engine, rows.universe or None)
     return report_from_rows(rows, bench, cost_bp, trials, choice)
 
@@ -207,14 +215,18 @@ def explain(
     )  # fmt: skip
     cost_bp = cost_bp_from_env() if cost_bp is None else float(cost_bp)
     rows = load_rows(engine, window)
-    day = rows.rows[rows.rows["run_date"] == evening]
-    if day.empty and not (rows.dropped["run_date"] == evening).any():
+    when = pd.Timestamp(evening)
+    day = rows.rows[rows.rows["run_date"] == when]
+    if day.empty and not (rows.dropped["run_date"] == when).any():
         raise InputError(f"signals --explain: no published row on {evening}")
     books = {k: simulate(rows.rows, k, cost_bp) for k in PORTFOLIOS}
     table = pd.DataFrame({"ticker": rows.universe})
     cols = ["ticker", "direction_pred", "model_version", "pred_next_day", "real_next_day", "next_day_date"]
     table = table.merge(day[cols], on="ticker", how="left")
-    dropped = rows.dropped[rows.dropped["run_date"] == evening].set_index("ticker")["reason"]
+    table["next_day_date"] = [
+        d.date() if isinstance(d, pd.Timestamp) else None for d in table["next_day_date"]
+    ]
+    dropped = rows.dropped[rows.dropped["run_date"] == when].set_index("ticker")["reason"]
     table["status"] = np.where(
         table["direction_pred"].notna(),
         np.where(np.isfinite(table["real_next_day"].astype(float)), "in", "not filled yet"),

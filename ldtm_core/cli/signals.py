@@ -9,7 +9,6 @@ from rich.table import Table
 
 from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db, parse_date
 
-
 SHORT = {
     "long bullish / short bearish": "long/short",
     "long-only bullish": "long-only",
@@ -157,7 +156,7 @@ def _print_explain(table, totals: dict) -> None:
         out.add_row(
             r.ticker, r.status, r.direction_pred if isinstance(r.direction_pred, str) else "—",
             r.model_version if isinstance(r.model_version, str) else "—", _pct(r.pred_next_day), _pct(r.real_next_day),
-            str(r.next_day_date) if isinstance(r.next_day_date, object) and r.next_day_date == r.next_day_date else "—",
+            str(r.next_day_date) if r.next_day_date else "—",
             fmt_num(r.w_long_short, 4), _pct(r.contrib_long_short, 3), fmt_num(r.w_long_only, 4),
             _pct(r.contrib_long_only, 3),
         )  # fmt: skip
