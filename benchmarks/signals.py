@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -116,6 +117,27 @@ def seed(engine, tickers: list[str], years: float, skill: float, noise: float, s
     return len(rows)
 
 
+def _backend_cpu(pid: int | None) -> float:
+    """CPU seconds a PostgreSQL backend has used (utime + stime; the server runs on this machine)."""
+    if pid is None:  # SQLite: in-process, counted in the client's CPU
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _backend_pid(engine) -> int | None:
+    if engine.dialect.name != "postgresql":
+        return None
+    engine.dispose()  # one pooled connection from here on: the report's reads run one after another
+    with engine.connect() as conn:
+        return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
@@ -149,11 +171,14 @@ def cost(engine, repeat: int) -> None:
         equity_figure_markdown(report)
         return report
 
+    pid = _backend_pid(engine)
     nightly()  # warm-up: imports, matplotlib fonts, the calendar
-    walls, phases = [], []
+    walls, cpus, phases = [], [], []
     for _ in range(repeat):
+        c0, s0 = _own_cpu(), _backend_cpu(pid)
         report, wall = timed(nightly)
         walls.append(wall)
+        cpus.append((_own_cpu() - c0, _backend_cpu(pid) - s0))
         phases.append(_phases(engine, equity_figure_markdown))
     med = statistics.median(walls)
     ph = [statistics.median(p[k] for p in phases) * 1000 for k in range(5)]
@@ -163,6 +188,11 @@ def cost(engine, repeat: int) -> None:
     )
     print(
         f"  wall (median of {repeat})      {med * 1000:8.0f} ms   runs: {', '.join(f'{w:.2f}' for w in walls)} s"
+    )
+    client, server = (statistics.median(c[k] for c in cpus) for k in (0, 1))
+    print(
+        f"  CPU (median): client {client * 1000:.0f} ms + PostgreSQL backend {server * 1000:.0f} ms = "
+        f"{(client + server) * 1000:.0f} ms (wall beyond it is waiting for a core on a shared box)"
     )
     print(
         f"  phases: rows {ph[0]:.0f} ms, benchmark prices {ph[1]:.0f} ms, IC/quintiles/books {ph[2]:.0f} ms, "
