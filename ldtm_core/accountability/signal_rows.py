@@ -9,7 +9,7 @@ the published row's place (never what was published; accountability.shadow decid
 Returns, per horizon h: predicted = `{h}_pred / run_date_close - 1`; realised = `{h}_actual /
 run_date_close - 1`, where the stored actual is the one fillback wrote, already on the prediction's own
 basis (corporate_actions.basis_factor), so a split between run date and target is never a -90 % day.
-The benchmark's returns come from the same basis rule through `load_prices(adjusted=True)`.
+The benchmark's returns come from the same basis rule: the closes times `cumulative_factors`, as `load_prices(adjusted=True)`.
 """
 
 from __future__ import annotations
