@@ -10,7 +10,10 @@ the candidate stays candidate (issue 21: two folds of one row, or 4 rows at p = 
 The defaults come from a power calculation (docs/architecture.md, *Promotion gate*). A candidate that
 meets the minimum and the absolute bar is then paired with the champion on identical walk-forward rows
 (`champion_challenger.judge`: a paired backtest of the two configs, stale vs refreshed weights for the
-same recipe, or vs always-up when nothing serves yet); the report names the evidence it rests on.
+same recipe, or vs a coin and always-up when nothing serves yet); the report names the evidence it rests
+on. Under the evidence policy every judgement goes into the trials ledger (`gate_ledger`, issue 27): a
+superiority claim is judged at alpha / (the judgements on overlapping folds), and the same evidence (the
+same recipe on the same stored folds) is judged once, so next week's retrain is not re-promoted on it.
 
 Seed criteria (overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
@@ -31,7 +34,14 @@ from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import baselines, champion_challenger, gate_markdown, notify, shadow
+from ldtm_core.accountability import (
+    baselines,
+    champion_challenger,
+    gate_ledger,
+    gate_markdown,
+    notify,
+    shadow,
+)
 from ldtm_core.accountability.champion_challenger import Comparison
 from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
     DEFAULT_MIN_FOLD_ROWS,
@@ -44,6 +54,7 @@ from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: 
 )
 from ldtm_core.accountability.registry import (
     PromoteResult,
+    active_model,
     config_signature,
     get_model,
     newest_candidate,
@@ -55,6 +66,8 @@ from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.schema import backtest_folds, gate_decisions
+
+HELD = "held by shadow"
 
 
 class AlreadyJudgedError(InputError):
@@ -72,7 +85,8 @@ class GateReport:
     always_up_accuracy: float
     mean_abs_pct_error: float
     leakage_rows: int
-    decision: str = "fail"  # "pass", "fail" or "insufficient evidence"
+    # "pass", "fail", "insufficient evidence", or "held by shadow" (passed, but a running shadow holds it)
+    decision: str = "fail"
     policy: str = "evidence"
     skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
     data_start: dt.date | None = None  # the price range the backtest read
@@ -85,6 +99,7 @@ class GateReport:
     passed: bool = False
     promoted: PromoteResult | None = None
     notified: notify.NotifyResult | None = None
+    trials: gate_ledger.Trials | None = None  # the trials ledger's count (evidence policy)
 
     @property
     def failing(self) -> list[Criterion]:
@@ -93,11 +108,12 @@ class GateReport:
     @property
     def rule(self) -> str:
         """The decision rule, in words, for every report."""
+        # The rule as it reads before any figure: "each must be met", never a claim that they were.
         if self.policy == "seed":
-            return "seed policy: the absolute criteria below, all met"
+            return "seed policy: the absolute criteria below, each must be met"
         head = (
             "evidence policy: enough test rows in all and in every fold (else insufficient evidence, the "
-            "champion stays), then the seed's absolute criteria, all met"
+            "champion stays), then the seed's absolute criteria (each must be met)"
         )
         if self.comparison is None:
             return head + ", then the paired comparison with the champion (not reached)"
@@ -127,25 +143,41 @@ class GateReport:
         return out
 
     def summary(self) -> str:
-        word = {"pass": "PASSED", "insufficient evidence": "INSUFFICIENT EVIDENCE"}.get(
-            self.decision, "FAILED"
-        )
+        word = {
+            "pass": "PASSED",
+            "insufficient evidence": "INSUFFICIENT EVIDENCE",
+            HELD: "HELD",
+        }.get(self.decision, "FAILED")
         head = f"gate {word} for {self.ticker} model {self.model_id} ({self.policy} policy)"
+        p = self.promoted
+        if self.decision == HELD and p is not None:
+            head += (
+                f": passed, but not promoted: shadow model {p.held_by_shadow} is still in its live evenings "
+                "and this candidate waits as a candidate"
+            )
+        elif p is not None and p.shadow:
+            head += f": passed, in shadow beside the champion (model {self.champion_id})"
         base = (
             f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
             f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
             + (self.skill.describe() if self.skill else "skill test unknown (backtest predates it)")
             + "".join(f"; {line}" for line in self.baseline_lines()[1:])
             + (f"; {self.comparison.describe()}" if self.comparison else "")
+            + (f"; {self.trials.describe()}" if self.trials else "")
             + f"; rule: {self.rule}"
         )
         if self.passed:
             return f"{head}: {base}"
         return f"{head}: {base}; failing: " + "; ".join(c.describe() for c in self.failing)
 
+    @property
+    def champion_id(self) -> int | None:
+        return self.comparison.champion_model_id if self.comparison else None
+
     def to_dict(self) -> dict:
         return {
             "event": "ldtm.gate",
+            "trials": self.trials.to_dict() if self.trials else None,
             "ticker": self.ticker,
             "model_id": self.model_id,
             "backtest_id": self.backtest_id,
@@ -366,13 +398,47 @@ def run_gate(
             "to judge the same backtest again"
         )
     fig, criteria = evaluate(folds, thresholds)
-    comparison = None
-    if thresholds.policy == "evidence" and fig["decision"] == "pass":
-        # Only a candidate that met the bar is paired with the champion: the decision of any other is
-        # already made, and the champion's side can cost fits.
-        comparison = champion_challenger.judge(engine, settings, rec, folds, fig["skill"], thresholds)
-        criteria = criteria + comparison.criteria
-        fig["decision"] = comparison.decision
+    comparison, trials, evidence, kind = None, None, None, None
+    if thresholds.policy == "evidence":
+        evidence = gate_ledger.evidence_of(backtest_id, folds)
+        champion = active_model(engine, ticker)
+        kind = (
+            gate_ledger.FIRST
+            if champion is None
+            else (gate_ledger.REFRESH if config_signature(champion.config) == own else gate_ledger.RECIPE)
+        )
+        trials = gate_ledger.trials(engine, ticker, own, evidence, thresholds.alpha)
+        prev = trials.previous
+        if prev is not None and not force and fig["decision"] != "insufficient evidence":
+            # Evidence judged once: the same recipe on the same stored folds (next week's retrain
+            # before a new quarter completes) has nothing new to say; the champion stays.
+            criteria = criteria + [
+                Criterion(
+                    "new_evidence",
+                    f"the same folds judged backtest {prev['backtest_id']} of model {prev['model_id']} "
+                    f"({prev['decision']}, {str(prev['judged_at'])[:19]})",
+                    "==",
+                    "folds not judged before for this recipe",
+                    False,
+                )
+            ]
+            fig["decision"] = "insufficient evidence"
+        elif fig["decision"] == "pass":
+            # Only a candidate that met the bar is paired with the champion: the decision of any other
+            # is already made, and the champion's side can cost fits.
+            comparison = champion_challenger.judge(
+                engine,
+                settings,
+                rec,
+                folds,
+                fig["skill"],
+                thresholds,
+                hits=int(round(fig["direction_accuracy"] * fig["n"])),
+                n=int(fig["n"]),
+                trials=trials.count if kind != gate_ledger.REFRESH else 1,
+            )
+            criteria = criteria + comparison.criteria
+            fig["decision"] = comparison.decision
     report = GateReport(
         ticker=ticker,
         model_id=model_id,
@@ -392,15 +458,42 @@ def run_gate(
         comparison=comparison,
         policy=thresholds.policy,
         passed=fig["decision"] == "pass",
+        trials=trials if kind in gate_ledger.COUNTED else None,
     )
+    # A trial is a judgement that tested something: not a minimum-evidence refusal, not a repeat.
+    ledgered = evidence is not None and (comparison is not None or report.decision == "fail")
+
+    def ledger(conn, at) -> None:
+        if ledgered:
+            gate_ledger.record(
+                conn,
+                ticker=ticker,
+                signature=own,
+                evidence=evidence,
+                kind=kind,
+                backtest_id=backtest_id,
+                model_id=model_id,
+                trials_=trials,
+                decision=report.decision,
+                at=at,
+            )
+
     if report.passed:
         # LDTM_SHADOW_SESSIONS > 0 with a champion: the pass puts the candidate in shadow instead.
         report.promoted = shadow.promote_or_shadow(
             engine, model_id, f"gate passed (backtest {backtest_id})", settings
         )
+        if report.promoted.held_by_shadow is not None:
+            report.decision = HELD  # passed, but not promoted: stored and shown as held (issue 28)
+
+        def passed(conn) -> None:
+            now = dt.datetime.now(dt.UTC)
+            _decision(conn, report, now)
+            ledger(conn, now)
+
         # After the promotion (its own transaction): a kill in between leaves an active model, which the
         # gate refuses to judge anyway.
-        run_in_transaction(engine, lambda conn: _decision(conn, report, dt.datetime.now(dt.UTC)))
+        run_in_transaction(engine, passed)
     else:
         now = dt.datetime.now(dt.UTC)
 
@@ -408,6 +501,7 @@ def run_gate(
             # Recorded in the model's history too (status unchanged), so `registry history` shows why.
             record_event(conn, model_id, ticker, "candidate", "candidate", report.summary()[:2000], now)
             _decision(conn, report, now)
+            ledger(conn, now)
 
         run_in_transaction(engine, held)
         report.notified = notify.send(report.to_dict(), settings.notify_webhook_url, text=report.summary())
