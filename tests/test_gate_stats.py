@@ -18,7 +18,7 @@ from sqlalchemy import update
 
 from ldtm_core.accountability import gate_ledger, gate_sim, registry
 from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.paired import dm_test, error_test, hac_lag, long_run_variance
+from ldtm_core.accountability.paired import dm_error_test, dm_test, hac_lag, long_run_variance
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds
 
@@ -42,12 +42,12 @@ def test_dm_statistic_is_statsmodels_hac_with_the_hln_correction(h):
     assert t.p_greater + t.p_less == pytest.approx(1.0)
     # The horizon's name picks its overlap: next Monday 5 sessions, one month 21.
     name = {1: "1d", 5: "monday", 21: "month"}[h]
-    assert error_test(name, d, np.zeros(n)).p_worse == pytest.approx(t.p_greater)
+    assert dm_error_test(name, d, np.zeros(n)).p_worse == pytest.approx(t.p_greater)
 
 
 def test_dm_without_evidence_says_nothing():
     assert dm_test(np.zeros(50), 5).p_greater == 1.0 and dm_test(np.ones(2), 1).p_less == 1.0
-    e = error_test("month", np.ones(30), np.ones(30))
+    e = dm_error_test("month", np.ones(30), np.ones(30))
     assert (e.p_worse, e.p_better) == (1.0, 1.0)
 
 

@@ -17,7 +17,7 @@ from scipy.stats import wilcoxon
 from ldtm_core.accountability import champion_challenger as cc
 from ldtm_core.accountability.gate import evaluate
 from ldtm_core.accountability.gate_policy import GateThresholds
-from ldtm_core.accountability.paired import HORIZONS, error_test, holm, mcnemar_p
+from ldtm_core.accountability.paired import HORIZONS, dm_error_test, holm, mcnemar_p
 
 
 def _folds(rng, folds: int, rows: int, up_rate: float, accuracy: float) -> list[dict]:
@@ -125,7 +125,7 @@ def error_test_size(
     dm = wx = 0
     for _ in range(reps):
         a, b = overlapping_errors(rng, rows, h, phi, scale, ratio)
-        dm += error_test(name, a, b, h=h).p_worse <= alpha
+        dm += dm_error_test(name, a, b, h=h).p_worse <= alpha
         wx += wilcoxon(a - b, alternative="greater").pvalue <= alpha
     return ErrorSize(h, dm / reps, wx / reps)
 
@@ -141,7 +141,7 @@ def equal_refresh_refusal_rate(
         p_dm, p_wx = [], []
         for name, h in zip(HORIZONS, (1, 5, 21), strict=True):
             a, b = overlapping_errors(rng, rows, h, phi, scale)
-            p_dm.append(error_test(name, a, b, h=h).p_worse)
+            p_dm.append(dm_error_test(name, a, b, h=h).p_worse)
             p_wx.append(wilcoxon(a - b, alternative="greater").pvalue)
         holm_n += min(holm(p_dm)) <= alpha
         any_n += min(p_wx) <= alpha
