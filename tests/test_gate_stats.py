@@ -84,6 +84,15 @@ def test_first_deployment_false_pass_rate_under_no_skill_is_at_most_alpha(up_rat
     assert 0.2 <= seed_rate <= 0.36, seed_rate
 
 
+def test_a_no_skill_ticker_is_deployed_within_a_year_at_most_alpha():
+    """Four quarterly judgements on overlapping folds, each at alpha / k (the ledger's count): the
+    seed's bar deploys ~57 % of coins within a year (issue 27 measured 59 of 103)."""
+    assert gate_sim.first_deployment_yearly_rate(800, seed=12) <= 0.05
+    assert (
+        gate_sim.first_deployment_yearly_rate(300, seed=12, thresholds=GateThresholds(policy="seed")) >= 0.45
+    )
+
+
 def test_first_deployment_lets_a_planted_edge_through():
     assert gate_sim.first_deployment_pass_rate(400, accuracy=0.62, seed=5) >= 0.6
     # The exact binomial power: 62 % on 189 rows beats a coin at p <= 0.05 ~ 94 % of the time

@@ -156,7 +156,8 @@ class GateReport:
                 "and this candidate waits as a candidate"
             )
         elif p is not None and p.shadow:
-            head += f": passed, in shadow beside the champion (model {self.champion_id})"
+            champion = f" (model {self.champion_id})" if self.champion_id is not None else ""
+            head += f": passed, in shadow beside the champion{champion}"
         base = (
             f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
             f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "

@@ -146,3 +146,41 @@ def equal_refresh_refusal_rate(
         holm_n += min(holm(p_dm)) <= alpha
         any_n += min(p_wx) <= alpha
     return holm_n / reps, any_n / reps
+
+
+def first_deployment_yearly_rate(
+    reps: int,
+    *,
+    quarters: int = 4,
+    folds: int = 3,
+    rows: int = 63,
+    up_rate: float = 0.5,
+    accuracy: float = 0.5,
+    thresholds: GateThresholds | None = None,
+    ledger: bool = True,
+    seed: int = 0,
+) -> float:
+    """Share of tickers (one recipe) whose first deployment passes at least once in `quarters`
+    quarterly judgements. Folds are the `folds` newest quarters, so neighbouring judgements share all
+    but one; weekly retrains within a quarter reproduce its evidence and are not judged again (evidence
+    judged once). With `ledger` the i-th judgement is at alpha / k, k = the earlier judgements whose
+    folds overlap it plus one (what `gate_ledger.trials` counts); without it every one is at alpha."""
+    t = thresholds or GateThresholds()
+    rng = np.random.default_rng(seed)
+    hit = 0
+    for _ in range(reps):
+        blocks = [_folds(rng, 1, rows, up_rate, accuracy)[0] for _ in range(folds + quarters - 1)]
+        for q in range(quarters):
+            f = blocks[q : q + folds]
+            fig, _ = evaluate(f, t)
+            if fig["decision"] != "pass":
+                continue
+            k = min(q, folds - 1) + 1 if ledger else 1
+            hits = int(round(fig["direction_accuracy"] * fig["n"]))
+            if (
+                t.policy != "evidence"
+                or cc.first_deployment(fig["skill"], t, hits, fig["n"], k).decision == "pass"
+            ):
+                hit += 1
+                break
+    return hit / reps
