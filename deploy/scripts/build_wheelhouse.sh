@@ -68,7 +68,7 @@ host python: $("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 cache key: $inputs
 wheelhouse: $wheelhouse
 torch: $PYTHON -m pip download --no-deps --index-url $TORCH_INDEX ${target_flags[*]} $TORCH_SPEC
-rest: $PYTHON -m pip download ${target_flags[*]} <torch wheel> ${extras[*]} $(echo $requirements)
+rest: $PYTHON -m pip download ${target_flags[*]} <torch wheel> ${extras[*]} $(tr "\n" " " <<<"$requirements")
 EOF
     exit 0
 fi
