@@ -247,6 +247,8 @@ def test_the_build_context_carries_what_the_dockerfiles_copy_and_nothing_else():
     for src in sources:
         assert not _ignored(patterns, src), f"COPY {src} is left out of the build context"
     assert not _ignored(patterns, "deploy/wheelhouse/torch-2.13.0+cpu-cp311-cp311-linux.whl")
+    # An edit of the folder's README must not invalidate the builder stage (a full pip install).
+    assert _ignored(patterns, "deploy/wheelhouse/README.md")
     for path in (
         ".venv/lib/x.py",
         ".ldtm/ldtm.db",
