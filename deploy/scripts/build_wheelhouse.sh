@@ -95,8 +95,12 @@ pip_download "$torch_wheel" "${extras[@]}" -r "$tmp/requirements.txt" ||
     { tail -20 "$wlog" >&2; die "could not download the dependencies for Python $py_version (log: $wlog)"; }
 
 if [[ $TORCH_INDEX == */cpu ]]; then
-    cuda=$(cd "$tmp" && ls | grep -E '^(nvidia_|triton-)' | grep -v '^nvidia_ml_py-' || true)
-    [[ -z $cuda ]] || die "a CPU wheelhouse got CUDA wheels ($(echo $cuda)): torch came from $torch_wheel"
+    cuda=()
+    for whl in "$tmp"/nvidia_*.whl "$tmp"/triton-*.whl; do
+        # nvidia_ml_py is the NVML bindings (a dependency of the project), not a CUDA runtime.
+        [[ -e $whl && $(basename "$whl") != nvidia_ml_py-* ]] && cuda+=("$(basename "$whl")")
+    done
+    ((${#cuda[@]} == 0)) || die "a CPU wheelhouse got CUDA wheels (${cuda[*]}): torch came from $torch_wheel"
 fi
 
 # The image's pip resolves everything offline from the wheelhouse; a dependency that the host's pip left

@@ -65,4 +65,4 @@ docker exec -i "$PG_CONTAINER" sh -c \
 docker run --rm --network none -v "$ARTIFACTS_VOLUME":/a -v "$dir":/b:ro "$TAR_IMAGE" \
     sh -c 'find /a -mindepth 1 -delete && tar -C /a -xzf /b/artifacts.tgz' ||
     fail "could not unpack artifacts.tgz into the volume $ARTIFACTS_VOLUME"
-echo "restored $(echo $databases) and the volume $ARTIFACTS_VOLUME from $dir; now: docker compose up -d (or docker-compose up -d)"
+echo "restored ${databases//$'\n'/ } and the volume $ARTIFACTS_VOLUME from $dir; now: docker compose up -d (or docker-compose up -d)"
