@@ -823,9 +823,11 @@ def report_images() -> None:
     for line in sizes.splitlines():
         if line.startswith(("ldtm_user_code_image", "ldtm_dagster_image", "ldtm-base", "ldtm-postgres:")):
             log(f"image {line}")
-    dangling = sh(["docker", "images", "-q", "-f", "dangling=true", "-f", "label=ldtm.stage=builder"]).split()
-    if dangling:
-        raise DeployTestFailure(f"builder stages left dangling after the build: {dangling}")
+    # Builder stages carry ldtm.stage; the final images inherit ldtm.inputs from the debootstrap base.
+    for label in ("ldtm.stage=builder", "ldtm.inputs"):
+        dangling = sh(["docker", "images", "-q", "-f", "dangling=true", "-f", f"label={label}"]).split()
+        if dangling:
+            raise DeployTestFailure(f"images ({label}) left dangling after the build: {dangling}")
 
 
 def leftovers() -> list[str]:
