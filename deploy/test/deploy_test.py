@@ -268,7 +268,7 @@ class Stack:
                 raise DeployTestFailure(f"{name} exited")
             return state[-1:] == ["healthy"]
 
-        # Every service has a healthcheck (the daemon: dagster-daemon liveness-check; the dashboard:
+        # Every service has a healthcheck (the daemon: its heartbeats in PostgreSQL; the dashboard:
         # Streamlit's /_stcore/health), so `compose ps` can say "all healthy" as the docs promise.
         for name in SERVICES:
             wait(f"{name} healthy", 600, lambda n=name: healthy(n), interval=3, failing=name)
