@@ -23,7 +23,7 @@ import pandas as pd
 from scipy import stats
 from sqlalchemy import Engine, select
 
-from ldtm_core.schema import model_registry
+from ldtm_core.schema import gate_trials, model_registry
 
 PERIODS_PER_YEAR = 252
 EULER_GAMMA = 0.5772156649015329
@@ -142,13 +142,18 @@ class Trials:
 
 
 def recipes_tried(engine: Engine, tickers: list[str] | None = None) -> Trials:
-    """How many recipes were tried for the DSR: the distinct model configs ever registered for these
-    tickers (model_registry.config_json, whole config as the registry's signature hashes it).
-
-    The one place to re-point at the gate's trials ledger once it exists."""
-    stmt = select(model_registry.c.config_json).distinct()
+    """How many recipes were tried for the DSR: the distinct recipes (config signatures) the gate's trials
+    ledger judged for these tickers, or the distinct model configs ever registered for them when more
+    were trained than judged (a recipe trained under the `seed` policy leaves no ledger row). The larger
+    count is the honest one: every recipe tried is a chance to have found a lucky book."""
+    judged = select(gate_trials.c.config_signature).distinct()
+    registered = select(model_registry.c.config_json).distinct()
     if tickers:
-        stmt = stmt.where(model_registry.c.ticker.in_(tickers))
+        judged = judged.where(gate_trials.c.ticker.in_(tickers))
+        registered = registered.where(model_registry.c.ticker.in_(tickers))
     with engine.connect() as conn:
-        configs = {json.dumps(json.loads(c), sort_keys=True) for (c,) in conn.execute(stmt).all()}
+        ledger = {sig for (sig,) in conn.execute(judged).all()}
+        configs = {json.dumps(json.loads(c), sort_keys=True) for (c,) in conn.execute(registered).all()}
+    if len(ledger) >= len(configs) and ledger:
+        return Trials(len(ledger), "distinct recipes judged in the gate's trials ledger for these tickers")
     return Trials(max(len(configs), 1), "distinct model configs ever registered for these tickers")
