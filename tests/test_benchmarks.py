@@ -184,3 +184,20 @@ def test_lr_schedule(bench):
     for name in ("cosine", "cosine_expected", "plateau"):
         assert re.search(rf"^\| {name} \| \d+ \| \d+ \| \d+ \| {NUMBER} \| {NUMBER}x \|", out, re.M)
     assert re.search(r"noise band \(cosine across seeds \[0, 1\]\): val loss [\d.]+ %", out)
+
+
+def test_scale(bench):
+    out = bench("scale", "--quick", "--url", "sqlite://")
+    assert "6 tickers: prices" in out
+    for step in (
+        "fillback",
+        "ingest",
+        "features",
+        "predict",
+        "board",
+        "audit full",
+        "audit nightly",
+        "decay",
+    ):
+        assert re.search(rf"\| {step} \| {NUMBER} s \|", out), step
+    assert "| exp. tickers | exp. years |" in out
