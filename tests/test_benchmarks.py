@@ -216,3 +216,20 @@ def test_signals(bench):
     assert re.search(r"nightly signal_performance: 3 tickers x \d+ evenings", out)
     assert re.search(rf"wall \(median of 1\)\s+{NUMBER} ms", out)
     assert "no skill" in out and "planted 0.05" in out
+
+
+def test_scale(bench):
+    out = bench("scale", "--quick", "--url", "sqlite://")
+    assert "6 tickers: prices" in out
+    for step in (
+        "fillback",
+        "ingest",
+        "features",
+        "predict",
+        "board",
+        "audit full",
+        "audit nightly",
+        "decay (per 100 tickers)",
+    ):
+        assert re.search(rf"\| {re.escape(step)} \| {NUMBER} s \|", out), step
+    assert "| exp. tickers | exp. years |" in out

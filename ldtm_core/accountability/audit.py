@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, and_, or_, select
 from sqlalchemy.orm import aliased
 
+from ldtm_core.accountability import audit_anchor
 from ldtm_core.accountability.chain import (
     HASHED_COLUMNS,
     HASHED_V2,
@@ -49,6 +50,13 @@ from ldtm_core.schema import prices, snapshots
 __all__ = ["HASHED_COLUMNS", "AuditProblem", "AuditReport", "canonical", "row_hash", "verify"]
 
 HORIZONS = ("next_day", "next_monday", "one_month")
+MODES = ("full", "incremental", "auto")
+# `auto` runs the full audit when the last one passed this long ago (the nightly's weekly full check).
+FULL_EVERY = dt.timedelta(days=7)
+# The incremental audit re-checks actuals filled this long before the last verified audit started: a
+# fillback that took its timestamp before that audit began but committed after it is not missed (a
+# fillback of 1,000 x 250 rows commits within seconds: docs/performance.md).
+FILL_MARGIN = dt.timedelta(hours=1)
 # pct errors and directions are recomputed here in Python; the database computed them in SQL.
 REL_TOL = 1e-9
 
@@ -76,6 +84,9 @@ class AuditReport:
     stale: list[StaleActual] = field(default_factory=list)
     # fill_revisions rows: every re-fill so far, with the old value.
     revisions: list[dict] = field(default_factory=list)
+    # "full", or "incremental": from the chain heads verified by the audit that started at `since`.
+    mode: str = "full"
+    since: dt.datetime | None = None
 
     @property
     def bad_tickers(self) -> list[str]:
@@ -88,17 +99,30 @@ def verify(
     *,
     extra_anchors: Mapping[str, Anchor | Sequence[Anchor]] | None = None,
     neutral_band_pct: float | None = None,
+    mode: str = "full",
+    record: bool = False,
+    now: dt.datetime | None = None,
+    full_every: dt.timedelta = FULL_EVERY,
 ) -> AuditReport:
     """Check the chain, the anchors and the filled actuals (module doc); every problem is listed.
 
     A changed prediction shows as a hash mismatch on that row. A deleted middle row shows as a
     broken link on the next row; a deleted newest row as a missing anchored head. The check continues
     from the stored hash, so one edit is reported once, not on every later row.
+
+    `mode`: "full" checks every row; "incremental" starts from the last verified anchor (`audit_anchor`:
+    the heads a passing audit recorded) and checks those heads, the rows after them, the anchors
+    recorded since and the actuals filled since (full when there is no anchor yet); "auto" is
+    incremental unless the last full audit passed `full_every` ago or longer. `record`: a whole-store
+    audit writes its run_log row, and when it passes, the anchor the next incremental audit starts from.
     """
+    if mode not in MODES:
+        raise InputError(f"audit mode {mode!r}: expected one of {', '.join(MODES)}")
     key = audit_key()
     wanted = [validate_ticker(t) for t in tickers] if tickers else None
     # Each row is judged with its own stored band; this is only the band of rows stored without one.
     band = LEGACY_NEUTRAL_BAND_PCT if neutral_band_pct is None else float(neutral_band_pct)
+    started = dt.datetime.now(dt.UTC)
     s = snapshots.c
     cols = [
         s.id,
@@ -109,9 +133,6 @@ def verify(
         s.prev_hash,
         s.row_hash,
     ]
-    stmt = select(*cols).order_by(s.ticker, s.id)
-    if wanted:
-        stmt = stmt.where(s.ticker.in_(wanted))
     problems: list[AuditProblem] = []
     rows = 0
     by_ticker: dict[str, dict[int, tuple]] = defaultdict(dict)
@@ -119,12 +140,40 @@ def verify(
     keyed_from: dict[str, int] = {}  # per ticker: the first row hashed under the key
     newest_version: dict[str, int] = {}
     with engine.connect() as conn:
-        anchors, keyed, unreadable = load_anchors(conn, wanted)
+        base = audit_anchor.latest(conn) if mode != "full" else None
+        if base is not None and mode == "auto" and (now or started) - base.last_full_at >= full_every:
+            base = None
+        max_id, run_log_from = audit_anchor.read_bounds(conn, started)
+        anchors, keyed, unreadable = load_anchors(conn, wanted, base.run_log_from if base else None)
+        base_heads = {t: h for t, h in (base.heads if base else {}).items() if wanted is None or t in wanted}
+        keyed = keyed or any(h.keyed for h in base_heads.values())
         if keyed and key is None:
             raise InputError(
                 "the snapshot chain is keyed (written with LDTM_AUDIT_KEY): set LDTM_AUDIT_KEY to verify it"
             )
         unkeyed_until = _unkeyed_until(anchors) if key is not None else {}
+        # Rows committed after the bounds were read are the next audit's (its anchor says where it starts).
+        stmt = select(*cols).where(s.id <= max_id).order_by(s.ticker, s.id)
+        if wanted:
+            stmt = stmt.where(s.ticker.in_(wanted))
+        if base is not None:
+            stmt = stmt.where(s.id > base.max_id)
+            for t, h in base_heads.items():
+                # The verified head's hash covers every row before it: continue the chain from it.
+                expected_prev[t] = h.row_hash
+                newest_version[t] = h.version
+                if h.keyed:
+                    keyed_from[t] = h.id
+                anchors.setdefault(t, []).append(
+                    Anchor(
+                        f"the verified chain head of the audit of {base.verified_at:%Y-%m-%d %H:%M} UTC "
+                        f"(run {base.run_id})",
+                        h.id,
+                        h.row_hash,
+                        None,
+                        "-",
+                    )
+                )
         for r in conn.execute(stmt).mappings():
             rows += 1
             t = r["ticker"]
@@ -169,34 +218,91 @@ def verify(
                     )
                 )
             newest_version[t] = max(version, newest_version.get(t, 1))
-        stale = [st for st in find_stale(conn, wanted) if st.reason is not None]
-        actual_problems, actuals_checked = _check_actuals(
-            conn, wanted, band, {(st.id, st.horizon) for st in stale}
-        )
+        new_heads = {
+            t: audit_anchor.Head(
+                max(ids), expected_prev[t], key is not None and t in keyed_from, newest_version[t]
+            )
+            for t, ids in by_ticker.items()
+        }
+        all_anchors = {t: list(v) for t, v in anchors.items()}
+        for t, a in (extra_anchors or {}).items():
+            if wanted is None or t in wanted:
+                given = list(a) if isinstance(a, list | tuple) else [a]
+                if base is not None and given:
+                    # Older external anchors are covered by the verified head (module doc); the newest one
+                    # is still compared: it is what catches a verified anchor forged in the app database.
+                    newest = max(x.id for x in given)
+                    floor = base_heads[t].id if t in base_heads else 0
+                    given = [x for x in given if x.id >= floor or x.id == newest]
+                all_anchors.setdefault(t, []).extend(given)
+        if base is not None:
+            _load_anchored_rows(conn, all_anchors, by_ticker)
+            since = (base.max_id, base.verified_at - FILL_MARGIN)
+            actual_problems, actuals_checked = _check_actuals(conn, wanted, band, set(), since, max_id)
+            # Whether a mismatch is explained (stale for a recorded reason) is asked only when there is one.
+            bad = sorted({p.ticker for p in actual_problems})
+            stale = [st for st in find_stale(conn, bad) if st.reason is not None] if bad else []
+            if stale:
+                explained = {(st.id, st.horizon) for st in stale}
+                actual_problems, actuals_checked = _check_actuals(
+                    conn, wanted, band, explained, since, max_id
+                )
+        else:
+            stale = [st for st in find_stale(conn, wanted) if st.reason is not None]
+            actual_problems, actuals_checked = _check_actuals(
+                conn, wanted, band, {(st.id, st.horizon) for st in stale}
+            )
         fill_log = revisions(conn, wanted)
     for run_id in unreadable:
         problems.append(
             AuditProblem("-", None, "-", f"chain anchor of {run_id} in run_log is unreadable", "anchor")
         )
-    all_anchors = {t: list(v) for t, v in anchors.items()}
-    for t, a in (extra_anchors or {}).items():
-        if wanted is None or t in wanted:
-            all_anchors.setdefault(t, []).extend(a if isinstance(a, list | tuple) else [a])
     anchor_problems, anchors_checked = _check_anchors(all_anchors, by_ticker)
     problems.extend(anchor_problems)
     problems.extend(actual_problems)
-    missing = [t for t in dict.fromkeys(wanted or []) if t not in by_ticker]
-    return AuditReport(
+    missing = [t for t in dict.fromkeys(wanted or []) if t not in by_ticker and t not in base_heads]
+    report = AuditReport(
         ok=not problems,
         rows_checked=rows,
-        tickers_checked=len(by_ticker),
+        tickers_checked=len(by_ticker) if base is None else len(set(by_ticker) | set(base_heads)),
         problems=problems,
         anchors_checked=anchors_checked,
         actuals_checked=actuals_checked,
         tickers_without_rows=missing,
         stale=stale,
         revisions=fill_log,
+        mode="full" if base is None else "incremental",
+        since=base.verified_at if base else None,
     )
+    if record and wanted is None:
+        audit_anchor.record(
+            engine,
+            full=base is None,
+            ok=report.ok,
+            started=started,
+            max_id=max_id,
+            run_log_from=run_log_from,
+            heads={**base_heads, **new_heads},
+            previous=base,
+            rows_checked=rows,
+            problems=len(problems),
+        )
+    return report
+
+
+def _load_anchored_rows(
+    conn, anchors: Mapping[str, list[Anchor]], by_ticker: dict[str, dict[int, tuple]]
+) -> None:
+    """Add the rows the anchors name that the incremental read did not load (the verified heads, a
+    rerun's re-anchored heads), by primary key, so each anchor is compared with its stored row."""
+    s = snapshots.c
+    loaded = {i for rows in by_ticker.values() for i in rows}
+    ids = sorted({a.id for v in anchors.values() for a in v} - loaded)
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start : start + 1000]
+        stmt = select(s.id, s.ticker, s.row_hash, s.run_date, s.model_version).where(s.id.in_(chunk))
+        for i, t, h, d, v in conn.execute(stmt):
+            by_ticker[t][i] = (h, d, v)
 
 
 def _unkeyed_until(anchors: Mapping[str, list[Anchor]]) -> dict[str, int]:
@@ -270,10 +376,16 @@ def _close(a, b) -> bool:
 
 
 def _check_actuals(
-    conn, wanted: list[str] | None, band: float, explained: set[tuple[int, str]]
+    conn,
+    wanted: list[str] | None,
+    band: float,
+    explained: set[tuple[int, str]],
+    since: tuple[int, dt.datetime] | None = None,
+    max_id: int | None = None,
 ) -> tuple[list[AuditProblem], int]:
     """Recompute every filled actual (and its pct error / direction flags) from `prices`; the `explained`
-    (snapshot id, horizon) pairs are stale for a recorded reason (reported apart, re-filled by fillback)."""
+    (snapshot id, horizon) pairs are stale for a recorded reason (reported apart, re-filled by fillback).
+    `since` = (max id, time): only rows after that id or filled since that time (the incremental audit)."""
     s = snapshots.c
     px = {h: aliased(prices, name=f"a_{h}") for h in HORIZONS}
     frm = snapshots
@@ -297,6 +409,10 @@ def _check_actuals(
     ]
     filled += [s.next_day_direction_actual.is_not(None), s.next_day_direction_correct.is_not(None)]
     stmt = stmt.where(or_(*filled))
+    if since is not None:
+        stmt = stmt.where(or_(s.id > since[0], s.filled_at >= since[1]))
+    if max_id is not None:
+        stmt = stmt.where(s.id <= max_id)
     if wanted:
         stmt = stmt.where(s.ticker.in_(wanted))
     problems: list[AuditProblem] = []

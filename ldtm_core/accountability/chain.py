@@ -235,14 +235,18 @@ def parse_heads(heads: Mapping, source: str) -> dict[str, Anchor]:
     }
 
 
-def load_anchors(conn: Connection, tickers: Sequence[str] | None = None) -> tuple[dict, bool, list[str]]:
+def load_anchors(
+    conn: Connection, tickers: Sequence[str] | None = None, from_id: int | None = None
+) -> tuple[dict, bool, list[str]]:
     """({ticker: [Anchor, ...]}, any anchor keyed, run ids whose anchor is unreadable) from every
-    predict run's run_log row, oldest run first."""
+    predict run's run_log row (from run_log id `from_id` on: the incremental audit), oldest run first."""
     stmt = (
         select(run_log.c.run_id, run_log.c.chain_heads_json)
         .where(run_log.c.chain_heads_json.is_not(None))
         .order_by(run_log.c.id)
     )
+    if from_id is not None:
+        stmt = stmt.where(run_log.c.id >= from_id)
     wanted = set(tickers) if tickers else None
     out: dict[str, list[Anchor]] = {}
     keyed = False

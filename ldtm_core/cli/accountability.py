@@ -412,23 +412,38 @@ def _with_n(value: str, n: int, same_as: int | None = None) -> str:
 @handle_errors
 def audit_verify(
     tickers: Annotated[list[str] | None, typer.Option("--tickers", "-t", help="Only these tickers")] = None,
+    incremental: Annotated[
+        bool,
+        typer.Option(
+            "--incremental",
+            help="Only what is new since the last passing audit's chain heads (what the nightly runs); "
+            "without it every row is recomputed",
+        ),
+    ] = False,
 ) -> None:
     """Recompute every ticker's hash chain, compare it with the recorded chain heads and re-derive every
-    filled actual from prices; exit 1 and list each problem if any."""
+    filled actual from prices; exit 1 and list each problem if any. A passing audit of all tickers
+    records the chain heads it verified (run_log, kind 'audit'): `--incremental` starts from there."""
     from ldtm_core.accountability.audit import verify
 
-    report = verify(open_db(), _tickers(tickers))
+    mode = "incremental" if incremental else "full"
+    report = verify(open_db(), _tickers(tickers), mode=mode, record=True)
+    scope = (
+        f"incremental since the audit of {report.since:%Y-%m-%d %H:%M} UTC"
+        if report.mode == "incremental"
+        else "full"
+    )
     if report.tickers_without_rows:
         err_console.print(
             f"[bold red]audit: no snapshot rows for {', '.join(report.tickers_without_rows)}[/] "
             "(nothing was ever predicted for them, or their rows are gone)"
         )
     if report.ok and not report.tickers_without_rows:
-        if report.rows_checked == 0:
+        if report.rows_checked == 0 and report.mode == "full":
             console.print("audit: no snapshot rows yet, nothing to verify")
             return
         console.print(
-            f"audit ok: {report.rows_checked} rows, {report.tickers_checked} tickers, chain intact; "
+            f"audit ok ({scope}): {report.rows_checked} rows, {report.tickers_checked} tickers, chain intact; "
             f"{report.anchors_checked} anchored chain heads match; {report.actuals_checked} filled actuals "
             "match prices or are stale for a recorded reason"
         )
@@ -443,8 +458,8 @@ def audit_verify(
             table.add_row(p.ticker, str(p.run_date or "-"), p.model_version, p.what)
         console.print(table)
         err_console.print(
-            f"[bold red]audit FAILED[/]: {len(report.problems)} problems in {', '.join(report.bad_tickers)} "
-            f"({report.rows_checked} rows checked)"
+            f"[bold red]audit FAILED[/] ({scope}): {len(report.problems)} problems in "
+            f"{', '.join(report.bad_tickers)} ({report.rows_checked} rows checked)"
         )
     sys.exit(1)
 

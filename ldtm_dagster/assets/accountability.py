@@ -113,8 +113,14 @@ def snapshots(
     runs = for_each_partition(context, "snapshots", one)
     sessions = sum(r["status"] != "no session" for r in runs)
     # Each row is audited with the band stored with it, not today's LDTM_NEUTRAL_BAND_PCT.
-    report = audit.verify(engine)
-    anchored = audit.verify(engine, tickers=sorted(previous), extra_anchors=previous) if previous else None
+    # The nightly audit: what is new since the last passing audit's chain heads, every row once a week
+    # (`auto`); it records its heads for tomorrow. `ldtm audit verify` recomputes everything on demand.
+    anchored = (
+        audit.verify(engine, tickers=sorted(previous), extra_anchors=previous, mode="auto")
+        if previous
+        else None
+    )
+    report = audit.verify(engine, mode="auto", record=True)
     last = runs[-1] if runs else {}
     return MaterializeResult(
         metadata={
@@ -140,6 +146,7 @@ def snapshots(
                 passed=report.ok,
                 metadata={
                     "rows_checked": report.rows_checked,
+                    "audit_mode": report.mode,
                     "problems": MetadataValue.json([_plain(p) for p in report.problems[:20]]),
                     # Not problems: stale for a recorded reason, re-filled by this run's fillbacks.
                     "stale_actuals": MetadataValue.json([st.describe() for st in report.stale[:20]]),
