@@ -372,10 +372,11 @@ def _replayed_evenings(engine, ticker: str, evenings: int = 100) -> list[dict]:
         mid = _model(conn, ticker)
         for i in range(len(days) - evenings, len(days)):
             d, close = days[i], closes[days[i]]
-            nd, nm, om = (
-                np.datetime64(x[0], "D").astype(dt.date)
-                for x in target_dates(np.array([np.datetime64(d, "D")]))
-            )
+            t = {
+                h: np.datetime64(x[0], "D").astype(dt.date)
+                for h, x in target_dates(np.array([np.datetime64(d, "D")])).items()
+            }
+            nd, nm, om = t["next_day"], t["next_monday"], t["one_month"]
             r = _row(ticker, mid, d, close, closes[days[i - 1]], close, 0, "replay", 0, 0, filled=False)
             r |= {
                 "next_day_pred": close * (1 + rng.uniform(-0.02, 0.02)),

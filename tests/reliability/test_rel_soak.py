@@ -32,12 +32,13 @@ from ldtm_core.db import get_engine
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import prices, snapshots
+from ldtm_core.horizons import NAMES
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(600)]
 EVENINGS = 250
 REPREDICTED = 30  # evenings re-predicted by a second model per ticker
 B_TRAINED_ON = dt.date(2024, 11, 20)  # the second model's data cutoff: some of its replays are in-sample
-HORIZONS = ("next_day", "next_monday", "one_month")
+HORIZONS = NAMES  # the oracle below computes each target date itself
 
 
 def _expected_leaderboard(engine) -> pd.DataFrame:
