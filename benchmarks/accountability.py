@@ -81,7 +81,8 @@ def naive_predict(engine, settings: Settings, run_date: dt.date) -> int:
     """Seed-style: everything per ticker, one transaction per row."""
     models = serving_models(engine)
     targets = {
-        h: np.datetime64(d[0], "D").item() for h, d in target_dates(np.array([np.datetime64(run_date, "D")])).items()
+        h: np.datetime64(d[0], "D").item()
+        for h, d in target_dates(np.array([np.datetime64(run_date, "D")])).items()
     }
     run_id = str(uuid.uuid4())
     written = 0

@@ -29,10 +29,10 @@ from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic import generate
 from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
+from ldtm_core.horizons import NAMES
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import prices, snapshots
-from ldtm_core.horizons import NAMES
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(600)]
 EVENINGS = 250
