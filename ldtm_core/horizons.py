@@ -23,6 +23,7 @@ class Horizon:
     label: str  # for people: "next day"
     short: str  # paired tests, gate reports and board headers: "1d"
     alias: str  # SQL alias in the accuracy views, key suffix in the shadow's pairs: "nd"
+    abbr: str  # column headers of the board (CLI, dashboard): "1d"
     # The target rule: the session `sessions` sessions after the run date's session, or with
     # `weekday` set, the first session on or after the first such weekday (0 = Monday) after the run date.
     sessions: int | None = None
@@ -44,10 +45,18 @@ class Horizon:
         return f"{self.name}_{what}"
 
 
-NEXT_DAY = Horizon("next_day", "next day", "1d", "nd", sessions=1, overlap=1)
-NEXT_MONDAY = Horizon("next_monday", "next Monday", "monday", "nm", weekday=0, overlap=5)
+NEXT_DAY = Horizon("next_day", "next day", short="1d", alias="nd", abbr="1d", sessions=1, overlap=1)
+NEXT_MONDAY = Horizon(
+    "next_monday", "next Monday", short="monday", alias="nm", abbr="Mon", weekday=0, overlap=5
+)
 ONE_MONTH = Horizon(
-    "one_month", "one month", "month", "om", sessions=ONE_MONTH_SESSIONS, overlap=ONE_MONTH_SESSIONS
+    "one_month",
+    "one month",
+    short="month",
+    alias="om",
+    abbr="1m",
+    sessions=ONE_MONTH_SESSIONS,
+    overlap=ONE_MONTH_SESSIONS,
 )
 
 HORIZONS: tuple[Horizon, ...] = (NEXT_DAY, NEXT_MONDAY, ONE_MONTH)
@@ -57,6 +66,9 @@ BY_NAME: dict[str, Horizon] = {h.name: h for h in HORIZONS}
 BY_SHORT: dict[str, Horizon] = {h.short: h for h in HORIZONS}
 # The horizon whose direction is scored (direction_pred, hits, ties, the gate): the first.
 DIRECTION = NEXT_DAY
+# The horizons scored by |pct error| only, each in its own 30-day window (the board's `{name}_mape`
+# and `{name}_n`); the direction horizon's error is over the board's own window.
+ERROR_ONLY: tuple[Horizon, ...] = tuple(h for h in HORIZONS if h != DIRECTION)
 
 
 def target_index(sessions: np.ndarray, days: np.ndarray, h: Horizon, month_sessions: int) -> np.ndarray:

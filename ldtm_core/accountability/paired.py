@@ -6,12 +6,12 @@ better; on the discordant rows exactly one is right, and if the two were equally
 would be a fair coin. `p_better` = P(X >= challenger_only), X ~ Binomial(discordant, 1/2)
 (`scipy.stats.binomtest(..., alternative='greater')`); `p_worse` the same for the champion.
 
-Errors: per horizon (next day, next Monday, one month) the one-sided Wilcoxon signed-rank test of the
+Errors: per horizon (ldtm_core.horizons) the one-sided Wilcoxon signed-rank test of the
 paired differences |challenger pct error| - |champion pct error| (`scipy.stats.wilcoxon`, zero
 differences dropped). It is chosen over a sign test because it uses how much larger an error is, not
-only which is larger, and over a paired t-test because pct errors are heavy-tailed. Caveat: the week and
-month horizons of consecutive rows overlap, so their rows are not independent and their p-values are
-optimistic; the gate uses them only to refuse a challenger that is significantly worse, where an
+only which is larger, and over a paired t-test because pct errors are heavy-tailed. Caveat: a horizon
+with `overlap` > 1 (next Monday, one month) shares its path on consecutive rows, so their rows are not
+independent and their p-values are optimistic; the gate uses them only to refuse a challenger that is significantly worse, where an
 optimistic p errs on the side of keeping the champion.
 """
 
@@ -25,9 +25,12 @@ from scipy.stats import binomtest, wilcoxon
 from ldtm_core.accountability import baselines
 from ldtm_core.accountability.baselines import Paired
 from ldtm_core.accountability.skill import format_p_value
+from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
+from ldtm_core.horizons import SHORT_NAMES
 
-HORIZONS = ("1d", "monday", "month")
-HORIZON_LABELS = {"1d": "next day", "monday": "next Monday", "month": "one month"}
+# Error tests are keyed by each horizon's short name (stored in gate reports).
+HORIZONS = SHORT_NAMES
+HORIZON_LABELS = {h.short: h.label for h in ALL_HORIZONS}
 
 
 def mcnemar_p(wins: int, losses: int) -> float:
@@ -167,7 +170,7 @@ def compare(
     labels: tuple[str, str] = ("candidate", "champion"),
 ) -> PairedComparison:
     """Pair two predictors row by row. `*_pred`: [n, 3] (or [n] next-day) predicted prices; `actual`:
-    [n, 3] (or [n]) answers, NaN where unknown; `close`: the run-date close; `prev_close` / `trend`
+    [n, H] (or [n]) answers, NaN where unknown; `close`: the run-date close; `prev_close` / `trend`
     (the trailing-majority call per row) enable the baselines; `fold`: the fold of each row."""
     ch, cm, act = (np.asarray(a, float) for a in (challenger_pred, champion_pred, actual))
     ch, cm, act = (a.reshape(len(a), -1) for a in (ch, cm, act))

@@ -300,6 +300,7 @@ def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
     from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
     from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
@@ -313,9 +314,8 @@ def print_leaderboard(df, mode: str = "all") -> None:
         "persistence",
         "beats up",
         "p (beats up)",
-        "|err| 1d",
-        "|err| Mon (n)",
-        "|err| 1m (n)",
+        f"|err| {DIRECTION.abbr}",
+        *(f"|err| {h.abbr} (n)" for h in ERROR_ONLY),
         title=title,
     )
     for r in df.itertuples(index=False):
@@ -333,9 +333,8 @@ def print_leaderboard(df, mode: str = "all") -> None:
             _with_n(fmt_pct(r.persistence_accuracy), r.persistence_n, r.n),
             "yes" if r.beats_always_up else "[red]no[/]",
             format_p_value(r.skill_p_value),
-            fmt_num(r.next_day_mape),
-            _with_n(fmt_num(r.next_monday_mape), r.next_monday_n),
-            _with_n(fmt_num(r.one_month_mape), r.one_month_n),
+            fmt_num(getattr(r, f"{DIRECTION.name}_mape")),
+            *(_with_n(fmt_num(getattr(r, f"{h.name}_mape")), getattr(r, f"{h.name}_n")) for h in ERROR_ONLY),
         )
     console.print(table)
     if "gated" in df.columns and not df["gated"].all():

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from ldtm_core.accountability.leaderboard import (
+    HORIZON_COLUMNS,
     MODES,
     SIGNIFICANCE,
     UNGATED_LEGEND,
@@ -14,6 +15,7 @@ from ldtm_core.accountability.leaderboard import (
 from ldtm_core.accountability.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow import side_by_side
 from ldtm_core.config import Settings
+from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine
 
@@ -56,11 +58,7 @@ COLUMNS = [
     "model_only",
     "up_only",
     "skill_p_value",
-    "next_day_mape",
-    "next_monday_mape",
-    "next_monday_n",
-    "one_month_mape",
-    "one_month_n",
+    *HORIZON_COLUMNS,
     "beats_always_up",
     "window_start",
     "window_end",
@@ -85,15 +83,21 @@ COLUMN_CONFIG = {
         format="%.3f",
         help="one-sided exact sign test on the discordant rows: small = evidence the model beats always-up",
     ),
-    "next_day_mape": PCT("|err| 1d %", format="%.2f"),
-    "next_monday_mape": PCT(
-        "|err| Mon %", format="%.2f", help="the 30 days ending at the newest filled next-Monday target"
-    ),
-    "next_monday_n": PCT("n Mon", help="filled next-Monday targets in their own 30-day window"),
-    "one_month_mape": PCT(
-        "|err| 1m %", format="%.2f", help="the 30 days ending at the newest filled one-month target"
-    ),
-    "one_month_n": PCT("n 1m", help="filled one-month targets in their own 30-day window"),
+    f"{DIRECTION.name}_mape": PCT(f"|err| {DIRECTION.abbr} %", format="%.2f"),
+    **{
+        f"{h.name}_mape": PCT(
+            f"|err| {h.abbr} %",
+            format="%.2f",
+            help=f"the 30 days ending at the newest filled {h.label.replace(' ', '-')} target",
+        )
+        for h in ERROR_ONLY
+    },
+    **{
+        f"{h.name}_n": PCT(
+            f"n {h.abbr}", help=f"filled {h.label.replace(' ', '-')} targets in their own 30-day window"
+        )
+        for h in ERROR_ONLY
+    },
     "beats_always_up": st.column_config.CheckboxColumn("beats up"),
     "gated": st.column_config.CheckboxColumn("gated", help=f"unticked = {UNGATED_LEGEND}"),
 }
