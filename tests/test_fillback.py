@@ -15,6 +15,7 @@ from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.horizons import NAMES
 from ldtm_core.schema import snapshots
 
 TICKERS = ["AAPL", "QQQ"]
@@ -45,7 +46,7 @@ def test_fills_every_horizon_from_the_prices(engine, world):
     after = _rows(engine)
     closes = df.set_index(["ticker", "date"])["close"]
     for r in after.itertuples():
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             actual = closes[(r.ticker, getattr(r, f"{h}_date"))]
             assert getattr(r, f"{h}_actual") == pytest.approx(actual)
             pred = getattr(r, f"{h}_pred")
@@ -127,7 +128,7 @@ def test_concurrent_fillbacks_fill_each_value_once(engine, world):
     for t in threads:
         t.join()
     assert not errors
-    total = {h: sum(r.filled[h] for r in results) for h in ("next_day", "next_monday", "one_month")}
+    total = {h: sum(r.filled[h] for r in results) for h in NAMES}
     assert total == {"next_day": 40, "next_monday": 40, "one_month": 40}
 
 
@@ -153,7 +154,7 @@ def test_an_action_rebases_only_the_horizons_it_straddles_next_to_plain_rows(eng
     closes = df.set_index(["ticker", "date"])["close"]
     straddling = 0
     for r in _rows(engine).itertuples():
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             target = getattr(r, f"{h}_date")
             on_basis = r.ticker == "AAPL" and r.run_date < ex <= target
             straddling += on_basis

@@ -12,6 +12,7 @@ from sqlalchemy import insert, update
 
 from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import NAMES
 from ldtm_core.schema import model_registry, snapshots
 
 LATEST = dt.date(2024, 5, 31)
@@ -390,7 +391,7 @@ def _replayed_evenings(engine, ticker: str, evenings: int = 100) -> list[dict]:
         conn.execute(insert(snapshots), rows)
     fillback(engine, neutral_band_pct=0.25)
     for r in rows:  # what fillback filled, recomputed from the prices
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             actual = closes.get(r[f"{h}_date"])
             r[f"{h}_err"] = None if actual is None else abs(r[f"{h}_pred"] - actual) / actual * 100
     return rows
