@@ -111,7 +111,6 @@ TARGETS = [
 def test_target_dates_against_hand_counted_dates():
     days = np.array([t[0] for t in TARGETS], dtype="datetime64[D]")
     t = target_dates(days)
-    assert list(t) == ["next_day", "next_monday", "one_month"]
     nd, nm, om = t["next_day"], t["next_monday"], t["one_month"]
     got = list(zip(days.astype(object), nd.astype(object), nm.astype(object), om.astype(object), strict=True))
     assert got == TARGETS

@@ -92,12 +92,17 @@ def test_stored_hashes_signatures_and_fold_keys_are_unchanged():
     assert got == PINNED
 
 
-def test_the_hashed_columns_are_the_horizons_columns():
-    # The chain hashes each horizon's prediction and target date: a new horizon is a chain decision.
-    hashed = set(chain.HASHED_COLUMNS)
+def test_the_chain_hashes_every_horizons_prediction_and_target_date():
+    # A horizon the current chain version does not hash could be rewritten unnoticed: a new horizon is
+    # a chain decision (a new CHAIN_VERSION), this test says so.
+    row = dict(ROW_V2, chain_version=chain.CHAIN_VERSION)
     for h in horizons.HORIZONS:
-        assert {h.col("pred"), h.col("date")} <= hashed
-        assert h.col("pred") in chain.FLOAT_COLUMNS and h.col("date") in chain.DATE_COLUMNS
+        row.setdefault(h.col("pred"), 100.0)
+        row.setdefault(h.col("date"), dt.date(2024, 3, 8))
+    base = chain.row_hash("", row)
+    for h in horizons.HORIZONS:
+        assert chain.row_hash("", {**row, h.col("pred"): row[h.col("pred")] + 0.5}) != base, h.name
+        assert chain.row_hash("", {**row, h.col("date"): dt.date(2030, 1, 2)}) != base, h.name
 
 
 def test_target_dates_has_one_array_per_horizon_in_order():
