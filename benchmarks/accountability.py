@@ -50,7 +50,7 @@ from ldtm_core.data.samples import denormalise  # noqa: E402
 from ldtm_core.data.synthetic import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
-from ldtm_core.horizons import HORIZONS  # noqa: E402
+from ldtm_core.horizons import HORIZONS, NAMES  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
@@ -150,7 +150,7 @@ def naive_fillback(engine) -> int:
     now = dt.datetime.now(dt.UTC)
     n = 0
     with engine.begin() as conn:
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             params = [{"b_id": p.id, "b_a": p.actual, "b_e": 0.0} for p in pending if p.horizon == h]
             stmt = (
                 update(snapshots)
@@ -254,9 +254,7 @@ def main() -> None:
                 t = time.perf_counter()
                 r = fillback(engine)
                 fills.append(time.perf_counter() - t)
-                assert r.filled == dict.fromkeys(("next_day", "next_monday", "one_month"), len(rows)), (
-                    r.filled
-                )
+                assert r.filled == dict.fromkeys(NAMES, len(rows)), r.filled
                 reset_actuals(engine)
                 t = time.perf_counter()
                 assert naive_fillback(engine) == 3 * len(rows)

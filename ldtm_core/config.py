@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,15 +60,19 @@ class NumberSetting:
     high: float
     unit: str
     low_open: bool = False  # `low` itself is refused
+    high_open: bool = False  # `high` itself is refused
 
     def expected(self) -> str:
         low = f"above {_num(self.low)}" if self.low_open else f"from {_num(self.low)}"
-        return f"expected {self.unit}, {low} to {_num(self.high)}"
+        high = f"below {_num(self.high)}" if self.high_open else f"to {_num(self.high)}"
+        return f"expected {self.unit}, {low} {'and ' if self.high_open else ''}{high}"
 
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
+
+MIN_DECAY_ARL0 = 20  # sessions: about a trading month
 
 NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_NEUTRAL_BAND_PCT": NumberSetting(float, 0, 100, "a percent (0.25 for 0.25 %)"),
@@ -80,9 +85,12 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_GATE_MAX_P_VALUE": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
     "LDTM_GATE_MIN_ROWS": NumberSetting(int, 1, 1e7, "a whole number of backtest test rows"),
     "LDTM_GATE_MIN_FOLD_ROWS": NumberSetting(int, 1, 1e6, "a whole number of test rows per fold"),
-    "LDTM_GATE_ALPHA": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
+    # The gate refuses alpha 1 (every challenger "significant"): (0, 1) open at both ends.
+    "LDTM_GATE_ALPHA": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True, high_open=True),
     "LDTM_DECAY_DELTA": NumberSetting(float, 0, 100, "percentage points (10 for 10 points)", low_open=True),
-    "LDTM_DECAY_ARL0": NumberSetting(float, 1, 1e7, "sessions between false alarms per ticker"),
+    # A stable model is in WARN on ~hold/ARL0 of nights: below a month of sessions (a quarter of nights
+    # at the default hold of 5) the alarm says nothing.
+    "LDTM_DECAY_ARL0": NumberSetting(float, MIN_DECAY_ARL0, 1e7, "sessions between false alarms per ticker"),
     "LDTM_DECAY_PSI_SESSIONS": NumberSetting(int, 2, 1e5, "a whole number of sessions"),
     "LDTM_DECAY_HOLD_SESSIONS": NumberSetting(int, 1, 1e5, "a whole number of sessions"),
     # Evenings a gate-passed challenger predicts beside the champion before the live comparison (0: none).
@@ -92,6 +100,8 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
         float, 0, 100, "percentage points (20 for 60 % vs 40 %)", low_open=True
     ),
     "LDTM_SHADOW_POWER": NumberSetting(float, 0, 1, "a probability below 1 (0.8)", low_open=True),
+    # The longest hole in a ticker's bars (missing sessions) features may look back across (price_gaps).
+    "LDTM_MAX_GAP_SESSIONS": NumberSetting(int, 0, 1e5, "a whole number of sessions"),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
@@ -107,7 +117,17 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_MAX_WORKERS": NumberSetting(int, 1, 1024, "a whole number of workers"),
     "LDTM_TEST_PAUSE_S": NumberSetting(float, 0, 1e6, "seconds", low_open=True),
 }
-# The other settings the code reads (text, paths, URLs, flags): listed so that a test can tell a new
+# Flags: read by `env_flag` only, one vocabulary (case-insensitive), anything else a ConfigError.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+BOOLEAN_SETTINGS = (
+    "LDTM_BACKTEST_REUSE",  # default on
+    "LDTM_FORCE_REINGEST",  # default off
+    "LDTM_YFINANCE_AUTO_ADJUST",  # default off
+    "LDTM_BF16_PROBE",  # default on
+    "LDTM_K8S_GPU_PER_STEP",  # default on
+)
+# The other settings the code reads (text, paths, URLs): listed so that a test can tell a new
 # numeric setting that was never given a range here.
 OTHER_SETTINGS = (
     "LDTM_HOME",
@@ -117,27 +137,22 @@ OTHER_SETTINGS = (
     "LDTM_GATE_POLICY",  # evidence | seed, checked by GateThresholds.from_env
     "LDTM_AMP",
     "LDTM_PRICE_SOURCE",
-    "LDTM_FORCE_REINGEST",
     "LDTM_AUDIT_KEY",
     "LDTM_NOTIFY_WEBHOOK_URL",
     "LDTM_SNAPSHOT_DEADLINE",
     "LDTM_SYNTHETIC_SPLITS",
     "LDTM_IB_HOST",
     "LDTM_IB_WHAT_TO_SHOW",
-    "LDTM_YFINANCE_AUTO_ADJUST",
     "LDTM_CACHE_DIR",
-    "LDTM_BF16_PROBE",
     "LDTM_TEST_PAUSE_AT",
     "LDTM_TEST_PAUSE_DIR",
-    # Kubernetes deployment switches (ldtm_dagster/deployment.py checks them): a mode, a flag, k8s quantities.
+    # Kubernetes deployment switches (ldtm_dagster/deployment.py checks them): a mode, k8s quantities.
     "LDTM_DEPLOYMENT",
-    # Set by the code location for its own processes (gpu_slots: the pool's own VRAM); a flag (backtest).
+    # Set by the code location for its own processes (gpu_slots: the pool's own VRAM).
     "LDTM_GPU_POOL_ID",
-    "LDTM_BACKTEST_REUSE",
-    "LDTM_K8S_GPU_PER_STEP",
     "LDTM_K8S_STEP_CPU",
     "LDTM_K8S_STEP_MEMORY",
-)
+) + BOOLEAN_SETTINGS
 
 
 def check_number(name: str, value, spec: NumberSetting | None = None) -> int | float:
@@ -156,7 +171,8 @@ def check_number(name: str, value, spec: NumberSetting | None = None) -> int | f
         raise ConfigError(f"{name}={shown} is not a finite number: {spec.expected()}")
     number = spec.kind(number)
     low_ok = number > spec.low if spec.low_open else number >= spec.low
-    if not (low_ok and number <= spec.high):
+    high_ok = number < spec.high if spec.high_open else number <= spec.high
+    if not (low_ok and high_ok):
         raise ConfigError(f"{name}={shown} is out of range: {spec.expected()}")
     if name == "LDTM_GATE_MIN_ACCURACY" and 0 < number < 1:
         # Read as a fraction before issue 20: 0.52 would now silently ask for 0.52 % accuracy.
@@ -174,12 +190,37 @@ def env_number(name: str, default: int | float | None = None) -> int | float | N
     return check_number(name, raw)
 
 
+def check_flag(name: str, value: str) -> bool:
+    """`value` read as a flag: 1/0, true/false, yes/no, on/off in any case; else a ConfigError naming it."""
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ConfigError(
+        f"{name}={value.strip()!r} is not a boolean (expected 1/0, true/false, yes/no or on/off)"
+    )
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """The flag `name` from the environment (checked), or `default` when unset or empty."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    return check_flag(name, raw)
+
+
 def check_environment() -> None:
-    """Check every numeric setting that is set; one ConfigError lists each bad one."""
+    """Check every numeric setting and flag that is set; one ConfigError lists each bad one."""
     problems = []
     for name in NUMERIC_SETTINGS:
         try:
             env_number(name)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    for name in BOOLEAN_SETTINGS:
+        try:
+            env_flag(name, False)
         except ConfigError as exc:
             problems.append(str(exc))
     if problems:
@@ -244,10 +285,7 @@ class Settings:
             shadow_sessions=overrides.pop("shadow_sessions", shadow_sessions),
             shadow_margin_points=overrides.pop("shadow_margin_points", margin),
             shadow_power=overrides.pop("shadow_power", power),
-            backtest_reuse=overrides.pop(
-                "backtest_reuse",
-                os.environ.get("LDTM_BACKTEST_REUSE", "1").strip().lower() not in ("0", "false", "no"),
-            ),
+            backtest_reuse=overrides.pop("backtest_reuse", env_flag("LDTM_BACKTEST_REUSE", True)),
             **overrides,
         )
 
@@ -270,6 +308,25 @@ class Settings:
             except OSError as exc:
                 why = _MKDIR_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
                 raise ConfigError(f"LDTM_HOME {home}: {d} cannot be created: {why}") from None
+
+    def require_writable(self, folder: Path, what: str) -> None:
+        """Refuse, naming the folder, before work whose result could not be stored there (a read-only
+        LDTM_HOME whose folders exist passes ensure_dirs): `ldtm train` used to train, then fail to save."""
+        reason = None
+        if not os.access(folder, os.W_OK):
+            reason = "permission denied (read-only?)"
+        else:
+            try:  # the mount may be read-only although the bits allow writing (and root ignores the bits)
+                fd, probe = tempfile.mkstemp(prefix=".ldtm-write-probe-", dir=folder)
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as exc:
+                reason = _MKDIR_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
+        if reason is not None:
+            raise ConfigError(
+                f"LDTM_HOME {self.home}: {folder} is not writable ({reason}); {what} cannot be stored there: "
+                "point LDTM_HOME at a writable folder"
+            )
 
     def require_writable_sqlite(self) -> None:
         """A SQLite database needs its folder writable (its journal files live beside it), even to read."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from ldtm_core.config import env_flag
 from ldtm_core.errors import InputError
 from ldtm_core.learning.gpu_slots import SlotPlan
 
@@ -32,7 +33,6 @@ DEFAULT_STEP_CPU = "1"
 DEFAULT_STEP_MEMORY = "2Gi"
 K8S_CONFIG_TAG = "dagster-k8s/config"  # the tag dagster-k8s reads a step's pod config from
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def deployment() -> str:
@@ -48,12 +48,7 @@ def is_k8s() -> bool:
 
 def gpu_per_step() -> bool:
     """Whether a `gpu` pool step's pod requests one GPU (`LDTM_K8S_GPU_PER_STEP`, default on)."""
-    value = os.environ.get(GPU_PER_STEP_ENV, "").strip().lower()
-    if not value or value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise InputError(f"{GPU_PER_STEP_ENV}={value!r} is not a boolean (1/0, true/false, yes/no, on/off)")
+    return env_flag(GPU_PER_STEP_ENV, True)
 
 
 def gpu_step_resources() -> dict:

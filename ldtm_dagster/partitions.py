@@ -23,6 +23,7 @@ from dagster._core.storage.tags import (
 
 from ldtm_core.data import calendar
 from ldtm_core.data.universe import load_universe
+from ldtm_core.errors import ConfigError, InputError
 
 NIGHTLY_CRON = "15 18 * * 1-5"
 MARKET_TZ = "America/New_York"
@@ -33,7 +34,15 @@ EVENINGS_START = "2020-01-01"
 
 UNIVERSE_SPEC = os.environ.get("LDTM_UNIVERSE") or "full"
 
-ticker_partitions = StaticPartitionsDefinition(load_universe(UNIVERSE_SPEC))
+
+def _universe(spec: str) -> list[str]:
+    try:
+        return load_universe(spec)
+    except InputError as exc:  # name the setting: at load time nothing else says where the spec came from
+        raise ConfigError(f"LDTM_UNIVERSE={spec}: {exc}") from None
+
+
+ticker_partitions = StaticPartitionsDefinition(_universe(UNIVERSE_SPEC))
 
 evening_partitions = TimeWindowPartitionsDefinition(
     start=EVENINGS_START,

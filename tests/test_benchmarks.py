@@ -184,3 +184,25 @@ def test_lr_schedule(bench):
     for name in ("cosine", "cosine_expected", "plateau"):
         assert re.search(rf"^\| {name} \| \d+ \| \d+ \| \d+ \| {NUMBER} \| {NUMBER}x \|", out, re.M)
     assert re.search(r"noise band \(cosine across seeds \[0, 1\]\): val loss [\d.]+ %", out)
+
+
+def test_null_universe(bench):
+    """--quick: every figure of the issue-27 table is printed, through the project's own functions."""
+    out = bench("null_universe", "--quick")
+    assert "machine: " in out and "| case | figure | before | after |" in out
+    figures = re.findall(r"^\| ([ab]) \| (.+?) \| (.+?) \| \|$", out, re.M)
+    names = [f for _, f, _ in figures]
+    for wanted in (
+        "board: evenings with any null 'beats'",
+        "board: null tickers ever shown 'beats' in the year",
+        "gate: false first deployments per weekly judgement",
+        "gate: null tickers first-deployed within the year",
+        "gate: false recipe promotions, k = 20 tries on the same folds",
+        "shadow (5 evenings): equal models, shadow retired",
+        "board power: 56% tickers shown 'beats' per evening",
+        "gate power: 56% tickers pass a first deployment, per judgement",
+    ):
+        assert wanted in names, out
+    assert any(n.startswith("gate: equal refresh refused") for n in names)
+    assert sum(n.startswith("decay 55% → 45% mid-year") for n in names) == 2
+    assert all(re.fullmatch(rf"{NUMBER} %|{NUMBER}|\d+ of \d+", v) for _, _, v in figures), figures

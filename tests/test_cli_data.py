@@ -78,8 +78,8 @@ def test_ingest_synthetic_comma_list_and_summary(ldtm_env):
     "args, message",
     [
         (["--tickers", "AAPL,ZZZZ"], "not in the universe: ZZZZ"),
-        (["--tickers", "99"], "the universe has 6 tickers"),
-        (["--tickers", "0"], "the universe has 6 tickers"),
+        (["--tickers", "99"], "the universe has 7 tickers"),
+        (["--tickers", "0"], "the universe has 7 tickers"),
         (["--tickers", "AA/PL"], "invalid ticker"),
         (["--start", "2024-02-30"], "--start: '2024-02-30' is not a date"),
         (["--start", "2024-05-01", "--end", "2024-04-01"], "is after --end"),
@@ -141,7 +141,7 @@ def test_db_upgrade_and_universe(ldtm_env):
     assert "at revision" in up.stdout
     uni = invoke("universe")
     assert uni.exit_code == 0
-    assert uni.stdout.startswith("6 tickers: AAPL NVDA")
+    assert uni.stdout.startswith("7 tickers: AAPL NVDA")
 
 
 @pytest.mark.parametrize(

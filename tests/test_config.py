@@ -134,7 +134,7 @@ def test_read_only_home_says_read_only_and_still_serves_reads_of_a_database_else
 
 
 @pytest.mark.parametrize(
-    ("spec", "size"), [("Full", 103), ("FULL", 103), ("Demo", 6), ("DEMO", 6), (" demo ", 6)]
+    ("spec", "size"), [("Full", 103), ("FULL", 103), ("Demo", 7), ("DEMO", 7), (" demo ", 7)]
 )
 def test_universe_keywords_are_case_insensitive(spec, size):
     tickers = load_universe(spec)

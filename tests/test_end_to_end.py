@@ -139,7 +139,7 @@ def test_end_to_end(ldtm_env):
         om = om_rows[om_rows.ticker == t].one_month_pct_error.abs()
         assert got.one_month_n == len(om)
         assert (pd.isna(got.one_month_mape) and om.empty) or got.one_month_mape == pytest.approx(om.mean())
-        assert bool(got.beats_always_up) == (p > up / n and got.skill_p_value <= 0.05)
+        assert bool(got.beats_always_up) == (p > up / n and got.q_vs_always_up <= 0.05)
     lb = runner.invoke(app, ["leaderboard"])
     assert lb.exit_code == 0 and "always-up" in lb.output
 

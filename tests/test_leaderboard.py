@@ -191,10 +191,12 @@ def test_every_number_matches_a_direct_computation(engine, mode):
         ):
             assert got[c] == pytest.approx(exp[c]), c
         assert got["window_end"] == exp["window_end"] and got["window_start"] == exp["window_start"]
-        # "Beats" needs the exact test too (issue 21), not only a higher accuracy.
+        # "Beats" needs the exact test too (issue 21), not only a higher accuracy, and its BH q over
+        # every (ticker, baseline) test of the board (issue 27).
         assert bool(got["beats_always_up"]) == (
-            exp["direction_accuracy"] > exp["always_up_accuracy"] and got["skill_p_value"] <= 0.05
+            exp["direction_accuracy"] > exp["always_up_accuracy"] and got["q_vs_always_up"] <= 0.05
         )
+        assert got["q_vs_always_up"] >= got["skill_p_value"]
         # The exact skill test on the same rows: discordant counts, and scipy's one-sided binomial tail.
         assert (got["model_only"], got["up_only"]) == (exp["model_only"], exp["up_only"])
         assert got["model_only"] - got["up_only"] == got["hits"] - round(got["always_up_accuracy"] * got["n"])
@@ -244,8 +246,9 @@ def test_small_known_case_and_verdict(engine):
     assert (got["model_only"], got["up_only"]) == (2, 0)
     assert got["skill_p_value"] == 0.25
     assert verdict(leaderboard(engine)) == (
-        "No model beats always-up (p <= 0.05 in the one-sided exact test; 1 tickers scored). More accurate "
-        "than always-up but not significantly (not evidence of skill): CCC 75.0% vs 25.0%, p = 0.250."
+        "No model beats always-up (BH q <= 0.05 over the 2 (ticker, baseline) one-sided exact tests of this "
+        "board, controlling the false-label rate at 5%; 1 tickers scored). More accurate than always-up but "
+        "not significantly (not evidence of skill): CCC 75.0% vs 25.0%, p = 0.250, q = 0.500."
     )
     # No replay rows: nothing scored, and the ticker is named as stale rather than dropped.
     replay = leaderboard(engine, "replay")
@@ -267,7 +270,10 @@ def test_verdict_says_plainly_when_no_model_beats_always_up(engine):
         )
     board = leaderboard(engine)
     assert board.iloc[0]["direction_accuracy"] == 0 and board.iloc[0]["always_up_accuracy"] == 1
-    assert verdict(board) == "No model beats the always-up baseline (1 tickers scored)."
+    assert verdict(board) == (
+        "No model beats the always-up baseline (1 tickers scored; BH q <= 0.05 over the 2 (ticker, baseline) "
+        "one-sided exact tests of this board, controlling the false-label rate at 5%)."
+    )
 
 
 def test_bad_mode(engine):

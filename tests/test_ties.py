@@ -171,7 +171,7 @@ def test_the_decay_record_scores_no_tie(engine, db_url, tmp_path):
     from decay_helpers import evenings, planted_model, snapshot_row
     from sqlalchemy import insert
 
-    from ldtm_core.accountability import decay, registry
+    from ldtm_core.accountability import decay_record
 
     settings = make_settings(tmp_path, db_url)
     model_id = planted_model(engine, settings, "AAPL")
@@ -180,7 +180,7 @@ def test_the_decay_record_scores_no_tie(engine, db_url, tmp_path):
     rows[1] |= {"next_day_actual": 100.0, "next_day_direction_correct": None}  # a zero move
     with engine.begin() as conn:
         conn.execute(insert(snapshots), rows)
-    record = decay.live_record(engine, registry.get_model(engine, model_id))
+    record = decay_record.published_record(engine, "AAPL")
     assert record["run_date"].tolist() == [days[0], days[2]]
     assert record["hit"].all()
 

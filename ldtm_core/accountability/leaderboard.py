@@ -18,18 +18,27 @@ ending at the newest filled evening; the next-Monday and one-month errors each c
 at their own newest filled target date, with their own counts beside them. Persistence is scored only
 on rows with a previous close (`persistence_n`).
 Extra columns (e.g. a significance test) can be added to the returned frames without touching SQL.
+
+Read at scale (issue 27, `board_stats`): "beats" is set by Benjamini-Hochberg q-values over every
+(ticker, baseline) test of the board (`q_vs_always_up`, `q_vs_persistence` beside each ticker's own p),
+`universe()` answers once per board whether any model beats its baseline after the search over the
+tickers (Hansen's SPA), and `next_monday_dates` / `one_month_dates` say on how many distinct target dates
+each horizon's rows stand (consecutive evenings share a next-Monday target).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, not_, select, text
 
+from ldtm_core.accountability import board_stats
+from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
 from ldtm_core.accountability.registry import SHADOW, serving_models
-from ldtm_core.accountability.skill import SkillTest, discordant_counts, format_p_value
+from ldtm_core.accountability.skill import SkillTest, format_p_value
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.schema import snapshots
@@ -38,7 +47,7 @@ MODES = ("all", "live", "replay")
 # The board's per-horizon columns (accuracy_views): the direction horizon's mean |pct error|, then each
 # other horizon's, with the count of its own window.
 HORIZON_COLUMNS = [f"{DIRECTION.name}_mape"] + [f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n")]
-SIGNIFICANCE = 0.05  # the p-value the verdict calls evidence of beating always-up
+SIGNIFICANCE = ALPHA  # the q-value (BH over the board, board_stats) the verdict calls evidence
 COLUMNS = [
     "ticker",
     "mode",
@@ -74,6 +83,8 @@ TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
 MODEL_VIEW = "accuracy_30d_by_model"
 MODEL_VIEW_WITH_IN_SAMPLE = "accuracy_30d_by_model_with_in_sample"
 COUNTS = ("n", "hits", "persistence_n", *(f"{h.name}_n" for h in ERROR_ONLY), "ungated_n")
+# Distinct target dates under each horizon's rows (computed in Python from the same rows as the view).
+DATE_COUNTS = {h.name: f"{h.name}_dates" for h in ERROR_ONLY}
 UNGATED_LEGEND = (
     "ungated: predicted by a candidate that never passed the gate (the ticker has no active model)"
 )
@@ -97,19 +108,17 @@ def leaderboard(
     Each (ticker, evening) counts once: its first recorded prediction. `include_in_sample` adds the
     in-sample replays back, `include_ungated` the evenings predicted by a candidate (`gated` False).
     `beats_always_up` / `beats_persistence` are True only when the model is strictly more accurate than
-    the baseline on the same rows AND the one-sided exact sign test on their disagreements gives
-    p <= SIGNIFICANCE (`skill_p_value`, `persistence_p_value` beside them): in a falling market always-up
-    is far below a coin, and a model below a coin "beating" it is noise.
+    the baseline on the same rows AND the Benjamini-Hochberg q-value of its one-sided exact sign test, over
+    every (ticker, baseline) test of this board, is <= SIGNIFICANCE (`q_vs_always_up`, `q_vs_persistence`;
+    each ticker's own p in `skill_p_value`, `persistence_p_value`): read 103 at a time, p <= 0.05 labels
+    several coin-flip models every evening (board_stats).
     """
     view = view_name(False, include_in_sample, include_ungated)
-    df = _with_skill(
-        engine,
-        _read(engine, view, COLUMNS, mode),
-        mode,
-        include_in_sample=include_in_sample,
-        include_ungated=include_ungated,
-    )
+    flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
+    df = _with_skill(engine, _read(engine, view, COLUMNS, mode), mode, **flags)
+    df = _with_target_dates(engine, df, mode, **flags)
     df = _with_stale_rows(engine, df, mode, include_ungated)
+    df = board_stats.label_board(df)
     # Stale rows (accuracy NaN) go last.
     return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
 
@@ -149,6 +158,7 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str, include_ung
                 "ticker": t,
                 "mode": mode,
                 **dict.fromkeys(COUNTS, 0),
+                **dict.fromkeys(DATE_COUNTS.values(), 0),
                 "window_start": window[0],
                 "window_end": window[1],
                 "beats_always_up": False,
@@ -172,14 +182,10 @@ def leaderboard_by_model(
     sample unless `include_in_sample`, gated unless `include_ungated`)."""
     cols = ["ticker", "model_version", *COLUMNS[1:]]
     view = view_name(True, include_in_sample, include_ungated)
-    df = _with_skill(
-        engine,
-        _read(engine, view, cols, mode),
-        mode,
-        by_model=True,
-        include_in_sample=include_in_sample,
-        include_ungated=include_ungated,
-    )
+    flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
+    df = _with_skill(engine, _read(engine, view, cols, mode), mode, by_model=True, **flags)
+    df = _with_target_dates(engine, df, mode, by_model=True, **flags)
+    df = board_stats.label_board(df)
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
 
 
@@ -211,7 +217,7 @@ def _with_skill(
     include_ungated: bool = False,
 ) -> pd.DataFrame:
     """Add the exact tests of "the model beats always-up / persistence" (model_only, up_only,
-    skill_p_value, persistence_p_value); "beats" needs the test, not only a higher accuracy."""
+    skill_p_value, persistence_p_value); the labels are set from their BH q-values (board_stats)."""
     persist: dict[tuple, SkillTest] = {}
     tests = skill_tests(
         engine,
@@ -227,8 +233,6 @@ def _with_skill(
     board["up_only"] = [tests[k].up_only for k in keys]
     board["skill_p_value"] = [tests[k].p_value for k in keys]
     board["persistence_p_value"] = [persist.get(k, SkillTest(0, 0)).p_value for k in keys]
-    board["beats_always_up"] = board["beats_always_up"] & (board["skill_p_value"] <= SIGNIFICANCE)
-    board["beats_persistence"] = board["beats_persistence"] & (board["persistence_p_value"] <= SIGNIFICANCE)
     return board
 
 
@@ -237,26 +241,9 @@ def _keys(frame: pd.DataFrame, by_model: bool) -> list[tuple]:
     return list(frame[cols].itertuples(index=False, name=None))
 
 
-def skill_tests(
-    engine: Engine,
-    board: pd.DataFrame,
-    mode: str,
-    *,
-    by_model: bool = False,
-    include_in_sample: bool = False,
-    include_ungated: bool = False,
-    persistence: dict | None = None,
-) -> dict[tuple, SkillTest]:
-    """The exact test per board row, on exactly the rows its view scored.
-
-    The same selection as the views (migration 0017): the ticker board takes the first recorded row of
-    each (ticker, evening), the per-model board every row of each version; in-sample and ungated rows
-    dropped unless asked for. Then the row's own window (window_start..window_end). Computed
-    in Python from the stored direction flags: a view cannot run an exact binomial tail on both databases.
-    """
-    tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
-    if board.empty:
-        return tests
+def _next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFrame:
+    """Every filled, non-shadow row of these tickers with run dates in start..end (id order), with the
+    per-row flags the tests use: model_right, up (always-up right), has_prev, persist_right."""
     s = snapshots.c
     stmt = (
         select(
@@ -273,27 +260,77 @@ def skill_tests(
             s.prev_close,
         )
         .where(
-            s.ticker.in_(sorted({k[0] for k in tests})),
+            s.ticker.in_(tickers),
             s.model_status != SHADOW,
-            s.run_date >= board["window_start"].min(),
-            s.run_date <= board["window_end"].max(),
+            s.run_date >= start,
+            s.run_date <= end,
         )
         .order_by(s.id)
     )
     with engine.connect() as conn:
         rows = pd.DataFrame(conn.execute(stmt).mappings().all())
     if rows.empty:
-        return tests
+        return rows
+    rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
+    close = rows["run_date_close"].to_numpy(float)
+    actual = rows["next_day_actual"].to_numpy(float)
+    # A zero move (tie) is nobody's hit or miss (docs/architecture.md): out of every direction test.
+    rows["filled"] = rows["next_day_actual"].notna() & (actual != close)
+    rows["model_right"] = rows["next_day_direction_correct"].fillna(False).astype(bool)
+    rows["up"] = actual > close
+    rows["has_prev"] = rows["prev_close"].notna()
+    said = np.sign(close - rows["prev_close"].to_numpy(float))
+    rows["persist_right"] = rows["has_prev"] & (said == np.sign(actual - close))
+    return rows
+
+
+def _select(
+    rows: pd.DataFrame, mode: str, *, by_model: bool, include_in_sample: bool, include_ungated: bool
+) -> pd.DataFrame:
+    """The rows a board scores (the views' selection, migrations 0017/0021/0024): the first recorded row
+    of each (ticker, evening) on the ticker board, every row on the per-model board; in-sample and ungated
+    rows dropped unless asked for; filled; this mode."""
+    if rows.empty:
+        return rows
     if not by_model:
         rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
     if not include_in_sample:
         rows = rows[~rows["in_sample"].astype(bool)]
     if not include_ungated:
         rows = rows[rows["model_status"] == "active"]
-    rows = rows[rows["next_day_actual"].notna()]
+    rows = rows[rows["filled"]]
     if mode != "all":
         rows = rows[rows["mode"] == mode]
-    rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
+    return rows
+
+
+def skill_tests(
+    engine: Engine,
+    board: pd.DataFrame,
+    mode: str,
+    *,
+    by_model: bool = False,
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+    persistence: dict | None = None,
+) -> dict[tuple, SkillTest]:
+    """The exact test per board row, on exactly the rows its view scored.
+
+    The same selection as the views (`_select`), then the row's own window (window_start..window_end).
+    Computed in Python from the stored direction flags: a view cannot run an exact binomial tail on both
+    databases.
+    """
+    tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
+    if board.empty:
+        return tests
+    rows = _next_day_rows(
+        engine, sorted({k[0] for k in tests}), board["window_start"].min(), board["window_end"].max()
+    )
+    rows = _select(
+        rows, mode, by_model=by_model, include_in_sample=include_in_sample, include_ungated=include_ungated
+    )
+    if rows.empty:
+        return tests
     cols = ["ticker", "model_version"] if by_model else ["ticker"]
     spans = {
         k: (a, b)
@@ -305,22 +342,93 @@ def skill_tests(
             continue
         start, end = spans[key]
         inside = group[(group["run_date"] >= start) & (group["run_date"] <= end)]
-        model_right = inside["next_day_direction_correct"].astype(bool).to_numpy()
-        tests[key] = discordant_counts(
-            model_right, (inside["next_day_actual"] > inside["run_date_close"]).to_numpy()
-        )
+        model_right = inside["model_right"].to_numpy(bool)
+        up = inside["up"].to_numpy(bool)
+        tests[key] = SkillTest(int((model_right & ~up).sum()), int((~model_right & up).sum()))
         if persistence is not None:
-            # Persistence's own rows (a previous close, and not a tie), as the view scores it.
-            close = inside["run_date_close"].to_numpy(float)
-            has = inside["prev_close"].notna().to_numpy() & (
-                inside["next_day_actual"].to_numpy(float) != close
-            )
-            said = np.sign(close - inside["prev_close"].to_numpy(float))
-            right = said == np.sign(inside["next_day_actual"].to_numpy(float) - close)
+            # Persistence's own rows (those with a previous close), as the view scores it.
+            has = inside["has_prev"].to_numpy(bool)
+            right = inside["persist_right"].to_numpy(bool)
             persistence[key] = SkillTest(
                 int((model_right & ~right & has).sum()), int((~model_right & right & has).sum())
             )
     return tests
+
+
+def universe(
+    engine: Engine,
+    board: pd.DataFrame,
+    mode: str = "all",
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+) -> UniverseTest:
+    """The board's one universe-level answer (board_stats.universe_test, Hansen's SPA): does any model
+    beat its baseline after the search over the tickers? On the ticker board's scored rows; each
+    ticker's baseline is chosen on its filled evenings in the HISTORY_DAYS before the window."""
+    scored = board[(board["n"] > 0) & ~board.get("stale", pd.Series(False, index=board.index)).astype(bool)]
+    keys = sorted(scored["ticker"].unique()) if len(scored) else []
+    if not keys:
+        return board_stats.spa_test(pd.DataFrame())
+    start, end = scored["window_start"].min(), scored["window_end"].max()
+    raw = _next_day_rows(engine, keys, start - dt.timedelta(days=board_stats.HISTORY_DAYS), end)
+    flags = {"by_model": False, "include_in_sample": include_in_sample, "include_ungated": include_ungated}
+    inside = _select(raw[raw["run_date"] >= start], mode, **flags).rename(columns={"ticker": "key"})
+    # Baselines depend only on prices: every filled evening before the window counts, whoever predicted it.
+    before = raw[(raw["run_date"] < start) & raw["filled"]].drop_duplicates(["ticker", "run_date"])
+    return board_stats.universe_test(inside, before.rename(columns={"ticker": "key"}), keys)
+
+
+def _with_target_dates(
+    engine: Engine,
+    board: pd.DataFrame,
+    mode: str,
+    *,
+    by_model: bool = False,
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+) -> pd.DataFrame:
+    """`next_monday_dates` / `one_month_dates`: the distinct target dates under each horizon's rows
+    (`next_monday_n`, `one_month_n`). The same rows as the view (first row per evening on the ticker board,
+    the same in-sample / ungated / shadow rules, the 30 days ending at the horizon's newest filled target
+    over the whole board): a week's five evenings share one next-Monday target, so ~20 rows stand on 4-5
+    dates and are not 20 independent outcomes."""
+    board = board.copy()
+    for col in DATE_COUNTS.values():
+        board[col] = 0
+    if board.empty:
+        return board
+    s = snapshots.c
+    where = [s.model_status != SHADOW]
+    if not by_model:
+        first = select(func.min(s.id)).where(s.model_status != SHADOW).group_by(s.ticker, s.run_date)
+        where.append(s.id.in_(first))
+    if not include_in_sample:
+        where.append(not_(s.in_sample))
+    if not include_ungated:
+        where.append(s.model_status == "active")
+    cols = [s.ticker, s.model_version] if by_model else [s.ticker]
+    keys = ["ticker", "model_version"] if by_model else ["ticker"]
+    with engine.connect() as conn:
+        for horizon, out in DATE_COUNTS.items():
+            date, err = s[f"{horizon}_date"], s[f"{horizon}_pct_error"]
+            latest = conn.execute(select(func.max(date)).where(*where, err.is_not(None))).scalar_one()
+            if latest is None:
+                continue
+            latest = pd.Timestamp(latest).date()
+            stmt = select(*cols, s.mode, date.label("target")).where(
+                *where, err.is_not(None), date <= latest, date >= latest - dt.timedelta(days=29)
+            )
+            if mode != "all":
+                stmt = stmt.where(s.mode == mode)
+            rows = pd.DataFrame(conn.execute(stmt).all(), columns=[*keys, "mode", "target"])
+            if rows.empty:
+                continue
+            counts = rows.groupby(keys)["target"].nunique()
+            board[out] = [
+                int(counts.get(k if by_model else k[0], 0))
+                for k in board[keys].itertuples(index=False, name=None)
+            ]
+    return board
 
 
 def hidden_in_sample(engine: Engine, mode: str = "all") -> int:
@@ -394,14 +502,18 @@ def verdict(df: pd.DataFrame) -> str:
 def _verdict(df: pd.DataFrame) -> str:
     if df.empty:
         return "No filled snapshots in the window yet: nothing to score."
-    # "Beats" only with the exact test (beats_always_up needs p <= SIGNIFICANCE); a higher accuracy on
-    # 30 days is often luck, and in a falling market always-up is below a coin: each such model is
-    # named with its p-value, and one below 50 % says so.
+    # "Beats" only with the board-wide test (beats_always_up needs BH q <= SIGNIFICANCE over every
+    # (ticker, baseline) test of the board); a higher accuracy on 30 days is often luck, and in a falling
+    # market always-up is below a coin: each such model is named with its p and q, one below 50 % says so.
     beat = int(df["beats_always_up"].sum())
     ahead = df[(df["direction_accuracy"] > df["always_up_accuracy"]) & ~df["beats_always_up"]]
-    rule = f"p <= {SIGNIFICANCE:g} in the one-sided exact test"
+    tests = 2 * len(df)
+    rule = (
+        f"BH q <= {SIGNIFICANCE:g} over the {tests} (ticker, baseline) one-sided exact tests of this board, "
+        f"controlling the false-label rate at {SIGNIFICANCE:.0%}"
+    )
     if beat == 0 and ahead.empty:
-        return f"No model beats the always-up baseline ({len(df)} tickers scored)."
+        return f"No model beats the always-up baseline ({len(df)} tickers scored; {rule})."
     if beat == 0:
         head = f"No model beats always-up ({rule}; {len(df)} tickers scored)."
     elif beat < len(df):
@@ -412,10 +524,15 @@ def _verdict(df: pd.DataFrame) -> str:
         return head
     named = ", ".join(
         f"{r.ticker} {r.direction_accuracy * 100:.1f}% vs {r.always_up_accuracy * 100:.1f}%, "
-        f"p = {format_p_value(r.skill_p_value)}" + (", below 50%" if r.direction_accuracy < 0.5 else "")
+        f"p = {format_p_value(r.skill_p_value)}, q = {format_p_value(_q(r))}"
+        + (", below 50%" if r.direction_accuracy < 0.5 else "")
         for r in ahead.itertuples(index=False)
     )
     return f"{head} More accurate than always-up but not significantly (not evidence of skill): {named}."
+
+
+def _q(row) -> float:
+    return getattr(row, "q_vs_always_up", math.nan)
 
 
 def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:

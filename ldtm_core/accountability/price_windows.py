@@ -16,6 +16,7 @@ from sqlalchemy import Engine, select
 from ldtm_core.data.calendar import cover, session_array
 from ldtm_core.data.corporate_actions import adjust_arrays, load_actions
 from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features, feature_array
+from ldtm_core.data.price_gaps import PriceGap, find_gaps
 from ldtm_core.data.samples import normalise_windows
 from ldtm_core.schema import prices
 
@@ -92,6 +93,16 @@ def load_price_arrays(engine: Engine, tickers: list[str], start: dt.date, end: d
     return {t: adjust_arrays(a, actions.get(t, []), end) for t, a in out.items()}
 
 
+def _since_last_gap(ticker: str, a: dict) -> tuple[dict, PriceGap | None]:
+    """The bars after the last hole longer than LDTM_MAX_GAP_SESSIONS (price_gaps), and that hole: a
+    window never looks back across it, as in training."""
+    gaps = find_gaps(ticker, a["date"])
+    if not gaps:
+        return a, None
+    start = int(np.searchsorted(a["date"], np.datetime64(gaps[-1].after, "D")))
+    return {f: v[start:] for f, v in a.items()}, gaps[-1]
+
+
 def build_windows(
     arrays: dict[str, dict], wanted: dict[str, int], run_date: dt.date, need_rows: int
 ) -> tuple[dict[str, tuple], dict[str, str]]:
@@ -99,10 +110,19 @@ def build_windows(
     together; the rest through the per-ticker path. Returns ({ticker: window tuple}, {ticker: reason})."""
     day = np.datetime64(run_date, "D")
     out, skipped, batch = {}, {}, []
+    arrays = dict(arrays)
     for t, window in wanted.items():
         a = arrays.get(t)
         if a is None or a["date"][-1] != day:
             skipped[t] = f"no price for {t} on {run_date}"
+            continue
+        a, gap = _since_last_gap(t, a)
+        arrays[t] = a
+        if gap is not None and len(a["date"]) < window + WARMUP_ROWS:
+            skipped[t] = (
+                f"{_short_reason(t, len(a['date']), run_date, window)}: features restart after the price "
+                f"gap of {gap.sessions} sessions between {gap.before} and {gap.after}"
+            )
         elif len(a["date"]) >= need_rows:
             batch.append(t)
         else:

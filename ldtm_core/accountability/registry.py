@@ -321,8 +321,8 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
     with engine.connect() as conn:
         version = _version_for(conn, rec)
     dst = Path(settings.checkpoint_dir) / f"{rec.ticker}_ldtm_{version}.pt"
+    existed = dst.exists()
     _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256, rec.ticker)
-    pause_point("promote.after_copy")
 
     def work(conn: Connection) -> PromoteResult:
         _lock_ticker(conn, rec.ticker)
@@ -363,7 +363,24 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
         record_event(conn, model_id, rec.ticker, status, "active", f"{reason} (version {version})", now)
         return PromoteResult(rec.ticker, model_id, version, str(dst), current.id if current else None, True)
 
-    return run_in_transaction(engine, work)
+    try:
+        pause_point("promote.after_copy")
+        return run_in_transaction(engine, work)
+    except BaseException:
+        # Ctrl-C or an error before the commit: the versioned copy this call made would point at nothing.
+        if not existed and not _promoted_to(engine, model_id, dst):
+            dst.unlink(missing_ok=True)
+        raise
+
+
+def _promoted_to(engine: Engine, model_id: int, dst: Path) -> bool:
+    """Whether the registry serves `dst` for `model_id` (the commit may have landed as the interrupt came);
+    True when that cannot be read: an orphan file is better than deleting a served checkpoint."""
+    try:
+        rec = get_model(engine, model_id)
+    except BaseException:  # noqa: BLE001 - the database is unreachable, or a second Ctrl-C
+        return True
+    return rec.status == "active" and rec.promoted_path == str(dst)
 
 
 @dataclass

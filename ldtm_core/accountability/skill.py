@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -44,6 +45,7 @@ class SkillTest:
         )
 
 
+@lru_cache(maxsize=65536)  # pure in two small ints; a 103-ticker board (and its simulations) repeats them
 def sign_test_p_value(model_only: int, up_only: int) -> float:
     """P(X >= model_only) for X ~ Binomial(model_only + up_only, 1/2): exact, in integers."""
     if model_only < 0 or up_only < 0:

@@ -79,13 +79,39 @@ def print_outcomes(
     return counts
 
 
+def _command_path(callback: Callable) -> str:
+    """`ldtm group command` of a registered callback (for messages), from the Typer registrations."""
+
+    def search(typer_app: typer.Typer, prefix: list[str]) -> list[str] | None:
+        for cmd in typer_app.registered_commands:
+            if cmd.callback is callback:
+                return [*prefix, cmd.name or callback.__name__]
+        for group in typer_app.registered_groups:
+            found = search(group.typer_instance, [*prefix, group.name or ""])
+            if found:
+                return found
+        return None
+
+    return " ".join(search(app, ["ldtm"]) or ["ldtm"])
+
+
 def handle_errors(fn: Callable) -> Callable:
-    """Report LDTM errors as one clean line on stderr with exit code 2, not as a traceback."""
+    """Report LDTM errors as one clean line on stderr with exit code 2, not as a traceback; Ctrl-C as
+    one line saying what was kept, with the shell's exit code for SIGINT (130)."""
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            err_console.print(
+                f"[bold yellow]interrupted:[/] `{_command_path(wrapper)}` stopped by Ctrl-C. Everything it committed "
+                "before is kept (each file, ticker, model or evening is written in one transaction, all or "
+                "none); the one in progress was not recorded. Run it again to go on.",
+                highlight=False,
+                soft_wrap=True,
+            )
+            sys.exit(130)
         except LDTMError as exc:
             # escape: messages quote user data such as "[low 9, high 11]", which is not rich markup.
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

@@ -40,7 +40,11 @@ def predict_cmd(
     ),
     tickers: Annotated[
         list[str] | None,
-        typer.Option("--tickers", "-t", help="Tickers (repeat or comma list); default all with a model"),
+        typer.Option(
+            "--tickers",
+            "-t",
+            help="Tickers (repeat or comma list); default: those of LDTM_UNIVERSE with a model",
+        ),
     ] = None,
     mode: str = typer.Option(None, "--mode", help="live or replay (default: replay when later prices exist)"),
     neutral_band: float = typer.Option(
@@ -68,13 +72,16 @@ def predict_cmd(
         from ldtm_core.progress import progress
 
         first, last = parse_date(start, "--start"), parse_date(end, "--end")
+        engine = open_db(cfg)
+        if chosen is None:
+            chosen = _universe_with_models(engine, cfg)
         # A bar (or periodic lines when piped) instead of a report per evening; the range is checked
         # by predict_range before anything is written.
         with progress(
             "replay", max(1, len(sessions_between(first, last)) if first <= last else 1)
         ) as advance:
             results = predict_range(
-                open_db(cfg),
+                engine,
                 cfg,
                 first,
                 last,
@@ -106,12 +113,33 @@ def predict_cmd(
         return
     when = parse_date(run_date, "--run-date")
     engine = open_db(cfg)
+    if chosen is None:
+        chosen = _universe_with_models(engine, cfg)
     if when is not None:
         _check_run_date(engine, when, chosen)
     res = predict(engine, cfg, when, chosen, mode, neutral_band)
     _print_predict(res)
     if res.skipped and not res.tickers_predicted:
         sys.exit(1)
+
+
+def _universe_with_models(engine, cfg) -> list[str]:
+    """Without --tickers: the tickers of LDTM_UNIVERSE that have a model (not every model's ticker); the
+    models outside the universe are named once."""
+    from ldtm_core.accountability.registry import serving_models
+    from ldtm_core.data.universe import load_universe
+
+    universe = load_universe(cfg.universe)
+    models = serving_models(engine)
+    outside = sorted(set(models) - set(universe))
+    if outside:
+        console.print(
+            f"[yellow]not predicted, outside LDTM_UNIVERSE={cfg.universe}:[/] {' '.join(outside)} "
+            "(name them with --tickers to predict them)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return [t for t in universe if t in models] or universe
 
 
 def _print_predict(res) -> None:
@@ -256,12 +284,15 @@ def leaderboard_cmd(
     Each evening counts once per ticker: its first recorded prediction (what was published). The
     next-day figures cover the 30 days ending at the newest filled evening; the next-Monday and one-month
     errors the 30 days ending at their own newest filled target date, with their counts in brackets."""
+    from ldtm_core.accountability.board_stats import LABEL_RULE
     from ldtm_core.accountability.leaderboard import (
         in_sample_note,
         leaderboard,
         leaderboard_by_model,
         ungated_note,
+        universe,
     )
+    from ldtm_core.accountability.no_champion import without_champion
 
     engine = open_db()
     label = ", with ".join(
@@ -273,7 +304,21 @@ def leaderboard_cmd(
     if by_model:
         print_leaderboard(leaderboard_by_model(engine, mode, **flags), f"{label}, by model")
     else:
-        print_leaderboard(leaderboard(engine, mode, **flags), label)
+        board = leaderboard(engine, mode, **flags)
+        print_leaderboard(board, label)
+        # The universe's one answer (Hansen's SPA over the tickers), then what the label controls.
+        console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
+    console.print(f"[dim]{LABEL_RULE}[/]", highlight=False, soft_wrap=True)
+    missing = without_champion(engine)
+    if missing:
+        console.print(
+            f"[yellow]No production model ({len(missing)}): predicted by an ungated candidate, out of every "
+            "figure above[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for m in missing:
+            console.print(f"  {m.ticker}: {m.reason}", highlight=False, soft_wrap=True)
     for note in (
         None if include_in_sample or by_model else in_sample_note(engine, mode),
         ungated_note(engine, include_ungated),
@@ -299,7 +344,6 @@ def leaderboard_cmd(
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
     from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
-    from ldtm_core.accountability.skill import format_p_value
     from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 
     title = f"accuracy_30d ({mode})"
@@ -313,11 +357,13 @@ def print_leaderboard(df, mode: str = "all") -> None:
         "always-up",
         "persistence",
         "beats up",
-        "p (beats up)",
+        "p (q) vs up",
+        "p (q) vs persist.",
         f"|err| {DIRECTION.abbr}",
-        *(f"|err| {h.abbr} (n)" for h in ERROR_ONLY),
+        *(f"|err| {h.abbr} (n, dates)" for h in ERROR_ONLY),
         title=title,
     )
+    table.columns[0].no_wrap = True  # a ticker (and its model version) stays on one line; figures wrap
     for r in df.itertuples(index=False):
         name = f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker
         if "gated" in df.columns and not r.gated:
@@ -332,14 +378,35 @@ def print_leaderboard(df, mode: str = "all") -> None:
             fmt_pct(r.always_up_accuracy),
             _with_n(fmt_pct(r.persistence_accuracy), r.persistence_n, r.n),
             "yes" if r.beats_always_up else "[red]no[/]",
-            format_p_value(r.skill_p_value),
+            _p_q(r.skill_p_value, getattr(r, "q_vs_always_up", None)),
+            _p_q(r.persistence_p_value, getattr(r, "q_vs_persistence", None))
+            + (" beats" if getattr(r, "beats_persistence", False) else ""),
             fmt_num(getattr(r, f"{DIRECTION.name}_mape")),
-            *(_with_n(fmt_num(getattr(r, f"{h.name}_mape")), getattr(r, f"{h.name}_n")) for h in ERROR_ONLY),
+            *(
+                _with_dates(
+                    fmt_num(getattr(r, f"{h.name}_mape")),
+                    getattr(r, f"{h.name}_n"),
+                    getattr(r, f"{h.name}_dates", None),
+                )
+                for h in ERROR_ONLY
+            ),
         )
     console.print(table)
     if "gated" in df.columns and not df["gated"].all():
         console.print(UNGATED_LEGEND, highlight=False, soft_wrap=True)
     console.print(verdict(df))
+
+
+def _p_q(p, q) -> str:
+    """Each ticker's own p and, in brackets, its BH q over the board (what the label reads)."""
+    from ldtm_core.accountability.skill import format_p_value
+
+    return f"{format_p_value(p)} ({format_p_value(q)})"
+
+
+def _with_dates(value: str, n: int, dates: int | None) -> str:
+    """A horizon's error with its rows and the distinct target dates they stand on."""
+    return f"{value} ({n})" if dates is None else f"{value} ({n}, {dates})"
 
 
 def _with_n(value: str, n: int, same_as: int | None = None) -> str:

@@ -118,6 +118,7 @@ def ingest_synthetic_cmd(
     table = _outcome_table(f"synthetic ingest {start_d}..{end_d} into {masked_url(cfg.database_url)}")
     table.add_row(result.source, _ticker_cell(selected), str(result.rows), str(result.written), "ok")
     console.print(table)
+    _warn_gaps(result.gaps)
 
 
 def _years_before(day: dt.date, years: int) -> dt.date:
@@ -135,6 +136,14 @@ def _warn_moves(moves, threshold: float) -> None:
             f"corporate action: {escape(move.describe())}",
             highlight=False,
             soft_wrap=True,
+        )
+
+
+def _warn_gaps(gaps) -> None:
+    """The one warning every ingest path gives for a hole in a ticker's bars (price_gaps)."""
+    for gap in gaps:
+        err_console.print(
+            f"[bold yellow]warning:[/] {escape(gap.describe())}", highlight=False, soft_wrap=True
         )
 
 
@@ -185,6 +194,7 @@ def ingest_csv_cmd(
         table.add_row(escape(o.path), _ticker_cell(o.tickers), str(o.rows), str(o.written), status)
     console.print(table)
     _warn_moves([m for o in outcomes for m in o.moves], threshold)
+    _warn_gaps([g for o in outcomes for g in o.gaps])
     for o in failed:
         err_console.print(f"[bold red]error:[/] {escape(o.error or '')}", highlight=False, soft_wrap=True)
     if failed:
@@ -277,6 +287,7 @@ def ingest_fetch_cmd(
         for action in o.actions:
             console.print(f"corporate action recorded: {escape(action)}")
     _warn_moves(report.moves, threshold)
+    _warn_gaps(report.gaps)
     if report.failed:
         err_console.print(
             f"{len(report.failed)} of {len(report.outcomes)} ticker(s) failed; nothing was stored for them"

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db
+from ldtm_core.errors import NotFoundError
 
 
 @app.command("decay")
@@ -32,7 +34,11 @@ def decay_cmd(
     from ldtm_core.data.universe import parse_ticker_list
 
     tickers = parse_ticker_list(ticker) if ticker else None
-    report = check(open_db(), tickers, DecaySettings.from_env(mode=mode))
+    engine = open_db()
+    report = check(engine, tickers, DecaySettings.from_env(mode=mode))
+    unchecked = _without_model(engine, report, tickers)
+    if tickers and len(unchecked) == len(tickers):  # nothing to check: not "no decay"
+        raise NotFoundError("; ".join(unchecked.values()))
     table = Table(
         "ticker",
         "live n",
@@ -78,6 +84,27 @@ def decay_cmd(
             f"[yellow]not checked, no active model (ungated): {', '.join(report.without_active)}[/]",
             highlight=False,
         )
+    for why in unchecked.values():
+        console.print(f"[yellow]not checked: {escape(why)}[/]", highlight=False, soft_wrap=True)
     if notify and report.decaying:
         result = notify_decay(report, Settings.from_env().notify_webhook_url)
         console.print(f"notification {'posted' if result and result.posted else 'logged only'}")
+
+
+def _without_model(engine, report, tickers: list[str] | None) -> dict[str, str]:
+    """{ticker: why} for requested tickers the check did not cover, neither active nor ungated."""
+    from ldtm_core.accountability.registry import list_models
+
+    covered = {t.ticker for t in report.tickers} | set(report.without_active)
+    out = {}
+    for t in tickers or []:
+        if t in covered:
+            continue
+        models = list_models(engine, t)
+        out[t] = (
+            f"{t} has no model (unknown to the registry: train it first; `ldtm registry list` shows the models)"
+            if not models
+            else f"{t} has no active model (its {len(models)} model(s): "
+            f"{', '.join(sorted({m.status for m in models}))})"
+        )
+    return out

@@ -73,6 +73,7 @@ def train(
     selection = None if tickers.strip().lower() == "all" else tickers
     chosen = resolve_tickers(selection, universe, allow_new=allow_new)
     open_db(cfg_settings)
+    cfg_settings.require_writable(cfg_settings.checkpoint_dir, "the trained checkpoints")
     from ldtm_core.learning.warm_start import DEFAULT_WARM_START
     from ldtm_core.progress import progress
 

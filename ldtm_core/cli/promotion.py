@@ -255,6 +255,12 @@ def registry_promote(
     if rec.ticker != ticker:
         raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
     res = promote(engine, model_id, f"manual override of the gate: {reason.strip()}", cfg)
+    if not res.changed:  # promote() writes no event for a model that is already active
+        console.print(
+            f"{ticker}: model {model_id} is already active as {res.version}; nothing changed "
+            "(no history entry written)"
+        )
+        return
     console.print(
         f"{ticker}: model {model_id} active as {res.version}; retired "
         f"{res.retired_model_id if res.retired_model_id is not None else 'nothing'} "

@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db, settings
+from ldtm_core.errors import InputError
 
 shadow_app = typer.Typer(
     help="Shadow models: champion vs shadow on the same live evenings (LDTM_SHADOW_SESSIONS).",
@@ -96,14 +97,16 @@ def shadow_conclude(ticker: str = typer.Option(None, "--ticker", help="Only this
 @handle_errors
 def shadow_end(
     ticker: str = typer.Argument(..., help="Ticker whose shadow to end"),
-    promote: bool = typer.Option(
-        False, "--promote/--retire", help="Promote the shadow now, or retire it (the champion stays)"
-    ),
+    promote: bool = typer.Option(False, "--promote", help="Promote the shadow now"),
+    retire: bool = typer.Option(False, "--retire", help="Retire the shadow now (the champion stays)"),
     reason: str = typer.Option(..., "--reason", help="Why (recorded in the registry history)"),
 ) -> None:
-    """End a shadow early by hand, whatever its live record says so far (logged with that record)."""
+    """End a shadow early by hand, whatever its live record says so far (logged with that record).
+    Exactly one of --promote and --retire."""
     from ldtm_core.accountability.shadow import end_shadow
 
+    if promote == retire:  # both (a flag pair let the last one win) or neither
+        raise InputError("shadow end: give exactly one of --promote and --retire")
     cfg = settings()
     out = end_shadow(open_db(cfg), cfg, ticker, "promote" if promote else "retire", reason)
     console.print(out.comparison.summary(), highlight=False, soft_wrap=True)

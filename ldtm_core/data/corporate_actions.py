@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +28,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, Engine, select
 
+from ldtm_core.config import env_flag
 from ldtm_core.db import upsert
 from ldtm_core.errors import InputError
 from ldtm_core.schema import corporate_actions, prices
@@ -68,7 +68,7 @@ class Action:
 
 
 def force_from_env() -> bool:
-    return os.environ.get(ENV_FORCE, "").strip().lower() in {"1", "true", "yes", "on"}
+    return env_flag(ENV_FORCE, False)
 
 
 def kind_of(factor: float) -> str:

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Engine, delete, insert, select
 
 from ldtm_core.data.corporate_actions import adjust_frame, load_actions
 from ldtm_core.data.features import FEATURE_NAMES, WARMUP_ROWS, compute_features
+from ldtm_core.data.price_gaps import max_gap_sessions, missing_sessions
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import is_postgres, run_in_transaction
@@ -55,12 +56,16 @@ class PriceFingerprint:
     last_date: dt.date | None
     bars_sha256: str
     corporate_actions: str = NO_ACTIONS
+    # The holes features restart after (price_gaps), as "<max gap>:<count>"; "" for none, which keeps the
+    # token of a gap-free series as it was before the rule (stored sets and fold keys stay valid).
+    gaps: str = ""
 
     @property
     def token(self) -> str:
+        gaps = f";gaps={self.gaps}" if self.gaps else ""
         return (
             f"rows={self.rows};first={self.first_date};last={self.last_date};"
-            f"bars={self.bars_sha256};ca={self.corporate_actions}"
+            f"bars={self.bars_sha256};ca={self.corporate_actions}{gaps}"
         )
 
     @property
@@ -80,6 +85,7 @@ class PriceFingerprint:
             last_date=day(parts["last"]),
             bars_sha256=parts["bars"],
             corporate_actions=parts["ca"],
+            gaps=parts.get("gaps", ""),
         )
 
 
@@ -104,7 +110,11 @@ def fingerprint(prices: pd.DataFrame, corporate_actions: Sequence[tuple] = ()) -
         actions = hashlib.sha256(repr(sorted(map(tuple, corporate_actions))).encode()).hexdigest()[:16]
     first = pd.Timestamp(df["date"].iloc[0]).date() if len(df) else None
     last = pd.Timestamp(df["date"].iloc[-1]).date() if len(df) else None
-    return PriceFingerprint(len(df), first, last, digest.hexdigest(), actions)
+    # Features restart after a long hole: which holes count (the setting) is part of what they came from.
+    limit = max_gap_sessions()
+    holes = int((missing_sessions(df["date"]) > limit).sum()) if len(df) else 0
+    gaps = f"{limit}:{holes}" if holes else ""
+    return PriceFingerprint(len(df), first, last, digest.hexdigest(), actions, gaps)
 
 
 def corporate_actions_applied(conn_or_engine: Connection | Engine, ticker: str) -> tuple[tuple, ...]:
@@ -172,6 +182,8 @@ def stale_reason(stored: StoredSet | None, current: PriceFingerprint) -> str | N
         )
     if was.corporate_actions != current.corporate_actions:
         return f"corporate actions changed ({was.corporate_actions} -> {current.corporate_actions})"
+    if was.gaps != current.gaps:
+        return f"the price gaps features restart after changed ({was.gaps or 'none'} -> {current.gaps or 'none'})"
     return f"a stored bar was revised since the features were built (bars hash {was.bars_sha256[:12]} -> {current.bars_sha256[:12]})"
 
 

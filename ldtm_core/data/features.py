@@ -80,12 +80,26 @@ def feature_array(o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v
     return np.stack(columns, axis=2)
 
 
-def compute_features(prices: pd.DataFrame) -> pd.DataFrame:
+def compute_features(prices: pd.DataFrame, max_gap: int | None = None) -> pd.DataFrame:
     """Feature frame indexed by date for one ticker's prices (columns date, open, high, low, close, volume).
 
-    Rows without full history for every feature are dropped.
+    Rows without full history for every feature are dropped. A hole of more than `max_gap` sessions
+    (default LDTM_MAX_GAP_SESSIONS, price_gaps) restarts the features: each side is computed alone, with
+    its own warm-up, so no row looks back across it. A series without such a hole is one segment and
+    comes out exactly as before the rule.
     """
+    from ldtm_core.data.price_gaps import segment_ids  # the calendar: only needed here
+
     df = prices.sort_values("date").reset_index(drop=True)
+    segments = segment_ids(df["date"], max_gap)
+    if len(segments) and segments[-1] > 0:
+        starts = np.flatnonzero(np.diff(segments)) + 1
+        parts = np.split(np.arange(len(df)), starts)
+        return pd.concat([_segment_features(df.iloc[idx]) for idx in parts])
+    return _segment_features(df)
+
+
+def _segment_features(df: pd.DataFrame) -> pd.DataFrame:
     arrays = [df[k].to_numpy(dtype=np.float64)[None, :] for k in ("open", "high", "low", "close", "volume")]
     out = pd.DataFrame(feature_array(*arrays)[0], columns=list(FEATURE_NAMES))
     out.index = pd.Index(df["date"].to_numpy(), name="date")

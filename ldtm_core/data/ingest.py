@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from ldtm_core.data.calendar import require_in_range
 from ldtm_core.data.corporate_actions import force_from_env, reconcile, record_actions
 from ldtm_core.data.price_files import read_price_file
+from ldtm_core.data.price_gaps import PriceGap, gaps_since
 from ldtm_core.data.price_moves import LargeMove, moves_since
 from ldtm_core.data.price_validation import VALUE_COLUMNS, canonical_header, validate_prices
 from ldtm_core.data.price_writer import write_prices
@@ -35,6 +36,8 @@ class IngestResult:
     # Tickers that got a corporate action recorded: the caller re-fills their actuals (the data layer
     # knows nothing of predictions; accountability.refill.refill_after_ingest does it).
     action_tickers: list[str] = field(default_factory=list)
+    # Holes longer than LDTM_MAX_GAP_SESSIONS next to what was stored (features restart after them).
+    gaps: list[PriceGap] = field(default_factory=list)
 
 
 @dataclass
@@ -49,6 +52,8 @@ class FileOutcome:
     # One-day moves in what this file stored that no recorded corporate action explains (a split?).
     moves: list[LargeMove] = field(default_factory=list)
     action_tickers: list[str] = field(default_factory=list)  # as IngestResult.action_tickers
+    # Holes longer than LDTM_MAX_GAP_SESSIONS next to what this file stored (price_gaps.gaps_since).
+    gaps: list[PriceGap] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -81,7 +86,11 @@ def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: boo
         return write_prices(conn, kept[df.columns], source)
 
     written = run_in_transaction(engine, work)
-    return IngestResult(label, int(df["ticker"].nunique()), len(df), written, sorted(set(recorded)))
+    spans = df.groupby("ticker")["date"].agg(["min", "max"])
+    gaps = gaps_since(engine, {t: (r["min"], r["max"]) for t, r in spans.iterrows()})
+    return IngestResult(
+        label, int(df["ticker"].nunique()), len(df), written, sorted(set(recorded)), gaps=gaps
+    )
 
 
 def ingest_frame(
@@ -131,7 +140,8 @@ def ingest_files(
                 try:
                     source = paths[i].suffix.lower().lstrip(".")
                     stored = _store(engine, df, source, str(paths[i]), force)
-                    outcome.written, outcome.action_tickers = stored.written, stored.action_tickers
+                    outcome.written, outcome.gaps = stored.written, stored.gaps
+                    outcome.action_tickers = stored.action_tickers
                     firsts = df.groupby("ticker")["date"].min()
                     outcome.moves = moves_since(
                         engine, {t: pd.Timestamp(d).date() for t, d in firsts.items()}, threshold_pct

@@ -24,6 +24,7 @@ from sqlalchemy import Engine, func, select
 
 from ldtm_core.data.calendar import latest_closed_session, session_array
 from ldtm_core.data.corporate_actions import HistoryRewriteRefused, force_from_env, reconcile, record_actions
+from ldtm_core.data.price_gaps import gaps_since
 from ldtm_core.data.price_moves import moves_since
 from ldtm_core.data.price_validation import validate_prices
 from ldtm_core.data.price_writer import write_prices
@@ -69,6 +70,8 @@ class FetchReport:
     files: list[dict] = field(default_factory=list)
     # One-day moves in what was stored that no recorded corporate action explains (price_moves.moves_since).
     moves: list = field(default_factory=list)
+    # Holes longer than LDTM_MAX_GAP_SESSIONS next to what was stored (price_gaps.gaps_since).
+    gaps: list = field(default_factory=list)
 
     @property
     def failed(self) -> list[TickerOutcome]:
@@ -224,6 +227,7 @@ def fetch_prices(
             elif refusal:
                 o.reason = f"no new file holds this ticker; the newest, {refusal}"
     report.moves = moves_since(engine, {o.ticker: o.first_date for o in report.stored if o.first_date})
+    report.gaps = gaps_since(engine, {o.ticker: (o.first_date, o.last_date) for o in report.stored})
     return report
 
 

@@ -14,6 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ldtm_core.data.calendar import ONE_MONTH_SESSIONS, target_dates
 from ldtm_core.data.features import CLOSE_INDEX, compute_features
+from ldtm_core.data.price_gaps import segment_ids
 from ldtm_core.horizons import HORIZONS
 
 
@@ -107,16 +108,25 @@ def build_samples(
             target_dates=np.empty((0, len(HORIZONS)), "datetime64[D]"),
             target_close=np.empty((0, len(HORIZONS))),
         )
-    windows = sliding_window_view(values, window, axis=0).transpose(0, 2, 1)  # [N, W, F]
-    x, lo, hi = normalise_windows(windows)
-    close_min, close_max = lo[:, CLOSE_INDEX], hi[:, CLOSE_INDEX]
-    sample_dates = dates[window - 1 :]
-    close = values[window - 1 :, CLOSE_INDEX]
-    prev_close = np.concatenate([[np.nan], values[:-1, CLOSE_INDEX]])[window - 1 :]
-
     # Targets come from the ticker's own price rows, looked up by calendar date; a date with no price is NaN.
     px = prices.sort_values("date")
     px_dates = pd.to_datetime(px["date"]).to_numpy().astype("datetime64[D]")
+    # A window lies within one segment of the prices (price_gaps): none reaches back across a long hole.
+    if len(px_dates):
+        segment = segment_ids(px_dates)[np.minimum(np.searchsorted(px_dates, dates), len(px_dates) - 1)]
+    else:
+        segment = np.zeros(len(dates), dtype=np.int64)
+    keep = segment[window - 1 :] == segment[: len(segment) - window + 1]
+
+    windows = sliding_window_view(values, window, axis=0).transpose(0, 2, 1)  # [N, W, F]
+    if not keep.all():
+        windows = windows[keep]
+    x, lo, hi = normalise_windows(windows)
+    close_min, close_max = lo[:, CLOSE_INDEX], hi[:, CLOSE_INDEX]
+    sample_dates = dates[window - 1 :][keep]
+    close = values[window - 1 :, CLOSE_INDEX][keep]
+    # The close before the sample date: the previous bar, which a kept window always holds (window >= 2).
+    prev_close = np.concatenate([[np.nan], values[:-1, CLOSE_INDEX]])[window - 1 :][keep]
     px_close = px["close"].to_numpy(dtype=np.float64)
     t_dates = np.stack(list(target_dates(sample_dates, month_sessions).values()), axis=1)
     pos = np.searchsorted(px_dates, t_dates)

@@ -4,6 +4,11 @@ Each ticker's path mixes a shared market factor with its own regimes — trend, 
 high volatility — switching at random durations. OHLC is consistent by construction, volume rises
 with the size of the move, and a few tickers list late (LATE_LISTINGS: recent IPOs with short history). The same
 seed always gives the same prices, independent of which other tickers are generated.
+
+None of those paths gives a model real skill: their next-day direction is close to a coin given the past.
+PLANTED is the exception, a series with a known, learnable edge (issue 27): it lets the demo show a
+promotion the statistics justify beside no-skill tickers correctly refused. Its symbol (7 letters) cannot
+be a real US listing (at most 5), and it is only in the `demo` universe.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.signal import lfilter
 
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.errors import InputError
@@ -44,6 +50,15 @@ REGIMES = {
 REGIME_NAMES = tuple(REGIMES)
 # The index ETF is the market factor itself; its levered siblings are multiples of it.
 LEVERED = {"QQQ": 1.0, "TQQQ": 3.0, "SQQQ": -3.0}
+# The planted edge: log price = a slow random-walk anchor + a mean-reverting AR(1) deviation x,
+# x_t = rho * x_{t-1} + sigma * e_t (rho = 0: every day's deviation is undone the next). Tomorrow's move
+# is (rho - 1) x_t + noise, so its sign is opposite to today's deviation with probability
+# 1/2 + arcsin(corr)/pi, corr = (1 - rho) sd(x) / sd(move) = 0.71 at rho = 0: a 75 % ceiling for a
+# predictor that knew the anchor, and no drift (always-up near 50 %). A model sees the deviation in its
+# inputs (close vs its 5/10/20-day means, RSI, the window's min-max position). Calibrated on the `demo`
+# profile's walk-forward backtest (docs/operations.md, "SYNEDGE"): 69-74 % next-day direction vs
+# always-up ~50 %, exact one-sided p < 0.001 on the demo's 2 folds at its seed 0.
+PLANTED = {"SYNEDGE": {"rho": 0.0, "sigma": 0.015, "anchor_vol": 0.0005}}
 
 
 def _rng(seed: int, *names: str) -> np.random.Generator:
@@ -55,6 +70,16 @@ def _market_returns(seed: int) -> np.ndarray:
     rng = _rng(seed, "__market__")
     vol = np.where(rng.random(GRID_LEN) < 0.1, 0.02, 0.008)
     return 0.0002 + vol * rng.standard_normal(GRID_LEN)
+
+
+def planted_log_path(ticker: str, seed: int) -> np.ndarray:
+    """The planted ticker's log price (from 0) on the whole weekday grid: anchor + AR(1) deviation."""
+    p = PLANTED[ticker]
+    draws = _rng(seed, ticker, "planted").standard_normal((2, GRID_LEN))
+    # lfilter runs the AR(1) recursion x_t = rho x_{t-1} + sigma e_t in C.
+    deviation = lfilter([1.0], [1.0, -p["rho"]], p["sigma"] * draws[0])
+    anchor = np.cumsum(p["anchor_vol"] * draws[1])
+    return anchor + deviation
 
 
 def _regime_path(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -78,6 +103,8 @@ def _ticker_frame(
     mkt = market[grid_pos]
     if ticker in LEVERED:
         idio = LEVERED[ticker] * mkt + 0.002 * draws["shocks"].standard_normal(GRID_LEN)[grid_pos]
+    elif ticker in PLANTED:
+        idio = np.diff(planted_log_path(ticker, seed)[grid_pos], prepend=0.0)
     else:
         regimes = _regime_path(draws["regimes"], GRID_LEN)[grid_pos]
         drift, vol, kappa = (np.array([REGIMES[r][k] for r in REGIME_NAMES])[regimes] for k in range(3))

@@ -56,7 +56,8 @@ def load_universe(spec: str = "full") -> list[str]:
     if path.suffix or "/" in spec or path.exists():
         if not path.is_file():
             raise InputError(f"universe file {spec} does not exist")
-        return _read_list(path.read_text(), str(path))
+        # utf-8-sig: a file saved by Notepad/Excel starts with a byte-order mark, not part of a ticker.
+        return _read_list(path.read_text(encoding="utf-8-sig"), str(path))
     if "," not in spec and not spec.isupper():
         close = difflib.get_close_matches(spec.lower(), NAMED_UNIVERSES, n=1, cutoff=0.6)
         if close:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ldtm_core.config import env_flag
 from ldtm_core.learning.model import ModelConfig
 
 # /proc/cpuinfo flags of native bf16 arithmetic (AVX512-BF16 dot products, AMX tiles), for reports.
@@ -72,7 +73,7 @@ def _probe_cache() -> Path:
 def bf16_probe_speedup() -> float:
     """bf16/fp32 speed of the reference training step on this CPU: cached per CPU and torch version,
     measured on first use (about a second). 0.0 with LDTM_BF16_PROBE=0."""
-    if os.environ.get("LDTM_BF16_PROBE", "1") == "0":
+    if not env_flag("LDTM_BF16_PROBE", True):
         return 0.0
     key = f"{describe_cpu()} {cpu_generation()} | torch {torch.__version__}"
     path = _probe_cache()

@@ -2,6 +2,7 @@
 
 import dataclasses
 import datetime as dt
+import math
 
 from dagster import (
     AllPartitionMapping,
@@ -11,14 +12,16 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     BackfillPolicy,
+    Config,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
-from ldtm_core.accountability import audit, chain, fillback, refill, shadow
+from ldtm_core.accountability import audit, board_stats, chain, fillback, refill, shadow
 from ldtm_core.accountability import leaderboard as board
 from ldtm_core.accountability import snapshots as snaps
+from ldtm_core.accountability.no_champion import without_champion
 from ldtm_core.data.calendar import is_session
 
 from ..deployment import gpu_step_tags
@@ -27,7 +30,12 @@ from ..partitions import check_evening_keys, evening_partitions
 from ..plots import leaderboard_figure_markdown
 from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import failing_as, for_each_partition
+from ..steps import failing_as, for_each_partition, partition_keys
+
+
+class SnapshotsConfig(Config):
+    """No options: the evening is the partition and the tickers are the universe's. Declared so that a
+    misspelt or misplaced key (e.g. `tickers`, which belongs to `prices`) is refused before the run."""
 
 
 @asset(
@@ -52,13 +60,13 @@ from ..steps import failing_as, for_each_partition
     ],
 )
 def snapshots(
-    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+    context: AssetExecutionContext, config: SnapshotsConfig, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
     """Hash-chained predictions (3 horizons) per ticker for the evening, written before the outcome.
 
     A past evening is written as `replay` rows; a weekday holiday records "no session" and writes nothing.
     """
-    check_evening_keys(context.run.tags, list(context.partition_keys))
+    check_evening_keys(context.run.tags, partition_keys(context, "snapshots"))
     engine, settings = database.engine(store), database.settings(store)
     previous = _materialized_anchors(context)
     duplicates: dict[str, int] = {}
@@ -248,21 +256,37 @@ def fillbacks(
 def leaderboard(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
-    """Per-ticker accuracy over the last 30 days of filled snapshots, beside always-up and persistence."""
+    """Per-ticker accuracy over the last 30 days of filled snapshots, beside always-up and persistence;
+    "beats" by BH q over the board, one SPA answer for the universe, tickers without a champion named."""
     engine = database.engine(store)
     with failing_as("leaderboard"):
         table = board.leaderboard(engine, mode="all")
+        answer = board.universe(engine, table, "all")
+        missing = without_champion(engine)
     rows = table.to_dict("records")
     metadata = {
         "verdict": board.verdict(table),
+        # What the label controls (issue 27): BH over every (ticker, baseline) test of this board.
+        "label_controls": board_stats.LABEL_RULE,
+        # The universe's one answer: does any model beat its baseline after the search over the tickers?
+        "universe": answer.describe(),
+        "universe_spa_p": MetadataValue.text("not tested")
+        if math.isnan(answer.p_value)
+        else MetadataValue.float(answer.p_value),
+        "universe_spa": MetadataValue.json(answer.to_dict()),
+        # Tickers with no active model (refused by the gate, or never judged), with the reason.
+        "no_production_model": records_table([m.to_dict() for m in missing]),
         "tickers": len(rows),
         # The in-sample evenings the board leaves out (`ldtm leaderboard --include-in-sample` shows them).
         "in_sample_hidden": board.hidden_in_sample(engine, "all"),
         # Tickers served by a candidate that never passed the gate: left off the table and every figure
         # here (`ldtm leaderboard --include-ungated` shows them, marked).
         "ungated_hidden": MetadataValue.json(board.hidden_ungated(engine)),
+        # Labelled by BH q <= 0.05 over the board (label_controls).
         "beats_always_up": int(table["beats_always_up"].sum()) if rows else 0,
-        # The exact one-sided test of "beats always-up" (ldtm_core.accountability.skill) at the 5 % level.
+        "beats_persistence": int(table["beats_persistence"].sum()) if rows else 0,
+        # Each ticker's own exact one-sided test at the 5 % level, unadjusted: read 103 at a time, about
+        # 5 of them are luck (kept so the adjusted count above can be compared with it).
         "beats_always_up_p_le_0_05": int((table["skill_p_value"] <= 0.05).sum()) if rows else 0,
         "mean_direction_accuracy": float(table["direction_accuracy"].mean()) if rows else 0.0,
         "table": records_table(rows),

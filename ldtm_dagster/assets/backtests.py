@@ -52,6 +52,7 @@ from ..pool import (
     summarise_chunks,
 )
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+from ..steps import partition_keys
 
 BACKTESTS_CONFIG = {
     "folds": Field(
@@ -86,7 +87,7 @@ def plan_backtest_chunks(
     cfg = context.op_config
     if cfg["folds"] < 2:
         raise Failure(f"backtests: folds must be at least 2 (the gate needs 2), not {cfg['folds']}")
-    tickers = list(context.partition_keys)
+    tickers = partition_keys(context, "backtests")
     plan = chunk_slot_plan(context, gpu)
     slots, devices = plan_chunk_slots(context, plan, training.max_workers)
     engine = database.engine(store)  # migrate before any chunk step opens its own connections

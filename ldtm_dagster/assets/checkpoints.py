@@ -54,6 +54,7 @@ from ..pool import (
     summarise_chunks,
 )
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
+from ..steps import partition_keys
 
 CHECKPOINTS_CONFIG = {
     "as_of": Field(str, default_value="", description="train only on prices up to this date (YYYY-MM-DD)"),
@@ -94,7 +95,7 @@ def plan_checkpoint_chunks(
     """Set the pool limit from the slot plan, skip tickers already done, cut the rest into chunks."""
     cfg = context.op_config
     as_of = _as_of(cfg["as_of"])
-    tickers = list(context.partition_keys)
+    tickers = partition_keys(context, "checkpoints")
     plan = chunk_slot_plan(context, gpu)
     slots, devices = plan_chunk_slots(context, plan, training.max_workers)
     engine = database.engine(store)  # migrate before any chunk step opens its own connections

@@ -32,7 +32,7 @@ from ldtm_core.errors import LDTMError
 from ..metadata import records_table
 from ..partitions import EVENING_TAG, ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import failing_as
+from ..steps import failing_as, partition_keys
 
 PARTITION_TAG = "dagster/partition"
 # Transient source failures (the vendor or gateway is down for every ticker): three more tries,
@@ -138,6 +138,7 @@ def prices(
     }
     if report.files:
         metadata["files"] = records_table(report.files)
+    _report_gaps(metadata, report.gaps)
     if report.source_down:
         # Nothing stored and every failure transient: worth the RetryPolicy's next attempt.
         first = report.failed[0]
@@ -153,6 +154,13 @@ def prices(
         f"{report.written} inserted or changed), {len(report.failed)} failed"
     )
     return MaterializeResult(metadata=metadata)
+
+
+def _report_gaps(metadata: dict, gaps: list) -> None:
+    """Holes longer than LDTM_MAX_GAP_SESSIONS next to what was stored, in the metadata. The run log has
+    each already: price_gaps warns on the `ldtm.ingest` logger, which dagster.yaml manages."""
+    if gaps:
+        metadata["price_gaps"] = MetadataValue.json([g.describe() for g in gaps[:50]])
 
 
 def _summary_metadata(engine) -> dict:
@@ -177,6 +185,7 @@ def _ingest_named_files(context, config: PricesConfig, engine, tickers: list[str
         "files": records_table(files),
         **_summary_metadata(engine),
     }
+    _report_gaps(metadata, [g for o in outcomes for g in o.gaps])
     bad = [f for f in files if f["error"]]
     if bad:
         # Good files are stored (each in its own transaction); the bad ones wrote nothing.
@@ -215,7 +224,7 @@ def features(
     matches the prices; a ticker whose prices did not change is left as it is, one with only new
     sessions gets just those rows."""
     engine = database.engine(store)
-    tickers = list(context.partition_keys)
+    tickers = partition_keys(context, "features")
     with failing_as("features"):
         outcomes = feature_store.build_features(engine, tickers)
         checks = feature_store.check_features(engine, tickers)

@@ -25,6 +25,7 @@ from ..metadata import records_table
 from ..partitions import ticker_partitions
 from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore, TrainingProfile
+from ..steps import partition_keys
 
 
 class HpoConfig(Config):
@@ -64,7 +65,7 @@ def hpo_studies(
             value,
         ) in training.overrides().items():  # the resource's settings, unless the study fixes them
             fixed.setdefault(key, value)
-        for ticker in context.partition_keys:
+        for ticker in partition_keys(context, "hpo_studies"):
             try:
                 r = tuning.tune(
                     settings, [ticker], config.trials, timeout=config.timeout_s, fixed=fixed, seed=config.seed

@@ -1,17 +1,21 @@
-"""Leaderboard: every ticker's 30-day next-day accuracy beside always-up, persistence and the skill test."""
+"""Leaderboard: every ticker's 30-day next-day accuracy beside always-up, persistence and the skill tests;
+"beats" by BH q over the board, the universe's SPA answer, and the tickers without a production model."""
 
+import pandas as pd
 import streamlit as st
 
+from ldtm_core.accountability.board_stats import LABEL_RULE
 from ldtm_core.accountability.leaderboard import (
-    HORIZON_COLUMNS,
     MODES,
     SIGNIFICANCE,
     UNGATED_LEGEND,
     hidden_in_sample,
     hidden_ungated,
     leaderboard,
+    universe,
     verdict,
 )
+from ldtm_core.accountability.no_champion import without_champion
 from ldtm_core.accountability.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow import side_by_side
 from ldtm_core.config import Settings
@@ -45,6 +49,27 @@ def shadow_section() -> None:
     )
 
 
+def no_champion_section() -> None:
+    """Tickers with no active model (the gate refused its candidate, or never judged one), with the reason:
+    on the page, not silently absent."""
+    missing = without_champion(engine())
+    if not missing:
+        return
+    st.subheader("No production model")
+    st.caption(
+        "These tickers have no model that passed the gate. The nightly still predicts them with the newest "
+        "candidate (ungated rows, recorded and hash-chained), but no figure above counts those rows. "
+        "The reason is the latest gate decision's failing criteria."
+    )
+    st.dataframe(
+        pd.DataFrame([m.to_dict() for m in missing])[
+            ["ticker", "model_id", "decision", "decided_at", "reason"]
+        ],
+        hide_index=True,
+        column_config={"reason": st.column_config.TextColumn("reason", width="large")},
+    )
+
+
 COLUMNS = [
     "ticker",
     "gated",
@@ -58,8 +83,13 @@ COLUMNS = [
     "model_only",
     "up_only",
     "skill_p_value",
-    *HORIZON_COLUMNS,
+    "q_vs_always_up",
     "beats_always_up",
+    "persistence_p_value",
+    "q_vs_persistence",
+    "beats_persistence",
+    f"{DIRECTION.name}_mape",
+    *(f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n", "dates")),
     "window_start",
     "window_end",
 ]
@@ -79,10 +109,21 @@ COLUMN_CONFIG = {
     "model_only": PCT("model only", help="rows where the model was right and always-up wrong"),
     "up_only": PCT("up only", help="rows where always-up was right and the model wrong"),
     "skill_p_value": PCT(
-        "p (beats up)",
+        "p vs up",
         format="%.3f",
-        help="one-sided exact sign test on the discordant rows: small = evidence the model beats always-up",
+        help="this ticker's one-sided exact sign test on the rows where model and always-up disagree "
+        "(unadjusted: read 103 at a time, about 5 in 100 are below 0.05 by luck)",
     ),
+    "q_vs_always_up": PCT(
+        "q vs up",
+        format="%.3f",
+        help="Benjamini-Hochberg q over every (ticker, baseline) test of this board: 'beats' needs q <= 0.05",
+    ),
+    "persistence_p_value": PCT(
+        "p vs persist.", format="%.3f", help="the same exact test against persistence, on its rows"
+    ),
+    "q_vs_persistence": PCT("q vs persist.", format="%.3f", help="BH q of the persistence test"),
+    "beats_persistence": st.column_config.CheckboxColumn("beats persist.", help="q vs persist. <= 0.05"),
     f"{DIRECTION.name}_mape": PCT(f"|err| {DIRECTION.abbr} %", format="%.2f"),
     **{
         f"{h.name}_mape": PCT(
@@ -98,7 +139,15 @@ COLUMN_CONFIG = {
         )
         for h in ERROR_ONLY
     },
-    "beats_always_up": st.column_config.CheckboxColumn("beats up"),
+    **{
+        f"{h.name}_dates": PCT(
+            f"dates {h.abbr}",
+            help=f"distinct {h.label.replace(' ', '-')} target dates under those rows: rows sharing a "
+            "target date (a week's evenings share one next Monday) are one outcome, not several",
+        )
+        for h in ERROR_ONLY
+    },
+    "beats_always_up": st.column_config.CheckboxColumn("beats up", help="q vs up <= 0.05"),
     "gated": st.column_config.CheckboxColumn("gated", help=f"unticked = {UNGATED_LEGEND}"),
 }
 
@@ -151,16 +200,21 @@ if board.empty:
             f"No filled snapshots ({mode}) in the database yet, so there is nothing to score. "
             "Run `make demo`, or `ldtm predict` and later `ldtm fillback`, then reload."
         )
+    no_champion_section()
     shadow_section()
     st.stop()
 
 st.markdown(f"**{verdict(full_board)}**")
+answer = universe(
+    engine(), full_board, mode, include_in_sample=include_in_sample, include_ungated=include_ungated
+)
+(st.success if answer.rejects else st.info)(answer.describe())
 st.caption(
     f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
-    f"snapshots ending at the newest). p is the one-sided exact test of 'right more often than always-up' "
-    f"on the rows where the two disagree; p <= {SIGNIFICANCE:g} is evidence, a higher accuracy alone is not. "
+    f"snapshots ending at the newest). p is each ticker's one-sided exact test of 'right more often than the "
+    f"baseline' on the rows where the two disagree; {LABEL_RULE}. A higher accuracy alone is not evidence. "
     "The next-Monday and one-month errors each cover the 30 days ending at their own newest filled target, "
-    "with their counts beside them."
+    "with their row counts and the distinct target dates those rows stand on."
     + (f" {hidden} in-sample rows hidden; 'Include in-sample replays' shows them." if hidden else "")
     + ungated_text
     + (f" Unticked 'gated': {UNGATED_LEGEND}." if not board["gated"].all() else "")
@@ -168,7 +222,11 @@ st.caption(
 left, mid, right = st.columns(3)
 left.metric("tickers scored", len(board))
 mid.metric("beat always-up", int(board["beats_always_up"].sum()))
-right.metric(f"with p <= {SIGNIFICANCE:g}", int((board["skill_p_value"] <= SIGNIFICANCE).sum()))
+right.metric(
+    f"p <= {SIGNIFICANCE:g}, unadjusted",
+    int((board["skill_p_value"] <= SIGNIFICANCE).sum()),
+    help="each ticker's own test, before the adjustment for reading the whole board",
+)
 
 with st.expander("Filter", expanded=False):
     needle = st.text_input("Ticker contains", "").strip().upper()
@@ -189,4 +247,5 @@ if shown.empty:
 else:
     st.subheader("Accuracy with its 95% interval; the orange tick is always-up")
     st.altair_chart(leaderboard_chart(shown), width="stretch")
+no_champion_section()
 shadow_section()

@@ -35,7 +35,7 @@ from dagster_k8s.executor import _K8S_EXECUTOR_CONFIG_SCHEMA, K8sStepHandler, k8
 from kubernetes.client import ApiClient
 from ldtm_dagster_helpers import REPO, FakeGpuProbe, FakeNVML
 
-from ldtm_core.errors import InputError
+from ldtm_core.errors import InputError, LDTMError
 from ldtm_dagster import deployment
 from ldtm_dagster.pool import GPU_POOL, chunk_slot_plan, plan_chunk_slots, pool_limit
 from ldtm_dagster.sensors import gpu_pool_sensor
@@ -360,7 +360,7 @@ def test_outside_k8s_nothing_changes(monkeypatch):
 def test_bad_settings_are_refused_by_name(monkeypatch, var, value, message):
     monkeypatch.setenv("LDTM_DEPLOYMENT", "k8s")
     monkeypatch.setenv(var, value)
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(LDTMError, match=message):  # the flag: config.env_flag's ConfigError
         deployment.gpu_step_tags()
 
 

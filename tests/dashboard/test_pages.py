@@ -48,6 +48,15 @@ def test_leaderboard_shows_the_leaderboards_values(seeded):
     assert list(shown.index) == ["AAPL"] and shown["gated"].all()
     assert {m.label: m.value for m in at.metric}["tickers scored"] == "1"
     assert any("Ungated, left out" in c.value and "NVDA" in c.value for c in at.caption)
+    # Issue 27: the label says what it controls, the universe has its one answer, the horizons their
+    # distinct target dates, and NVDA (no production model) is named with the gate's reason.
+    assert {"q_vs_always_up", "q_vs_persistence", "next_monday_dates", "one_month_dates"} <= set(
+        shown.columns
+    )
+    assert any("Benjamini-Hochberg q <= 0.05" in c.value for c in at.caption)
+    assert any("after the search over the 1 tickers" in b.value for b in [*at.info, *at.success])
+    missing = at.dataframe[1].value
+    assert missing["ticker"].tolist() == ["NVDA"] and missing["reason"].iloc[0].startswith("gate ")
     [ungated_box] = [c for c in at.checkbox if c.label == "Include ungated candidates"]
     ungated_box.check().run()
     expected = leaderboard(seeded, include_ungated=True).set_index("ticker")

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
+from ldtm_core.config import env_flag
 from ldtm_core.data.corporate_actions import Action, dividend_factor, split_factor
 from ldtm_core.data.sources.base import PriceSource, SourceAnswer, first_line
 from ldtm_core.errors import InputError
@@ -44,8 +45,7 @@ _TRANSIENT = re.compile(
 
 
 def _flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
+    return env_flag(name, default)
 
 
 class _Captured(logging.Handler):

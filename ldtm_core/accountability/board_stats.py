@@ -1,0 +1,273 @@
+"""The board's statistics at the scale it is read: 103 tickers x 2 baselines every evening (issue 27).
+
+Two questions, two tests, both pure functions of per-row flags so a simulation (benchmarks/null_universe.py)
+runs exactly what the board runs:
+
+* **Which tickers "beat" a baseline?** Each (ticker, baseline) has its one-sided exact sign test on the
+  evenings where the model and the baseline disagree (`skill.py`). Read 206 at a time, p <= 0.05 labels
+  several coin-flip models every evening, so the label is set by Benjamini-Hochberg over all the board's
+  (ticker, baseline) p-values (`multipletests(..., method="fdr_bh")`): q <= 0.05 means at most 5 % of the
+  labels on a board are expected to be false, and under the complete null (no model has skill) the
+  chance that a board shows any label is at most 5 %. BH holds for independent or positively dependent
+  tests (PRDS); tickers that move with the market are positively dependent. The per-ticker p stays beside.
+* **Does any model beat its best no-hindsight baseline, after the search over the tickers?** One answer per
+  board: the data-snooping test of White (2000) / Hansen (2005), `arch.bootstrap.SPA`, on the per-(evening,
+  ticker) loss differentials d = model miss - baseline miss (0/1 next-day direction misses), benchmark
+  zero. Resampling whole evenings keeps the cross-section of an evening together (tickers move with the
+  market on the same evenings); the stationary bootstrap's mean block is 1 session because the next-day
+  horizon is 1 session and next-day direction misses carry no measurable serial dependence (a longer
+  block with ~21 evenings shrinks the bootstrap variance and over-rejects: 9 % at block 2, measured).
+  Each ticker's baseline is chosen *before* its window (the better of always-up and persistence over
+  the ticker's filled evenings in the `HISTORY_DAYS` before it; always-up without history): choosing
+  the better one inside the window, with hindsight, raises every bar by the luck of the better of two
+  and the test never rejects (measured: 0 % size, 3 % power on 10 tickers at 65 %). An evening a ticker
+  has no row, or a persistence row without a previous close, counts d = 0 (no evidence either way).
+  arch 8 computes SPA's p-values on unstudentized means (studentizing by hand with 21 evenings and 103
+  columns over-rejects: 27-31 %, measured), and the reported p is its `upper` p-value (White's
+  reality-check recentring): measured size 5.0-5.5 % against 5.3-6.5 % for `consistent` on coin-flip
+  universes, same power.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from arch.bootstrap import SPA
+from statsmodels.stats.multitest import multipletests
+
+from ldtm_core.accountability.skill import SkillTest, format_p_value
+
+ALPHA = 0.05  # the q (and the universe p) the board calls evidence
+BASELINES = ("always_up", "persistence")
+BASELINE_LABELS = {"always_up": "always-up", "persistence": "persistence"}
+# Columns of the board: the per-ticker p (kept from before) and the BH q beside it.
+P_COLUMNS = {"always_up": "skill_p_value", "persistence": "persistence_p_value"}
+Q_COLUMNS = {"always_up": "q_vs_always_up", "persistence": "q_vs_persistence"}
+ACCURACY_COLUMNS = {"always_up": "always_up_accuracy", "persistence": "persistence_accuracy"}
+BEATS_COLUMNS = {"always_up": "beats_always_up", "persistence": "beats_persistence"}
+
+SPA_REPS = 1000
+SPA_BLOCK = 1  # sessions: the next-day horizon (see the module docstring)
+SPA_SEED = 20271  # fixed: the same board gives the same answer every time it is read
+SPA_P = "upper"
+HISTORY_DAYS = 91  # calendar days before the window that choose each ticker's baseline
+
+LABEL_RULE = (
+    f"'beats' = Benjamini-Hochberg q <= {ALPHA:g} over every (ticker, baseline) one-sided exact test of this "
+    f"board: at most {ALPHA:.0%} of the labels are expected false, and a board of models without skill "
+    f"shows any label on at most {ALPHA:.0%} of evenings; p is each ticker's own test, q the adjusted one"
+)
+
+
+def bh_qvalues(p_values) -> np.ndarray:
+    """Benjamini-Hochberg q-values of one family; NaN (no test) stays NaN and is not counted in it."""
+    p = np.asarray(p_values, dtype=float)
+    q = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        q[ok] = multipletests(p[ok], alpha=ALPHA, method="fdr_bh")[1]
+    return q
+
+
+def label_board(board: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """Add `q_vs_always_up` / `q_vs_persistence` and set `beats_*` from them (a copy).
+
+    The family is every (ticker, baseline) p of the board's scored rows (stale rows, n = 0, have no test:
+    q NaN, never "beats"). "Beats" also needs the model strictly more accurate than the baseline on the
+    same rows (implied by a one-sided p <= alpha; kept explicit).
+    """
+    board = board.copy()
+    scored = ~board["stale"].astype(bool) if "stale" in board else pd.Series(True, index=board.index)
+    scored &= board["n"] > 0
+    family = np.concatenate([board[P_COLUMNS[b]].where(scored).to_numpy(float) for b in BASELINES])
+    q = bh_qvalues(family)
+    for i, b in enumerate(BASELINES):
+        qb = q[i * len(board) : (i + 1) * len(board)]
+        board[Q_COLUMNS[b]] = qb
+        ahead = board["direction_accuracy"].to_numpy(float) > board[ACCURACY_COLUMNS[b]].to_numpy(float)
+        board[BEATS_COLUMNS[b]] = ahead & (np.nan_to_num(qb, nan=1.0) <= alpha)
+    return board
+
+
+def board_from_rows(rows: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """A labelled board straight from per-row flags (one row per key and evening): what `leaderboard`
+    computes from the database, for simulations (benchmarks/null_universe.py) and tests.
+
+    rows: `key`, `model_right`, `up` (always-up right), `persist_right`, `has_prev`. Returns one row per key
+    with n, the accuracies, the discordant counts, each baseline's exact one-sided p (skill.SkillTest) and
+    `label_board`'s q-values and labels.
+    """
+    m = rows["model_right"].astype(bool)
+    up = rows["up"].astype(bool)
+    has = rows["has_prev"].astype(bool)
+    pr = rows["persist_right"].astype(bool) & has
+    flags = pd.DataFrame(
+        {
+            "key": rows["key"],
+            "n": 1,
+            "hits": m,
+            "ups": up,
+            "has": has,
+            "persist_hits": pr,
+            "model_only": m & ~up,
+            "up_only": ~m & up,
+            "p_model_only": m & ~pr & has,
+            "p_only": ~m & pr & has,
+        }
+    )
+    g = flags.groupby("key", sort=True).sum().astype(int)
+    out = pd.DataFrame(
+        {
+            "key": g.index,
+            "n": g["n"].to_numpy(),
+            "direction_accuracy": (g["hits"] / g["n"]).to_numpy(),
+            "always_up_accuracy": (g["ups"] / g["n"]).to_numpy(),
+            "persistence_accuracy": (g["persist_hits"] / g["has"].where(g["has"] > 0)).to_numpy(),
+            "model_only": g["model_only"].to_numpy(),
+            "up_only": g["up_only"].to_numpy(),
+            "skill_p_value": [
+                SkillTest(a, b).p_value for a, b in zip(g["model_only"], g["up_only"], strict=True)
+            ],
+            "persistence_p_value": [
+                SkillTest(a, b).p_value for a, b in zip(g["p_model_only"], g["p_only"], strict=True)
+            ],
+        }
+    )
+    return label_board(out, alpha)
+
+
+def best_baselines(history: pd.DataFrame, keys: list) -> dict:
+    """Each key's baseline, chosen on its evenings BEFORE the window (no hindsight): the more accurate of
+    always-up and persistence there (ties and no history: always-up).
+
+    history: rows with `key`, `up` (the price rose: always-up right), `persist_right`, `has_prev`.
+    """
+    out = dict.fromkeys(keys, "always_up")
+    if history.empty:
+        return out
+    up = history.groupby("key")["up"].mean()
+    has = history[history["has_prev"].astype(bool)]
+    persist = has.groupby("key")["persist_right"].mean().reindex(up.index).fillna(-1.0)
+    for key in up.index[(persist > up).to_numpy()]:
+        if key in out:
+            out[key] = "persistence"
+    return out
+
+
+def loss_differentials(rows: pd.DataFrame, baseline_of: dict) -> pd.DataFrame:
+    """Evenings x keys of d = model miss - chosen baseline miss (0/1 next-day direction misses).
+
+    rows: one per (key, evening) with `key`, `run_date`, `model_right`, `up`, `persist_right`, `has_prev`.
+    A key without a row on an evening, or persistence without a previous close, has d = 0.
+    """
+    keys = list(baseline_of)
+    if rows.empty or not keys:
+        return pd.DataFrame(columns=keys, dtype=float)
+    r = rows[rows["key"].isin(keys)]
+    model_miss = (~r["model_right"].astype(bool)).astype(float)
+    use_persist = r["key"].map(baseline_of).eq("persistence").to_numpy()
+    base_right = np.where(use_persist, r["persist_right"].astype(bool), r["up"].astype(bool))
+    defined = ~use_persist | r["has_prev"].astype(bool).to_numpy()
+    d = np.where(defined, model_miss.to_numpy() - (~base_right).astype(float), 0.0)
+    r = r.assign(d=d).drop_duplicates(["key", "run_date"], keep="first")
+    dates = sorted(r["run_date"].unique())
+    matrix = np.zeros((len(dates), len(keys)))
+    matrix[pd.Index(dates).get_indexer(r["run_date"]), pd.Index(keys).get_indexer(r["key"])] = r[
+        "d"
+    ].to_numpy()
+    return pd.DataFrame(matrix, index=dates, columns=keys)
+
+
+@dataclass(frozen=True)
+class UniverseTest:
+    """The board's one answer: does any model beat its baseline after the search over the tickers?"""
+
+    p_value: float  # SPA's `upper` p-value (NaN: nothing to test)
+    p_lower: float
+    p_consistent: float
+    tickers: int
+    evenings: int
+    best: str | None  # the key with the largest mean improvement over its baseline
+    best_improvement: float  # that key's baseline miss rate minus the model's (points of accuracy / 100)
+    baselines: dict  # {baseline: how many keys were judged against it}
+
+    @property
+    def rejects(self) -> bool:
+        return not math.isnan(self.p_value) and self.p_value <= ALPHA
+
+    def describe(self) -> str:
+        question = (
+            "Does any model beat its best no-hindsight baseline after the search over the "
+            f"{self.tickers} tickers?"
+        )
+        if self.tickers == 0 or self.evenings == 0:
+            return f"{question} Not tested: no scored evenings."
+        method = (
+            f"Hansen's SPA (arch) on {self.evenings} evenings x {self.tickers} tickers of next-day direction "
+            f"misses, model minus its baseline (always-up for {self.baselines.get('always_up', 0)}, "
+            f"persistence for {self.baselines.get('persistence', 0)}, each chosen on its evenings before the "
+            f"window), whole evenings resampled (stationary bootstrap, block {SPA_BLOCK}, {SPA_REPS} reps, "
+            f"seed {SPA_SEED})"
+        )
+        p = format_p_value(self.p_value)
+        if self.rejects:
+            return (
+                f"{question} Yes at p = {p} ({method}); the largest edge is {self.best} "
+                f"(+{self.best_improvement * 100:.1f} points)."
+            )
+        return f"{question} No evidence: p = {p} ({method})."
+
+    def to_dict(self) -> dict:
+        """JSON-safe (NaN: None)."""
+
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else float(x)
+
+        return {
+            "p_value": num(self.p_value),
+            "p_lower": num(self.p_lower),
+            "p_consistent": num(self.p_consistent),
+            "rejects": self.rejects,
+            "tickers": self.tickers,
+            "evenings": self.evenings,
+            "best": self.best,
+            "best_improvement": num(self.best_improvement),
+            "baselines": self.baselines,
+            "method": f"arch.bootstrap.SPA, stationary, block {SPA_BLOCK}, {SPA_REPS} reps, seed {SPA_SEED}",
+        }
+
+
+def spa_test(diffs: pd.DataFrame | np.ndarray, baselines: dict | None = None) -> UniverseTest:
+    """SPA on an evenings x keys matrix of loss differentials (model loss minus baseline loss; negative =
+    the model better). Deterministic: fixed reps and seed."""
+    frame = diffs if isinstance(diffs, pd.DataFrame) else pd.DataFrame(np.asarray(diffs, dtype=float))
+    t, k = frame.shape
+    counts = pd.Series(baselines or {}).value_counts().to_dict() if baselines else {}
+    if t < 2 or k == 0:
+        return UniverseTest(math.nan, math.nan, math.nan, k, t, None, math.nan, counts)
+    d = frame.to_numpy(float)
+    spa = SPA(np.zeros(t), d, block_size=SPA_BLOCK, reps=SPA_REPS, bootstrap="stationary", seed=SPA_SEED)
+    spa.compute()
+    p = spa.pvalues
+    gain = -d.mean(axis=0)
+    best = int(np.argmax(gain))
+    return UniverseTest(
+        float(p[SPA_P]),
+        float(p["lower"]),
+        float(p["consistent"]),
+        k,
+        t,
+        str(frame.columns[best]),
+        float(gain[best]),
+        counts,
+    )
+
+
+def universe_test(rows: pd.DataFrame, history: pd.DataFrame, keys: list) -> UniverseTest:
+    """The board's SPA answer from its scored rows and the rows before its window (see `loss_differentials`
+    and `best_baselines` for the columns)."""
+    chosen = best_baselines(history, keys)
+    return spa_test(loss_differentials(rows, chosen), chosen)
