@@ -14,6 +14,7 @@ from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_mod
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES
 from ldtm_core.schema import model_registry, snapshots
+from ldtm_core.horizons import HORIZONS
 
 LATEST = dt.date(2024, 5, 31)
 
@@ -383,16 +384,11 @@ def _replayed_evenings(engine, ticker: str, evenings: int = 100) -> list[dict]:
                 h: np.datetime64(x[0], "D").astype(dt.date)
                 for h, x in target_dates(np.array([np.datetime64(d, "D")])).items()
             }
-            nd, nm, om = t["next_day"], t["next_monday"], t["one_month"]
             r = _row(ticker, mid, d, close, closes[days[i - 1]], close, 0, "replay", 0, 0, filled=False)
-            r |= {
-                "next_day_pred": close * (1 + rng.uniform(-0.02, 0.02)),
-                "next_monday_pred": close * (1 + rng.uniform(-0.04, 0.04)),
-                "one_month_pred": close * (1 + rng.uniform(-0.1, 0.1)),
-                "next_day_date": nd,
-                "next_monday_date": nm,
-                "one_month_date": om,
-            }
+            for h in HORIZONS:  # a wider spread the longer the horizon
+                spread = 0.02 * h.overlap**0.5
+                r[h.col("pred")] = close * (1 + rng.uniform(-spread, spread))
+                r[h.col("date")] = t[h.name]
             rows.append(r)
         conn.execute(insert(snapshots), rows)
     fillback(engine, neutral_band_pct=0.25)
