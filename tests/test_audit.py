@@ -19,8 +19,8 @@ from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.errors import InputError
-from ldtm_core.schema import run_log, snapshots
 from ldtm_core.horizons import NAMES
+from ldtm_core.schema import run_log, snapshots
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import pytest
 import torch
 from accountability_helpers import ingest, make_model, make_settings
 
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import backtest as bt
 from ldtm_core.learning import fold_cache, precision
 from ldtm_core.learning.model import LDTM, get_profile
-from ldtm_core.horizons import HORIZONS
 
 CFG = get_profile("demo", max_epochs=2, patience=1)
 DATES = np.array(["2024-01-02", "2024-01-03"], dtype="datetime64[D]")

@@ -12,9 +12,8 @@ from sqlalchemy import insert, update
 
 from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
 from ldtm_core.errors import InputError
-from ldtm_core.horizons import NAMES
+from ldtm_core.horizons import HORIZONS, NAMES
 from ldtm_core.schema import model_registry, snapshots
-from ldtm_core.horizons import HORIZONS
 
 LATEST = dt.date(2024, 5, 31)
 

@@ -23,10 +23,10 @@ from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_mod
 from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ticker_predictions
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import ERROR_ONLY
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import gate_decisions, snapshots
-from ldtm_core.horizons import ERROR_ONLY
 
 EVENINGS = [dt.date(2024, 6, d) for d in (17, 18, 20, 21, 24, 25)]  # 19 June: Juneteenth
 
