@@ -19,7 +19,7 @@ from alembic import op
 from ldtm_core.accuracy_views import HORIZONS_0021, VIEW_NAMES, create_view_sql
 
 revision = "0026"
-down_revision = "0024"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 
