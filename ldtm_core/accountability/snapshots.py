@@ -131,7 +131,7 @@ def predict(
     mode: str | None = None,
     neutral_band_pct: float | None = None,
 ) -> PredictResult:
-    """Predict the three horizons for every ticker with a model and record them (see module doc)."""
+    """Predict every horizon for every ticker with a model and record them (see module doc)."""
     if mode is not None and mode not in ("live", "replay"):
         raise InputError(f"mode must be 'live' or 'replay', not {mode!r}")
     band = (

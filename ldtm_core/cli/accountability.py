@@ -55,7 +55,7 @@ def predict_cmd(
     ),
     end: str = typer.Option(None, "--end", help="Last session of the --start range (inclusive)"),
 ) -> None:
-    """Predict three horizons per ticker and record hash-chained snapshot rows (rerun = no-op)."""
+    """Predict every horizon per ticker and record hash-chained snapshot rows (rerun = no-op)."""
     from ldtm_core.accountability.snapshots import predict
     from ldtm_core.config import NUMERIC_SETTINGS, check_number
     from ldtm_core.errors import InputError
