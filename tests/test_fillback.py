@@ -77,16 +77,18 @@ def test_horizons_fill_independently_as_prices_arrive(engine, world):
         conn.execute(text("DELETE FROM prices WHERE date > :d"), {"d": dates[-29]})
     predict(engine, settings, run_date=d)
     row0 = _rows(engine).iloc[0]
-    monday_known = 2 if row0.next_monday_date <= dates[-29] else 0
+    # Each horizon fills (both tickers) once its target date has a price.
+    known = {h: 2 if row0[f"{h}_date"] <= dates[-29] else 0 for h in NAMES}
+    assert known["next_day"] == 2 and known["one_month"] == 0
     res = fillback(engine)
-    assert res.filled == {"next_day": 2, "next_monday": monday_known, "one_month": 0}
+    assert res.filled == known
     row = _rows(engine).iloc[0]
     assert row.next_day_actual > 0 and pd.isna(row.one_month_actual) and pd.isna(row.one_month_pct_error)
     first_filled_at = row.filled_at
     # The rest of history arrives: the other horizons fill, next_day is not rewritten.
     ingest_frame(engine, df[df.date > dates[-29]], "synthetic")
     res2 = fillback(engine)
-    assert res2.filled == {"next_day": 0, "next_monday": 2 - monday_known, "one_month": 2}
+    assert res2.filled == {h: 2 - known[h] for h in NAMES}
     row2 = _rows(engine).iloc[0]
     assert row2.next_day_actual == row.next_day_actual and row2.one_month_actual > 0
     assert row2.filled_at >= first_filled_at
