@@ -50,6 +50,7 @@ from ldtm_core.data.samples import denormalise  # noqa: E402
 from ldtm_core.data.synthetic import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
+from ldtm_core.horizons import HORIZONS, NAMES  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
@@ -79,9 +80,10 @@ def setup(url: str, home: Path, tickers: list[str]) -> tuple[Settings, list]:
 def naive_predict(engine, settings: Settings, run_date: dt.date) -> int:
     """Seed-style: everything per ticker, one transaction per row."""
     models = serving_models(engine)
-    nd, nm, om = (
-        np.datetime64(d[0], "D").item() for d in target_dates(np.array([np.datetime64(run_date, "D")]))
-    )
+    targets = {
+        h: np.datetime64(d[0], "D").item()
+        for h, d in target_dates(np.array([np.datetime64(run_date, "D")])).items()
+    }
     run_id = str(uuid.uuid4())
     written = 0
     for t, rec in sorted(models.items()):
@@ -94,9 +96,10 @@ def naive_predict(engine, settings: Settings, run_date: dt.date) -> int:
         row = {
             "ticker": t, "run_date": run_date, "run_date_close": close, "prev_close": prev, "model_id": rec.id,
             "model_version": rec.snapshot_version, "model_status": rec.status, "mode": "replay",
-            "next_day_pred": float(p[0]), "next_monday_pred": float(p[1]), "one_month_pred": float(p[2]),
-            "direction_pred": str(classify_direction(p[0], close, 0.25)), "next_day_date": nd,
-            "next_monday_date": nm, "one_month_date": om, "run_id": run_id, "created_at": dt.datetime.now(dt.UTC),
+            **{h.col("pred"): float(p[i]) for i, h in enumerate(HORIZONS)},
+            **{h.col("date"): targets[h.name] for h in HORIZONS},
+            "direction_pred": str(classify_direction(p[0], close, 0.25)),
+            "run_id": run_id, "created_at": dt.datetime.now(dt.UTC),
         }  # fmt: skip
         written += write_rows(engine, [row])[0]
     return written
@@ -109,10 +112,10 @@ def pending_rows(engine, dates: list, tickers: list[str], per_ticker: int) -> li
         for t, d, c in engine.connect().execute(select(prices.c.ticker, prices.c.date, prices.c.close)).all()
     }
     run_dates = dates[-(per_ticker + 40) : -40]
-    nd, nm, om = (
-        a.astype("datetime64[D]").astype(object)
-        for a in target_dates(np.array(run_dates, dtype="datetime64[D]"))
-    )
+    targets = {
+        h: a.astype("datetime64[D]").astype(object)
+        for h, a in target_dates(np.array(run_dates, dtype="datetime64[D]")).items()
+    }
     rows, now = [], dt.datetime.now(dt.UTC)
     for t in tickers:
         prev_hash = ""
@@ -121,9 +124,9 @@ def pending_rows(engine, dates: list, tickers: list[str], per_ticker: int) -> li
             r = {
                 "ticker": t, "run_date": d, "run_date_close": c, "prev_close": closes[(t, run_dates[i - 1])] if i else None,
                 "model_id": 1, "model_version": "bench", "model_status": "candidate", "mode": "replay",
-                "next_day_pred": c * 1.001, "next_monday_pred": c * 1.002, "one_month_pred": c * 1.01,
-                "direction_pred": "neutral", "next_day_date": nd[i], "next_monday_date": nm[i],
-                "one_month_date": om[i], "run_id": "bench", "created_at": now,
+                **{h.col("pred"): c * (1.001 + 0.001 * k) for k, h in enumerate(HORIZONS)},
+                **{h.col("date"): targets[h.name][i] for h in HORIZONS},
+                "direction_pred": "neutral", "run_id": "bench", "created_at": now,
             }  # fmt: skip
             r["prev_hash"] = prev_hash
             r["row_hash"] = prev_hash = row_hash(prev_hash, r)
@@ -147,7 +150,7 @@ def naive_fillback(engine) -> int:
     now = dt.datetime.now(dt.UTC)
     n = 0
     with engine.begin() as conn:
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             params = [{"b_id": p.id, "b_a": p.actual, "b_e": 0.0} for p in pending if p.horizon == h]
             stmt = (
                 update(snapshots)
@@ -251,9 +254,7 @@ def main() -> None:
                 t = time.perf_counter()
                 r = fillback(engine)
                 fills.append(time.perf_counter() - t)
-                assert r.filled == dict.fromkeys(("next_day", "next_monday", "one_month"), len(rows)), (
-                    r.filled
-                )
+                assert r.filled == dict.fromkeys(NAMES, len(rows)), r.filled
                 reset_actuals(engine)
                 t = time.perf_counter()
                 assert naive_fillback(engine) == 3 * len(rows)

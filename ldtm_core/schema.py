@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 
 from ldtm_core.data.features import FEATURE_NAMES
+from ldtm_core.horizons import DIRECTION, HORIZONS, Horizon
 
 metadata = MetaData()
 
@@ -140,6 +141,16 @@ run_log = Table(
     Column("chain_heads_json", Text),
 )
 
+
+def _actual_columns(h: Horizon) -> list[Column]:
+    """A horizon's filled answer: its actual close and pct error; the direction horizon also its actual
+    direction and whether the predicted one was right (NULL on a tie)."""
+    cols = [Column(h.col("actual"), Float), Column(h.col("pct_error"), Float)]
+    if h == DIRECTION:
+        cols += [Column(h.col("direction_actual"), String(8)), Column(h.col("direction_correct"), Boolean)]
+    return cols
+
+
 snapshots = Table(
     "snapshots",
     metadata,
@@ -153,17 +164,14 @@ snapshots = Table(
     Column("model_version", String(40), nullable=False),
     Column("model_status", String(12), nullable=False),
     Column("mode", String(8), nullable=False),
-    Column("next_day_pred", Float, nullable=False),
-    Column("next_monday_pred", Float, nullable=False),
-    Column("one_month_pred", Float, nullable=False),
+    # One prediction, target date, actual, pct error and fill time per horizon (ldtm_core.horizons).
+    *(Column(h.col("pred"), Float, nullable=False) for h in HORIZONS),
     Column("direction_pred", String(8), nullable=False),
     # The next-day target is on or before the model's data cutoff: it may have trained on the answer.
     Column("in_sample", Boolean, nullable=False, server_default=false()),
     # The neutral band (%) this row's directions are judged with; NULL (rows before 0017): 0.25 %.
     Column("neutral_band_pct", Float),
-    Column("next_day_date", Date, nullable=False),
-    Column("next_monday_date", Date, nullable=False),
-    Column("one_month_date", Date, nullable=False),
+    *(Column(h.col("date"), Date, nullable=False) for h in HORIZONS),
     Column("run_id", String(36), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("prev_hash", String(64), nullable=False),
@@ -171,19 +179,10 @@ snapshots = Table(
     # Which definition of the row hash this row was written under (chain.canonical): 1 = the prediction,
     # 2 = also created_at, run_id and model_status. Old rows keep 1 and verify under it.
     Column("chain_version", Integer, nullable=False, server_default=text("1")),
-    Column("next_day_actual", Float),
-    Column("next_day_pct_error", Float),
-    Column("next_day_direction_actual", String(8)),
-    Column("next_day_direction_correct", Boolean),
-    Column("next_monday_actual", Float),
-    Column("next_monday_pct_error", Float),
-    Column("one_month_actual", Float),
-    Column("one_month_pct_error", Float),
+    *(c for h in HORIZONS for c in _actual_columns(h)),
     Column("filled_at", DateTime(timezone=True)),  # the row's last fill (any horizon)
     # When each horizon's actual was written (0026): a bar revised after it is stale for that horizon only.
-    Column("next_day_filled_at", DateTime(timezone=True)),
-    Column("next_monday_filled_at", DateTime(timezone=True)),
-    Column("one_month_filled_at", DateTime(timezone=True)),
+    *(Column(h.col("filled_at"), DateTime(timezone=True)) for h in HORIZONS),
     UniqueConstraint("ticker", "run_date", "model_version", name="uq_snapshots_ticker_date_model"),
     # Two rows can never claim the same predecessor: the hash chain of a ticker cannot fork.
     UniqueConstraint("ticker", "prev_hash", name="uq_snapshots_chain"),

@@ -15,6 +15,7 @@ from sqlalchemy import insert
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic import generate
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.schema import model_registry, snapshots
 
 BAND = 0.0025  # the neutral band: 0.25 %
@@ -64,12 +65,12 @@ def rows_for(
     for ticker, g in prices.groupby("ticker", sort=True):
         dates = list(pd.to_datetime(g["date"]).dt.date)
         close = [float(c) for c in g["close"]]  # plain floats: psycopg2 cannot adapt numpy scalars
-        last = len(dates) - 22
+        last = len(dates) - 1 - max(h.sessions or 5 for h in HORIZONS)
         idx = range(max(0, last - evenings) if evenings else 0, last)
         for i in idx:
             # The targets on the prices' own sessions (the one-month target 21 sessions on).
             monday = next((j for j in range(i + 1, i + 6) if dates[j].weekday() == 0), i + 5)
-            targets = {"next_day": i + 1, "next_monday": monday, "one_month": i + 21}
+            targets = {h.name: i + h.sessions if h.sessions else monday for h in HORIZONS}
             pred = {
                 h: close[i] * (1 + skill * (close[j] / close[i] - 1) + noise * float(rng.standard_normal()))
                 for h, j in targets.items()
@@ -79,12 +80,10 @@ def rows_for(
                     "ticker": ticker, "run_date": dates[i], "run_date_close": close[i],
                     "prev_close": close[i - 1] if i else None, "model_id": model_ids[ticker],
                     "model_version": version, "model_status": status, "mode": mode, "in_sample": in_sample,
-                    "next_day_pred": pred["next_day"], "next_monday_pred": pred["next_monday"],
-                    "one_month_pred": pred["one_month"],
+                    **{f"{h}_pred": p for h, p in pred.items()},
                     "direction_pred": str(direction(np.array([pred["next_day"] / close[i] - 1]))[0]),
                     "neutral_band_pct": 0.25,
-                    "next_day_date": dates[targets["next_day"]], "next_monday_date": dates[targets["next_monday"]],
-                    "one_month_date": dates[targets["one_month"]], "run_id": "t", "created_at": now,
+                    **{f"{h}_date": dates[j] for h, j in targets.items()}, "run_id": "t", "created_at": now,
                     "prev_hash": f"{ticker}{dates[i]}{version}", "row_hash": "h", "chain_version": 2,
                 }
             )  # fmt: skip

@@ -19,6 +19,7 @@ from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import NAMES
 from ldtm_core.schema import run_log, snapshots
 
 
@@ -44,7 +45,7 @@ def test_clean_chain_verifies_also_after_fillback(engine, chained):
     report = verify(engine)
     assert report.ok and report.rows_checked == 16 and report.tickers_checked == 2 and report.problems == []
     assert report.anchors_checked == 16  # one head per ticker per predict run
-    assert report.actuals_checked == 16 * 3
+    assert report.actuals_checked == 16 * len(NAMES)
 
 
 def test_edited_prediction_is_reported_with_ticker_and_date(engine, chained):

@@ -110,7 +110,8 @@ TARGETS = [
 
 def test_target_dates_against_hand_counted_dates():
     days = np.array([t[0] for t in TARGETS], dtype="datetime64[D]")
-    nd, nm, om = target_dates(days)
+    t = target_dates(days)
+    nd, nm, om = t["next_day"], t["next_monday"], t["one_month"]
     got = list(zip(days.astype(object), nd.astype(object), nm.astype(object), om.astype(object), strict=True))
     assert got == TARGETS
     for day, next_day, monday, month in TARGETS:
@@ -132,7 +133,8 @@ def test_end_of_calendar_scalar_helpers_raise_and_vector_returns_nat():
         sessions_after(penultimate, 21)
     assert sessions_after(s[-22].astype(object), 21) == last
 
-    nd, nm, om = target_dates(np.array([s[-1], s[-2], s[-22]]))
+    t = target_dates(np.array([s[-1], s[-2], s[-22]]))
+    nd, nm, om = t["next_day"], t["next_monday"], t["one_month"]
     assert np.isnat(nd[0]) and np.isnat(nm[0]) and np.isnat(om[0])
     assert nd[1] == s[-1] and np.isnat(om[1])
     assert om[2] == s[-1]

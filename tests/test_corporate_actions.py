@@ -29,6 +29,7 @@ from ldtm_core.data.price_moves import large_moves
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.sources.base import PriceSource, SourceAnswer
 from ldtm_core.data.synthetic import generate
+from ldtm_core.horizons import NAMES
 from ldtm_core.schema import prices, snapshots
 
 EVENTS = {
@@ -131,7 +132,7 @@ def test_split_gives_the_same_errors_and_directions_as_no_split(engine, db_url, 
         # is the same on the run date), so relative to the truth it is scaled by the factor iff after ex.
         scale = factor if r.run_date >= ex else 1.0
         assert r.run_date_close == pytest.approx(close[r.run_date] * scale, rel=1e-9)
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             want = close[getattr(r, f"{h}_date")] * scale
             assert getattr(r, f"{h}_actual") == pytest.approx(want, rel=1e-9), (r.run_date, h)
             pred = getattr(r, f"{h}_pred")

@@ -15,6 +15,7 @@ from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
+from ldtm_core.horizons import NAMES
 from ldtm_core.schema import snapshots
 
 TICKERS = ["AAPL", "QQQ"]
@@ -41,11 +42,11 @@ def test_fills_every_horizon_from_the_prices(engine, world):
         predict(engine, settings, run_date=d)
     before = _rows(engine)
     res = fillback(engine, neutral_band_pct=0.25)
-    assert res.filled == {"next_day": 20, "next_monday": 20, "one_month": 20}
+    assert res.filled == dict.fromkeys(NAMES, 20)
     after = _rows(engine)
     closes = df.set_index(["ticker", "date"])["close"]
     for r in after.itertuples():
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             actual = closes[(r.ticker, getattr(r, f"{h}_date"))]
             assert getattr(r, f"{h}_actual") == pytest.approx(actual)
             pred = getattr(r, f"{h}_pred")
@@ -76,16 +77,18 @@ def test_horizons_fill_independently_as_prices_arrive(engine, world):
         conn.execute(text("DELETE FROM prices WHERE date > :d"), {"d": dates[-29]})
     predict(engine, settings, run_date=d)
     row0 = _rows(engine).iloc[0]
-    monday_known = 2 if row0.next_monday_date <= dates[-29] else 0
+    # Each horizon fills (both tickers) once its target date has a price.
+    known = {h: 2 if row0[f"{h}_date"] <= dates[-29] else 0 for h in NAMES}
+    assert known["next_day"] == 2 and known["one_month"] == 0
     res = fillback(engine)
-    assert res.filled == {"next_day": 2, "next_monday": monday_known, "one_month": 0}
+    assert res.filled == known
     row = _rows(engine).iloc[0]
     assert row.next_day_actual > 0 and pd.isna(row.one_month_actual) and pd.isna(row.one_month_pct_error)
     first_filled_at = row.filled_at
     # The rest of history arrives: the other horizons fill, next_day is not rewritten.
     ingest_frame(engine, df[df.date > dates[-29]], "synthetic")
     res2 = fillback(engine)
-    assert res2.filled == {"next_day": 0, "next_monday": 2 - monday_known, "one_month": 2}
+    assert res2.filled == {h: 2 - known[h] for h in NAMES}
     row2 = _rows(engine).iloc[0]
     assert row2.next_day_actual == row.next_day_actual and row2.one_month_actual > 0
     assert row2.filled_at >= first_filled_at
@@ -127,8 +130,8 @@ def test_concurrent_fillbacks_fill_each_value_once(engine, world):
     for t in threads:
         t.join()
     assert not errors
-    total = {h: sum(r.filled[h] for r in results) for h in ("next_day", "next_monday", "one_month")}
-    assert total == {"next_day": 40, "next_monday": 40, "one_month": 40}
+    total = {h: sum(r.filled[h] for r in results) for h in NAMES}
+    assert total == dict.fromkeys(NAMES, 40)
 
 
 def test_an_action_rebases_only_the_horizons_it_straddles_next_to_plain_rows(engine, world):
@@ -149,11 +152,11 @@ def test_an_action_rebases_only_the_horizons_it_straddles_next_to_plain_rows(eng
         )
     dry = {(p.id, p.horizon): p.actual for p in fillback(engine, dry_run=True).pending}
     res = fillback(engine, neutral_band_pct=0.25)
-    assert res.filled == {"next_day": 20, "next_monday": 20, "one_month": 20}
+    assert res.filled == dict.fromkeys(NAMES, 20)
     closes = df.set_index(["ticker", "date"])["close"]
     straddling = 0
     for r in _rows(engine).itertuples():
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             target = getattr(r, f"{h}_date")
             on_basis = r.ticker == "AAPL" and r.run_date < ex <= target
             straddling += on_basis
@@ -184,7 +187,7 @@ def test_the_set_based_fill_carries_no_per_row_action_check(engine, world):
 
     event.listen(engine, "before_cursor_execute", before_cursor_execute)
     try:
-        assert fillback(engine).filled == {"next_day": 10, "next_monday": 10, "one_month": 10}
+        assert fillback(engine).filled == dict.fromkeys(NAMES, 10)
     finally:
         event.remove(engine, "before_cursor_execute", before_cursor_execute)
     updates = [s for s in seen if s.lstrip().upper().startswith("UPDATE")]

@@ -11,6 +11,7 @@ import pytest
 import torch
 from accountability_helpers import ingest, make_model, make_settings
 
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import backtest as bt
 from ldtm_core.learning import fold_cache, precision
 from ldtm_core.learning.model import LDTM, get_profile
@@ -57,8 +58,8 @@ def store_world(engine, db_url, tmp_path):
 def test_an_existing_key_keeps_its_original_weights_and_result(engine, store_world):
     s, key = store_world, "k" * 64
     first, second = _model(1), _model(2)
-    _store(engine, s, key, first, np.full((2, 3), 1.0))
-    kept = _store(engine, s, key, second, np.full((2, 3), 2.0))
+    _store(engine, s, key, first, np.full((2, len(HORIZONS)), 1.0))
+    kept = _store(engine, s, key, second, np.full((2, len(HORIZONS)), 2.0))
     got = fold_cache.load(engine, s, key)
     assert got.weights is not None, "the original weights no longer verify"
     assert _same(fold_cache.load_weights(got.weights), first.state_dict())
@@ -68,12 +69,12 @@ def test_an_existing_key_keeps_its_original_weights_and_result(engine, store_wor
 
 def test_weights_lost_then_refit_replaces_row_and_file_together(engine, store_world):
     s, key = store_world, "p" * 64
-    _store(engine, s, key, _model(1), np.full((2, 3), 1.0))
+    _store(engine, s, key, _model(1), np.full((2, len(HORIZONS)), 1.0))
     for f in fold_cache.weights_dir(s).glob("*.pt"):  # the prune
         f.unlink()
     assert fold_cache.load(engine, s, key).weights is None
     refit = _model(2)
-    stored = _store(engine, s, key, refit, np.full((2, 3), 2.0))
+    stored = _store(engine, s, key, refit, np.full((2, len(HORIZONS)), 2.0))
     got = fold_cache.load(engine, s, key)
     assert got.weights is not None, "a refit after a prune left the key without weights for good"
     assert _same(fold_cache.load_weights(got.weights), refit.state_dict())

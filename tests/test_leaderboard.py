@@ -12,6 +12,7 @@ from sqlalchemy import insert, update
 
 from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import HORIZONS, NAMES
 from ldtm_core.schema import model_registry, snapshots
 
 LATEST = dt.date(2024, 5, 31)
@@ -378,24 +379,20 @@ def _replayed_evenings(engine, ticker: str, evenings: int = 100) -> list[dict]:
         mid = _model(conn, ticker)
         for i in range(len(days) - evenings, len(days)):
             d, close = days[i], closes[days[i]]
-            nd, nm, om = (
-                np.datetime64(x[0], "D").astype(dt.date)
-                for x in target_dates(np.array([np.datetime64(d, "D")]))
-            )
-            r = _row(ticker, mid, d, close, closes[days[i - 1]], close, 0, "replay", 0, 0, filled=False)
-            r |= {
-                "next_day_pred": close * (1 + rng.uniform(-0.02, 0.02)),
-                "next_monday_pred": close * (1 + rng.uniform(-0.04, 0.04)),
-                "one_month_pred": close * (1 + rng.uniform(-0.1, 0.1)),
-                "next_day_date": nd,
-                "next_monday_date": nm,
-                "one_month_date": om,
+            t = {
+                h: np.datetime64(x[0], "D").astype(dt.date)
+                for h, x in target_dates(np.array([np.datetime64(d, "D")])).items()
             }
+            r = _row(ticker, mid, d, close, closes[days[i - 1]], close, 0, "replay", 0, 0, filled=False)
+            for h in HORIZONS:  # a wider spread the longer the horizon
+                spread = 0.02 * h.overlap**0.5
+                r[h.col("pred")] = close * (1 + rng.uniform(-spread, spread))
+                r[h.col("date")] = t[h.name]
             rows.append(r)
         conn.execute(insert(snapshots), rows)
     fillback(engine, neutral_band_pct=0.25)
     for r in rows:  # what fillback filled, recomputed from the prices
-        for h in ("next_day", "next_monday", "one_month"):
+        for h in NAMES:
             actual = closes.get(r[f"{h}_date"])
             r[f"{h}_err"] = None if actual is None else abs(r[f"{h}_pred"] - actual) / actual * 100
     return rows

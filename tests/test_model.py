@@ -9,6 +9,7 @@ import torch
 
 from ldtm_core.data.features import FEATURE_NAMES
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.model import LDTM, PROFILES, ModelConfig, get_profile
 from ldtm_core.learning.training import parse_overrides
 
@@ -39,15 +40,15 @@ def test_upgrade_is_one_change_of_architecture_only():
     assert (up.hidden_size, up.num_layers, up.window, up.dropout) == (256, 3, 60, 0.3)
     assert up.signature != ref.signature
     out = LDTM(up)(torch.rand(4, up.window, up.input_size))
-    assert out.shape == (4, 3)
+    assert out.shape == (4, len(HORIZONS))
 
 
 def test_forward_shape_and_heads_are_separate():
     cfg = get_profile("demo")
     model = LDTM(cfg)
-    assert len(model.heads) == 3
+    assert len(model.heads) == len(HORIZONS)
     assert model.heads[0].net[0].weight.data_ptr() != model.heads[1].net[0].weight.data_ptr()
-    assert model(torch.rand(5, cfg.window, cfg.input_size)).shape == (5, 3)
+    assert model(torch.rand(5, cfg.window, cfg.input_size)).shape == (5, len(HORIZONS))
 
 
 def test_every_field_overridable():

@@ -13,6 +13,7 @@ from ldtm_core.data.calendar import sessions_after, sessions_between
 from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features
 from ldtm_core.data.samples import build_samples, denormalise, normalise_targets
 from ldtm_core.data.synthetic import generate
+from ldtm_core.horizons import HORIZONS
 
 SESSIONS = sessions_between("2015-01-01", "2016-12-31")
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -77,7 +78,7 @@ def test_normalised_windows_lie_in_unit_interval_and_shapes(px, window):
     s = build_samples(px, window)
     n_feat_rows = len(px) - WARMUP_ROWS
     assert s.x.shape == (max(n_feat_rows - window + 1, 0), window, 11)
-    assert s.x.dtype == np.float32 and s.y.shape == (len(s), 3)
+    assert s.x.dtype == np.float32 and s.y.shape == (len(s), len(HORIZONS))
     assert not np.isnan(s.x).any()
     assert (s.x >= 0).all() and (s.x <= 1).all()
     if len(s):
@@ -116,13 +117,17 @@ def test_constant_column_gives_zeros_not_nan():
     np.testing.assert_allclose(known.denormalise(known.y), known.target_close)
 
 
-def test_targets_are_the_closes_of_the_three_target_dates():
+def test_targets_are_the_closes_of_the_target_dates():
     px = generate(["AAPL"], "2020-01-01", "2021-12-31", seed=4)
     s = build_samples(px, 30)
     close_by_date = dict(zip(px["date"], px["close"], strict=True))
     for i in [0, 100, 300]:
         t = pd.Timestamp(s.dates[i]).date()
-        expected_dates = [next_session(t), next_monday_session(t), sessions_after(t, 21)]
+        # Each horizon's rule through the calendar's scalar helpers (not the vectorised target_dates).
+        expected_dates = [
+            sessions_after(t, h.sessions) if h.sessions else next_monday_session(t) for h in HORIZONS
+        ]
+        assert expected_dates[0] == next_session(t)
         assert [pd.Timestamp(d).date() for d in s.target_dates[i]] == expected_dates
         np.testing.assert_allclose(s.target_close[i], [close_by_date[d] for d in expected_dates])
         np.testing.assert_allclose(s.subset([i]).denormalise(s.y[i : i + 1])[0], s.target_close[i], rtol=1e-6)

@@ -23,6 +23,7 @@ from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_mod
 from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ticker_predictions
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import ERROR_ONLY
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import gate_decisions, snapshots
@@ -144,10 +145,7 @@ def test_compare_matches_scipy_on_the_discordant_evenings():
             "shadow_correct": rng.random(n) < 0.4,
             "champion_nd_err": rng.random(n),
             "shadow_nd_err": rng.random(n) + 0.3,
-            "champion_nm_err": np.nan,
-            "shadow_nm_err": np.nan,
-            "champion_om_err": np.nan,
-            "shadow_om_err": np.nan,
+            **{f"{side}_{h.alias}_err": np.nan for h in ERROR_ONLY for side in ("champion", "shadow")},
         }
     )
     cmp = shadow.compare(pairs, 30, ticker="X", shadow_model_id=2, champion_model_id=1, champion_version="v1")

@@ -20,6 +20,7 @@ from ldtm_core.accountability.signal_rows import RowChoice, Rows, load_rows, wit
 from ldtm_core.accountability.signals import explain, signal_report
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import NAMES
 from ldtm_core.schema import prices, snapshots
 
 TICKERS = ["AAPL", "MSFT", "NVDA", "AMZN", "JPM", "TSLA"]
@@ -154,7 +155,7 @@ def test_a_split_between_run_date_and_target_is_not_a_minus_90_percent_day(engin
     fillback(engine)
     report = signal_report(engine)
     rows = load_rows(engine).rows
-    for h in ("next_day", "next_monday", "one_month"):
+    for h in NAMES:
         assert rows[f"real_{h}"].min() > -0.5, h
     assert report.portfolios["long_short"].returns["NVDA"].abs().max() < 0.3
     assert report.benchmark.abs().max() < 0.2
@@ -218,7 +219,7 @@ def _frame_rows(pred: np.ndarray, real: np.ndarray) -> Rows:
          "run_date_close": 100.0,
          "direction_pred": np.where(p > 0.0025, "bullish", np.where(p < -0.0025, "bearish", "neutral"))}
     )  # fmt: skip
-    for h in ("next_day", "next_monday", "one_month"):
+    for h in NAMES:
         frame[f"{h}_date"], frame[f"{h}_pred"], frame[f"{h}_actual"] = (
             frame["run_date"],
             100 * (1 + p),

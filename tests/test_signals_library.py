@@ -10,6 +10,7 @@ import pytest
 
 from ldtm_core.accountability import signal_ic
 from ldtm_core.accountability.signal_rows import with_returns
+from ldtm_core.horizons import NAMES
 
 al_perf = pytest.importorskip("alphalens.performance")
 al_utils = pytest.importorskip("alphalens.utils")
@@ -34,7 +35,7 @@ def _data(evenings=60, names=23, seed=0):
             "direction_pred": "neutral",
         }
     )
-    for h in ("next_day", "next_monday", "one_month"):
+    for h in NAMES:
         rows[f"{h}_date"] = rows["run_date"]
         rows[f"{h}_pred"] = 50.0 * (1 + pred.ravel())
         rows[f"{h}_actual"] = 50.0 * (1 + real.ravel())

@@ -26,6 +26,7 @@ from ldtm_core.data.features import compute_features
 from ldtm_core.data.samples import build_samples
 from ldtm_core.data.synthetic import generate
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import run_log, snapshots
 
@@ -95,7 +96,7 @@ def test_predict_writes_one_row_per_ticker_matching_the_model(engine, world):
     r = rows[rows.ticker == "AAPL"].iloc[0]
     assert r.run_date_close == pytest.approx(samples.close[-1])
     assert r.prev_close == pytest.approx(samples.prev_close[-1])
-    np.testing.assert_allclose([r.next_day_pred, r.next_monday_pred, r.one_month_pred], want, rtol=1e-5)
+    np.testing.assert_allclose([r[h.col("pred")] for h in HORIZONS], want, rtol=1e-5)
     assert r.direction_pred == classify_direction(r.next_day_pred, r.run_date_close, 0.25)
     assert r.next_day_date == next_session(last)
     assert r.next_monday_date == next_monday_session(last)

@@ -26,8 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, and_, or_, select
-from sqlalchemy.orm import aliased
+from sqlalchemy import Engine, or_, select
 
 from ldtm_core.accountability import audit_anchor
 from ldtm_core.accountability.chain import (
@@ -42,14 +41,16 @@ from ldtm_core.accountability.chain import (
 )
 from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
 from ldtm_core.accountability.refill import StaleActual, find_stale, revisions
+from ldtm_core.accountability.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError
-from ldtm_core.schema import prices, snapshots
+from ldtm_core.horizons import DIRECTION
+from ldtm_core.horizons import NAMES as HORIZONS
+from ldtm_core.schema import snapshots
 
 __all__ = ["HASHED_COLUMNS", "AuditProblem", "AuditReport", "canonical", "row_hash", "verify"]
 
-HORIZONS = ("next_day", "next_monday", "one_month")
 MODES = ("full", "incremental", "auto")
 # `auto` runs the full audit when the last one passed this long ago (the nightly's weekly full check).
 FULL_EVERY = dt.timedelta(days=7)
@@ -387,10 +388,7 @@ def _check_actuals(
     (snapshot id, horizon) pairs are stale for a recorded reason (reported apart, re-filled by fillback).
     `since` = (max id, time): only rows after that id or filled since that time (the incremental audit)."""
     s = snapshots.c
-    px = {h: aliased(prices, name=f"a_{h}") for h in HORIZONS}
-    frm = snapshots
-    for h in HORIZONS:
-        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    frm, px = target_prices("a")
     stmt = select(
         s.id,
         s.ticker,
@@ -423,7 +421,7 @@ def _check_actuals(
             actual, err, close, day = r[f"{h}_actual"], r[f"{h}_pct_error"], r[f"{h}_close"], r[f"{h}_date"]
             if close is not None:  # the fillback's basis rule: the close on the run date's basis
                 close = close / basis_factor(actions.get(r["ticker"], []), r["run_date"], day)
-            flags = h == "next_day" and (
+            flags = h == DIRECTION.name and (
                 r["next_day_direction_actual"] is not None or r["next_day_direction_correct"] is not None
             )
             if actual is None and err is None and not flags:
@@ -442,7 +440,7 @@ def _check_actuals(
                 want_err = (r[f"{h}_pred"] - close) / close * 100.0
                 if not _close(err, want_err):
                     wrong.append(f"{h}_pct_error {err!r} != {want_err!r} recomputed from the close")
-                if h == "next_day":
+                if h == DIRECTION.name:
                     rdc = r["run_date_close"]
                     move = (close - rdc) / rdc * 100.0
                     b = row_band(r["neutral_band_pct"], band)
@@ -452,7 +450,7 @@ def _check_actuals(
                             f"next_day_direction_actual {r['next_day_direction_actual']!r} != {want_dir!r} "
                             f"(move {move:+.4f} %, band {b} %)"
                         )
-                    want_hit = direction_hit(r["next_day_pred"], close, rdc)  # None: a tie
+                    want_hit = direction_hit(r[f"{h}_pred"], close, rdc)  # None: a tie
                     got_hit = r["next_day_direction_correct"]
                     if (got_hit is None) != (want_hit is None) or (
                         got_hit is not None and bool(got_hit) != want_hit

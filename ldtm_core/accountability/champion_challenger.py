@@ -8,7 +8,7 @@ Which evidence depends on what serves the ticker now (docs/architecture.md, *Pro
   cutoffs, purge, test sessions, the very prices the candidate's backtest read), reusing stored folds
   (`fold_cache`), and the two are paired row by row on (fold, date). Pass only if the candidate is
   right more often at McNemar p <= alpha / k (k: the recipes tried on these folds, `gate_ledger`) and
-  the |errors| are not significantly worse (Diebold-Mariano, Holm over the three horizons).
+  the |errors| are not significantly worse (Diebold-Mariano, Holm over the horizons).
 - **stale vs refreshed** — the same recipe (the weekly retrain): its config-level backtest *is* the
   champion's, so comparing configs is empty. Instead, per fold k >= 2, the weights fitted to fold
   k-1's cutoff (stale: the model as it would serve had it not been refreshed) and fold k's own weights
@@ -45,6 +45,7 @@ from ldtm_core.config import Settings
 from ldtm_core.data.feature_store import prices_and_features
 from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import fold_cache
 from ldtm_core.learning.backtest import DEFAULT_WARM_START, _predict, run_backtest
 from ldtm_core.learning.model import LDTM, ModelConfig
@@ -153,7 +154,7 @@ def decide(
         ]
         insufficient = not criteria[0].passed
     if paired.errors:
-        # One decision over the three horizons (Holm), not three chances to refuse.
+        # One decision over the horizons (Holm), not one chance to refuse per horizon.
         p = paired.error_worse_p
         criteria.append(Criterion("error_worse_holm_p", p, ">", a, p > a))
     if insufficient:
@@ -291,10 +292,10 @@ def _index(samples: SampleSet, dates: np.ndarray) -> np.ndarray:
 def _pair(
     samples: SampleSet, parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], labels: tuple[str, str]
 ) -> PairedComparison:
-    """`parts`: (fold, dates, challenger [n, 3], champion [n, 3]) of the rows both sides predicted."""
+    """`parts`: (fold, dates, challenger [n, H], champion [n, H]) of the rows both sides predicted."""
     fold = np.concatenate([np.full(len(d), k) for k, d, _, _ in parts]) if parts else np.zeros(0, int)
     idx = _index(samples, np.concatenate([d for _, d, _, _ in parts])) if parts else np.zeros(0, int)
-    empty = np.zeros((0, 3))
+    empty = np.zeros((0, len(HORIZONS)))
     return compare(
         np.concatenate([a for *_, a, _ in parts]) if parts else empty,
         np.concatenate([b for *_, b in parts]) if parts else empty,

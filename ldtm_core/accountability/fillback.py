@@ -23,14 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from sqlalchemy import Engine, and_, case, exists, func, null, or_, select, update
-from sqlalchemy.orm import aliased
 
+from ldtm_core.accountability.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.db import run_in_transaction, write_lock
 from ldtm_core.faults import pause_point
-from ldtm_core.schema import corporate_actions, prices, snapshots
+from ldtm_core.horizons import DIRECTION
+from ldtm_core.horizons import NAMES as HORIZONS
+from ldtm_core.schema import corporate_actions, snapshots
 
-HORIZONS = ("next_day", "next_monday", "one_month")
 FILL_LOCK = "ldtm:fillback"
 # The band of rows written before each row stored its own (migration 0017): the default they had.
 LEGACY_NEUTRAL_BAND_PCT = 0.25
@@ -85,8 +86,9 @@ def _on_basis(conn, rows) -> dict[str, list]:
 
 
 def _pending(conn) -> list:
-    """Rows with a NULL actual whose target date has a price: one query, three outer joins to prices."""
-    px = {h: aliased(prices, name=f"p_{h}") for h in HORIZONS}
+    """Rows with a NULL actual whose target date has a price: one query, one outer join to prices per
+    horizon."""
+    frm, px = target_prices("p")
     s = snapshots.c
     stmt = select(
         s.id,
@@ -98,9 +100,6 @@ def _pending(conn) -> list:
         *(s[f"{h}_actual"].is_(None).label(f"{h}_open") for h in HORIZONS),
         *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
     )
-    frm = snapshots
-    for h in HORIZONS:
-        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
     fillable = [and_(s[f"{h}_actual"].is_(None), px[h].c.close.is_not(None)) for h in HORIZONS]
     return conn.execute(stmt.select_from(frm).where(or_(*fillable)).order_by(s.id)).all()
 
@@ -146,7 +145,7 @@ def _sign(expr):
 
 
 def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
-    """Fill all three horizons with ONE set-based UPDATE ... FROM (the pending join) and return counts.
+    """Fill every horizon with ONE set-based UPDATE ... FROM (the pending join) and return counts.
 
     Fillback runs are serialised (advisory lock / SQLite write lock), so the counts taken first are
     exactly what the UPDATE writes. Each row is rewritten once, not once per horizon. A column that
@@ -156,10 +155,7 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
     pause_point("fillback.before_lock")
     write_lock(conn, FILL_LOCK)
     s = snapshots.c
-    px = {h: aliased(prices, name=f"p_{h}") for h in HORIZONS}
-    frm = snapshots
-    for h in HORIZONS:
-        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    frm, px = target_prices("p")
     # The rebased horizons are filled first, so the set-based UPDATE below finds them no longer NULL and
     # needs no per-row action check: a correlated EXISTS there made PostgreSQL misestimate the join
     # (rows=1 on fresh statistics) and pick a nested loop over the whole table (fillback 0.8 s -> 11 s+).
@@ -188,13 +184,13 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
         values[f"{h}_pct_error"] = case(
             (fill, (s[f"{h}_pred"] - actual) / actual * 100.0), else_=s[f"{h}_pct_error"]
         )
-        if h == "next_day":
+        if h == DIRECTION.name:
             move_pct = (actual - s.run_date_close) / s.run_date_close * 100.0
             b = func.coalesce(s.neutral_band_pct, band)
             direction = case((move_pct > b, "bullish"), (move_pct < -b, "bearish"), else_="neutral")
             correct = case(
                 (actual == s.run_date_close, null()),  # a tie: neither right nor wrong
-                else_=_sign(s.next_day_pred - s.run_date_close) == _sign(actual - s.run_date_close),
+                else_=_sign(s[f"{h}_pred"] - s.run_date_close) == _sign(actual - s.run_date_close),
             )
             values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
             values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
@@ -248,7 +244,7 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             values[f"{h}_actual"] = actual
             values[f"{h}_filled_at"] = now
             values[f"{h}_pct_error"] = (pred - actual) / actual * 100.0
-            if h == "next_day":
+            if h == DIRECTION.name:
                 rdc = float(r.run_date_close)
                 move_pct = (actual - rdc) / rdc * 100.0
                 b = row_band(r.neutral_band_pct, band)

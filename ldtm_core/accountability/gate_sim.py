@@ -18,6 +18,8 @@ from ldtm_core.accountability import champion_challenger as cc
 from ldtm_core.accountability.gate import evaluate
 from ldtm_core.accountability.gate_policy import GateThresholds
 from ldtm_core.accountability.paired import HORIZONS, dm_error_test, holm, mcnemar_p
+from ldtm_core.horizons import DIRECTION
+from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
 
 
 def _folds(rng, folds: int, rows: int, up_rate: float, accuracy: float) -> list[dict]:
@@ -121,7 +123,7 @@ def error_test_size(
 ) -> ErrorSize:
     """Rejection rate of "the challenger's errors are larger" (size when ratio = 1, power above it)."""
     rng = np.random.default_rng(seed)
-    name = {1: "1d", 5: "monday", 21: "month"}.get(h, "1d")
+    name = next((x.short for x in ALL_HORIZONS if x.overlap == h), DIRECTION.short)  # a label: h is given
     dm = wx = 0
     for _ in range(reps):
         a, b = overlapping_errors(rng, rows, h, phi, scale, ratio)

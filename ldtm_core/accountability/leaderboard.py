@@ -40,9 +40,13 @@ from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
 from ldtm_core.accountability.registry import SHADOW, serving_models
 from ldtm_core.accountability.skill import SkillTest, format_p_value
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.schema import snapshots
 
 MODES = ("all", "live", "replay")
+# The board's per-horizon columns (accuracy_views): the direction horizon's mean |pct error|, then each
+# other horizon's, with the count of its own window.
+HORIZON_COLUMNS = [f"{DIRECTION.name}_mape"] + [f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n")]
 SIGNIFICANCE = ALPHA  # the q-value (BH over the board, board_stats) the verdict calls evidence
 COLUMNS = [
     "ticker",
@@ -55,11 +59,7 @@ COLUMNS = [
     "always_up_accuracy",
     "persistence_accuracy",
     "persistence_n",
-    "next_day_mape",
-    "next_monday_mape",
-    "next_monday_n",
-    "one_month_mape",
-    "one_month_n",
+    *HORIZON_COLUMNS,
     "ungated_n",
     "window_start",
     "window_end",
@@ -82,9 +82,9 @@ TICKER_VIEW = "accuracy_30d"
 TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
 MODEL_VIEW = "accuracy_30d_by_model"
 MODEL_VIEW_WITH_IN_SAMPLE = "accuracy_30d_by_model_with_in_sample"
-COUNTS = ("n", "hits", "persistence_n", "next_monday_n", "one_month_n", "ungated_n")
+COUNTS = ("n", "hits", "persistence_n", *(f"{h.name}_n" for h in ERROR_ONLY), "ungated_n")
 # Distinct target dates under each horizon's rows (computed in Python from the same rows as the view).
-DATE_COUNTS = {"next_monday": "next_monday_dates", "one_month": "one_month_dates"}
+DATE_COUNTS = {h.name: f"{h.name}_dates" for h in ERROR_ONLY}
 UNGATED_LEGEND = (
     "ungated: predicted by a candidate that never passed the gate (the ticker has no active model)"
 )

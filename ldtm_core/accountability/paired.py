@@ -6,7 +6,7 @@ better; on the discordant rows exactly one is right, and if the two were equally
 would be a fair coin. `p_better` = P(X >= challenger_only), X ~ Binomial(discordant, 1/2)
 (`scipy.stats.binomtest(..., alternative='greater')`); `p_worse` the same for the champion.
 
-Errors (issue 27): per horizon (next day, next Monday, one month) the Diebold-Mariano test of the
+Errors (issue 27): per horizon (ldtm_core.horizons) the Diebold-Mariano test of the
 paired loss differential d_t = |challenger pct error| - |champion pct error|, with a Newey-West
 (Bartlett) long-run variance and the Harvey-Leybourne-Newbold small-sample correction against Student
 t(T - 1) (`dm_test`, `dm_error_test`; the variance is statsmodels' HAC, checked in tests). Consecutive evenings'
@@ -15,7 +15,7 @@ Wilcoxon signed-rank test this replaces treated them as independent and called o
 predictors worse in 18-32 % of cases at a nominal 5 %. The HAC lag is at least h - 1 (h = 1, 5, 21
 sessions) and at least ceil(1.3 sqrt(T)) (Lazarus, Lewis, Stock and Watson 2018), because model errors
 are also persistent beyond the overlap (measured: `tests/test_paired_dm.py`, docs/architecture.md).
-The three horizons give ONE decision: Holm over the three one-sided p-values (`holm`), so an equal
+The horizons give ONE decision: Holm over their one-sided p-values (`holm`), so an equal
 challenger is refused at most about alpha of the time, not once per horizon. `error_test` keeps the
 Wilcoxon for `shadow.py`'s live next-day rows (its caller's own choice).
 """
@@ -33,11 +33,15 @@ from statsmodels.stats.multitest import multipletests
 from ldtm_core.accountability import baselines
 from ldtm_core.accountability.baselines import Paired
 from ldtm_core.accountability.skill import format_p_value
+from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
+from ldtm_core.horizons import SHORT_NAMES
 
-HORIZONS = ("1d", "monday", "month")
-HORIZON_LABELS = {"1d": "next day", "monday": "next Monday", "month": "one month"}
-# Sessions each horizon spans (next Monday is up to 5 sessions ahead): the overlap of neighbouring rows.
-HORIZON_SESSIONS = {"1d": 1, "next_day": 1, "monday": 5, "month": 21}
+# Error tests are keyed by each horizon's short name (stored in gate reports).
+HORIZONS = SHORT_NAMES
+HORIZON_LABELS = {h.short: h.label for h in ALL_HORIZONS}
+# Sessions each horizon spans (next Monday is up to 5 sessions ahead): the overlap of neighbouring rows,
+# by short name and by name (the shadow's live test names its horizon).
+HORIZON_SESSIONS = {k: h.overlap for h in ALL_HORIZONS for k in (h.short, h.name)}
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,7 @@ class PairedComparison:
 
 
 def abs_pct_errors(pred: np.ndarray, actual: np.ndarray) -> np.ndarray:
-    """[n, 3] |pred - actual| / actual in percent; NaN where the answer is not known yet."""
+    """[n, H] |pred - actual| / actual in percent; NaN where the answer is not known yet."""
     return np.abs(np.asarray(pred, float) - actual) / actual * 100.0
 
 
@@ -263,8 +267,8 @@ def compare(
     fold: np.ndarray | None = None,
     labels: tuple[str, str] = ("candidate", "champion"),
 ) -> PairedComparison:
-    """Pair two predictors row by row. `*_pred`: [n, 3] (or [n] next-day) predicted prices; `actual`:
-    [n, 3] (or [n]) answers, NaN where unknown; `close`: the run-date close; `prev_close` / `trend`
+    """Pair two predictors row by row. `*_pred`: [n, H] (or [n] next-day) predicted prices; `actual`:
+    [n, H] (or [n]) answers, NaN where unknown; `close`: the run-date close; `prev_close` / `trend`
     (the trailing-majority call per row) enable the baselines; `fold`: the fold of each row."""
     ch, cm, act = (np.asarray(a, float) for a in (challenger_pred, champion_pred, actual))
     ch, cm, act = (a.reshape(len(a), -1) for a in (ch, cm, act))

@@ -28,17 +28,18 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 from sqlalchemy import Connection, Engine, and_, exists, func, insert, or_, select, update
-from sqlalchemy.orm import aliased
 
 from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
+from ldtm_core.accountability.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor
 from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, sessions_before
 from ldtm_core.db import run_in_transaction, write_lock
+from ldtm_core.horizons import DIRECTION
+from ldtm_core.horizons import NAMES as HORIZONS
 from ldtm_core.schema import corporate_actions, fill_revisions, prices, snapshots
 
 log = logging.getLogger("ldtm.refill")
 
-HORIZONS = ("next_day", "next_monday", "one_month")
 FILL_LOCK = "ldtm:fillback"  # the fillback's lock: a re-fill and a fill never interleave
 REL_TOL = 1e-9
 # Bars this many sessions before a ticker's newest stored bar are inside the nightly's revision window
@@ -105,10 +106,7 @@ def find_stale(conn: Connection, tickers: Sequence[str] | None = None) -> list[S
     Only rows that could be stale are read: a bar ingested after the fill, or a corporate action between
     run date and target; the audit finds the rest (unexplained) from all rows."""
     s, ca = snapshots.c, corporate_actions.c
-    px = {h: aliased(prices, name=f"r_{h}") for h in HORIZONS}
-    frm = snapshots
-    for h in HORIZONS:
-        frm = frm.outerjoin(px[h], and_(px[h].c.ticker == s.ticker, px[h].c.date == s[f"{h}_date"]))
+    frm, px = target_prices("r")
     candidate = [
         and_(
             s[f"{h}_actual"].is_not(None),
@@ -263,9 +261,9 @@ def refill(
 def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -> None:
     s = snapshots.c
     row = conn.execute(
-        select(
-            s.run_date_close, s.next_day_pred, s.neutral_band_pct, s[f"{st.horizon}_pred"].label("pred")
-        ).where(s.id == st.id)
+        select(s.run_date_close, s.neutral_band_pct, s[f"{st.horizon}_pred"].label("pred")).where(
+            s.id == st.id
+        )
     ).one()
     band = row_band(row.neutral_band_pct, band)
     new_err = (float(row.pred) - st.new_actual) / st.new_actual * 100.0
@@ -275,13 +273,13 @@ def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -
         f"{st.horizon}_filled_at": now,
         "filled_at": now,
     }
-    if st.horizon == "next_day":
+    if st.horizon == DIRECTION.name:
         rdc = float(row.run_date_close)
         move = (st.new_actual - rdc) / rdc * 100.0
         values["next_day_direction_actual"] = (
             "bullish" if move > band else ("bearish" if move < -band else "neutral")
         )
-        values["next_day_direction_correct"] = direction_hit(float(row.next_day_pred), st.new_actual, rdc)
+        values["next_day_direction_correct"] = direction_hit(float(row.pred), st.new_actual, rdc)
     # The WHERE re-checks the old value: a concurrent change makes this write nothing, never a wrong one.
     done = conn.execute(
         update(snapshots).where(s.id == st.id, s[f"{st.horizon}_actual"] == st.old_actual).values(values)

@@ -21,9 +21,9 @@ from ldtm_core.accountability.gate import _fmt as format_criterion
 from ldtm_core.accountability.registry import SHADOW, history, list_models
 from ldtm_core.accountability.skill import SkillTest, discordant_counts
 from ldtm_core.data.universe import validate_ticker
+from ldtm_core.horizons import NAMES as HORIZONS
 from ldtm_core.schema import registry_events, run_log, snapshots
 
-HORIZONS = ("next_day", "next_monday", "one_month")
 ROLLING_DAYS = 30
 
 

@@ -15,6 +15,7 @@ from ldtm_core.accountability.paired import error_test, mcnemar_p
 from ldtm_core.accountability.registry import SHADOW
 from ldtm_core.accountability.shadow_design import ALPHA, TESTS
 from ldtm_core.accountability.skill import format_p_value
+from ldtm_core.horizons import DIRECTION, HORIZONS
 from ldtm_core.schema import snapshots
 
 SIGNIFICANCE = ALPHA / TESTS  # each test's p at or below which the shadow is retired (Bonferroni)
@@ -48,9 +49,7 @@ def paired_evenings(
         s.next_day_actual,
         s.run_date_close,
         s.next_day_direction_correct,
-        s.next_day_pct_error,
-        s.next_monday_pct_error,
-        s.one_month_pct_error,
+        *(s[h.col("pct_error")] for h in HORIZONS),
     ]
     with engine.connect() as conn:
         rows = pd.DataFrame(
@@ -58,7 +57,9 @@ def paired_evenings(
             columns=[c.name for c in cols],
         )
     out_cols = ["run_date", "champion_version", "shadow_version", "went_up"] + [
-        f"{side}_{m}" for side in ("champion", "shadow") for m in ("correct", "nd_err", "nm_err", "om_err")
+        f"{side}_{m}"
+        for side in ("champion", "shadow")
+        for m in ("correct", *(f"{h.alias}_err" for h in HORIZONS))
     ]
     if rows.empty:
         return pd.DataFrame(columns=out_cols)
@@ -84,8 +85,8 @@ def paired_evenings(
     )
     for side, suf in (("champion", "_c"), ("shadow", "_s")):
         out[f"{side}_correct"] = both[f"next_day_direction_correct{suf}"].astype(bool)
-        for short, col in (("nd", "next_day"), ("nm", "next_monday"), ("om", "one_month")):
-            out[f"{side}_{short}_err"] = both[f"{col}_pct_error{suf}"].astype(float).abs()
+        for h in HORIZONS:
+            out[f"{side}_{h.alias}_err"] = both[f"{h.col('pct_error')}{suf}"].astype(float).abs()
     return out.sort_values("run_date").reset_index(drop=True)[out_cols]
 
 
@@ -105,7 +106,7 @@ class ShadowComparison:
     champion_mae: float | None = None  # next-day mean |pct error| on the same evenings
     shadow_mae: float | None = None
     error_p: float = 1.0  # Wilcoxon signed-rank, one-sided: the shadow's errors are larger
-    horizons: dict = field(default_factory=dict)  # next_monday / one_month: {n, champion_mae, shadow_mae}
+    horizons: dict = field(default_factory=dict)  # each other horizon: {n, champion_mae, shadow_mae}
     decision: str = "pending"  # pending | promote | retire | ended (| promote by hand | retire by hand)
     rule: str = RULE
     first_evening: dt.date | None = None
@@ -150,10 +151,11 @@ def compare(pairs: pd.DataFrame, required: int, alpha: float = SIGNIFICANCE, **i
     cmp.shadow_only = int((shad & ~champ).sum())
     # The gate's paired tests, with the champion as the side that must prove itself better.
     cmp.direction_p = mcnemar_p(cmp.champion_only, cmp.shadow_only)
-    ce, se = pairs["champion_nd_err"].to_numpy(float), pairs["shadow_nd_err"].to_numpy(float)
+    d = DIRECTION.alias
+    ce, se = pairs[f"champion_{d}_err"].to_numpy(float), pairs[f"shadow_{d}_err"].to_numpy(float)
     cmp.champion_mae, cmp.shadow_mae = float(ce.mean()), float(se.mean())
-    cmp.error_p = error_test("next_day", se, ce).p_worse
-    for short, name in (("nm", "next_monday"), ("om", "one_month")):
+    cmp.error_p = error_test(DIRECTION.name, se, ce).p_worse
+    for short, name in ((h.alias, h.name) for h in HORIZONS if h != DIRECTION):
         ok = pairs[f"champion_{short}_err"].notna() & pairs[f"shadow_{short}_err"].notna()
         cmp.horizons[name] = {
             "n": int(ok.sum()),

@@ -28,10 +28,11 @@ from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
 from ldtm_core.data.feature_store import _copy_out
 from ldtm_core.db import is_postgres
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
 from ldtm_core.schema import prices, snapshots
 
 # Sessions each horizon spans (next Monday: 1 to 5): the HAC lag of an overlapping series is h - 1.
-HORIZON_SESSIONS = {"next_day": 1, "next_monday": 5, "one_month": 21}
+HORIZON_SESSIONS = {h.name: h.overlap for h in ALL_HORIZONS}
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,11 @@ from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
 from ldtm_core.data.features import WARMUP_ROWS
 from ldtm_core.data.prices import earliest_price_date, latest_price_date
-from ldtm_core.data.samples import HORIZONS, denormalise
+from ldtm_core.data.samples import denormalise
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import CheckpointError, InputError, NotFoundError
 from ldtm_core.faults import pause_point
+from ldtm_core.horizons import DIRECTION, HORIZONS
 from ldtm_core.learning.model import LDTM
 from ldtm_core.schema import model_registry, prices, snapshots
 
@@ -130,7 +131,7 @@ def predict(
     mode: str | None = None,
     neutral_band_pct: float | None = None,
 ) -> PredictResult:
-    """Predict the three horizons for every ticker with a model and record them (see module doc)."""
+    """Predict every horizon for every ticker with a model and record them (see module doc)."""
     if mode is not None and mode not in ("live", "replay"):
         raise InputError(f"mode must be 'live' or 'replay', not {mode!r}")
     band = (
@@ -274,7 +275,10 @@ def _predict(
     result.phases["forward"] = round(t3 - t2, 4)
 
     # write: one transaction
-    nd, nm, om = (pd.Timestamp(d[0]).date() for d in target_dates(np.array([np.datetime64(run_date, "D")])))
+    targets = {
+        h: pd.Timestamp(d[0]).date()
+        for h, d in target_dates(np.array([np.datetime64(run_date, "D")])).items()
+    }
     now = dt.datetime.now(dt.UTC)
     rows = []
     # Champions first: within one ticker a shadow row is chained after the published one.
@@ -290,17 +294,13 @@ def _predict(
                 "model_version": inp.model.snapshot_version,
                 "model_status": inp.model.status,
                 "mode": result.mode,
-                "next_day_pred": float(p[0]),
-                "next_monday_pred": float(p[1]),
-                "one_month_pred": float(p[2]),
+                **{h.col("pred"): float(p[i]) for i, h in enumerate(HORIZONS)},
                 "direction_pred": direction,
                 # The model's data cutoff reaches the answer: it may have trained on it.
-                "in_sample": nd <= inp.model.trained_on_date,
+                "in_sample": targets[DIRECTION.name] <= inp.model.trained_on_date,
                 # Fillback and the audit judge this row's actual direction with the same band.
                 "neutral_band_pct": band,
-                "next_day_date": nd,
-                "next_monday_date": nm,
-                "one_month_date": om,
+                **{h.col("date"): targets[h.name] for h in HORIZONS},
                 "run_id": result.run_id,
                 "created_at": now,
             }

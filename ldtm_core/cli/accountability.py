@@ -55,7 +55,7 @@ def predict_cmd(
     ),
     end: str = typer.Option(None, "--end", help="Last session of the --start range (inclusive)"),
 ) -> None:
-    """Predict three horizons per ticker and record hash-chained snapshot rows (rerun = no-op)."""
+    """Predict every horizon per ticker and record hash-chained snapshot rows (rerun = no-op)."""
     from ldtm_core.accountability.snapshots import predict
     from ldtm_core.config import NUMERIC_SETTINGS, check_number
     from ldtm_core.errors import InputError
@@ -344,6 +344,7 @@ def leaderboard_cmd(
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
     from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
+    from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
@@ -358,9 +359,8 @@ def print_leaderboard(df, mode: str = "all") -> None:
         "beats up",
         "p (q) vs up",
         "p (q) vs persist.",
-        "|err| 1d",
-        "|err| Mon (n, dates)",
-        "|err| 1m (n, dates)",
+        f"|err| {DIRECTION.abbr}",
+        *(f"|err| {h.abbr} (n, dates)" for h in ERROR_ONLY),
         title=title,
     )
     table.columns[0].no_wrap = True  # a ticker (and its model version) stays on one line; figures wrap
@@ -381,9 +381,15 @@ def print_leaderboard(df, mode: str = "all") -> None:
             _p_q(r.skill_p_value, getattr(r, "q_vs_always_up", None)),
             _p_q(r.persistence_p_value, getattr(r, "q_vs_persistence", None))
             + (" beats" if getattr(r, "beats_persistence", False) else ""),
-            fmt_num(r.next_day_mape),
-            _with_dates(fmt_num(r.next_monday_mape), r.next_monday_n, getattr(r, "next_monday_dates", None)),
-            _with_dates(fmt_num(r.one_month_mape), r.one_month_n, getattr(r, "one_month_dates", None)),
+            fmt_num(getattr(r, f"{DIRECTION.name}_mape")),
+            *(
+                _with_dates(
+                    fmt_num(getattr(r, f"{h.name}_mape")),
+                    getattr(r, f"{h.name}_n"),
+                    getattr(r, f"{h.name}_dates", None),
+                )
+                for h in ERROR_ONLY
+            ),
         )
     console.print(table)
     if "gated" in df.columns and not df["gated"].all():

@@ -124,7 +124,7 @@ def tune_cmd(
         )
     console.print(table)
     console.print(
-        "objective: validation error in price terms (mean squared % error of the three horizons); "
+        "objective: validation error in price terms (mean squared % error over the horizons); "
         "`ldtm train --profile tuned` trains each ticker with its study's best settings"
     )
 

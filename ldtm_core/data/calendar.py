@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import HORIZONS, ONE_MONTH_SESSIONS, target_index
 
 CALENDAR_NAME = "XNYS"
 MARKET_TZ = ZoneInfo("America/New_York")
 # exchange_calendars covers only 20 years back by default; this is where the calendar starts until
 # older data is offered or read (`cover`), e.g. a full MSFT history from 1986.
 CALENDAR_START = "1990-01-02"
-ONE_MONTH_SESSIONS = 21
 NAT = np.datetime64("NaT", "D")
 _start = dt.date.fromisoformat(CALENDAR_START)
 
@@ -186,8 +186,9 @@ def sessions_after(day, n: int = ONE_MONTH_SESSIONS) -> dt.date:
     return _scalar(s[i] if 0 <= i < len(s) else NAT, f"the session {n} sessions after", day)
 
 
-def target_dates(days: np.ndarray, month_sessions: int = ONE_MONTH_SESSIONS):
-    """Vectorised (next_day, next_monday, one_month) target dates for datetime64[D] `days`; NaT past the end."""
+def target_dates(days: np.ndarray, month_sessions: int = ONE_MONTH_SESSIONS) -> dict[str, np.ndarray]:
+    """Vectorised target dates for datetime64[D] `days`, one array per horizon (keyed by name, in
+    HORIZONS order); NaT past the end."""
     days = np.asarray(days, dtype="datetime64[D]")
     if days.size:
         cover(days.min())
@@ -200,10 +201,4 @@ def target_dates(days: np.ndarray, month_sessions: int = ONE_MONTH_SESSIONS):
         out[ok] = s[idx[ok]]
         return out
 
-    next_day = take(np.searchsorted(s, days, "right"))
-    # numpy weekday: 1970-01-01 was a Thursday, so (days + 3) % 7 gives Monday=0.
-    weekday = (days.astype("int64") + 3) % 7
-    first_monday_after = days + (7 - weekday).astype("timedelta64[D]")
-    next_monday = take(np.searchsorted(s, first_monday_after, "left"))
-    one_month = take(np.searchsorted(s, days, "right") - 1 + month_sessions)
-    return next_day, next_monday, one_month
+    return {h.name: take(target_index(s, days, h, month_sessions)) for h in HORIZONS}

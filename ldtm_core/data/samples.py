@@ -1,4 +1,5 @@
-"""Windows, per-window min-max normalisation and the three targets of SPEC §4, as precomputed arrays.
+"""Windows, per-window min-max normalisation and the targets of SPEC §4 (one column per horizon of
+`ldtm_core.horizons.HORIZONS`, H of them), as precomputed arrays.
 
 Everything is vectorised: one ticker's twenty years become `[N, W, 11]` float32 in one pass.
 """
@@ -14,8 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ldtm_core.data.calendar import ONE_MONTH_SESSIONS, target_dates
 from ldtm_core.data.features import CLOSE_INDEX, compute_features
 from ldtm_core.data.price_gaps import segment_ids
-
-HORIZONS = ("next_day", "next_monday", "one_month")
+from ldtm_core.horizons import HORIZONS
 
 
 @dataclass
@@ -28,14 +28,14 @@ class SampleSet:
     """
 
     x: np.ndarray  # [N, W, F] float32
-    y: np.ndarray  # [N, 3] float32
+    y: np.ndarray  # [N, H] float32
     close_min: np.ndarray  # [N] float64
     close_max: np.ndarray  # [N] float64
     close: np.ndarray  # [N] float64
     prev_close: np.ndarray  # [N] float64
     dates: np.ndarray  # [N] datetime64[D]
-    target_dates: np.ndarray  # [N, 3] datetime64[D]
-    target_close: np.ndarray  # [N, 3] float64, NaN where unknown
+    target_dates: np.ndarray  # [N, H] datetime64[D]
+    target_close: np.ndarray  # [N, H] float64, NaN where unknown
 
     def __len__(self) -> int:
         return len(self.dates)
@@ -45,7 +45,7 @@ class SampleSet:
 
     @property
     def labeled(self) -> np.ndarray:
-        """Rows whose three targets are all known (usable for training and scoring)."""
+        """Rows whose targets are all known (usable for training and scoring)."""
         return ~np.isnan(self.y).any(axis=1)
 
     def denormalise(self, y_norm: np.ndarray) -> np.ndarray:
@@ -99,14 +99,14 @@ def build_samples(
         empty = np.empty((0,), dtype="datetime64[D]")
         return SampleSet(
             x=np.empty((0, window, n_feat), np.float32),
-            y=np.empty((0, 3), np.float32),
+            y=np.empty((0, len(HORIZONS)), np.float32),
             close_min=np.empty(0),
             close_max=np.empty(0),
             close=np.empty(0),
             prev_close=np.empty(0),
             dates=empty,
-            target_dates=np.empty((0, 3), "datetime64[D]"),
-            target_close=np.empty((0, 3)),
+            target_dates=np.empty((0, len(HORIZONS)), "datetime64[D]"),
+            target_close=np.empty((0, len(HORIZONS))),
         )
     # Targets come from the ticker's own price rows, looked up by calendar date; a date with no price is NaN.
     px = prices.sort_values("date")
@@ -128,7 +128,7 @@ def build_samples(
     # The close before the sample date: the previous bar, which a kept window always holds (window >= 2).
     prev_close = np.concatenate([[np.nan], values[:-1, CLOSE_INDEX]])[window - 1 :][keep]
     px_close = px["close"].to_numpy(dtype=np.float64)
-    t_dates = np.stack(target_dates(sample_dates, month_sessions), axis=1)
+    t_dates = np.stack(list(target_dates(sample_dates, month_sessions).values()), axis=1)
     pos = np.searchsorted(px_dates, t_dates)
     pos_clipped = np.minimum(pos, len(px_dates) - 1)
     found = (pos < len(px_dates)) & (px_dates[pos_clipped] == t_dates)

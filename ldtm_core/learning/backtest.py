@@ -247,7 +247,7 @@ def tuning_seen(engine: Engine, model_id: int, cfg: ModelConfig) -> TuningSeen |
 
 @torch.no_grad()
 def _predict(model, samples: SampleSet) -> np.ndarray:
-    """[n, 3] predicted prices (next day, next Monday, one month) of every row of `samples`."""
+    """[n, H] predicted prices (one column per horizon) of every row of `samples`."""
     y = np.concatenate(
         [model(torch.from_numpy(samples.x[i : i + 4096])).numpy() for i in range(0, len(samples), 4096)]
     )

@@ -36,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from ldtm_core.config import Settings
 from ldtm_core.data import samples as samples_module
 from ldtm_core.data.samples import SampleSet
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import model as model_module
 from ldtm_core.learning import precision, split, training_loop
 from ldtm_core.learning.checkpoints import sha256_file, write_atomic
@@ -116,7 +117,7 @@ def fold_key(
 @dataclass
 class StoredFold:
     key: str
-    pred: np.ndarray  # [n, 3] denormalised predictions of the fold's test rows (next day, Monday, month)
+    pred: np.ndarray  # [n, H] denormalised predictions of the fold's test rows, one column per horizon
     epochs: int
     best_epoch: int
     val_loss: float
@@ -139,7 +140,7 @@ def load(engine: Engine, settings: Settings, key: str) -> StoredFold | None:
     ok = _verifies(path, r["weights_sha256"])
     return StoredFold(
         key,
-        np.asarray(r["pred"], dtype=np.float64).reshape(-1, 3),
+        _pred_array(r["pred"], key),
         int(r["epochs"]),
         int(r["best_epoch"]),
         float(r["val_loss"]),
@@ -152,7 +153,7 @@ def _verifies(path: Path, digest: str) -> bool:
 
 
 def stored_predictions(engine: Engine, key: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """(test dates, [n, 3] predictions) of the fold stored under `key` (backtest_folds.fold_key): what a
+    """(test dates, [n, H] predictions) of the fold stored under `key` (backtest_folds.fold_key): what a
     paired comparison of two configs on the same rows reads."""
     with engine.connect() as conn:
         row = conn.execute(
@@ -161,9 +162,20 @@ def stored_predictions(engine: Engine, key: str) -> tuple[np.ndarray, np.ndarray
     if row is None:
         return None
     r = json.loads(row.result_json)
-    return np.asarray(r["dates"], dtype="datetime64[D]"), np.asarray(r["pred"], dtype=np.float64).reshape(
-        -1, 3
-    )
+    return np.asarray(r["dates"], dtype="datetime64[D]"), _pred_array(r["pred"], key)
+
+
+def _pred_array(pred, key: str) -> np.ndarray:
+    """A stored fold's predictions as [n, len(HORIZONS)]: stored as rows of one value per horizon; a row
+    of another width (a fold of another head set) is refused rather than silently reshaped."""
+    a = np.asarray(pred, dtype=np.float64)
+    if a.size == 0:
+        return a.reshape(0, len(HORIZONS))
+    if a.ndim != 2 or a.shape[1] != len(HORIZONS):
+        raise ValueError(
+            f"stored fold {key[:12]}: predictions of shape {a.shape}, expected [n, {len(HORIZONS)}]"
+        )
+    return a
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -189,7 +201,7 @@ def store(
     val_loss: float,
 ) -> None:
     """Weights first (atomic, under a name of key and content hash, so no write ever changes a file a
-    row points at), then the row. Returns the [n, 3] predictions now stored under `key`: this fit's, or
+    row points at), then the row. Returns the [n, H] predictions now stored under `key`: this fit's, or
     those of the existing row whose weights still verify (kept: one key, one result)."""
     buffer = io.BytesIO()
     torch.save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, buffer)
@@ -235,7 +247,7 @@ def store(
         if _verifies(old_file, old["weights_sha256"]):
             if old_file.name != name:
                 (weights_dir(settings) / name).unlink(missing_ok=True)
-            return np.asarray(old["pred"], dtype=np.float64).reshape(-1, 3)
+            return _pred_array(old["pred"], key)
         # The row's weights are gone: this refit replaces the row, compared-and-swapped on its old text.
         with engine.begin() as conn:
             done = conn.execute(

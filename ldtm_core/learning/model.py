@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from ldtm_core.data.features import FEATURE_NAMES
-from ldtm_core.data.samples import HORIZONS
 from ldtm_core.errors import InputError
+from ldtm_core.horizons import NAMES as HORIZONS
 
 LR_SCHEDULES = ("cosine", "cosine_expected", "plateau")
 
@@ -27,8 +27,8 @@ LEGACY_VALUES: dict[str, object] = {"lr_schedule": "cosine", "lr_decay_epochs": 
 class ModelConfig:
     """Architecture and training hyper-parameters. Every field can be overridden by name.
 
-    The inputs are always the 11 features of SPEC §3 (FEATURE_NAMES) and the heads always the three
-    horizons, because every snapshot row records all three; `horizons` is kept as a field so that a
+    The inputs are always the 11 features of SPEC §3 (FEATURE_NAMES) and the heads always the horizons
+    of `ldtm_core.horizons`, because every snapshot row records all of them; `horizons` is kept as a field so that a
     value outside that vocabulary is refused by name instead of training a model predict cannot use.
     """
 
@@ -87,7 +87,7 @@ class ModelConfig:
             what = f"unknown horizon(s) {', '.join(map(repr, unknown))}; " if unknown else ""
             raise InputError(
                 f"invalid model config: horizons={','.join(map(str, self.horizons)) or '(none)'}: {what}"
-                f"horizons must be {','.join(HORIZONS)} (every snapshot records all three)"
+                f"horizons must be {','.join(HORIZONS)} (every snapshot records all of them)"
             )
 
     @property

@@ -19,6 +19,7 @@ from ldtm_core.accountability.no_champion import without_champion
 from ldtm_core.accountability.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow import side_by_side
 from ldtm_core.config import Settings
+from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine, first_evening_hint
 
@@ -87,13 +88,8 @@ COLUMNS = [
     "persistence_p_value",
     "q_vs_persistence",
     "beats_persistence",
-    "next_day_mape",
-    "next_monday_mape",
-    "next_monday_n",
-    "next_monday_dates",
-    "one_month_mape",
-    "one_month_n",
-    "one_month_dates",
+    f"{DIRECTION.name}_mape",
+    *(f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n", "dates")),
     "window_start",
     "window_end",
 ]
@@ -128,21 +124,29 @@ COLUMN_CONFIG = {
     ),
     "q_vs_persistence": PCT("q vs persist.", format="%.3f", help="BH q of the persistence test"),
     "beats_persistence": st.column_config.CheckboxColumn("beats persist.", help="q vs persist. <= 0.05"),
-    "next_day_mape": PCT("|err| 1d %", format="%.2f"),
-    "next_monday_mape": PCT(
-        "|err| Mon %", format="%.2f", help="the 30 days ending at the newest filled next-Monday target"
-    ),
-    "next_monday_n": PCT("n Mon", help="filled next-Monday targets in their own 30-day window"),
-    "next_monday_dates": PCT(
-        "dates Mon",
-        help="distinct target dates under those rows: a week's evenings share one next Monday, so ~20 rows "
-        "stand on 4-5 outcomes",
-    ),
-    "one_month_mape": PCT(
-        "|err| 1m %", format="%.2f", help="the 30 days ending at the newest filled one-month target"
-    ),
-    "one_month_n": PCT("n 1m", help="filled one-month targets in their own 30-day window"),
-    "one_month_dates": PCT("dates 1m", help="distinct one-month target dates under those rows"),
+    f"{DIRECTION.name}_mape": PCT(f"|err| {DIRECTION.abbr} %", format="%.2f"),
+    **{
+        f"{h.name}_mape": PCT(
+            f"|err| {h.abbr} %",
+            format="%.2f",
+            help=f"the 30 days ending at the newest filled {h.label.replace(' ', '-')} target",
+        )
+        for h in ERROR_ONLY
+    },
+    **{
+        f"{h.name}_n": PCT(
+            f"n {h.abbr}", help=f"filled {h.label.replace(' ', '-')} targets in their own 30-day window"
+        )
+        for h in ERROR_ONLY
+    },
+    **{
+        f"{h.name}_dates": PCT(
+            f"dates {h.abbr}",
+            help=f"distinct {h.label.replace(' ', '-')} target dates under those rows: rows sharing a "
+            "target date (a week's evenings share one next Monday) are one outcome, not several",
+        )
+        for h in ERROR_ONLY
+    },
     "beats_always_up": st.column_config.CheckboxColumn("beats up", help="q vs up <= 0.05"),
     "gated": st.column_config.CheckboxColumn("gated", help=f"unticked = {UNGATED_LEGEND}"),
 }

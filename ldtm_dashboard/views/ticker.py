@@ -16,6 +16,7 @@ from ldtm_core.accountability.reports import (
     tickers_with_snapshots,
 )
 from ldtm_core.accountability.skill import format_p_value
+from ldtm_core.horizons import HORIZONS
 from ldtm_dashboard.charts import (
     cohort_chart,
     predicted_vs_actual_chart,
@@ -25,7 +26,6 @@ from ldtm_dashboard.charts import (
 from ldtm_dashboard.data import database_caption, engine, first_evening_hint, ticker_from_query
 
 MIN_ROLLING_N = 5
-HORIZONS = {"next_day": "Next day", "next_monday": "Next Monday", "one_month": "One month"}
 
 st.title("Ticker")
 st.caption(database_caption())
@@ -90,10 +90,10 @@ st.caption(
 )
 
 st.header("Predicted vs actual close")
-for tab, (horizon, label) in zip(st.tabs(list(HORIZONS.values())), HORIZONS.items(), strict=True):
+for tab, h in zip(st.tabs([h.title for h in HORIZONS]), HORIZONS, strict=True):
     with tab:
-        st.altair_chart(predicted_vs_actual_chart(predictions, horizon), width="stretch")
-        st.caption(f"{label}: each point is a target date; the actual line appears as closes arrive.")
+        st.altair_chart(predicted_vs_actual_chart(predictions, h.name), width="stretch")
+        st.caption(f"{h.title}: each point is a target date; the actual line appears as closes arrive.")
 
 st.header("Rolling 30-day next-day accuracy")
 rolling = rolling_accuracy(counted)

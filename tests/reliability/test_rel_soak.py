@@ -29,6 +29,7 @@ from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic import generate
 from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
+from ldtm_core.horizons import NAMES
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import prices, snapshots
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(600)]
 EVENINGS = 250
 REPREDICTED = 30  # evenings re-predicted by a second model per ticker
 B_TRAINED_ON = dt.date(2024, 11, 20)  # the second model's data cutoff: some of its replays are in-sample
-HORIZONS = ("next_day", "next_monday", "one_month")
+HORIZONS = NAMES  # the oracle below computes each target date itself
 
 
 def _expected_leaderboard(engine) -> pd.DataFrame:

@@ -16,11 +16,10 @@ Revision ID: 0024
 Revises: 0023
 """
 
-import importlib.util
-from pathlib import Path
-
 import sqlalchemy as sa
 from alembic import op
+
+from ldtm_core.accuracy_views import HORIZONS_0021, VIEW_NAMES, create_view_sql
 
 revision = "0024"
 down_revision = "0023"
@@ -31,35 +30,10 @@ OLD_CHECK = "status IN ('candidate','active','retired')"
 NEW_CHECK = "status IN ('candidate','active','retired','shadow')"
 
 
-def _v21():
-    path = Path(__file__).with_name("0021_ungated_rows.py")
-    spec = importlib.util.spec_from_file_location("ldtm_migration_0021", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-NOT_SHADOW = "s.model_status <> 'shadow'"
-FIRST_PUBLISHED = "s.id IN (SELECT MIN(f.id) FROM snapshots f WHERE f.model_status <> 'shadow' GROUP BY f.ticker, f.run_date)"
-
-
-def _views(v21) -> dict:
-    out = {}
-    for name, (keys, scored) in v21.VIEWS.items():
-        scored = scored.replace(v21.FIRST_OF_EVENING, FIRST_PUBLISHED)
-        out[name] = (keys, scored if FIRST_PUBLISHED in scored else f"{scored} AND {NOT_SHADOW}")
-    return out
-
-
-def _create_views(views: dict, v21) -> None:
+def _create_views(version: str) -> None:
     dialect = op.get_bind().dialect.name
-    saved = v21.VIEWS
-    v21.VIEWS = views
-    try:
-        for name in views:
-            op.execute(v21.create_view_sql(name, dialect))
-    finally:
-        v21.VIEWS = saved
+    for name in VIEW_NAMES:
+        op.execute(create_view_sql(name, dialect, version, HORIZONS_0021))
 
 
 def _set_check(old: str, new: str) -> None:
@@ -84,8 +58,7 @@ def _set_check(old: str, new: str) -> None:
 
 
 def upgrade() -> None:
-    v21 = _v21()
-    for name in v21.VIEWS:
+    for name in VIEW_NAMES:
         op.execute(f"DROP VIEW IF EXISTS {name}")
     _set_check(OLD_CHECK, NEW_CHECK)
     op.create_index(
@@ -96,12 +69,11 @@ def upgrade() -> None:
         sqlite_where=sa.text("status = 'shadow'"),
         postgresql_where=sa.text("status = 'shadow'"),
     )
-    _create_views(_views(v21), v21)
+    _create_views("0024")
 
 
 def downgrade() -> None:
-    v21 = _v21()
-    for name in v21.VIEWS:
+    for name in VIEW_NAMES:
         op.execute(f"DROP VIEW IF EXISTS {name}")
     op.drop_index("uq_registry_one_shadow", table_name="model_registry")
     # A shadow goes back to candidate (what it was before the gate), its event says so.
@@ -112,4 +84,4 @@ def downgrade() -> None:
     )
     op.execute("UPDATE model_registry SET status = 'candidate' WHERE status = 'shadow'")
     _set_check(NEW_CHECK, OLD_CHECK)
-    _create_views(v21.VIEWS, v21)
+    _create_views("0021")
