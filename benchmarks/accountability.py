@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ldtm_core.accountability import registry  # noqa: E402
 from ldtm_core.accountability.chain import row_hash, write_rows  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
-from ldtm_core.accountability.inference import clear_model_cache  # noqa: E402
-from ldtm_core.accountability.price_windows import window_from_frame  # noqa: E402
+from ldtm_core.learning.inference import clear_model_cache  # noqa: E402
+from ldtm_core.learning.price_windows import window_from_frame  # noqa: E402
 from ldtm_core.accountability.registry import register_candidate, serving_models  # noqa: E402
 from ldtm_core.accountability.snapshots import classify_direction, predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402

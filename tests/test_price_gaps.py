@@ -173,7 +173,7 @@ def test_stored_features_follow_the_same_rule(engine):
 
 
 def test_inference_window_never_spans_the_hole():
-    from ldtm_core.accountability.price_windows import build_windows
+    from ldtm_core.learning.price_windows import build_windows
 
     df = bars(holey())
     df = df[df["date"] <= dt.date(2017, 8, 15)]  # 31 sessions after the hole: too few for a window

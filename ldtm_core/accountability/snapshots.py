@@ -33,8 +33,8 @@ from sqlalchemy import Engine, and_, select
 
 from ldtm_core.accountability import runlog
 from ldtm_core.accountability.chain import write_rows_anchored
-from ldtm_core.accountability.inference import batched_forward, load_verified_model
-from ldtm_core.accountability.price_windows import (
+from ldtm_core.learning.inference import batched_forward, load_verified_model
+from ldtm_core.learning.price_windows import (
     RSI_SETTLE_ROWS,
     build_windows,
     load_price_arrays,
