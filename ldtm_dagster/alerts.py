@@ -19,7 +19,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from ldtm_core.accountability import alerts
 from ldtm_core.data import calendar
 
-from .pool import FAILED_TICKERS
+from .gpu_pool import FAILED_TICKERS
 from .resources import AppDatabase, ArtifactStore
 
 WEBHOOK_ENV = "LDTM_NOTIFY_WEBHOOK_URL"

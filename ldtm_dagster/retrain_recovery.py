@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, DagsterRun, RunRequest
 
+from .gpu_pool import run_started_at
 from .jobs import backtests_job
 from .partitions import contiguous_ranges, range_tags, ticker_partitions
-from .pool import run_started_at
 
 CHECKPOINTS = "checkpoints"
 BACKTESTS = "backtests"

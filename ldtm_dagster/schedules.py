@@ -9,9 +9,9 @@ from dagster import (
     schedule,
 )
 
+from .gpu_pool import GPU_RUN_TAGS
 from .jobs import nightly_market_job, retrain_job
 from .partitions import EVENING_TAG, MARKET_TZ, NIGHTLY_CRON, range_tags, ticker_partitions
-from .pool import GPU_RUN_TAGS
 
 
 def _all_tickers_tags() -> dict:

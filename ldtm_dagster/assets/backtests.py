@@ -41,8 +41,7 @@ from ldtm_core.learning.ticker_pool import ticker_chunks
 from ldtm_core.progress import run_line
 
 from ..deployment import gpu_step_tags
-from ..partitions import ticker_partitions
-from ..pool import (
+from ..gpu_pool import (
     GPU_POOL,
     chunk_slot_plan,
     chunk_step_guard,
@@ -51,8 +50,9 @@ from ..pool import (
     run_started_at,
     summarise_chunks,
 )
+from ..partition_steps import partition_keys
+from ..partitions import ticker_partitions
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
-from ..steps import partition_keys
 
 BACKTESTS_CONFIG = {
     "folds": Field(

@@ -43,8 +43,7 @@ from ldtm_core.learning.warm_start import DEFAULT_WARM_START
 from ldtm_core.progress import run_line
 
 from ..deployment import gpu_step_tags
-from ..partitions import ticker_partitions
-from ..pool import (
+from ..gpu_pool import (
     GPU_POOL,
     chunk_slot_plan,
     chunk_step_guard,
@@ -53,8 +52,9 @@ from ..pool import (
     run_started_at,
     summarise_chunks,
 )
+from ..partition_steps import partition_keys
+from ..partitions import ticker_partitions
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
-from ..steps import partition_keys
 
 CHECKPOINTS_CONFIG = {
     "as_of": Field(str, default_value="", description="train only on prices up to this date (YYYY-MM-DD)"),

@@ -1,4 +1,5 @@
-"""The `gpu` concurrency pool: its limit follows free VRAM (SPEC §6), set on the Dagster instance.
+"""The `gpu` concurrency pool: its limit follows free VRAM (SPEC §6), set on the Dagster instance; the
+fan-out of GPU work into chunk steps that hold its slots (plan, guard, fan-in).
 
 Every GPU-bound step (training, backtests, inference) declares `pool="gpu"`, and each such step is
 ONE process on one device: training and backtests fan out into one step per ticker chunk
@@ -48,10 +49,13 @@ RUN_OVER = {
 }
 WATCHDOG_INTERVAL_S = 2.0
 
-# Marks every process started after the code location loaded (run workers, step processes, their
-# ticker-pool workers) as this instance's `gpu` pool, so the pool's limit counts the VRAM they hold as
-# its own (gpu_slots.probe) instead of shrinking under its own load. Set by the deployment to override.
-os.environ.setdefault(ENV_POOL_ID, f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}")
+
+def mark_pool_processes() -> str:
+    """Mark every process started after this call (run workers, step processes, their ticker-pool
+    workers) as this instance's `gpu` pool, so the pool's limit counts the VRAM they hold as its own
+    (gpu_slots.probe) instead of shrinking under its own load. Called once when the code location loads
+    (definitions.py); a value set by the deployment wins. Returns the marker in force."""
+    return os.environ.setdefault(ENV_POOL_ID, f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}")
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
