@@ -45,7 +45,7 @@ from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.prices import load_ticker_prices  # noqa: E402
 from ldtm_core.data.samples import denormalise  # noqa: E402
-from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dagster import Definitions
 
 from . import assets, checks, deployment
-from .alerts import run_failure_alert, snapshots_freshness_alert
+from .alert_sensors import run_failure_alert, snapshots_freshness_alert
 from .gpu_pool import mark_pool_processes
 from .jobs import backtests_job, nightly_job, nightly_market_job, promotion_job, retrain_job
 from .resources import resources_from_env

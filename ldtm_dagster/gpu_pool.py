@@ -189,7 +189,7 @@ def summarise_chunks(
     )
 
 
-# Failure metadata key: {ticker: error} of the tickers that failed (ldtm_dagster/alerts.py posts it).
+# Failure metadata key: {ticker: error} of the tickers that failed (ldtm_dagster/alert_sensors.py posts it).
 FAILED_TICKERS = "failed_tickers"
 
 

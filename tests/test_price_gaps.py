@@ -23,7 +23,7 @@ from ldtm_core.data.ingest import ingest_frame, ingest_synthetic
 from ldtm_core.data.price_fetch import fetch_prices
 from ldtm_core.data.samples import build_samples
 from ldtm_core.data.sources.base import RAW_COLUMNS, PriceSource, SourceAnswer
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.errors import ConfigError
 

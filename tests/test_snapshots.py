@@ -22,7 +22,7 @@ from ldtm_core.accountability.snapshots import classify_direction, predict
 from ldtm_core.data.calendar import sessions_after
 from ldtm_core.data.features import compute_features
 from ldtm_core.data.samples import build_samples
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.errors import InputError
 from ldtm_core.learning.inference import batched_forward
 from ldtm_core.learning.model import LDTM, get_profile
