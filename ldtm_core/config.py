@@ -102,6 +102,10 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_SHADOW_POWER": NumberSetting(float, 0, 1, "a probability below 1 (0.8)", low_open=True),
     # The longest hole in a ticker's bars (missing sessions) features may look back across (price_gaps).
     "LDTM_MAX_GAP_SESSIONS": NumberSetting(int, 0, 1e5, "a whole number of sessions"),
+    # Signal performance (accountability.signals): the paper books' cost per unit of turnover.
+    "LDTM_SIGNAL_COST_BP": NumberSetting(
+        float, 0, 10_000, "basis points per unit of turnover (5 for 0.05 %)"
+    ),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
