@@ -7,7 +7,7 @@ from ldtm_core.accountability.signals import signal_report
 from ..metadata import records_table
 from ..resources import AppDatabase, ArtifactStore
 from ..signal_plots import equity_figure_markdown
-from ..steps import failing_as
+from ..partition_steps import failing_as
 from .accountability import fillbacks
 
 
