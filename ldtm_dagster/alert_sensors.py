@@ -19,14 +19,14 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from ldtm_core.accountability import operator_alerts
 from ldtm_core.data import calendar
 
-from .gpu_pool import FAILED_TICKERS
+from .chunk_fanout import FAILED_TICKERS
 from .resources import AppDatabase, ArtifactStore
 
 WEBHOOK_ENV = "LDTM_NOTIFY_WEBHOOK_URL"
 
 
 def _failed_tickers(context: RunFailureSensorContext) -> dict[str, str] | None:
-    """{ticker: error} a fanned-out step failed with (pool.summarise_chunks), else None."""
+    """{ticker: error} a fanned-out step failed with (chunk_fanout.summarise_chunks), else None."""
     found: dict[str, str] = {}
     for event in context.get_step_failure_events():
         data = getattr(event.event_specific_data, "user_failure_data", None)
