@@ -40,11 +40,11 @@ import pyarrow.parquet as pq  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.pool import StaticPool  # noqa: E402
 
-from ldtm_core.accountability.price_windows import RSI_SETTLE_ROWS, load_price_arrays, start_for  # noqa: E402
 from ldtm_core.config import masked_url  # noqa: E402
 from ldtm_core.data import feature_store as fs  # noqa: E402
 from ldtm_core.data.features import WARMUP_ROWS, compute_features  # noqa: E402
 from ldtm_core.data.prices import load_prices, price_summary  # noqa: E402
+from ldtm_core.learning.price_windows import RSI_SETTLE_ROWS, load_price_arrays, start_for  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 
 

@@ -54,7 +54,7 @@ from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E
 from ldtm_core.data.feature_store import build_features  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.price_files import read_price_file  # noqa: E402
-from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.errors import InputError, LDTMError  # noqa: E402
 from ldtm_core.learning.backtest import DEFAULT_FOLDS  # noqa: E402

@@ -31,7 +31,7 @@ from ldtm_core.config import masked_url  # noqa: E402
 from ldtm_core.data.price_validation import VALUE_COLUMNS, validate_prices  # noqa: E402
 from ldtm_core.data.price_writer import _records, write_prices  # noqa: E402
 from ldtm_core.data.samples import build_samples  # noqa: E402
-from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import is_postgres, run_in_transaction, upsert  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402

@@ -37,7 +37,7 @@ from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.prices import load_ticker_prices  # noqa: E402
 from ldtm_core.data.samples import build_samples  # noqa: E402
-from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.backtest import run_backtest  # noqa: E402
 from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402

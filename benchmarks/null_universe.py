@@ -7,7 +7,7 @@ Two universes of models whose next-day direction is simulated, so the truth is k
   (a) no skill: every model's direction is a coin flip independent of the future;
   (b) a planted edge: 10 tickers right 56 % of the time, 10 others right 55 % until mid-year and 45 %
       after (a decay), the rest coins.
-Prices are the synthetic market of the `full` universe (`ldtm_core.data.synthetic.generate`), so each
+Prices are the synthetic market of the `full` universe (`ldtm_core.data.synthetic_market.generate`), so each
 ticker has its own up-rate, regimes and baselines; only the model's calls are simulated.
 
 Each figure goes through the project's own public function, behind one adapter per figure (the
@@ -39,7 +39,7 @@ from sqlalchemy import insert  # noqa: E402
 
 from ldtm_core.accountability import champion_challenger, decay, leaderboard, paired, shadow  # noqa: E402
 from ldtm_core.accountability.gate import GateThresholds, evaluate  # noqa: E402
-from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402

@@ -39,7 +39,7 @@ from ldtm_core.accountability.signal_rows import benchmark_returns, load_rows  #
 from ldtm_core.accountability.signal_stats import recipes_tried  # noqa: E402
 from ldtm_core.accountability.signals import report_from_rows, signal_report  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
-from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402

@@ -30,7 +30,7 @@ from levers import stand_in_candidate  # noqa: E402  (benchmarks/ is on sys.path
 
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
-from ldtm_core.data.synthetic import generate  # noqa: E402
+from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.learning import backtest, tuning  # noqa: E402
 from ldtm_core.learning.model import ModelConfig, get_profile  # noqa: E402
 from ldtm_core.learning.training import parse_overrides  # noqa: E402

@@ -5,11 +5,15 @@ from __future__ import annotations
 from dagster import Definitions
 
 from . import assets, checks, deployment
-from .alerts import run_failure_alert, snapshots_freshness_alert
+from .alert_sensors import run_failure_alert, snapshots_freshness_alert
+from .gpu_pool import mark_pool_processes
 from .jobs import backtests_job, nightly_job, nightly_market_job, promotion_job, retrain_job
 from .resources import resources_from_env
 from .schedules import nightly, weekly_retrain
 from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor, retrain_backtests_sensor
+
+# Before any run worker or step process is started from this code location, so each inherits the marker.
+mark_pool_processes()
 
 defs = Definitions(
     assets=[getattr(assets, name) for name in assets.__all__],

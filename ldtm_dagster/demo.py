@@ -35,8 +35,8 @@ from ldtm_core.cli.accountability import print_leaderboard
 from ldtm_core.data import calendar
 
 from . import assets, checks
+from .gpu_pool import GPU_RUN_TAGS, sync_pool_limit
 from .partitions import evening_partitions, range_tags
-from .pool import GPU_RUN_TAGS, sync_pool_limit
 from .resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 ALL_ASSETS = [getattr(assets, name) for name in assets.__all__]

@@ -23,8 +23,8 @@ from .assets import (
     signal_performance,
     snapshots,
 )
+from .gpu_pool import GPU_RUN_TAGS
 from .partitions import evening_partitions, ticker_partitions
-from .pool import GPU_RUN_TAGS
 
 # A killed run of a chunked GPU job is retried (run_retries) with ALL_STEPS: its planning step re-plans
 # and skips the tickers trained since; the default FROM_FAILURE reuses the dead plan and trains nothing.

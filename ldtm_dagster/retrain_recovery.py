@@ -1,7 +1,7 @@
 """What a partly failed retrain still owes: the backtests of the tickers whose training succeeded.
 
 Inside one `retrain_job` run, a `checkpoints` step that failed for some tickers (after materialising
-the others, `pool.summarise_chunks`) makes Dagster skip every `backtests` step of that run, so the
+the others, `chunk_fanout.summarise_chunks`) makes Dagster skip every `backtests` step of that run, so the
 tickers that trained fine would get no backtest, and so no gate run, until someone launched one.
 `sensors.retrain_backtests_sensor` asks for those backtests from here, one run per contiguous key
 range of the ticker partitions (a run covers one contiguous range, DAGSTER_NOTES.md).
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, DagsterRun, RunRequest
 
+from .chunk_fanout import run_started_at
 from .jobs import backtests_job
 from .partitions import contiguous_ranges, range_tags, ticker_partitions
-from .pool import run_started_at
 
 CHECKPOINTS = "checkpoints"
 BACKTESTS = "backtests"

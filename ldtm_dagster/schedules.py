@@ -9,9 +9,9 @@ from dagster import (
     schedule,
 )
 
+from .gpu_pool import GPU_RUN_TAGS
 from .jobs import nightly_market_job, retrain_job
 from .partitions import EVENING_TAG, MARKET_TZ, NIGHTLY_CRON, range_tags, ticker_partitions
-from .pool import GPU_RUN_TAGS
 
 
 def _all_tickers_tags() -> dict:
@@ -25,7 +25,7 @@ def _all_tickers_tags() -> dict:
     default_status=DefaultScheduleStatus.RUNNING,
 )
 def nightly(context: ScheduleEvaluationContext) -> RunRequest:
-    """Weekdays 18:15 New York: prices (from LDTM_PRICE_SOURCE: synthetic | files:<dir> | yfinance | ib,
+    """Weekdays 18:15 New York: prices (from the source LDTM_PRICE_SOURCE names, ldtm_core.data.sources,
     up to that evening), then the features of every ticker as ONE run, tagged with the evening that
     just closed; its success launches that evening's `nightly_job` (snapshots onwards)."""
     evening = context.scheduled_execution_time.astimezone(ZoneInfo(MARKET_TZ)).date().isoformat()

@@ -21,9 +21,9 @@ from dagster import (
 from ldtm_core.accountability import gate
 
 from . import deployment
+from .gpu_pool import pool_limit, sync_pool_limit
 from .jobs import backtests_job, nightly_job, nightly_market_job, promotion_job, retrain_job
 from .partitions import EVENING_TAG, ticker_partitions
-from .pool import pool_limit, sync_pool_limit
 from .resources import AppDatabase, ArtifactStore, GpuProbe
 from .retrain_recovery import backtest_requests
 

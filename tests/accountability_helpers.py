@@ -12,7 +12,7 @@ from sqlalchemy import insert
 from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import backtest_folds

@@ -14,7 +14,7 @@ from sqlalchemy import insert
 
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.schema import model_registry, snapshots
 

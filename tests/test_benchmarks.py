@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.migrate import upgrade
 

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from ldtm_core.cli import app
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import prices
 

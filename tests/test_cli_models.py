@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from ldtm_core.cli import app
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import model_registry, prices
 

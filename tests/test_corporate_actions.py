@@ -28,7 +28,7 @@ from ldtm_core.data.price_fetch import fetch_prices
 from ldtm_core.data.price_moves import large_moves
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.sources.base import PriceSource, SourceAnswer
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.horizons import NAMES
 from ldtm_core.schema import prices, snapshots
 

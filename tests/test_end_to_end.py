@@ -20,7 +20,7 @@ from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.learning import training
 from ldtm_core.learning.backtest import run_backtest

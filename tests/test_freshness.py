@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.freshness import freshness
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.schema import snapshots
 
 

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from ldtm_core.data.ingest import ingest_files, ingest_frame, ingest_synthetic
 from ldtm_core.data.price_files import expand_paths, read_price_file
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
 from ldtm_core.schema import prices

@@ -13,7 +13,7 @@ import torch
 
 from ldtm_core.accountability.registry import config_signature
 from ldtm_core.data.samples import build_samples
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.errors import InputError
 from ldtm_core.learning import training_loop
 from ldtm_core.learning.model import LEGACY_VALUES, ModelConfig, get_profile

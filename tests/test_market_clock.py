@@ -11,7 +11,7 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import alerts
+from ldtm_core.accountability import operator_alerts
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.data import calendar
@@ -89,5 +89,5 @@ def test_live_prediction_refused_for_a_session_not_closed(engine, tmp_path, monk
 def test_snapshot_deadline_before_an_early_close_waits_for_the_close():
     # Deadline 12:30 on an early-close day (close 13:00): at 12:45 the 27th is not due yet.
     at = dt.datetime(2026, 11, 27, 12, 45, tzinfo=NY)
-    assert alerts.due_session(at, dt.time(12, 30)) == D(2026, 11, 25)
-    assert alerts.due_session(at.replace(hour=13, minute=5), dt.time(12, 30)) == D(2026, 11, 27)
+    assert operator_alerts.due_session(at, dt.time(12, 30)) == D(2026, 11, 25)
+    assert operator_alerts.due_session(at.replace(hour=13, minute=5), dt.time(12, 30)) == D(2026, 11, 27)

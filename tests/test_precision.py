@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ldtm_core.data.samples import build_samples
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning import precision
 from ldtm_core.learning.model import get_profile
 from ldtm_core.learning.precision import amp_dtype, cpu_bf16_flags

@@ -11,7 +11,7 @@ from ldtm_core.data.price_fetch import fetch_prices, fetch_starts
 from ldtm_core.data.price_moves import large_moves
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.sources import PriceSource, SourceAnswer, make_source
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 
 TICKERS = ["AAPL", "NVDA", "TSLA", "MSFT", "AMZN", "GOOG"]

@@ -23,7 +23,7 @@ from ldtm_core.data.ingest import ingest_frame, ingest_synthetic
 from ldtm_core.data.price_fetch import fetch_prices
 from ldtm_core.data.samples import build_samples
 from ldtm_core.data.sources.base import RAW_COLUMNS, PriceSource, SourceAnswer
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.errors import ConfigError
 
@@ -173,7 +173,7 @@ def test_stored_features_follow_the_same_rule(engine):
 
 
 def test_inference_window_never_spans_the_hole():
-    from ldtm_core.accountability.price_windows import build_windows
+    from ldtm_core.learning.price_windows import build_windows
 
     df = bars(holey())
     df = df[df["date"] <= dt.date(2017, 8, 15)]  # 31 sessions after the hole: too few for a window

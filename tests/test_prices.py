@@ -6,7 +6,7 @@ from sqlalchemy import delete, update
 
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.prices import latest_price_date, load_prices, price_summary, quality_report
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import prices
 

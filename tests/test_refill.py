@@ -14,7 +14,7 @@ from ldtm_core.accountability.refill import refill, refill_after_ingest
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.schema import fill_revisions, snapshots
 
 

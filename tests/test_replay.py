@@ -9,11 +9,11 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import inference
 from ldtm_core.accountability.replay import predict_range
 from ldtm_core.cli import app
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.errors import InputError
+from ldtm_core.learning import inference
 from ldtm_core.schema import run_log, snapshots
 
 TICKERS = ["AAPL", "NVDA"]

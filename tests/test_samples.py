@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ldtm_core.data.calendar import sessions_after, sessions_between
 from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features
 from ldtm_core.data.samples import build_samples, denormalise, normalise_targets
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.horizons import HORIZONS
 
 SESSIONS = sessions_between("2015-01-01", "2016-12-31")

@@ -58,7 +58,7 @@ def market(engine):
 
 def generate_prices(engine, tickers):
     from ldtm_core.data.ingest import ingest_frame
-    from ldtm_core.data.synthetic import generate
+    from ldtm_core.data.synthetic_market import generate
 
     df = generate(tickers, "2023-01-03", "2023-05-31", seed=4)
     ingest_frame(engine, df, "synthetic")

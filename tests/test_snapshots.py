@@ -18,16 +18,16 @@ from ldtm_core.accountability import registry
 from ldtm_core.accountability import snapshots as snapshots_mod
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.chain import canonical
-from ldtm_core.accountability.inference import batched_forward
-from ldtm_core.accountability.price_windows import features_batch
 from ldtm_core.accountability.snapshots import classify_direction, predict
 from ldtm_core.data.calendar import sessions_after
 from ldtm_core.data.features import compute_features
 from ldtm_core.data.samples import build_samples
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
+from ldtm_core.learning.inference import batched_forward
 from ldtm_core.learning.model import LDTM, get_profile
+from ldtm_core.learning.price_windows import features_batch
 from ldtm_core.schema import run_log, snapshots
 
 TICKERS = ["AAPL", "NVDA", "QQQ"]

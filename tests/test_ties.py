@@ -17,7 +17,7 @@ from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.refill import refill
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning import backtest as bt
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds, snapshots

@@ -13,7 +13,7 @@ from sqlalchemy import insert, select
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.samples import build_samples
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.learning.checkpoints import load_checkpoint, sha256_file
 from ldtm_core.learning.gpu_slots import SlotPlan

@@ -330,7 +330,7 @@ class ShadowOutcome:
 
 def checkpoint_problem(rec: ModelRecord) -> str | None:
     """Why the shadow's checkpoint cannot be loaded now (the nightly skips such a shadow), or None."""
-    from ldtm_core.accountability.inference import load_verified_model
+    from ldtm_core.learning.inference import load_verified_model
 
     try:
         load_verified_model(rec, rec.ticker)

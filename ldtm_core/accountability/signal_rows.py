@@ -25,7 +25,7 @@ from ldtm_core.accountability.fillback import HORIZONS
 from ldtm_core.accountability.leaderboard import MODES
 from ldtm_core.accountability.registry import SHADOW
 from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
-from ldtm_core.data.feature_store import _copy_out
+from ldtm_core.data.feature_store import copy_out
 from ldtm_core.db import is_postgres
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
@@ -103,7 +103,7 @@ def _read(engine: Engine, columns: list[str], table, date_col: str, start, end, 
         query = f"SELECT {select_list} FROM {table.name}"  # noqa: S608
         query += f" WHERE {where}" if where else ""
         with engine.connect() as conn:
-            buf = _copy_out(conn, f"{query} ORDER BY {order}", {"start": start, "end": end})
+            buf = copy_out(conn, f"{query} ORDER BY {order}", {"start": start, "end": end})
         frame = pd.read_csv(buf, names=columns, keep_default_na=False, na_values=[""], dtype={"ticker": str})
         for c in set(columns) & BOOLEANS:
             frame[c] = frame[c].astype(str) == "t"  # PostgreSQL's CSV spelling of a boolean

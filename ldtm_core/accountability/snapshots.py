@@ -33,14 +33,6 @@ from sqlalchemy import Engine, and_, select
 
 from ldtm_core.accountability import runlog
 from ldtm_core.accountability.chain import write_rows_anchored
-from ldtm_core.accountability.inference import batched_forward, load_verified_model
-from ldtm_core.accountability.price_windows import (
-    RSI_SETTLE_ROWS,
-    build_windows,
-    load_price_arrays,
-    normalised_window,
-    start_for,
-)
 from ldtm_core.accountability.registry import SHADOW, ModelRecord, serving_models, shadow_models
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
@@ -52,7 +44,15 @@ from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import CheckpointError, InputError, NotFoundError
 from ldtm_core.faults import pause_point
 from ldtm_core.horizons import DIRECTION, HORIZONS
+from ldtm_core.learning.inference import batched_forward, load_verified_model
 from ldtm_core.learning.model import LDTM
+from ldtm_core.learning.price_windows import (
+    RSI_SETTLE_ROWS,
+    build_windows,
+    load_price_arrays,
+    normalised_window,
+    start_for,
+)
 from ldtm_core.schema import model_registry, prices, snapshots
 
 DIRECTIONS = ("bullish", "neutral", "bearish")

@@ -130,10 +130,12 @@ def handle_errors(fn: Callable) -> Callable:
 # Importing the command modules registers their commands on `app`.
 from ldtm_core.cli import (  # noqa: E402,F401
     accountability,
+    backtest,
     dashboard,
     data,
     decay,
     features,
+    hardware,
     models,
     promotion,
     shadow,

@@ -13,6 +13,7 @@ from rich.table import Table
 from ldtm_core.accountability.refill import refill_after_ingest
 from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
 from ldtm_core.config import masked_url
+from ldtm_core.data.sources import ENV_SOURCE, SPEC_HELP
 from ldtm_core.data.universe import load_universe, resolve_tickers
 from ldtm_core.errors import InputError
 
@@ -214,9 +215,7 @@ def ingest_fetch_cmd(
     end: str = typer.Option(
         None, help="last date YYYY-MM-DD; default the latest XNYS session already closed (New York time)"
     ),
-    source: str = typer.Option(
-        None, "--source", "-s", help="synthetic | files:<dir> | yfinance | ib; default $LDTM_PRICE_SOURCE"
-    ),
+    source: str = typer.Option(None, "--source", "-s", help=f"{SPEC_HELP}; default ${ENV_SOURCE}"),
     overlap: int = typer.Option(5, help="sessions re-fetched before each ticker's last stored date"),
     refetch: bool = typer.Option(False, "--refetch", help="fetch every ticker from --start"),
     seed: int = typer.Option(0, help="synthetic source: random seed"),

@@ -196,7 +196,7 @@ def ingest_synthetic(
     force: bool | None = None,
 ) -> IngestResult:
     """Generate the synthetic market for `tickers` and upsert it in one transaction."""
-    from ldtm_core.data.synthetic import generate
+    from ldtm_core.data.synthetic_market import generate
 
     tickers = list(dict.fromkeys(validate_ticker(t) for t in tickers))
     if not tickers:

@@ -52,7 +52,7 @@ class BenchData:
 def bench_data(n_samples: int, window: int, seed: int = 0) -> BenchData:
     """One synthetic ticker's samples (the newest `n_samples` labeled rows) and its raw feature rows."""
     from ldtm_core.data.calendar import CALENDAR_START, latest_closed_session
-    from ldtm_core.data.synthetic import generate
+    from ldtm_core.data.synthetic_market import generate
 
     # The default start, not calendar_bounds(): the calendar reaches further back once older data is read.
     first, end = dt.date.fromisoformat(CALENDAR_START), latest_closed_session()
@@ -208,7 +208,7 @@ def early_stop_run(threads: int = 1, seed: int = 0, max_epochs: int = 100) -> di
     torch.set_num_threads(threads)
     cfg = get_profile("reference", seed=seed, max_epochs=max_epochs)
     from ldtm_core.data.calendar import CALENDAR_START, latest_closed_session
-    from ldtm_core.data.synthetic import generate
+    from ldtm_core.data.synthetic_market import generate
 
     first, end = dt.date.fromisoformat(CALENDAR_START), latest_closed_session()
     # Twenty years, like a long-listed ticker of the universe: ~5,000 samples.

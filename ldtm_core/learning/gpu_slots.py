@@ -7,7 +7,7 @@ cores. NVML is read through an injectable module so tests can play zero, one, se
 `own_MiB` is the memory the pool's own running jobs hold (NVML per-process usage), so the limit is
 stable under the pool's own load and shrinks only for other tenants. A process is the pool's own when
 its environment (`/proc/<pid>/environ`, as it was started) carries `LDTM_GPU_POOL_ID` with the same
-value as ours: the Dagster code location sets it (`ldtm_dagster/pool.py`) and every run worker, step
+value as ours: the Dagster code location sets it (`ldtm_dagster/gpu_pool.py: mark_pool_processes`) and every run worker, step
 process and ticker-pool worker started after that inherits it. Where the variable is unset, or a
 process's environment cannot be read (another user, PIDs of another namespace in a container), that
 process counts as another tenant: the limit is then what free memory alone allows, never higher.

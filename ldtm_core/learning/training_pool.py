@@ -24,7 +24,7 @@ from ldtm_core.learning.warm_start import DEFAULT_WARM_START
 __all__ = ["train_many", "ticker_chunks", "worker_devices"]
 
 
-def _train_one(
+def train_with_settings(
     engine: Engine,
     ticker: str,
     device: str,
@@ -35,6 +35,7 @@ def _train_one(
     as_of: dt.date | None,
     warm_start: bool,
 ) -> TrainOutcome:
+    """Train `ticker` with its chosen settings (`per_ticker`: the profile's config, or its tuned trial)."""
     chosen = per_ticker[ticker]
     return train_ticker(
         engine,
@@ -72,7 +73,9 @@ def train_many(
         return []
     # A run killed mid-write left temp files: remove them before any new checkpoint is written.
     clean_temp_files(settings.checkpoint_dir)
-    work = partial(_train_one, settings=settings, per_ticker=per_ticker, as_of=as_of, warm_start=warm_start)
+    work = partial(
+        train_with_settings, settings=settings, per_ticker=per_ticker, as_of=as_of, warm_start=warm_start
+    )
     return map_tickers(
         settings,
         tickers,

@@ -25,12 +25,12 @@ from ldtm_core.accountability.no_champion import without_champion
 from ldtm_core.data.calendar import is_session
 
 from ..deployment import gpu_step_tags
+from ..gpu_pool import GPU_POOL
 from ..metadata import records_table
+from ..partition_steps import failing_as, for_each_partition, partition_keys
 from ..partitions import check_evening_keys, evening_partitions
 from ..plots import leaderboard_figure_markdown
-from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import failing_as, for_each_partition, partition_keys
 
 
 class SnapshotsConfig(Config):

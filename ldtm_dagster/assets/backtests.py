@@ -11,7 +11,6 @@ and re-executing a killed run skips tickers whose folds it already wrote (`force
 """
 
 import datetime as dt
-import os
 import time
 
 from dagster import (
@@ -22,14 +21,12 @@ from dagster import (
     BackfillPolicy,
     ConfigMapping,
     DynamicOut,
-    DynamicOutput,
     Failure,
     Field,
     In,
     Nothing,
     OpExecutionContext,
     Out,
-    Output,
     graph_asset,
     op,
 )
@@ -37,22 +34,13 @@ from dagster import (
 from ldtm_core.learning import resume
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START
 from ldtm_core.learning.backtest_pool import backtest_candidate
-from ldtm_core.learning.ticker_pool import ticker_chunks
 from ldtm_core.progress import run_line
 
+from ..chunk_fanout import chunk_outputs, plan_chunks, run_chunk, run_started_at, summarise_chunks
 from ..deployment import gpu_step_tags
+from ..gpu_pool import GPU_POOL
 from ..partitions import ticker_partitions
-from ..pool import (
-    GPU_POOL,
-    chunk_slot_plan,
-    chunk_step_guard,
-    plan_chunk_slots,
-    run_is_over,
-    run_started_at,
-    summarise_chunks,
-)
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
-from ..steps import partition_keys
 
 BACKTESTS_CONFIG = {
     "folds": Field(
@@ -87,46 +75,26 @@ def plan_backtest_chunks(
     cfg = context.op_config
     if cfg["folds"] < 2:
         raise Failure(f"backtests: folds must be at least 2 (the gate needs 2), not {cfg['folds']}")
-    tickers = partition_keys(context, "backtests")
-    plan = chunk_slot_plan(context, gpu)
-    slots, devices = plan_chunk_slots(context, plan, training.max_workers)
-    engine = database.engine(store)  # migrate before any chunk step opens its own connections
-    started = run_started_at(context.instance, context.run_id)
-    done = set() if cfg["force"] else resume.backtested_since(engine, tickers, started)
-    todo = [t for t in tickers if t not in done]
-    if done:
+    p = plan_chunks(
+        context,
+        "backtests",
+        gpu,
+        training.max_workers,
+        lambda: database.engine(store),
+        resume.backtested_since,
+        cfg["force"],
+    )
+    if p.done:
         context.log.info(
-            f"resuming: {len(done)} ticker(s) already backtested since {started:%Y-%m-%d %H:%M:%S} UTC; "
+            f"resuming: {len(p.done)} ticker(s) already backtested since {p.started:%Y-%m-%d %H:%M:%S} UTC; "
             "force=true backtests them again"
         )
-    # At least one chunk, even empty, so the summary step runs and every partition is materialised.
-    chunks = ticker_chunks(todo, slots) or [[]]
     context.log.info(
-        f"backtesting {len(todo)} ticker(s) x {cfg['folds']} folds in {len(chunks)} chunk(s) on up to "
-        f"{slots} slot(s): {plan.reason}"
+        f"backtesting {len(p.todo)} ticker(s) x {cfg['folds']} folds in {len(p.chunks)} chunk(s) on up to "
+        f"{p.slots} slot(s): {p.slot_plan.reason}"
     )
-    for i, chunk in enumerate(chunks):
-        yield DynamicOutput(
-            {
-                "tickers": chunk,
-                "device": devices[i % len(devices)],
-                "run_tickers": todo,
-                "planned_at": time.time(),  # the backtest phase's start, for the ETA
-                **cfg,
-            },
-            output_name="chunks",
-            mapping_key=f"chunk_{i}",
-        )
-    yield Output(
-        {
-            "tickers": tickers,
-            "skipped": sorted(done),
-            "chunks": len(chunks),
-            "slots": slots,
-            "slot_plan": f"{plan.kind} x{plan.total}: {plan.reason}",
-        },
-        output_name="plan",
-    )
+    # planned_at: the backtest phase's start, for the ETA
+    yield from chunk_outputs(p, {"run_tickers": p.todo, "planned_at": time.time(), **cfg})
 
 
 @op(pool=GPU_POOL, tags=gpu_step_tags())
@@ -136,33 +104,28 @@ def backtest_chunk(
     """Backtest one chunk's tickers in this step process (one pool slot), one after another."""
     engine, settings = database.engine(store), database.settings(store)
     started = run_started_at(context.instance, context.run_id)
-    rows = []
-    with chunk_step_guard(context) as own_process:
-        for ticker in chunk["tickers"]:
-            if own_process and run_is_over(context.instance, context.run_id):
-                context.log.warning(
-                    f"run {context.run_id} is over: {ticker} and the rest of the chunk not backtested"
-                )
-                break
-            # Checked again here: a re-execution from failure reuses the plan but not finished tickers.
-            if not chunk["force"] and resume.backtested_since(engine, [ticker], started):
-                context.log.info(f"{ticker}: already backtested since the run started: skipped")
-                continue
-            t0 = time.time()
-            outcome = backtest_candidate(
-                engine,
-                ticker,
-                chunk["device"],
-                1,
-                settings=settings,
-                folds=chunk["folds"],
-                warm_start=chunk["warm_start"],
-            )
-            rows.append({**outcome.row(), "pid": os.getpid(), "started": t0, "finished": time.time()})
-            context.log.info(
-                _progress_line(engine, outcome, chunk["run_tickers"], started, chunk["planned_at"])
-            )
-    return rows
+
+    def backtest(ticker: str) -> tuple[dict, object]:
+        outcome = backtest_candidate(
+            engine,
+            ticker,
+            chunk["device"],
+            1,
+            settings=settings,
+            folds=chunk["folds"],
+            warm_start=chunk["warm_start"],
+        )
+        return outcome.row(), outcome
+
+    return run_chunk(
+        context,
+        chunk,
+        backtest,
+        lambda o: _progress_line(engine, o, chunk["run_tickers"], started, chunk["planned_at"]),
+        already_done=lambda t: bool(resume.backtested_since(engine, [t], started)),
+        skipped="already backtested since the run started",
+        not_done="backtested",
+    )
 
 
 def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime, planned_at: float) -> str:

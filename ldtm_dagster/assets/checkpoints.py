@@ -15,46 +15,33 @@ run's status, so a failed or canceled run leaves no orphan training or registeri
 """
 
 import datetime as dt
-import os
-import time
 
 from dagster import (
     AssetIn,
     BackfillPolicy,
     ConfigMapping,
     DynamicOut,
-    DynamicOutput,
     Failure,
     Field,
     In,
     Nothing,
     OpExecutionContext,
     Out,
-    Output,
     graph_asset,
     op,
 )
 
 from ldtm_core.learning import resume
-from ldtm_core.learning.ticker_pool import ticker_chunks
-from ldtm_core.learning.training import train_ticker
+from ldtm_core.learning.training_pool import train_with_settings
 from ldtm_core.learning.tuning_store import ticker_settings
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START
 from ldtm_core.progress import run_line
 
+from ..chunk_fanout import chunk_outputs, plan_chunks, run_chunk, run_started_at, summarise_chunks
 from ..deployment import gpu_step_tags
+from ..gpu_pool import GPU_POOL
 from ..partitions import ticker_partitions
-from ..pool import (
-    GPU_POOL,
-    chunk_slot_plan,
-    chunk_step_guard,
-    plan_chunk_slots,
-    run_is_over,
-    run_started_at,
-    summarise_chunks,
-)
 from ..resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
-from ..steps import partition_keys
 
 CHECKPOINTS_CONFIG = {
     "as_of": Field(str, default_value="", description="train only on prices up to this date (YYYY-MM-DD)"),
@@ -95,47 +82,30 @@ def plan_checkpoint_chunks(
     """Set the pool limit from the slot plan, skip tickers already done, cut the rest into chunks."""
     cfg = context.op_config
     as_of = _as_of(cfg["as_of"])
-    tickers = partition_keys(context, "checkpoints")
-    plan = chunk_slot_plan(context, gpu)
-    slots, devices = plan_chunk_slots(context, plan, training.max_workers)
-    engine = database.engine(store)  # migrate before any chunk step opens its own connections
-    started = run_started_at(context.instance, context.run_id)
-    done = set() if cfg["force"] else resume.trained_since(engine, tickers, started, as_of)
-    todo = [t for t in tickers if t not in done]
-    if done:
+    p = plan_chunks(
+        context,
+        "checkpoints",
+        gpu,
+        training.max_workers,
+        lambda: database.engine(store),
+        lambda engine, tickers, started: resume.trained_since(engine, tickers, started, as_of),
+        cfg["force"],
+    )
+    if p.done:
         context.log.info(
-            f"resuming: {len(done)} ticker(s) already have a candidate since {started:%Y-%m-%d %H:%M:%S} UTC "
-            f"({', '.join(sorted(done)[:10])}{'…' if len(done) > 10 else ''}); force=true retrains them"
+            f"resuming: {len(p.done)} ticker(s) already have a candidate since {p.started:%Y-%m-%d %H:%M:%S} UTC "
+            f"({', '.join(sorted(p.done)[:10])}{'…' if len(p.done) > 10 else ''}); force=true retrains them"
         )
-    # At least one chunk, even empty, so the summary step runs and every partition is materialised.
-    chunks = ticker_chunks(todo, slots) or [[]]
     context.log.info(
-        f"training {len(todo)} ticker(s) in {len(chunks)} chunk(s) on up to {slots} slot(s): {plan.reason}"
+        f"training {len(p.todo)} ticker(s) in {len(p.chunks)} chunk(s) on up to {p.slots} slot(s): {p.slot_plan.reason}"
     )
-    for i, chunk in enumerate(chunks):
-        yield DynamicOutput(
-            {
-                "tickers": chunk,
-                "device": devices[i % len(devices)],
-                "as_of": cfg["as_of"],
-                "warm_start": cfg["warm_start"],
-                "force": cfg["force"],
-                "run_tickers": todo,
-            },
-            output_name="chunks",
-            mapping_key=f"chunk_{i}",
-        )
-    yield Output(
-        {
-            "tickers": tickers,
-            "skipped": sorted(done),
-            "chunks": len(chunks),
-            "slots": slots,
-            "slot_plan": f"{plan.kind} x{plan.total}: {plan.reason}",
-            "started": started.isoformat(),
-        },
-        output_name="plan",
-    )
+    fields = {
+        "as_of": cfg["as_of"],
+        "warm_start": cfg["warm_start"],
+        "force": cfg["force"],
+        "run_tickers": p.todo,
+    }
+    yield from chunk_outputs(p, fields, {"started": p.started.isoformat()})
 
 
 @op(pool=GPU_POOL, tags=gpu_step_tags())
@@ -155,54 +125,41 @@ def train_checkpoint_chunk(
     as_of = _as_of(chunk["as_of"])
     run_tickers = chunk["run_tickers"]
     started = run_started_at(context.instance, context.run_id)
-    rows = []
-    # In a multiprocess run this is a child of the run worker: die with it, and stop when the run ends.
-    with chunk_step_guard(context) as own_process:
-        for ticker in chunk["tickers"]:
-            # A step the executor started after its run ended (failed, cancelled) trains nothing; the
-            # watchdog covers a run that ends while a ticker trains.
-            if own_process and run_is_over(context.instance, context.run_id):
-                context.log.warning(
-                    f"run {context.run_id} is over: {ticker} and the rest of the chunk not trained"
-                )
-                break
-            # Checked again here: a re-execution from failure reuses the plan but not finished tickers.
-            if not chunk["force"] and resume.trained_since(engine, [ticker], started, as_of):
-                context.log.info(f"{ticker}: candidate already registered since the run started: skipped")
-                continue
-            t0 = time.time()
-            chosen = per_ticker[ticker]
-            o = train_ticker(
-                engine,
-                settings,
-                ticker,
-                chosen.cfg,
-                chosen.profile,
-                as_of=as_of,
-                device=chunk["device"],
-                threads=1,
-                warm_start=chunk["warm_start"],
-                provenance=chosen.provenance,
-            )
-            rows.append(
-                {
-                    "ticker": o.ticker,
-                    "settings": o.profile or "",  # with profile `tuned`: tuned, or reference where no study
-                    "device": o.device or "",
-                    "duration_s": round(o.duration_s, 2),
-                    "epochs": o.epochs,
-                    "status": o.status,
-                    "val_loss": o.val_loss,
-                    "model_id": o.model_id,
-                    "reason": o.reason,
-                    "features": o.features,  # stored, or recomputed and why
-                    "pid": os.getpid(),
-                    "started": t0,
-                    "finished": time.time(),
-                }
-            )
-            context.log.info(_progress_line(engine, o, run_tickers, started, as_of))
-    return rows
+
+    def train(ticker: str) -> tuple[dict, object]:
+        o = train_with_settings(
+            engine,
+            ticker,
+            chunk["device"],
+            1,
+            settings=settings,
+            per_ticker=per_ticker,
+            as_of=as_of,
+            warm_start=chunk["warm_start"],
+        )
+        row = {
+            "ticker": o.ticker,
+            "settings": o.profile or "",  # with profile `tuned`: tuned, or reference where no study
+            "device": o.device or "",
+            "duration_s": round(o.duration_s, 2),
+            "epochs": o.epochs,
+            "status": o.status,
+            "val_loss": o.val_loss,
+            "model_id": o.model_id,
+            "reason": o.reason,
+            "features": o.features,  # stored, or recomputed and why
+        }
+        return row, o
+
+    return run_chunk(
+        context,
+        chunk,
+        train,
+        lambda o: _progress_line(engine, o, run_tickers, started, as_of),
+        already_done=lambda t: bool(resume.trained_since(engine, [t], started, as_of)),
+        skipped="candidate already registered since the run started",
+        not_done="trained",
+    )
 
 
 def _progress_line(engine, outcome, run_tickers: list[str], started: dt.datetime, as_of) -> str:

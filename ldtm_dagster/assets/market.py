@@ -30,9 +30,9 @@ from ldtm_core.data.universe import resolve_tickers
 from ldtm_core.errors import LDTMError
 
 from ..metadata import records_table
+from ..partition_steps import failing_as, partition_keys
 from ..partitions import EVENING_TAG, ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import failing_as, partition_keys
 
 PARTITION_TAG = "dagster/partition"
 # Transient source failures (the vendor or gateway is down for every ticker): three more tries,

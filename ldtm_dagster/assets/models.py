@@ -10,9 +10,9 @@ from ldtm_core.accountability import gate, registry
 from ldtm_core.learning import export
 
 from ..metadata import records_table
+from ..partition_steps import for_each_partition
 from ..partitions import ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
-from ..steps import for_each_partition
 from .backtests import backtests
 
 SINGLE_RUN = BackfillPolicy.single_run()

@@ -5,9 +5,9 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 from ldtm_core.accountability.signals import signal_report
 
 from ..metadata import records_table
+from ..partition_steps import failing_as
 from ..resources import AppDatabase, ArtifactStore
 from ..signal_plots import equity_figure_markdown
-from ..steps import failing_as
 from .accountability import fillbacks
 
 

@@ -21,11 +21,11 @@ from ldtm_core.learning import tuning
 from ldtm_core.learning.training import parse_overrides
 
 from ..deployment import gpu_step_tags
+from ..gpu_pool import GPU_POOL
 from ..metadata import records_table
+from ..partition_steps import partition_keys
 from ..partitions import ticker_partitions
-from ..pool import GPU_POOL
 from ..resources import AppDatabase, ArtifactStore, TrainingProfile
-from ..steps import partition_keys
 
 
 class HpoConfig(Config):

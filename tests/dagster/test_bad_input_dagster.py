@@ -68,7 +68,7 @@ def test_the_prices_asset_warns_of_a_hole_in_what_it_stored(dagster_instance, sq
     from dagster import AssetKey
     from ldtm_dagster_helpers import tiny_resources
 
-    from ldtm_core.data.synthetic import generate
+    from ldtm_core.data.synthetic_market import generate
     from ldtm_dagster import assets
 
     drop = tmp_path / "drop"

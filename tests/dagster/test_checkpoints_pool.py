@@ -30,7 +30,7 @@ from ldtm_core.db import get_engine
 from ldtm_core.learning.model import get_profile
 from ldtm_core.learning.training import train_ticker
 from ldtm_core.schema import backtest_folds, model_registry
-from ldtm_dagster.pool import GPU_POOL
+from ldtm_dagster.gpu_pool import GPU_POOL
 
 JOB_FILE = str(Path(__file__).with_name("pool_jobs.py"))
 TICKERS = ["AAPL", "NVDA", "TSLA", "QQQ"]  # demo universe order: run A takes the first two, run B the rest

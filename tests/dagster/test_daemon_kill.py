@@ -19,8 +19,8 @@ from sqlalchemy import func, select
 from ldtm_core.data.ingest import ingest_synthetic
 from ldtm_core.db import get_engine
 from ldtm_core.schema import model_registry
+from ldtm_dagster.gpu_pool import GPU_POOL
 from ldtm_dagster.partitions import range_tags
-from ldtm_dagster.pool import GPU_POOL
 
 BIN = Path(sys.executable).parent
 

@@ -130,3 +130,15 @@ def test_an_automatic_retry_of_a_killed_retrain_replans_instead_of_reusing_the_d
             job = defs.resolve_job_def(name)
             run = instance.create_run_for_job(job, tags={**job.tags, "dagster/partition": "AAPL"})
             assert get_reexecution_strategy(run, instance) == ReexecutionStrategy.ALL_STEPS, name
+
+
+def test_the_code_location_marks_its_processes_as_the_gpu_pool_and_a_deployment_value_wins(monkeypatch):
+    from ldtm_core.learning.gpu_slots import ENV_POOL_ID
+    from ldtm_dagster.gpu_pool import GPU_POOL, mark_pool_processes
+
+    assert os.environ[ENV_POOL_ID].startswith(f"{GPU_POOL}@")  # set when `defs` was loaded above
+    monkeypatch.setenv(ENV_POOL_ID, "gpu@cluster-a")
+    assert mark_pool_processes() == "gpu@cluster-a"
+    monkeypatch.delenv(ENV_POOL_ID)
+    monkeypatch.setenv("DAGSTER_HOME", "/srv/dagster")
+    assert mark_pool_processes() == "gpu@/srv/dagster" == os.environ[ENV_POOL_ID]

@@ -37,7 +37,7 @@ from ldtm_dagster_helpers import REPO, FakeGpuProbe, FakeNVML
 
 from ldtm_core.errors import InputError, LDTMError
 from ldtm_dagster import deployment
-from ldtm_dagster.pool import GPU_POOL, chunk_slot_plan, plan_chunk_slots, pool_limit
+from ldtm_dagster.gpu_pool import GPU_POOL, chunk_slot_plan, plan_chunk_slots, pool_limit
 from ldtm_dagster.sensors import gpu_pool_sensor
 
 VALUES = yaml.safe_load((REPO / "deploy/k8s/values.yaml").read_text())

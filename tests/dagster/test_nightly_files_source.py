@@ -13,8 +13,8 @@ from dagster import AssetKey, materialize
 from ldtm_dagster_helpers import TICKERS, tiny_resources
 from sqlalchemy import func, select
 
-from ldtm_core.accountability import alerts
-from ldtm_core.data.synthetic import generate
+from ldtm_core.accountability import operator_alerts
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import ingested_files, snapshots
 from ldtm_dagster import assets, defs
@@ -86,8 +86,8 @@ def test_files_source_drives_two_nightly_runs(dagster_instance, sqlite_url, tmp_
     assert meta["source"].value == f"files:{drop}" and meta["tickers_failed"].value == 0
     outcomes = {r.data["ticker"]: r.data["status"] for r in meta["outcomes"].value.records}
     assert outcomes == dict.fromkeys(TICKER_LIST, "ok")
-    assert not alerts.snapshot_freshness(
-        engine, dt.datetime(2024, 12, 31, 21, 30, tzinfo=alerts.MARKET_TZ), dt.time(21)
+    assert not operator_alerts.snapshot_freshness(
+        engine, dt.datetime(2024, 12, 31, 21, 30, tzinfo=operator_alerts.MARKET_TZ), dt.time(21)
     ).stale
 
     # Evening 2: the next file fills evening 1 back and gets its own snapshots.

@@ -19,7 +19,7 @@ from sqlalchemy import delete, select, update
 from ldtm_core.accountability import registry
 from ldtm_core.schema import backtest_folds, features, prices
 from ldtm_dagster import assets
-from ldtm_dagster.alerts import run_failure_alert
+from ldtm_dagster.alert_sensors import run_failure_alert
 from ldtm_dagster.partitions import RANGE_END, RANGE_START, contiguous_ranges, range_tags
 from ldtm_dagster.sensors import promotion_gate_sensor, retrain_backtests_sensor
 

@@ -5,7 +5,7 @@ import datetime as dt
 from dagster import AssetCheckKey, AssetKey, materialize
 from ldtm_dagster_helpers import tiny_resources
 
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_dagster import assets, checks, defs
 from ldtm_dagster.assets.market import PRICES_RETRY_POLICY
 

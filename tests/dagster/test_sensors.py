@@ -20,8 +20,8 @@ from sqlalchemy import select
 
 from ldtm_core.schema import backtest_folds
 from ldtm_dagster import assets, defs
+from ldtm_dagster.gpu_pool import GPU_POOL
 from ldtm_dagster.partitions import EVENING_TAG, range_tags
-from ldtm_dagster.pool import GPU_POOL
 from ldtm_dagster.sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor
 
 

@@ -6,7 +6,7 @@ from dagster import AssetKey, materialize
 from ldtm_dagster_helpers import tiny_resources
 
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning import tuning_store
 from ldtm_core.migrate import upgrade
 from ldtm_dagster import defs

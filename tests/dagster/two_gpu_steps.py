@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dagster import Config, Definitions, asset, define_asset_job
 
-from ldtm_dagster.pool import GPU_POOL
+from ldtm_dagster.gpu_pool import GPU_POOL
 
 
 class StepConfig(Config):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rel_helpers import pg_ensure_up
 
-from ldtm_core.accountability.inference import clear_model_cache
+from ldtm_core.learning.inference import clear_model_cache
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.learning.checkpoints import TEMP_PREFIX, load_checkpoint, sha256_file
 from ldtm_core.schema import model_registry, run_log, snapshots

@@ -26,7 +26,7 @@ from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.calendar import session_array
 from ldtm_core.data.ingest import ingest_frame
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
 from ldtm_core.horizons import NAMES

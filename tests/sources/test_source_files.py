@@ -9,7 +9,7 @@ from sqlalchemy import select
 from ldtm_core.data.price_fetch import fetch_prices
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.sources import make_source
-from ldtm_core.data.synthetic import generate
+from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import ingested_files
 

@@ -1,4 +1,4 @@
-"""The deterministic synthetic market (ldtm_core.data.synthetic) as a price source: the offline default.
+"""The deterministic synthetic market (ldtm_core.data.synthetic_market) as a price source: the offline default.
 
 Optional splits (`LDTM_SYNTHETIC_SPLITS=NVDA:2024-06-10:10,...`, off by default) make it a style-1
 source: raw bars re-based from each ex-date, and the split events in its answer.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.corporate_actions import Action, split_factor
 from ldtm_core.data.sources.base import RAW_COLUMNS, PriceSource, SourceAnswer
-from ldtm_core.data.synthetic import generate, parse_splits
+from ldtm_core.data.synthetic_market import generate, parse_splits
 
 ENV_SPLITS = "LDTM_SYNTHETIC_SPLITS"
 

@@ -7,11 +7,11 @@ import json
 from dagster import build_run_status_sensor_context, build_sensor_context, materialize
 from ldtm_dagster_helpers import tiny_resources
 
-from ldtm_core.accountability import alerts
-from ldtm_dagster.alerts import run_failure_alert, snapshots_freshness_alert
+from ldtm_core.accountability import operator_alerts
+from ldtm_dagster.alert_sensors import run_failure_alert, snapshots_freshness_alert
 from ldtm_dagster.assets import prices
 
-NY = alerts.MARKET_TZ
+NY = operator_alerts.MARKET_TZ
 
 
 def test_a_failed_run_posts_job_partition_run_id_and_first_error_line(
@@ -47,26 +47,30 @@ def test_a_failed_run_posts_job_partition_run_id_and_first_error_line(
 
 def test_scrub_removes_credentials_database_password_and_webhook():
     text = "connect postgresql://u:pw1@h/db failed; token in http://x/hook/abc; pw2 echoed"
-    out = alerts.scrub(text, database_url="postgresql://u:pw2@h/db", webhook_url="http://x/hook/abc")
+    out = operator_alerts.scrub(text, database_url="postgresql://u:pw2@h/db", webhook_url="http://x/hook/abc")
     assert "pw1" not in out and "pw2" not in out and "abc" not in out
 
 
 def test_due_session_follows_the_deadline_in_new_york():
     deadline = dt.time(21, 0)
     friday = dt.datetime(2025, 1, 3, 20, 59, tzinfo=NY)
-    assert alerts.due_session(friday, deadline) == dt.date(2025, 1, 2)  # before the deadline: Thursday
-    assert alerts.due_session(friday.replace(hour=21, minute=0), deadline) == dt.date(2025, 1, 3)
-    assert alerts.due_session(dt.datetime(2025, 1, 5, 12, tzinfo=NY), deadline) == dt.date(
+    assert operator_alerts.due_session(friday, deadline) == dt.date(
+        2025, 1, 2
+    )  # before the deadline: Thursday
+    assert operator_alerts.due_session(friday.replace(hour=21, minute=0), deadline) == dt.date(2025, 1, 3)
+    assert operator_alerts.due_session(dt.datetime(2025, 1, 5, 12, tzinfo=NY), deadline) == dt.date(
         2025, 1, 3
     )  # Sunday
-    assert alerts.due_session(dt.datetime(2025, 1, 2, 2, 0, tzinfo=dt.UTC), deadline) == dt.date(2024, 12, 31)
+    assert operator_alerts.due_session(dt.datetime(2025, 1, 2, 2, 0, tzinfo=dt.UTC), deadline) == dt.date(
+        2024, 12, 31
+    )
 
 
 def test_missing_snapshots_alert_once_per_session(webhook, dagster_instance, sqlite_url, tmp_path):
     resources = tiny_resources(tmp_path, sqlite_url)
     context = build_sensor_context(instance=dagster_instance, resources=resources)
     skip = snapshots_freshness_alert(context)
-    due = alerts.due_session(dt.datetime.now(dt.UTC), alerts.deadline_from_env())
+    due = operator_alerts.due_session(dt.datetime.now(dt.UTC), operator_alerts.deadline_from_env())
     [payload] = webhook
     assert payload["event"] == "snapshots_missing" and payload["session"] == str(due)
     assert payload["snapshot_rows"] == 0 and payload["deadline"].startswith(f"{due}T21:00:00")

@@ -1,11 +1,6 @@
-"""The `gpu` concurrency pool: its limit follows free VRAM (SPEC §6), set on the Dagster instance.
-
-Every GPU-bound step (training, backtests, inference) declares `pool="gpu"`, and each such step is
-ONE process on one device: training and backtests fan out into one step per ticker chunk
-(`assets/checkpoints.py`, `assets/backtests.py`), so a run holds a slot per training process and the
-instance enforces the limit across runs. The limit is written to the instance's event log storage,
-which every executor re-reads; it is set by `gpu_pool_sensor` and, before its chunk steps start, by
-every fanned-out run itself.
+"""The fan-out of GPU work into chunk steps, shared by `checkpoints` and `backtests`: the planning step
+(`plan_chunks`, `chunk_outputs`), the chunk step's loop over its tickers (`run_chunk`, inside
+`chunk_step_guard`) and the fan-in (`summarise_chunks`).
 
 A chunk step dies with its run: it asks the kernel to kill it when the run worker dies and polls the
 run's status, so a failed or canceled run leaves no orphan training behind (`chunk_step_guard`).
@@ -19,27 +14,29 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from dagster import (
     AssetMaterialization,
     DagsterInstance,
     DagsterRunStatus,
+    DynamicOutput,
     Failure,
     MetadataValue,
     OpExecutionContext,
+    Output,
 )
+from sqlalchemy import Engine
 
-from ldtm_core.errors import LDTMError
-from ldtm_core.learning.gpu_slots import ENV_POOL_ID, SlotPlan
+from ldtm_core.learning.gpu_slots import SlotPlan
 from ldtm_core.learning.process_guard import Watchdog, die_with_parent
-from ldtm_core.learning.ticker_pool import worker_devices
+from ldtm_core.learning.ticker_pool import ticker_chunks
 
-from . import deployment
+from .gpu_pool import chunk_slot_plan, plan_chunk_slots
 from .metadata import records_table
+from .partition_steps import partition_keys
 
-GPU_POOL = "gpu"
-# Tag on runs that hold GPU steps, so they can be found and filtered (and capped in dagster.yaml).
-GPU_RUN_TAGS = {"ldtm/gpu": "true"}
 RUN_OVER = {
     DagsterRunStatus.SUCCESS,
     DagsterRunStatus.FAILURE,
@@ -48,48 +45,100 @@ RUN_OVER = {
 }
 WATCHDOG_INTERVAL_S = 2.0
 
-# Marks every process started after the code location loaded (run workers, step processes, their
-# ticker-pool workers) as this instance's `gpu` pool, so the pool's limit counts the VRAM they hold as
-# its own (gpu_slots.probe) instead of shrinking under its own load. Set by the deployment to override.
-os.environ.setdefault(ENV_POOL_ID, f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}")
+
+@dataclass
+class ChunkPlan:
+    """A fanned-out run's plan: its tickers, those already done since the run started, the rest cut into
+    one chunk per slot, and the device of each slot."""
+
+    tickers: list[str]
+    done: set[str]
+    todo: list[str]
+    chunks: list[list[str]]
+    slots: int
+    devices: list[str]
+    slot_plan: SlotPlan
+    started: dt.datetime
 
 
-def pool_limit(instance: DagsterInstance) -> int | None:
-    """The limit the instance currently enforces for `gpu` (None when it enforces none)."""
-    return instance.event_log_storage.get_concurrency_info(GPU_POOL).limit
+def plan_chunks(
+    context: OpExecutionContext,
+    step: str,
+    gpu,
+    max_workers: int | None,
+    engine: Callable[[], Engine],
+    done_since: Callable[[Engine, list[str], dt.datetime], set[str]],
+    force: bool,
+) -> ChunkPlan:
+    """Set the pool limit from the slot plan, skip the tickers `done_since` the (original) run started
+    unless `force`, and cut the rest into chunks: at least one, even empty, so the summary step runs and
+    every partition is materialised. `engine()` migrates before any chunk step opens its own connections."""
+    tickers = partition_keys(context, step)
+    plan = chunk_slot_plan(context, gpu)
+    slots, devices = plan_chunk_slots(context, plan, max_workers)
+    db = engine()
+    started = run_started_at(context.instance, context.run_id)
+    done = set() if force else done_since(db, tickers, started)
+    todo = [t for t in tickers if t not in done]
+    chunks = ticker_chunks(todo, slots) or [[]]
+    return ChunkPlan(tickers, done, todo, chunks, slots, devices, plan, started)
 
 
-def sync_pool_limit(instance: DagsterInstance, plan: SlotPlan) -> tuple[int | None, int]:
-    """Set the `gpu` pool to the plan's slot count; returns (previous, new). Writes only on change."""
-    info = instance.event_log_storage.get_concurrency_info(GPU_POOL)
-    if info.using_default_limit or info.limit is None or info.slot_count != plan.total:
-        instance.event_log_storage.set_concurrency_slots(GPU_POOL, plan.total)
-    return info.limit, plan.total
+def chunk_outputs(plan: ChunkPlan, fields: dict, plan_fields: dict | None = None) -> Iterator[Output]:
+    """The planning step's outputs: one `chunks` output per chunk (its tickers, its slot's device and
+    `fields`), then the `plan` the fan-in summarises (with `plan_fields`)."""
+    for i, chunk in enumerate(plan.chunks):
+        yield DynamicOutput(
+            {"tickers": chunk, "device": plan.devices[i % len(plan.devices)], **fields},
+            output_name="chunks",
+            mapping_key=f"chunk_{i}",
+        )
+    yield Output(
+        {
+            "tickers": plan.tickers,
+            "skipped": sorted(plan.done),
+            "chunks": len(plan.chunks),
+            "slots": plan.slots,
+            "slot_plan": f"{plan.slot_plan.kind} x{plan.slot_plan.total}: {plan.slot_plan.reason}",
+            **(plan_fields or {}),
+        },
+        output_name="plan",
+    )
 
 
-def chunk_slot_plan(context: OpExecutionContext, gpu) -> SlotPlan:
-    """The plan a fanned-out run cuts its chunks by: the `GpuProbe`'s NVML view of this machine, or on
-    k8s the instance's `gpu` limit (this pod's NVML says nothing about the cluster's GPUs)."""
-    if not deployment.is_k8s():
-        return gpu.plan()
-    try:
-        return deployment.cluster_plan(pool_limit(context.instance))
-    except LDTMError as exc:
-        raise Failure(str(exc)) from None
-
-
-def plan_chunk_slots(context: OpExecutionContext, plan: SlotPlan, cap: int | None) -> tuple[int, list[str]]:
-    """(slots, device per slot) for a fanned-out run, after setting the pool limit from the plan, so
-    the very first run uses the plan's slots with or without the daemon's `gpu_pool_sensor`. On k8s
-    the limit is the cluster's, set by config, and is left alone, and the devices are the step pods'
-    (each gets its own GPU), not those of this planning pod, which has none."""
-    slots = max(1, min(plan.total, cap or plan.total))
-    if deployment.is_k8s():
-        return slots, plan.devices()[:slots]
-    before, after = sync_pool_limit(context.instance, plan)
-    if before != after:
-        context.log.info(f"gpu pool limit {before} -> {after}: {plan.reason}")
-    return slots, worker_devices(plan, slots)
+def run_chunk(
+    context: OpExecutionContext,
+    chunk: dict,
+    work: Callable[[str], tuple[dict, Any]],
+    progress: Callable[[Any], str],
+    *,
+    already_done: Callable[[str], bool],
+    skipped: str,
+    not_done: str,
+) -> list[dict]:
+    """A chunk step's tickers, one after another in this step process (one pool slot): `work(ticker)`
+    gives (row, outcome); each row gets the step's pid and its start and end, and `progress(outcome)` is
+    logged. A ticker `already_done` (unless the chunk says `force`) is skipped with the note `skipped`."""
+    rows = []
+    # In a multiprocess run this is a child of the run worker: die with it, and stop when the run ends.
+    with chunk_step_guard(context) as own_process:
+        for ticker in chunk["tickers"]:
+            # A step the executor started after its run ended (failed, cancelled) does nothing; the
+            # watchdog covers a run that ends while a ticker is worked on.
+            if own_process and run_is_over(context.instance, context.run_id):
+                context.log.warning(
+                    f"run {context.run_id} is over: {ticker} and the rest of the chunk not {not_done}"
+                )
+                break
+            # Checked again here: a re-execution from failure reuses the plan but not finished tickers.
+            if not chunk["force"] and already_done(ticker):
+                context.log.info(f"{ticker}: {skipped}: skipped")
+                continue
+            t0 = time.time()
+            row, outcome = work(ticker)
+            rows.append({**row, "pid": os.getpid(), "started": t0, "finished": time.time()})
+            context.log.info(progress(outcome))
+    return rows
 
 
 def run_started_at(instance: DagsterInstance, run_id: str) -> dt.datetime:
@@ -185,7 +234,7 @@ def summarise_chunks(
     )
 
 
-# Failure metadata key: {ticker: error} of the tickers that failed (ldtm_dagster/alerts.py posts it).
+# Failure metadata key: {ticker: error} of the tickers that failed (ldtm_dagster/alert_sensors.py posts it).
 FAILED_TICKERS = "failed_tickers"
 
 

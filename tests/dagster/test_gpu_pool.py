@@ -9,7 +9,7 @@ from dagster import build_sensor_context, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from ldtm_dagster_helpers import FakeGpuProbe, FakeNVML
 
-from ldtm_dagster.pool import GPU_POOL
+from ldtm_dagster.gpu_pool import GPU_POOL
 from ldtm_dagster.sensors import gpu_pool_sensor
 
 JOB_FILE = str(Path(__file__).with_name("two_gpu_steps.py"))

@@ -16,17 +16,17 @@ from dagster import (
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from ldtm_core.accountability import alerts
+from ldtm_core.accountability import operator_alerts
 from ldtm_core.data import calendar
 
-from .pool import FAILED_TICKERS
+from .chunk_fanout import FAILED_TICKERS
 from .resources import AppDatabase, ArtifactStore
 
 WEBHOOK_ENV = "LDTM_NOTIFY_WEBHOOK_URL"
 
 
 def _failed_tickers(context: RunFailureSensorContext) -> dict[str, str] | None:
-    """{ticker: error} a fanned-out step failed with (pool.summarise_chunks), else None."""
+    """{ticker: error} a fanned-out step failed with (chunk_fanout.summarise_chunks), else None."""
     found: dict[str, str] = {}
     for event in context.get_step_failure_events():
         data = getattr(event.event_specific_data, "user_failure_data", None)
@@ -52,7 +52,7 @@ def run_failure_alert(context: RunFailureSensorContext) -> None:
     """Post job, partition, run id and the error's first line of every failed run (never a secret)."""
     run = context.dagster_run
     webhook = os.environ.get(WEBHOOK_ENV) or None
-    payload = alerts.run_failure_payload(
+    payload = operator_alerts.run_failure_payload(
         job=run.job_name,
         partition=run.tags.get("dagster/partition")
         or (
@@ -66,7 +66,7 @@ def run_failure_alert(context: RunFailureSensorContext) -> None:
         database_url=os.environ.get("LDTM_DATABASE_URL"),
         webhook_url=webhook,
     )
-    result = alerts.notify_run_failure(payload, webhook)
+    result = operator_alerts.notify_run_failure(payload, webhook)
     if webhook and not result.posted:
         context.log.warning(f"run failure alert for {run.run_id} not delivered: {result.error}")
 
@@ -77,12 +77,12 @@ def snapshots_freshness_alert(
 ) -> SkipReason:
     """After the deadline (LDTM_SNAPSHOT_DEADLINE, default 21:00 New York), alert once per session
     that has no snapshot row. The cursor is the last session alerted for."""
-    freshness = alerts.snapshot_freshness(database.engine(store), calendar.now())
+    freshness = operator_alerts.snapshot_freshness(database.engine(store), calendar.now())
     if not freshness.stale:
         return SkipReason(f"session {freshness.session}: {freshness.rows} snapshot rows")
     if context.cursor == str(freshness.session):
         return SkipReason(f"session {freshness.session}: no snapshots, already alerted")
-    result = alerts.notify_stale_snapshots(freshness, os.environ.get(WEBHOOK_ENV) or None)
+    result = operator_alerts.notify_stale_snapshots(freshness, os.environ.get(WEBHOOK_ENV) or None)
     context.update_cursor(str(freshness.session))
     delivered = "posted" if result.posted else f"not posted ({result.error or 'no webhook configured'})"
     return SkipReason(f"session {freshness.session}: no snapshots by the deadline; alert {delivered}")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ldtm_core.data.synthetic import LATE_LISTINGS, PLANTED, generate
+from ldtm_core.data.synthetic_market import LATE_LISTINGS, PLANTED, generate
 from ldtm_core.data.universe import load_universe
 from ldtm_core.errors import InputError
 
