@@ -9,13 +9,13 @@ recorded corporate action whose factor matches it (e.g. a 10:1 split) is explain
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import Engine
 
+from ldtm_core.config import env_text
 from ldtm_core.data.corporate_actions import explains, load_actions
 from ldtm_core.data.prices import load_prices
 from ldtm_core.errors import InputError
@@ -43,7 +43,7 @@ class LargeMove:
 
 
 def threshold_from_env() -> float:
-    raw = os.environ.get(ENV_MAX_MOVE)
+    raw = env_text(ENV_MAX_MOVE)
     try:
         value = float(raw) if raw else DEFAULT_MAX_MOVE_PCT
     except ValueError:
