@@ -4,6 +4,9 @@
 `LDTM_DATABASE_URL` is any SQLAlchemy URL, `LDTM_UNIVERSE` picks the tickers.
 Secrets only ever come from the environment; `masked_url` is what logs and errors show.
 
+`SETTINGS` is the one table of settings: every `LDTM_*` variable the product reads is a row (kind,
+unit or vocabulary, default, meaning), read only through `setting` / `env_number` / `env_flag` /
+`env_text` here; docs/operations.md's settings table is checked against it (tests/test_settings_table.py).
 Every numeric `LDTM_*` setting has its unit and sane range in `NUMERIC_SETTINGS`, checked here
 (`Settings.from_env` checks all that are set, so a bad one is one ConfigError before any work).
 Percentages are typed as percents everywhere (52 means 52 %), like the CLI options.

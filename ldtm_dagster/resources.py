@@ -139,7 +139,10 @@ class GpuProbe(ConfigurableResource):
 
 
 def _env(name: str, default):
-    """EnvVar(name) when the variable is set (the UI shows its name, not its value), else the default."""
+    """EnvVar(name) when the variable is set (the UI shows its name, not its value), else the default.
+
+    Dagster reads an EnvVar itself when it builds the resource: the only LDTM_* read outside config,
+    kept so that secrets stay names in the UI; `name` is a row of config.SETTINGS like any other."""
     if env_is_set(name):
         return (
             EnvVar.int(name) if isinstance(default, int) and not isinstance(default, bool) else EnvVar(name)
