@@ -226,18 +226,18 @@ def test_the_table_defaults_are_the_ones_the_code_uses():
         d["LDTM_SHADOW_MARGIN"],
         d["LDTM_SHADOW_POWER"],
     )
-    assert (gpu_slots.DEFAULT_PER_JOB_MIB, gpu_slots.DEFAULT_HEADROOM_MIB) == (
+    assert (
         d["LDTM_GPU_PER_JOB_MIB"],
         d["LDTM_GPU_HEADROOM_MIB"],
-    )
-    assert price_moves.DEFAULT_MAX_MOVE_PCT == d["LDTM_MAX_DAILY_MOVE_PCT"]
-    assert price_gaps.DEFAULT_MAX_GAP_SESSIONS == d["LDTM_MAX_GAP_SESSIONS"]
-    assert alerts.DEFAULT_DEADLINE == d["LDTM_SNAPSHOT_DEADLINE"]
-    assert sources.DEFAULT_SOURCE == d["LDTM_PRICE_SOURCE"]
-    assert (deployment.DEFAULT_STEP_CPU, deployment.DEFAULT_STEP_MEMORY) == (
+    ) == (gpu_slots.DEFAULT_PER_JOB_MIB, gpu_slots.DEFAULT_HEADROOM_MIB)
+    assert d["LDTM_MAX_DAILY_MOVE_PCT"] == price_moves.DEFAULT_MAX_MOVE_PCT
+    assert d["LDTM_MAX_GAP_SESSIONS"] == price_gaps.DEFAULT_MAX_GAP_SESSIONS
+    assert d["LDTM_SNAPSHOT_DEADLINE"] == alerts.DEFAULT_DEADLINE
+    assert d["LDTM_PRICE_SOURCE"] == sources.DEFAULT_SOURCE
+    assert (
         d["LDTM_K8S_STEP_CPU"],
         d["LDTM_K8S_STEP_MEMORY"],
-    )
+    ) == (deployment.DEFAULT_STEP_CPU, deployment.DEFAULT_STEP_MEMORY)
     ib = inspect.signature(IBSource).parameters
     assert (ib["host"].default, ib["port"].default, ib["client_id"].default) == (
         d["LDTM_IB_HOST"],
