@@ -105,6 +105,10 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_SHADOW_POWER": NumberSetting(float, 0, 1, "a probability below 1 (0.8)", low_open=True),
     # The longest hole in a ticker's bars (missing sessions) features may look back across (price_gaps).
     "LDTM_MAX_GAP_SESSIONS": NumberSetting(int, 0, 1e5, "a whole number of sessions"),
+    # Signal performance (accountability.signals): the paper books' cost per unit of turnover.
+    "LDTM_SIGNAL_COST_BP": NumberSetting(
+        float, 0, 10_000, "basis points per unit of turnover (5 for 0.05 %)"
+    ),
     "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
     "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
     "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
@@ -291,6 +295,8 @@ SETTINGS: dict[str, Setting] = _table(
     Setting("LDTM_DECAY_ARL0", 1000.0, "designed sessions between false alarms per ticker"),
     Setting("LDTM_DECAY_PSI_SESSIONS", 63, "the recent window of the PSI"),
     Setting("LDTM_DECAY_HOLD_SESSIONS", 5, "evenings a signal keeps the ticker in WARN"),
+    # Signal performance (signals.py).
+    Setting("LDTM_SIGNAL_COST_BP", 5.0, "the paper books' cost per unit of turnover"),
     # Deployment (ldtm_dagster/deployment.py).
     Setting("LDTM_DEPLOYMENT", "local", "where the code location runs", "choice", ("local", "docker", "k8s")),
     Setting("LDTM_K8S_GPU_PER_STEP", True, "a gpu pool step's pod requests one GPU"),

@@ -10,7 +10,7 @@ Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforce
   3. promotions, onnx_exports  the gate per ticker (what promotion_gate_sensor launches)
   4. hpo_studies            a token Optuna search (2 one-epoch trials per ticker) so the asset shows
   5. snapshots              a single-run backfill of the last evenings: `replay` rows
-  6. fillbacks, leaderboard
+  6. fillbacks, leaderboard, signal_performance
 
 The app database is SQLite under LDTM_HOME (default ./.ldtm) unless LDTM_DATABASE_URL is set. The
 Dagster instance is the persistent one in $DAGSTER_HOME (default `.dagster_home` in the repository, the
@@ -149,7 +149,10 @@ def run_demo(
         [assets.snapshots],
         tags={**range_tags(evenings), **GPU_RUN_TAGS},
     )
-    run("fillbacks + leaderboard", [assets.fillbacks, assets.leaderboard])
+    run(
+        "fillbacks + leaderboard + signal_performance",
+        [assets.fillbacks, assets.leaderboard, assets.signal_performance],
+    )
 
     from ldtm_core.accountability.leaderboard import leaderboard
 

@@ -20,6 +20,7 @@ from .assets import (
     onnx_exports,
     prices,
     promotions,
+    signal_performance,
     snapshots,
 )
 from .partitions import evening_partitions, ticker_partitions
@@ -38,10 +39,10 @@ nightly_market_job = define_asset_job(
 
 nightly_job = define_asset_job(
     "nightly_job",
-    selection=AssetSelection.assets(snapshots, fillbacks, leaderboard),
+    selection=AssetSelection.assets(snapshots, fillbacks, leaderboard, signal_performance),
     partitions_def=evening_partitions,
     tags=GPU_RUN_TAGS,
-    description="Evening, second run: snapshots for that evening -> fillbacks -> leaderboard.",
+    description="Evening, second run: snapshots for that evening -> fillbacks -> leaderboard, signal_performance.",
 )
 
 retrain_job = define_asset_job(

@@ -14,6 +14,7 @@ page = st.navigation(
         st.Page(VIEWS / "ticker.py", title="Ticker", url_path="ticker"),
         st.Page(VIEWS / "runs.py", title="Runs", url_path="runs"),
         st.Page(VIEWS / "decay.py", title="Decay", url_path="decay"),
+        st.Page(VIEWS / "signals.py", title="Signals", url_path="signals"),
     ]
 )
 page.run()

@@ -206,3 +206,13 @@ def test_null_universe(bench):
     assert any(n.startswith("gate: equal refresh refused") for n in names)
     assert sum(n.startswith("decay 55% → 45% mid-year") for n in names) == 2
     assert all(re.fullmatch(rf"{NUMBER} %|{NUMBER}|\d+ of \d+", v) for _, _, v in figures), figures
+
+
+def test_signals(bench):
+    out = bench(
+        "signals", "sqlite://", "--tickers", "3", "--years", "0.3", "--repeat", "1", "--figures", "1",
+        "--figure-years", "0.3",
+    )  # fmt: skip
+    assert re.search(r"nightly signal_performance: 3 tickers x \d+ evenings", out)
+    assert re.search(rf"wall \(median of 1\)\s+{NUMBER} ms", out)
+    assert "no skill" in out and "planted 0.05" in out

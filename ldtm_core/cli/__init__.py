@@ -137,5 +137,6 @@ from ldtm_core.cli import (  # noqa: E402,F401
     models,
     promotion,
     shadow,
+    signals,
     tuning,
 )

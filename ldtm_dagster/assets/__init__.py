@@ -5,6 +5,7 @@ from .backtests import backtests
 from .checkpoints import checkpoints
 from .market import features, prices
 from .models import onnx_exports, promotions
+from .signals import signal_performance
 from .tuning import hpo_studies
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "snapshots",
     "fillbacks",
     "leaderboard",
+    "signal_performance",
     "hpo_studies",
 ]

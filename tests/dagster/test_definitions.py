@@ -23,6 +23,7 @@ ASSET_KEYS = {
     "snapshots",
     "fillbacks",
     "leaderboard",
+    "signal_performance",
     "hpo_studies",
 }
 

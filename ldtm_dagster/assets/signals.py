@@ -1,0 +1,54 @@
+"""Signal performance (issue 30): what trading the published signals would have earned, every evening."""
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from ldtm_core.accountability.signals import signal_report
+
+from ..metadata import records_table
+from ..resources import AppDatabase, ArtifactStore
+from ..signal_plots import equity_figure_markdown
+from ..steps import failing_as
+from .accountability import fillbacks
+
+
+@asset(deps=[fillbacks], group_name="accountability")
+def signal_performance(
+    context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
+) -> MaterializeResult:
+    """Rank IC, quintile returns and paper portfolios (long bullish / short bearish, long-only bullish,
+    net of LDTM_SIGNAL_COST_BP) against the equal-weight universe, from the published production rows
+    (ldtm_core.accountability.signals; `ldtm signals` prints the same report)."""
+    engine = database.engine(store)
+    with failing_as("signal_performance"):
+        report = signal_report(engine)
+        summary = report.summary()
+    context.log.info(report.headline())
+    metadata = {
+        "headline": report.headline(),
+        "evenings": len(report.evenings),
+        "tickers": len(report.universe),
+        "cost_bp": report.cost_bp,
+        "recipes_tried": report.trials.n,
+        "summary": records_table(summary.to_dict("records")),
+        "ic": records_table(report.ic.to_dict("records")),
+        "quintiles": records_table(report.quintiles.to_dict("records")),
+        "notes": MetadataValue.md("\n".join(f"- {n}" for n in report.notes)),
+    }
+    if report.evenings:
+        net = summary.set_index(["portfolio", "basis"]).loc[("long bullish / short bearish", "net")]
+        next_day = report.ic.set_index("horizon").loc["next_day"]
+        # Plain floats: Dagster charts numeric metadata over materializations.
+        for key, value in {
+            "long_short_sharpe_net": net["sharpe"],
+            "long_short_dsr": net["dsr"],
+            "long_short_total_return_net": net["total_return"],
+            "mean_ic_next_day": next_day["mean_ic"],
+            "ic_hac_t_next_day": next_day["hac_t"],
+        }.items():
+            metadata[key] = MetadataValue.float(float(value)) if value == value else MetadataValue.text("n/a")
+        top = report.portfolios["long_short"].contributions()
+        metadata["contributions"] = records_table(top.to_dict("records"))
+        plot = equity_figure_markdown(report)
+        if plot:
+            metadata["equity_curve"] = MetadataValue.md(plot)
+    return MaterializeResult(metadata=metadata)
