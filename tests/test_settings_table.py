@@ -278,3 +278,21 @@ def test_a_bad_source_setting_is_one_error_naming_it(monkeypatch):
     monkeypatch.setenv("LDTM_YFINANCE_TIMEOUT", "ten")
     with pytest.raises(ConfigError, match="LDTM_YFINANCE_TIMEOUT='ten' is not a number: expected seconds"):
         YFinanceSource.from_env()
+
+
+@pytest.mark.parametrize(
+    "var, value, read",
+    [
+        ("LDTM_MAX_DAILY_MOVE_PCT", "forty", "ldtm_core.data.price_moves:threshold_from_env"),
+        ("LDTM_SIGNAL_COST_BP", "five", "ldtm_core.accountability.signals:cost_bp_from_env"),
+    ],
+)
+def test_modules_check_their_numbers_through_config(monkeypatch, var, value, read):
+    """The message names the variable and the unit from the table, as Settings.from_env's does."""
+    import importlib
+
+    module, func = read.split(":")
+    monkeypatch.setenv(var, value)
+    unit = re.escape(config.NUMERIC_SETTINGS[var].unit)
+    with pytest.raises(ConfigError, match=f"{var}='{value}' is not a .*: expected {unit}"):
+        getattr(importlib.import_module(module), func)()

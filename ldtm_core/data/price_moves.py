@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import Engine
 
-from ldtm_core.config import env_text
+from ldtm_core.config import setting
 from ldtm_core.data.corporate_actions import explains, load_actions
 from ldtm_core.data.prices import load_prices
-from ldtm_core.errors import InputError
 
 DEFAULT_MAX_MOVE_PCT = 40.0
 ENV_MAX_MOVE = "LDTM_MAX_DAILY_MOVE_PCT"
@@ -43,14 +42,8 @@ class LargeMove:
 
 
 def threshold_from_env() -> float:
-    raw = env_text(ENV_MAX_MOVE)
-    try:
-        value = float(raw) if raw else DEFAULT_MAX_MOVE_PCT
-    except ValueError:
-        raise InputError(f"{ENV_MAX_MOVE}={raw!r} is not a number") from None
-    if value <= 0:
-        raise InputError(f"{ENV_MAX_MOVE} must be > 0, got {value}")
-    return value
+    """LDTM_MAX_DAILY_MOVE_PCT, checked by config (a percent above 0)."""
+    return float(setting(ENV_MAX_MOVE))
 
 
 def large_moves(
