@@ -292,6 +292,30 @@ gate_decisions = Table(
     Index("ix_gate_decisions_backtest", "backtest_id"),
 )
 
+# The trials ledger (issue 27, revision 0025): every recipe (config signature) the evidence-policy gate
+# judged on a ticker's folds, one row per (recipe, evidence): `evidence_key` hashes the folds' stored
+# keys (the same folds give the same key), `cutoffs` lists the fold cutoffs (ISO dates, comma-separated)
+# so overlapping folds can be found. `kind`: first deployment / recipe change (superiority claims,
+# counted for the adjusted alpha) or refresh (a non-inferiority check, shown but not counted).
+gate_trials = Table(
+    "gate_trials",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("ticker", TICKER, nullable=False),
+    Column("config_signature", String(64), nullable=False),
+    Column("evidence_key", String(64), nullable=False),
+    Column("cutoffs", Text, nullable=False),
+    Column("kind", String(24), nullable=False),
+    Column("backtest_id", String(36), nullable=False),
+    Column("model_id", Integer, ForeignKey("model_registry.id"), nullable=False),
+    Column("trials", Integer, nullable=False),
+    Column("alpha_adjusted", Float, nullable=False),
+    Column("decision", String(24), nullable=False),
+    Column("judged_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("ticker", "config_signature", "evidence_key", name="uq_gate_trials_evidence"),
+    Index("ix_gate_trials_ticker", "ticker"),
+)
+
 # Price files the `files:<dir>` source has ingested, by path + content hash (written with their prices).
 ingested_files = Table(
     "ingested_files",

@@ -190,8 +190,9 @@ def test_backtest_records_its_config_and_data_range_and_the_gate_checks_it(engin
         rows = conn.execute(select(backtest_folds)).mappings().all()
     assert {r["config_signature"] for r in rows} == {config_signature(other)}
     assert {(r["data_start"], r["data_end"]) for r in rows} == {(df["date"].min(), df["date"].max())}
-    # 2 folds of 20 rows: below the default minimum evidence, lowered here to judge the config check.
-    easy = GateThresholds(min_direction_accuracy=0.0, max_mean_abs_pct_error=100.0, min_rows=40)
+    # 2 folds of 20 rows: the seed's bar, lowered, to judge the config check (the evidence policy's
+    # first deployment would also require beating a coin beyond noise).
+    easy = GateThresholds(min_direction_accuracy=0.0, max_mean_abs_pct_error=100.0, policy="seed")
     with pytest.raises(GateRefused, match="another config"):
         run_gate(engine, s, "AAPL", thresholds=easy)
     own = bt.run_backtest(engine, s, "AAPL", None, folds=2, test_sessions=20)

@@ -90,13 +90,14 @@ def test_cohorts_runs_fills_and_audit(engine, world):
 def test_model_timeline_and_last_gate_report(engine, world):
     settings, ids = world
     assert reports.last_gate_report(engine, "AAPL") is None
-    add_backtest(engine, ids["AAPL"], [(50, 0.56, 0.5, 1.5, 0, 10, 7), (50, 0.56, 0.5, 1.5, 0, 10, 7)])
+    # 66 of 100 rows, 28 vs 12 against always-up: a first deployment beats both beyond noise (issue 27)
+    add_backtest(engine, ids["AAPL"], [(50, 0.66, 0.5, 1.5, 0, 14, 6), (50, 0.66, 0.5, 1.5, 0, 14, 6)])
     run_gate(engine, settings, "AAPL")
     gate = reports.last_gate_report(engine, "AAPL")
     assert gate.model_id == ids["AAPL"] and gate.decision.startswith("gate passed")
-    assert gate.figures["skill"].model_only == 20 and gate.figures["skill"].up_only == 14
+    assert gate.figures["skill"].model_only == 28 and gate.figures["skill"].up_only == 12
     table = {row["criterion"]: row for row in gate.criteria_table()}
-    assert table["direction_accuracy"]["value"] == "56.00%" and table["direction_accuracy"]["ok"]
+    assert table["direction_accuracy"]["value"] == "66.00%" and table["direction_accuracy"]["ok"]
     models, events = reports.model_timeline(engine, "AAPL")
     assert models["status"].tolist() == ["active"] and models["version"].iloc[0].startswith("v1.")
     assert events["to"].tolist()[-1] == "active" and events["at"].is_monotonic_increasing

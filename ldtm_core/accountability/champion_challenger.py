@@ -7,16 +7,20 @@ Which evidence depends on what serves the ticker now (docs/architecture.md, *Pro
   an override, another profile): the champion's config is backtested over the same folds (same
   cutoffs, purge, test sessions, the very prices the candidate's backtest read), reusing stored folds
   (`fold_cache`), and the two are paired row by row on (fold, date). Pass only if the candidate is
-  right more often at McNemar p <= alpha and no horizon's |error| is significantly worse.
+  right more often at McNemar p <= alpha / k (k: the recipes tried on these folds, `gate_ledger`) and
+  the |errors| are not significantly worse (Diebold-Mariano, Holm over the three horizons).
 - **stale vs refreshed** — the same recipe (the weekly retrain): its config-level backtest *is* the
   champion's, so comparing configs is empty. Instead, per fold k >= 2, the weights fitted to fold
   k-1's cutoff (stale: the model as it would serve had it not been refreshed) and fold k's own weights
   (refreshed through this cutoff) predict fold k's rows, pooled over folds. It answers "does
   refreshing this recipe help on this ticker", not "are this week's weights good": that evidence comes
   only from rows the new weights have not seen, the live shadow evenings (LDTM_SHADOW_SESSIONS).
-  Pass unless the stale weights are better at p <= alpha (direction, or any horizon's |error|).
-- **vs always-up (first deployment)** — no active model: the candidate must not lose to always-up
-  beyond noise (always-up better at p <= alpha fails).
+  Pass unless the stale weights are better at p <= alpha (direction, or the |errors| after Holm).
+- **first deployment** — no active model: the candidate must beat a coin (exact binomial test of its
+  hits against 50 %) and always-up (exact McNemar on the disagreements), each at p <= alpha / k. A
+  model with no skill is right with probability 1/2 on every row whatever the market does, so the coin
+  test alone bounds its false-pass rate by alpha / k per judgement (measured: `gate_sim`); always-up is
+  required beside it so a model that only rides the market's drift does not pass.
 
 A backtest written before per-row predictions (revision 0022) or discordant counts were stored cannot
 be paired: the decision then rests on the absolute criteria alone and the report says so.
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from scipy.stats import binomtest
 from sqlalchemy import Engine, select
 
 from ldtm_core.accountability import baselines
@@ -43,22 +48,24 @@ from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning import fold_cache
 from ldtm_core.learning.backtest import DEFAULT_WARM_START, _predict, run_backtest
 from ldtm_core.learning.model import LDTM, ModelConfig
-from ldtm_core.schema import backtest_fold_results
+from ldtm_core.schema import backtest_fold_results, corporate_actions
 
 CONFIGS = "paired backtest of configs"
 REFRESH = "stale vs refreshed"
-FIRST = "vs always-up (first deployment)"
+FIRST = "vs a coin and always-up (first deployment)"
 ABSOLUTE = "absolute criteria only"
 
 RULES = {
     CONFIGS: "the candidate must be right more often than the champion on the same rows (exact McNemar "
-    "p <= {alpha}) and no horizon's |error| significantly worse (Wilcoxon p <= {alpha}); a tie keeps "
-    "the champion",
+    "p <= {alpha_adj}, alpha {alpha} over {trials} trial(s) on these folds) and its |errors| not "
+    "significantly worse (Diebold-Mariano with HAC variance, Holm over the horizons, p <= {alpha}); a tie "
+    "keeps the champion",
     REFRESH: "the refreshed weights must not be significantly worse than the stale ones on the next "
-    "fold's rows (stale better at exact McNemar p <= {alpha}, or any horizon's |error| worse at "
-    "Wilcoxon p <= {alpha}, fails)",
-    FIRST: "no active model: the candidate must not lose to always-up beyond noise (always-up better "
-    "at exact p <= {alpha} fails)",
+    "fold's rows (stale better at exact McNemar p <= {alpha}, or the |errors| worse at Diebold-Mariano "
+    "p <= {alpha} after Holm over the horizons, fails)",
+    FIRST: "no active model: the candidate must beat a coin (exact binomial test of its hits vs 50 %) "
+    "and always-up (exact McNemar on the disagreements), each at p <= {alpha_adj} (alpha {alpha} over "
+    "{trials} trial(s) on these folds)",
     ABSOLUTE: "no paired comparison",
 }
 
@@ -77,14 +84,22 @@ class Comparison:
     reused_folds: int = 0  # the champion side's folds taken from the store
     refit_folds: int = 0
     note: str = ""
+    trials: int = 1  # superiority judgements on these folds (gate_ledger), this one included
+    alpha_adjusted: float | None = None  # alpha / trials for a superiority claim; None: alpha
 
     @property
     def rule(self) -> str:
-        return RULES[self.evidence].format(alpha=f"{self.alpha:g}")
+        adj = self.alpha if self.alpha_adjusted is None else self.alpha_adjusted
+        return RULES[self.evidence].format(
+            alpha=f"{self.alpha:g}", alpha_adj=f"{adj:.4g}", trials=self.trials
+        )
 
     def describe(self) -> str:
         out = f"evidence: {self.evidence}"
-        if self.champion_model_id is not None:
+        if self.champion_model_id is not None and self.evidence == REFRESH:
+            # None of the serving model's predictions are used: its recipe's fold weights are.
+            out += f" (the same recipe as the serving model {self.champion_model_id}; fold weights, not its predictions)"
+        elif self.champion_model_id is not None:
             out += f" (champion model {self.champion_model_id})"
         if self.paired is not None:
             out += f"; {self.paired.describe()}"
@@ -103,15 +118,19 @@ class Comparison:
             "champion_folds_reused": self.reused_folds,
             "champion_folds_refit": self.refit_folds,
             "note": self.note,
+            "trials": self.trials,
+            "alpha_adjusted": self.alpha_adjusted,
             "paired": self.paired.to_dict() if self.paired else None,
         }
 
 
 def decide(
-    evidence: str, paired: PairedComparison, thresholds: GateThresholds
+    evidence: str, paired: PairedComparison, thresholds: GateThresholds, alpha_adjusted: float | None = None
 ) -> tuple[str, list[Criterion]]:
-    """The decision on paired figures (pure): 'pass', 'fail' or 'insufficient evidence', and why."""
+    """The decision on paired figures (pure): 'pass', 'fail' or 'insufficient evidence', and why.
+    `alpha_adjusted`: the level of a recipe change's superiority claim (alpha / trials; default alpha)."""
     a = thresholds.alpha
+    a_claim = a if alpha_adjusted is None else alpha_adjusted
     criteria = []
     if evidence == CONFIGS:
         fold_min = min(paired.fold_rows, default=0)
@@ -124,7 +143,7 @@ def decide(
                 thresholds.min_fold_rows,
                 fold_min >= thresholds.min_fold_rows,
             ),
-            Criterion("beats_champion_p", paired.p_better, "<=", a, paired.p_better <= a),
+            Criterion("beats_champion_p", paired.p_better, "<=", a_claim, paired.p_better <= a_claim),
         ]
         insufficient = not (criteria[0].passed and criteria[1].passed)
     else:  # REFRESH: a non-inferiority check, so fewer rows only weaken it; one fold pair is the floor
@@ -133,30 +152,58 @@ def decide(
             Criterion("stale_better_p", paired.p_worse, ">", a, paired.p_worse > a),
         ]
         insufficient = not criteria[0].passed
-    for e in paired.errors:
-        criteria.append(Criterion(f"error_{e.horizon}_worse_p", e.p_worse, ">", a, e.p_worse > a))
+    if paired.errors:
+        # One decision over the three horizons (Holm), not three chances to refuse.
+        p = paired.error_worse_p
+        criteria.append(Criterion("error_worse_holm_p", p, ">", a, p > a))
     if insufficient:
         return "insufficient evidence", criteria
     return ("pass" if all(c.passed for c in criteria) else "fail"), criteria
 
 
-def first_deployment(skill: SkillTest | None, thresholds: GateThresholds) -> Comparison:
-    if skill is None:
+def first_deployment(
+    skill: SkillTest | None,
+    thresholds: GateThresholds,
+    hits: int | None = None,
+    n: int | None = None,
+    trials: int = 1,
+) -> Comparison:
+    """No active model: beat a coin (binomial test of `hits` of `n` vs 1/2) and always-up (McNemar on
+    `skill`'s disagreements), each at p <= alpha / trials. Without `hits` only always-up is tested (the
+    issue-21 rule, kept for callers that have no counts); without either, the absolute criteria decide."""
+    a = thresholds.alpha
+    adj = a / max(int(trials), 1)
+    if skill is None and hits is None:
         return Comparison(
             ABSOLUTE,
             "pass",
-            thresholds.alpha,
+            a,
             note="no active model, and the backtest predates the discordant counts: always-up not tested",
         )
-    p = mcnemar_p(skill.up_only, skill.model_only)
-    c = Criterion("always_up_better_p", p, ">", thresholds.alpha, p > thresholds.alpha)
+    criteria, notes = [], []
+    if hits is not None and n:
+        p_coin = float(binomtest(int(hits), int(n), 0.5, alternative="greater").pvalue)
+        criteria.append(Criterion("beats_coin_p", p_coin, "<=", adj, p_coin <= adj))
+        notes.append(
+            f"right on {int(hits)} of {int(n)} rows, p (better than a coin) = {format_p_value(p_coin)}"
+        )
+    if skill is not None:
+        p_up = mcnemar_p(skill.model_only, skill.up_only)
+        criteria.append(Criterion("beats_always_up_p", p_up, "<=", adj, p_up <= adj))
+        notes.append(
+            f"the candidate right on {skill.model_only} vs always-up on {skill.up_only} of "
+            f"{skill.discordant} disagreements, p (better than always-up) = {format_p_value(p_up)}"
+        )
+    else:
+        notes.append("always-up not tested (the backtest predates the discordant counts)")
     return Comparison(
         FIRST,
-        "pass" if c.passed else "fail",
-        thresholds.alpha,
-        [c],
-        note=f"always-up right on {skill.up_only} vs the candidate on {skill.model_only} of "
-        f"{skill.discordant} disagreements, p (always-up better) = {format_p_value(p)}",
+        "pass" if all(c.passed for c in criteria) else "fail",
+        a,
+        criteria,
+        note="; ".join(notes),
+        trials=max(int(trials), 1),
+        alpha_adjusted=adj,
     )
 
 
@@ -167,11 +214,16 @@ def judge(
     folds: list[dict],
     skill: SkillTest | None,
     thresholds: GateThresholds,
+    hits: int | None = None,
+    n: int | None = None,
+    trials: int = 1,
 ) -> Comparison:
-    """The paired evidence for `candidate`, whose backtest `folds` (backtest_folds rows) met the bar."""
+    """The paired evidence for `candidate`, whose backtest `folds` (backtest_folds rows) met the bar.
+    `hits` of `n`: its pooled next-day hits (a first deployment's test against a coin); `trials`: the
+    superiority judgements on these folds (`gate_ledger`), which divide alpha for a superiority claim."""
     champion = active_model(engine, candidate.ticker)
     if champion is None:
-        return first_deployment(skill, thresholds)
+        return first_deployment(skill, thresholds, hits, n, trials)
     if any(not f.get("fold_key") for f in folds):
         # Nothing to pair with the champion: not evidence that the candidate is better, so it stays.
         return Comparison(
@@ -182,9 +234,43 @@ def judge(
             note="the backtest predates stored per-row predictions (revision 0022): it cannot be paired "
             "with the champion, which stays; backtest the candidate again for the paired comparison",
         )
-    if config_signature(champion.config) != config_signature(candidate.config):
-        return _configs(engine, settings, candidate, champion, folds, thresholds)
-    return _refresh(engine, settings, candidate, champion, folds, thresholds)
+    same = config_signature(champion.config) == config_signature(candidate.config)
+    rebased = basis_changed(engine, candidate.ticker, folds)
+    if rebased:
+        # The stored predictions are on the price basis of the backtest; today's rows are not (issue 28).
+        return Comparison(
+            REFRESH if same else CONFIGS,
+            "insufficient evidence",
+            thresholds.alpha,
+            [Criterion("price_basis_unchanged", rebased, "==", "none", False)],
+            champion_model_id=champion.id,
+            note=f"{rebased} was recorded after this backtest: its stored predictions and today's prices "
+            f"are on different bases, so they are not paired; backtest {candidate.ticker} again",
+        )
+    if not same:
+        out = _configs(engine, settings, candidate, champion, folds, thresholds, trials)
+    else:
+        out = _refresh(engine, settings, candidate, champion, folds, thresholds)
+    return out
+
+
+def basis_changed(engine: Engine, ticker: str, folds: list[dict]) -> str | None:
+    """A corporate action of `ticker` recorded after the backtest was written, with an ex-date within
+    its prices: it changes the basis of every price before it. Returns its description, or None."""
+    written = [f.get("created_at") for f in folds if f.get("created_at") is not None]
+    end = folds[0].get("data_end") if folds else None
+    if not written:
+        return None
+    stmt = select(corporate_actions).where(
+        corporate_actions.c.ticker == ticker, corporate_actions.c.recorded_at > min(written)
+    )
+    if end is not None:
+        stmt = stmt.where(corporate_actions.c.ex_date <= end)
+    with engine.connect() as conn:
+        row = conn.execute(stmt.order_by(corporate_actions.c.ex_date).limit(1)).mappings().first()
+    if row is None:
+        return None
+    return f"a {row['kind']} (factor {row['factor']:g}, ex-date {row['ex_date']})"
 
 
 # --- the rows both sides are scored on ----------------------------------------------------------
@@ -282,8 +368,16 @@ def prepare_champion(engine: Engine, settings: Settings, candidate: ModelRecord,
     )
 
 
-def _configs(engine, settings, candidate, champion, folds, thresholds) -> Comparison:
-    out = Comparison(CONFIGS, "insufficient evidence", thresholds.alpha, champion_model_id=champion.id)
+def _configs(engine, settings, candidate, champion, folds, thresholds, trials: int = 1) -> Comparison:
+    trials = max(int(trials), 1)
+    out = Comparison(
+        CONFIGS,
+        "insufficient evidence",
+        thresholds.alpha,
+        champion_model_id=champion.id,
+        trials=trials,
+        alpha_adjusted=thresholds.alpha / trials,
+    )
     end = folds[0].get("data_end")
     try:
         champ = champion_backtest(
@@ -315,7 +409,7 @@ def _configs(engine, settings, candidate, champion, folds, thresholds) -> Compar
             parts.append((int(f["fold"]), common, p1[i1], p2[i2]))
     samples = _samples(engine, candidate.ticker, candidate.config, end)
     out.paired = _pair(samples, parts, ("candidate", "champion"))
-    out.decision, out.criteria = decide(CONFIGS, out.paired, thresholds)
+    out.decision, out.criteria = decide(CONFIGS, out.paired, thresholds, out.alpha_adjusted)
     return out
 
 

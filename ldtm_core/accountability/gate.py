@@ -10,7 +10,10 @@ the candidate stays candidate (issue 21: two folds of one row, or 4 rows at p = 
 The defaults come from a power calculation (docs/architecture.md, *Promotion gate*). A candidate that
 meets the minimum and the absolute bar is then paired with the champion on identical walk-forward rows
 (`champion_challenger.judge`: a paired backtest of the two configs, stale vs refreshed weights for the
-same recipe, or vs always-up when nothing serves yet); the report names the evidence it rests on.
+same recipe, or vs a coin and always-up when nothing serves yet); the report names the evidence it rests
+on. Under the evidence policy every judgement goes into the trials ledger (`gate_ledger`, issue 27): a
+superiority claim is judged at alpha / (the judgements on overlapping folds), and the same evidence (the
+same recipe on the same stored folds) is judged once, so next week's retrain is not re-promoted on it.
 
 Seed criteria (overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
@@ -27,12 +30,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import baselines, champion_challenger, gate_markdown, notify, shadow
-from ldtm_core.accountability.champion_challenger import Comparison
+from ldtm_core.accountability import (
+    baselines,
+    champion_challenger,
+    gate_ledger,
+    notify,
+    shadow,
+)
 from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
     DEFAULT_MIN_FOLD_ROWS,
     DEFAULT_MIN_ROWS,
@@ -42,8 +49,9 @@ from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: 
     GateThresholds,
     _fmt,
 )
+from ldtm_core.accountability.gate_report import HELD, GateReport  # noqa: F401  (re-exported)
 from ldtm_core.accountability.registry import (
-    PromoteResult,
+    active_model,
     config_signature,
     get_model,
     newest_candidate,
@@ -59,130 +67,6 @@ from ldtm_core.schema import backtest_folds, gate_decisions
 
 class AlreadyJudgedError(InputError):
     """The newest backtest of the candidate already has a gate decision (force to judge it again)."""
-
-
-@dataclass
-class GateReport:
-    ticker: str
-    model_id: int
-    backtest_id: str
-    folds: int
-    n: int
-    direction_accuracy: float
-    always_up_accuracy: float
-    mean_abs_pct_error: float
-    leakage_rows: int
-    decision: str = "fail"  # "pass", "fail" or "insufficient evidence"
-    policy: str = "evidence"
-    skill: SkillTest | None = None  # None: a fold predates the discordant counts (revision 0013)
-    data_start: dt.date | None = None  # the price range the backtest read
-    data_end: dt.date | None = None
-    # always-up, persistence, trailing majority on the same rows with their paired tests (None: unknown)
-    baselines: dict = field(default_factory=dict)
-    criteria: list[Criterion] = field(default_factory=list)
-    # The paired evidence vs the champion (evidence policy, once the absolute bar is met); None: not run
-    comparison: Comparison | None = None
-    passed: bool = False
-    promoted: PromoteResult | None = None
-    notified: notify.NotifyResult | None = None
-
-    @property
-    def failing(self) -> list[Criterion]:
-        return [c for c in self.criteria if not c.passed]
-
-    @property
-    def rule(self) -> str:
-        """The decision rule, in words, for every report."""
-        if self.policy == "seed":
-            return "seed policy: the absolute criteria below, all met"
-        head = (
-            "evidence policy: enough test rows in all and in every fold (else insufficient evidence, the "
-            "champion stays), then the seed's absolute criteria, all met"
-        )
-        if self.comparison is None:
-            return head + ", then the paired comparison with the champion (not reached)"
-        return f"{head}, then {self.comparison.evidence}: {self.comparison.rule}"
-
-    @property
-    def evidence(self) -> str:
-        """What the decision rests on, in words."""
-        if self.policy == "seed":
-            return "absolute criteria (seed policy)"
-        if self.comparison is None:
-            return "own backtest (minimum evidence, absolute criteria)"
-        return self.comparison.evidence
-
-    def markdown(self) -> str:
-        return gate_markdown.markdown(self)
-
-    def baseline_lines(self) -> list[str]:
-        """Each baseline beside the model on the same rows, 'beats' only with its exact test and p."""
-        out = []
-        for name in baselines.BASELINES:
-            b = self.baselines.get(name)
-            label = baselines.LABELS[name]
-            out.append(
-                f"model {b.verdict()}" if b else f"{label}: unknown (backtest predates it; run it again)"
-            )
-        return out
-
-    def summary(self) -> str:
-        word = {"pass": "PASSED", "insufficient evidence": "INSUFFICIENT EVIDENCE"}.get(
-            self.decision, "FAILED"
-        )
-        head = f"gate {word} for {self.ticker} model {self.model_id} ({self.policy} policy)"
-        base = (
-            f"next-day direction accuracy {self.direction_accuracy * 100:.2f}% vs always-up "
-            f"{self.always_up_accuracy * 100:.2f}% on the same {self.n} rows over {self.folds} folds; "
-            + (self.skill.describe() if self.skill else "skill test unknown (backtest predates it)")
-            + "".join(f"; {line}" for line in self.baseline_lines()[1:])
-            + (f"; {self.comparison.describe()}" if self.comparison else "")
-            + f"; rule: {self.rule}"
-        )
-        if self.passed:
-            return f"{head}: {base}"
-        return f"{head}: {base}; failing: " + "; ".join(c.describe() for c in self.failing)
-
-    def to_dict(self) -> dict:
-        return {
-            "event": "ldtm.gate",
-            "ticker": self.ticker,
-            "model_id": self.model_id,
-            "backtest_id": self.backtest_id,
-            "passed": self.passed,
-            "decision": self.decision,
-            "policy": self.policy,
-            "folds": self.folds,
-            "n": self.n,
-            "direction_accuracy": self.direction_accuracy,
-            "always_up_accuracy": self.always_up_accuracy,
-            "mean_abs_pct_error": self.mean_abs_pct_error,
-            "leakage_rows": self.leakage_rows,
-            "skill_model_only": self.skill.model_only if self.skill else None,
-            "skill_up_only": self.skill.up_only if self.skill else None,
-            "skill_p_value": self.skill.p_value if self.skill else None,
-            "rule": self.rule,
-            "evidence": self.evidence,
-            "comparison": self.comparison.to_dict() if self.comparison else None,
-            "baselines": {
-                name: None
-                if (b := self.baselines.get(name)) is None
-                else {
-                    "accuracy": b.accuracy,
-                    "hits": b.hits,
-                    "model_only": b.model_only,
-                    "baseline_only": b.base_only,
-                    "p_value": b.p_value,
-                }
-                for name in baselines.BASELINES
-            },
-            "data_start": str(self.data_start) if self.data_start else None,
-            "data_end": str(self.data_end) if self.data_end else None,
-            "criteria": [asdict(c) for c in self.criteria],
-            "failing": [asdict(c) for c in self.failing],
-            "summary": self.summary(),
-            "markdown": self.markdown(),
-        }
 
 
 def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criterion]]:
@@ -366,13 +250,47 @@ def run_gate(
             "to judge the same backtest again"
         )
     fig, criteria = evaluate(folds, thresholds)
-    comparison = None
-    if thresholds.policy == "evidence" and fig["decision"] == "pass":
-        # Only a candidate that met the bar is paired with the champion: the decision of any other is
-        # already made, and the champion's side can cost fits.
-        comparison = champion_challenger.judge(engine, settings, rec, folds, fig["skill"], thresholds)
-        criteria = criteria + comparison.criteria
-        fig["decision"] = comparison.decision
+    comparison, trials, evidence, kind = None, None, None, None
+    if thresholds.policy == "evidence":
+        evidence = gate_ledger.evidence_of(backtest_id, folds)
+        champion = active_model(engine, ticker)
+        kind = (
+            gate_ledger.FIRST
+            if champion is None
+            else (gate_ledger.REFRESH if config_signature(champion.config) == own else gate_ledger.RECIPE)
+        )
+        trials = gate_ledger.trials(engine, ticker, own, evidence, thresholds.alpha)
+        prev = trials.previous
+        if prev is not None and not force and fig["decision"] != "insufficient evidence":
+            # Evidence judged once: the same recipe on the same stored folds (next week's retrain
+            # before a new quarter completes) has nothing new to say; the champion stays.
+            criteria = criteria + [
+                Criterion(
+                    "new_evidence",
+                    f"the same folds judged backtest {prev['backtest_id']} of model {prev['model_id']} "
+                    f"({prev['decision']}, {str(prev['judged_at'])[:19]})",
+                    "==",
+                    "folds not judged before for this recipe",
+                    False,
+                )
+            ]
+            fig["decision"] = "insufficient evidence"
+        elif fig["decision"] == "pass":
+            # Only a candidate that met the bar is paired with the champion: the decision of any other
+            # is already made, and the champion's side can cost fits.
+            comparison = champion_challenger.judge(
+                engine,
+                settings,
+                rec,
+                folds,
+                fig["skill"],
+                thresholds,
+                hits=int(round(fig["direction_accuracy"] * fig["n"])),
+                n=int(fig["n"]),
+                trials=trials.count if kind != gate_ledger.REFRESH else 1,
+            )
+            criteria = criteria + comparison.criteria
+            fig["decision"] = comparison.decision
     report = GateReport(
         ticker=ticker,
         model_id=model_id,
@@ -392,15 +310,42 @@ def run_gate(
         comparison=comparison,
         policy=thresholds.policy,
         passed=fig["decision"] == "pass",
+        trials=trials if kind in gate_ledger.COUNTED else None,
     )
+    # A trial is a judgement that tested something: not a minimum-evidence refusal, not a repeat.
+    ledgered = evidence is not None and (comparison is not None or report.decision == "fail")
+
+    def ledger(conn, at) -> None:
+        if ledgered:
+            gate_ledger.record(
+                conn,
+                ticker=ticker,
+                signature=own,
+                evidence=evidence,
+                kind=kind,
+                backtest_id=backtest_id,
+                model_id=model_id,
+                trials_=trials,
+                decision=report.decision,
+                at=at,
+            )
+
     if report.passed:
         # LDTM_SHADOW_SESSIONS > 0 with a champion: the pass puts the candidate in shadow instead.
         report.promoted = shadow.promote_or_shadow(
             engine, model_id, f"gate passed (backtest {backtest_id})", settings
         )
+        if report.promoted.held_by_shadow is not None:
+            report.decision = HELD  # passed, but not promoted: stored and shown as held (issue 28)
+
+        def passed(conn) -> None:
+            now = dt.datetime.now(dt.UTC)
+            _decision(conn, report, now)
+            ledger(conn, now)
+
         # After the promotion (its own transaction): a kill in between leaves an active model, which the
         # gate refuses to judge anyway.
-        run_in_transaction(engine, lambda conn: _decision(conn, report, dt.datetime.now(dt.UTC)))
+        run_in_transaction(engine, passed)
     else:
         now = dt.datetime.now(dt.UTC)
 
@@ -408,6 +353,7 @@ def run_gate(
             # Recorded in the model's history too (status unchanged), so `registry history` shows why.
             record_event(conn, model_id, ticker, "candidate", "candidate", report.summary()[:2000], now)
             _decision(conn, report, now)
+            ledger(conn, now)
 
         run_in_transaction(engine, held)
         report.notified = notify.send(report.to_dict(), settings.notify_webhook_url, text=report.summary())

@@ -40,9 +40,11 @@ def markdown(report) -> str:
             f"{p.champion_only}; exact McNemar p ({p.challenger} better) = {format_p_value(p.p_better)}, "
             f"p ({p.champion} better) = {format_p_value(p.p_worse)}",
         ]
+        holm = p.errors_worse_holm
         lines += [
-            f"- |error| {HORIZON_LABELS[e.horizon]}: Wilcoxon p ({p.challenger} worse) = "
-            f"{format_p_value(e.p_worse)}"
+            f"- |error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano (HAC lag {e.lag}, HLN) p "
+            f"({p.challenger} worse) = {format_p_value(e.p_worse)}, Holm over the horizons "
+            f"{format_p_value(holm[e.horizon])}"
             for e in p.errors
         ]
         if up:
@@ -57,6 +59,8 @@ def markdown(report) -> str:
         ]
     if c and c.note:
         lines.append(f"- {c.note}")
+    if report.trials is not None:
+        lines.append(f"- {report.trials.describe()}")
     if c and c.champion_backtest_id:
         lines.append(f"- champion folds reused {c.reused_folds}, refit {c.refit_folds}")
     lines.append(f"- rule: {report.rule}")

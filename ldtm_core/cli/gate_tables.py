@@ -54,17 +54,20 @@ def comparison_lines(report) -> list[str]:
             f"exact McNemar p ({p.challenger} better) = {format_p_value(p.p_better)}, "
             f"p ({p.champion} better) = {format_p_value(p.p_worse)}"
         )
+        holm = p.errors_worse_holm
         out += [
-            f"|error| {HORIZON_LABELS[e.horizon]}: Wilcoxon p ({p.challenger} worse) = {format_p_value(e.p_worse)}"
+            f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano (HAC lag {e.lag}, HLN) p ({p.challenger} "
+            f"worse) = {format_p_value(e.p_worse)}, Holm over the horizons {format_p_value(holm[e.horizon])}"
             for e in p.errors
         ]
     if c.champion_backtest_id:
         out.append(
             f"champion backtest {c.champion_backtest_id}: folds reused {c.reused_folds}, refit {c.refit_folds}"
         )
-    if c.note:
+    if c.note and p is not None and p.n:  # without paired rows the table above shows the note
         out.append(c.note)
-    out.append(f"rule: {c.rule}")
+    if report.trials is not None:
+        out.append(report.trials.describe())
     return out
 
 

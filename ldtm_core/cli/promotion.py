@@ -361,7 +361,17 @@ def gate_cmd(
         alpha=alpha,
     )
     cfg = settings()
-    report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds, force=force)
+    import logging
+
+    # The notification's log line is the summary printed below: without a handler of its own the
+    # warning reaches the terminal through Python's last resort, and the operator read it twice.
+    quiet = logging.NullHandler()
+    notify_log = logging.getLogger("ldtm.notify")
+    notify_log.addHandler(quiet)
+    try:
+        report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds, force=force)
+    finally:
+        notify_log.removeHandler(quiet)
     table = Table(
         "criterion", "value", "threshold", "ok", title=f"gate {report.ticker} model {report.model_id}"
     )
@@ -393,9 +403,13 @@ def gate_cmd(
             )
             return
         if p.shadow:  # LDTM_SHADOW_SESSIONS > 0 and a champion serving: live evenings decide
+            from ldtm_core.accountability.registry import active_model
+
+            champion = active_model(open_db(cfg), report.ticker)
             console.print(
-                f"in shadow beside the champion (model {p.model_id}): `ldtm shadow status` follows its "
-                "live record; promoted or retired after LDTM_SHADOW_SESSIONS filled evenings"
+                f"model {p.model_id} in shadow beside the champion (model {champion.id if champion else report.champion_id}): "
+                "`ldtm shadow status` follows its live record; promoted or retired after "
+                "LDTM_SHADOW_SESSIONS filled evenings"
             )
             return
         console.print(f"promoted: version {p.version} -> {p.promoted_path}")

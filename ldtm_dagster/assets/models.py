@@ -67,7 +67,11 @@ def promotions(
             base[f"{name}_p_value"] = b.p_value if b else None
         return {
             "ticker": ticker,
-            "decision": ("shadow" if report.promoted and report.promoted.shadow else "promoted")
+            "decision": (
+                "held by shadow"
+                if report.decision == "held by shadow"
+                else ("shadow" if report.promoted and report.promoted.shadow else "promoted")
+            )
             if report.passed
             else ("insufficient evidence" if report.decision == "insufficient evidence" else "held"),
             "policy": report.policy,

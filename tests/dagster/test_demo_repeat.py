@@ -21,6 +21,8 @@ def test_demo_runs_three_times_in_the_same_checkout(sqlite_url, tmp_path, monkey
     # Every gate passes, so every run promotes a new version that re-predicts the same evenings.
     monkeypatch.setenv("LDTM_GATE_MIN_ACCURACY", "0")
     monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "1000")
+    # The seed's bar: the evidence policy would judge the same folds once and require beating a coin.
+    monkeypatch.setenv("LDTM_GATE_POLICY", "seed")
     # One app database and home, like ./.ldtm; one ticker keeps three whole-graph runs affordable.
     tickers = ["AAPL"]
     resources = tiny_resources(tmp_path / "home", sqlite_url, universe=",".join(tickers))

@@ -147,6 +147,8 @@ def test_a_partly_failed_retrain_backtests_and_promotes_the_tickers_that_trained
         )
     monkeypatch.setenv("LDTM_GATE_MIN_ACCURACY", "0")
     monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "50")
+    # The seed's bar, lowered: the evidence policy's first deployment must beat a coin beyond noise.
+    monkeypatch.setenv("LDTM_GATE_POLICY", "seed")
     config = {"ops": {"backtests": {"config": {"folds": 2}}}}
 
     retrain = materialize(

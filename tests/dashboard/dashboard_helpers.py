@@ -22,8 +22,10 @@ def seed(tmp_path, url: str):
     ingest(engine, TICKERS)
     for i, ticker in enumerate(TICKERS):
         mid = make_model(engine, settings, ticker, seed=i)
-        # Consistent folds of 50 rows: model-only minus up-only rows = hits minus always-up hits.
-        fold = (50, 0.56, 0.5, 1.5, 0, 10, 7) if ticker == "AAPL" else (50, 0.48, 0.5, 1.5, 0, 6, 7)
+        # Consistent folds of 50 rows: model-only minus up-only rows = hits minus always-up hits. AAPL
+        # beats a coin and always-up beyond noise (66 of 100, p = 0.001; 28 vs 12, p = 0.008): a first
+        # deployment must (issue 27).
+        fold = (50, 0.66, 0.5, 1.5, 0, 14, 6) if ticker == "AAPL" else (50, 0.48, 0.5, 1.5, 0, 6, 7)
         add_backtest(engine, mid, [fold, fold], ticker)
         run_gate(engine, settings, ticker, thresholds=GateThresholds())
     predict_range(engine, settings, FIRST_EVENING, LAST_EVENING)

@@ -115,7 +115,7 @@ def test_ticker_page_from_the_address(seeded):
     at.selectbox[0].set_value("AAPL").run()
     assert at.query_params["ticker"] in ("AAPL", ["AAPL"])  # the address follows the choice
     assert any("gate passed (backtest" in m.value for m in at.markdown)  # the promotion event
-    assert any("evidence: vs always-up (first deployment)" in m.value for m in at.markdown)
+    assert any("evidence: vs a coin and always-up (first deployment)" in m.value for m in at.markdown)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,186 @@
+"""Simulations of the gate's false-pass rates and power through its own functions (issue 27), for the
+tests and the null-universe benchmark (`benchmarks/null_universe.py` can import these).
+
+No skill is exact here: the model's call is a fair coin independent of the move, so it is right with
+probability 1/2 on every row whatever the market's up-rate. A planted edge makes it right with
+probability `accuracy` instead. Each function returns rates, never asserts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.signal import lfilter
+from scipy.stats import wilcoxon
+
+from ldtm_core.accountability import champion_challenger as cc
+from ldtm_core.accountability.gate import evaluate
+from ldtm_core.accountability.gate_policy import GateThresholds
+from ldtm_core.accountability.paired import HORIZONS, dm_error_test, holm, mcnemar_p
+
+
+def _folds(rng, folds: int, rows: int, up_rate: float, accuracy: float) -> list[dict]:
+    out = []
+    for _ in range(folds):
+        up = rng.random(rows) < up_rate
+        right = rng.random(rows) < accuracy  # independent of the move: a coin at 0.5
+        out.append(
+            {
+                "n": rows,
+                "direction_accuracy": right.mean(),
+                "always_up_accuracy": up.mean(),
+                "mean_abs_pct_error": 1.0,
+                "leakage_rows": 0,
+                "model_only_hits": int((right & ~up).sum()),
+                "up_only_hits": int((~right & up).sum()),
+            }
+        )
+    return out
+
+
+def first_deployment_pass_rate(
+    reps: int,
+    *,
+    folds: int = 3,
+    rows: int = 63,
+    up_rate: float = 0.5,
+    accuracy: float = 0.5,
+    thresholds: GateThresholds | None = None,
+    trials: int = 1,
+    seed: int = 0,
+) -> float:
+    """Share of `reps` first-deployment judgements that pass: `gate.evaluate` (minimum evidence and the
+    seed's bar), then, under the evidence policy, `champion_challenger.first_deployment`. The default
+    backtest is 3 quarterly folds of 63 sessions (189 rows); `accuracy` 0.5 is no skill."""
+    t = thresholds or GateThresholds()
+    rng = np.random.default_rng(seed)
+    passed = 0
+    for _ in range(reps):
+        f = _folds(rng, folds, rows, up_rate, accuracy)
+        fig, _ = evaluate(f, t)
+        if fig["decision"] != "pass":
+            continue
+        if t.policy == "evidence":
+            hits = int(round(fig["direction_accuracy"] * fig["n"]))
+            if cc.first_deployment(fig["skill"], t, hits, fig["n"], trials).decision != "pass":
+                continue
+        passed += 1
+    return passed / reps
+
+
+def recipe_search_pass_rate(
+    reps: int, k: int, *, rows: int = 189, alpha: float = 0.05, adjusted: bool = True, seed: int = 0
+) -> float:
+    """Share of searches in which any of `k` coin challengers tried one after another on the same rows
+    beats a coin champion (exact McNemar p_better <= alpha, or alpha / i for the i-th try when
+    `adjusted`, as the trials ledger judges it)."""
+    rng = np.random.default_rng(seed)
+    hit = 0
+    for _ in range(reps):
+        champion = rng.random(rows) < 0.5
+        for i in range(1, k + 1):
+            challenger = rng.random(rows) < 0.5
+            p = mcnemar_p(int((challenger & ~champion).sum()), int((~challenger & champion).sum()))
+            if p <= (alpha / i if adjusted else alpha):
+                hit += 1
+                break
+    return hit / reps
+
+
+@dataclass(frozen=True)
+class ErrorSize:
+    h: int
+    dm: float  # share of reps the DM test (HAC, HLN) calls the challenger worse at p <= alpha
+    wilcoxon: float  # ... the Wilcoxon signed-rank test it replaced
+
+
+def overlapping_errors(rng, rows: int, h: int, phi: float = 0.95, scale: float = 0.3, ratio: float = 1.0):
+    """|pct errors| of two predictors on `rows` consecutive evenings at a horizon of `h` sessions: the
+    answer is the sum of the next h daily moves (neighbouring rows overlap: MA(h - 1)), each predictor's
+    call carries a persistent bias, AR(1) with coefficient `phi` and standard deviation `scale` times the
+    horizon's move; the challenger's bias is `ratio` times as large (1: equal predictors)."""
+    burn = 200
+    daily = rng.standard_normal(rows + h)
+    move = np.convolve(daily, np.ones(h), mode="valid")[1 : rows + 1]  # sum of the next h moves
+    sd = scale * np.sqrt(h) * np.sqrt(1 - phi**2)
+    bias = lfilter([1.0], [1.0, -phi], rng.standard_normal((2, rows + burn)) * sd, axis=1)[:, burn:]
+    return np.abs(ratio * bias[0] - move), np.abs(bias[1] - move)
+
+
+def error_test_size(
+    reps: int,
+    h: int,
+    *,
+    rows: int = 189,
+    phi: float = 0.95,
+    scale: float = 0.3,
+    ratio: float = 1.0,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> ErrorSize:
+    """Rejection rate of "the challenger's errors are larger" (size when ratio = 1, power above it)."""
+    rng = np.random.default_rng(seed)
+    name = {1: "1d", 5: "monday", 21: "month"}.get(h, "1d")
+    dm = wx = 0
+    for _ in range(reps):
+        a, b = overlapping_errors(rng, rows, h, phi, scale, ratio)
+        dm += dm_error_test(name, a, b, h=h).p_worse <= alpha
+        wx += wilcoxon(a - b, alternative="greater").pvalue <= alpha
+    return ErrorSize(h, dm / reps, wx / reps)
+
+
+def equal_refresh_refusal_rate(
+    reps: int, *, rows: int = 189, phi: float = 0.95, scale: float = 0.3, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
+    """(the gate's rule: Holm over the three DM p-values, the old rule: any horizon's Wilcoxon) share
+    of equal predictors refused for larger errors on at least one horizon."""
+    rng = np.random.default_rng(seed)
+    holm_n = any_n = 0
+    for _ in range(reps):
+        p_dm, p_wx = [], []
+        for name, h in zip(HORIZONS, (1, 5, 21), strict=True):
+            a, b = overlapping_errors(rng, rows, h, phi, scale)
+            p_dm.append(dm_error_test(name, a, b, h=h).p_worse)
+            p_wx.append(wilcoxon(a - b, alternative="greater").pvalue)
+        holm_n += min(holm(p_dm)) <= alpha
+        any_n += min(p_wx) <= alpha
+    return holm_n / reps, any_n / reps
+
+
+def first_deployment_yearly_rate(
+    reps: int,
+    *,
+    quarters: int = 4,
+    folds: int = 3,
+    rows: int = 63,
+    up_rate: float = 0.5,
+    accuracy: float = 0.5,
+    thresholds: GateThresholds | None = None,
+    ledger: bool = True,
+    seed: int = 0,
+) -> float:
+    """Share of tickers (one recipe) whose first deployment passes at least once in `quarters`
+    quarterly judgements. Folds are the `folds` newest quarters, so neighbouring judgements share all
+    but one; weekly retrains within a quarter reproduce its evidence and are not judged again (evidence
+    judged once). With `ledger` the i-th judgement is at alpha / k, k = the earlier judgements whose
+    folds overlap it plus one (what `gate_ledger.trials` counts); without it every one is at alpha."""
+    t = thresholds or GateThresholds()
+    rng = np.random.default_rng(seed)
+    hit = 0
+    for _ in range(reps):
+        blocks = [_folds(rng, 1, rows, up_rate, accuracy)[0] for _ in range(folds + quarters - 1)]
+        for q in range(quarters):
+            f = blocks[q : q + folds]
+            fig, _ = evaluate(f, t)
+            if fig["decision"] != "pass":
+                continue
+            k = min(q, folds - 1) + 1 if ledger else 1
+            hits = int(round(fig["direction_accuracy"] * fig["n"]))
+            if (
+                t.policy != "evidence"
+                or cc.first_deployment(fig["skill"], t, hits, fig["n"], k).decision == "pass"
+            ):
+                hit += 1
+                break
+    return hit / reps
