@@ -4,6 +4,9 @@
 `LDTM_DATABASE_URL` is any SQLAlchemy URL, `LDTM_UNIVERSE` picks the tickers.
 Secrets only ever come from the environment; `masked_url` is what logs and errors show.
 
+`SETTINGS` is the one table of settings: every `LDTM_*` variable the product reads is a row (kind,
+unit or vocabulary, default, meaning), read only through `setting` / `env_number` / `env_flag` /
+`env_text` here; docs/operations.md's settings table is checked against it (tests/test_settings_table.py).
 Every numeric `LDTM_*` setting has its unit and sane range in `NUMERIC_SETTINGS`, checked here
 (`Settings.from_env` checks all that are set, so a bad one is one ConfigError before any work).
 Percentages are typed as percents everywhere (52 means 52 %), like the CLI options.
@@ -159,6 +162,183 @@ OTHER_SETTINGS = (
 ) + BOOLEAN_SETTINGS
 
 
+@dataclass(frozen=True)
+class Setting:
+    """One row of the settings table: the one home of a variable's default, meaning and check.
+
+    Numbers take their unit and range from NUMERIC_SETTINGS and flags their vocabulary from
+    BOOLEAN_SETTINGS; text settings with a vocabulary (`choices`) are checked where they are parsed,
+    with a message naming the variable. `shown` is the default as docs/operations.md's table writes it.
+    """
+
+    name: str
+    default: object  # the value when unset or empty; None: no value (off, or the caller's default decides)
+    meaning: str
+    kind: str = "text"  # text | path | url | secret | time | choice (number and flag: see `kind_of`)
+    choices: tuple[str, ...] = ()
+    shown: str | None = None
+    internal: bool = False  # a test hook, not a user setting: not in the operations table
+
+    @property
+    def kind_of(self) -> str:
+        if self.name in NUMERIC_SETTINGS:
+            return "number"
+        return "flag" if self.name in BOOLEAN_SETTINGS else self.kind
+
+    @property
+    def unit(self) -> str:
+        if self.name in NUMERIC_SETTINGS:
+            return NUMERIC_SETTINGS[self.name].expected().removeprefix("expected ")
+        if self.name in BOOLEAN_SETTINGS:
+            return "a flag: 1/0, true/false, yes/no, on/off"
+        return " | ".join(self.choices) if self.choices else self.kind
+
+    def shown_default(self) -> str:
+        if self.shown is not None:
+            return self.shown
+        if self.default is None:
+            return "none"
+        if isinstance(self.default, bool):
+            return "on" if self.default else "off"
+        if isinstance(self.default, (int, float)):
+            return _num(self.default)
+        return f"`{self.default}`"
+
+
+def _table(*rows: Setting) -> dict[str, Setting]:
+    return {row.name: row for row in rows}
+
+
+# THE settings table: every LDTM_* variable the product reads is a row here and is read through
+# `setting` / `env_number` / `env_flag` / `env_text` below (tests/test_settings_table.py checks the
+# code and docs/operations.md's table against it). Defaults that live in a dataclass (the gate's,
+# decay's) are the same numbers, in the setting's unit (tested).
+SETTINGS: dict[str, Setting] = _table(
+    # Where things are.
+    Setting("LDTM_HOME", "./.ldtm", "artifacts: checkpoints, exports, the default SQLite database", "path"),
+    Setting(
+        "LDTM_DATABASE_URL",
+        None,
+        "the application database: a SQLite or PostgreSQL SQLAlchemy URL (may hold a password)",
+        "secret",
+        shown="`sqlite:///$LDTM_HOME/ldtm.db`",
+    ),
+    Setting("LDTM_UNIVERSE", "full", "the tickers: demo, full, AAPL,NVDA or a file", shown="`full`"),
+    Setting(
+        "LDTM_PROFILE",
+        "reference",
+        "model profile of the checkpoints asset",
+        "choice",
+        ("reference", "upgrade", "demo", "tuned"),
+    ),
+    Setting(
+        "LDTM_CACHE_DIR", None, "where the bf16 probe's answer is cached", "path", shown="`~/.cache/ldtm`"
+    ),
+    # Training overrides of the Dagster `training` resource (none: the profile's value).
+    Setting("LDTM_MAX_EPOCHS", None, "epochs cap"),
+    Setting("LDTM_PATIENCE", None, "early-stopping patience"),
+    Setting("LDTM_AMP", None, "training precision", "choice", ("auto", "bf16", "off")),
+    Setting("LDTM_MAX_WORKERS", None, "training workers (none: the slot plan)"),
+    Setting("LDTM_BF16_PROBE", True, "measure bf16 against fp32 on this CPU before using it"),
+    Setting("LDTM_BACKTEST_REUSE", True, "backtests reuse stored fold outcomes whose key is unchanged"),
+    # GPU slots (SPEC §6).
+    Setting("LDTM_GPU_PER_JOB_MIB", 600, "VRAM one training job needs"),
+    Setting("LDTM_GPU_HEADROOM_MIB", 1024, "VRAM left free on every GPU"),
+    Setting("LDTM_GPU_MAX_SLOTS", None, "cap on the pool's slots"),
+    Setting(
+        "LDTM_GPU_POOL_ID",
+        None,
+        "marks the gpu pool's own processes (their VRAM counts as the pool's)",
+        shown="set by the code location to `gpu@$DAGSTER_HOME`",
+    ),
+    # Prices.
+    Setting("LDTM_PRICE_SOURCE", "synthetic", "where bars come from: synthetic, files:<dir>, yfinance, ib"),
+    Setting(
+        "LDTM_SYNTHETIC_SPLITS",
+        "",
+        "splits planted in the synthetic market: TICKER:DATE:RATIO,...",
+        shown="none",
+    ),
+    Setting("LDTM_FORCE_REINGEST", False, "ingest again what was refused or already ingested"),
+    Setting("LDTM_SOURCE_ATTEMPTS", 3, "attempts per request of a network source"),
+    Setting("LDTM_YFINANCE_TIMEOUT", 10.0, "HTTP timeout of one yfinance request"),
+    Setting("LDTM_YFINANCE_BATCH", 50, "tickers per yfinance request"),
+    Setting("LDTM_YFINANCE_AUTO_ADJUST", False, "store yfinance's back-adjusted OHLC instead of raw"),
+    Setting("LDTM_IB_HOST", "127.0.0.1", "IB Gateway / TWS host"),
+    Setting("LDTM_IB_PORT", 4002, "IB Gateway / TWS port (4002 paper, 4001 live)"),
+    Setting("LDTM_IB_CLIENT_ID", 17, "IB API client id, unique per connection"),
+    Setting("LDTM_IB_WHAT_TO_SHOW", "ADJUSTED_LAST", "IB bar basis", "choice", ("ADJUSTED_LAST", "TRADES")),
+    Setting("LDTM_IB_TIMEOUT", 60.0, "seconds per IB request"),
+    Setting("LDTM_MAX_DAILY_MOVE_PCT", 40.0, "a one-day close move beyond this is flagged"),
+    Setting("LDTM_MAX_GAP_SESSIONS", 5, "the longest hole in a ticker's bars features may look back across"),
+    # Predictions, alerts.
+    Setting("LDTM_NEUTRAL_BAND_PCT", 0.25, "moves within +- this percent are neutral"),
+    Setting("LDTM_AUDIT_KEY", None, "HMAC key of the prediction chain", "secret"),
+    Setting("LDTM_NOTIFY_WEBHOOK_URL", None, "webhook of alerts (JSON POST)", "url", shown="none (log only)"),
+    Setting("LDTM_SNAPSHOT_DEADLINE", "21:00", "New York time by which snapshots must exist", "time"),
+    # The gate (GateThresholds: the same defaults, stored as fractions where typed as percents).
+    Setting("LDTM_GATE_POLICY", "evidence", "the gate's policy", "choice", ("evidence", "seed")),
+    Setting("LDTM_GATE_MIN_FOLDS", 2, "backtest folds needed"),
+    Setting("LDTM_GATE_MIN_ACCURACY", 52.0, "direction accuracy needed"),
+    Setting("LDTM_GATE_MAX_ERROR_PCT", 5.0, "mean |pct error| allowed"),
+    Setting("LDTM_GATE_BEAT_ALWAYS_UP", None, "accuracy margin over always-up needed", shown="off"),
+    Setting("LDTM_GATE_MAX_P_VALUE", None, "skill test p-value needed", shown="off"),
+    Setting("LDTM_GATE_MIN_ROWS", 100, "evidence policy: test rows over all folds"),
+    Setting("LDTM_GATE_MIN_FOLD_ROWS", 10, "evidence policy: test rows in every fold"),
+    Setting("LDTM_GATE_ALPHA", 0.05, "evidence policy: significance of the paired tests"),
+    # Shadow evenings (Settings: the same defaults).
+    Setting("LDTM_SHADOW_SESSIONS", 0, "shadow evenings before the live comparison (0: promote at once)"),
+    Setting("LDTM_SHADOW_MARGIN", 20.0, "the drop the shadow evenings must detect"),
+    Setting("LDTM_SHADOW_POWER", 0.8, "the probability they must detect it with"),
+    # Decay (DecaySettings: the same defaults, delta stored as a fraction).
+    Setting("LDTM_DECAY_DELTA", 10.0, "the accuracy drop the CUSUM is tuned to"),
+    Setting("LDTM_DECAY_ARL0", 1000.0, "designed sessions between false alarms per ticker"),
+    Setting("LDTM_DECAY_PSI_SESSIONS", 63, "the recent window of the PSI"),
+    Setting("LDTM_DECAY_HOLD_SESSIONS", 5, "evenings a signal keeps the ticker in WARN"),
+    # Signal performance (signals.py).
+    Setting("LDTM_SIGNAL_COST_BP", 5.0, "the paper books' cost per unit of turnover"),
+    # Deployment (ldtm_dagster/deployment.py).
+    Setting("LDTM_DEPLOYMENT", "local", "where the code location runs", "choice", ("local", "docker", "k8s")),
+    Setting("LDTM_K8S_GPU_PER_STEP", True, "a gpu pool step's pod requests one GPU"),
+    Setting("LDTM_K8S_STEP_CPU", "1", "CPU request of a gpu pool step's pod (a k8s quantity)"),
+    Setting("LDTM_K8S_STEP_MEMORY", "2Gi", "memory request of a gpu pool step's pod (a k8s quantity)"),
+    # Test hooks (faults.pause_point): a process pauses at a named point so a test can kill it there.
+    Setting("LDTM_TEST_PAUSE_AT", None, "pause at this point (name#n)", internal=True),
+    Setting("LDTM_TEST_PAUSE_DIR", ".", "where the paused process signals", "path", internal=True),
+    Setting("LDTM_TEST_PAUSE_S", 300.0, "the longest pause", internal=True),
+)
+
+
+def _setting(name: str) -> Setting:
+    try:
+        return SETTINGS[name]
+    except KeyError:  # a programming error: a new variable needs its row first
+        raise KeyError(f"{name} is not in config.SETTINGS: add its row to the settings table") from None
+
+
+def env_text(name: str, default: str | None = None) -> str | None:
+    """The raw value of the setting `name`, or `default` when unset or empty (not otherwise checked:
+    the caller parses it and names the variable in its error)."""
+    _setting(name)
+    return os.environ.get(name) or default
+
+
+def env_is_set(name: str) -> bool:
+    """Whether the setting `name` is set to something non-empty."""
+    return env_text(name) is not None
+
+
+def setting(name: str):
+    """The setting `name`: a checked number or flag, or the text; the table's default when unset or empty."""
+    row = _setting(name)
+    kind = row.kind_of
+    if kind == "number":
+        return env_number(name, row.default)
+    if kind == "flag":
+        return env_flag(name, row.default)
+    return env_text(name, row.default)
+
+
 def check_number(name: str, value, spec: NumberSetting | None = None) -> int | float:
     """`value` (a string from the environment, or a number from an option) as the setting's kind,
     or a ConfigError naming the setting, the value and the unit expected."""
@@ -188,6 +368,7 @@ def check_number(name: str, value, spec: NumberSetting | None = None) -> int | f
 
 def env_number(name: str, default: int | float | None = None) -> int | float | None:
     """The numeric setting `name` from the environment (checked), or `default` when unset or empty."""
+    _setting(name)
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
@@ -208,6 +389,7 @@ def check_flag(name: str, value: str) -> bool:
 
 def env_flag(name: str, default: bool) -> bool:
     """The flag `name` from the environment (checked), or `default` when unset or empty."""
+    _setting(name)
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
@@ -261,16 +443,16 @@ class Settings:
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
-        home = Path(overrides.pop("home", None) or os.environ.get("LDTM_HOME") or "./.ldtm").resolve()
-        url = overrides.pop("database_url", None) or os.environ.get("LDTM_DATABASE_URL")
+        home = Path(overrides.pop("home", None) or setting("LDTM_HOME")).resolve()
+        url = overrides.pop("database_url", None) or setting("LDTM_DATABASE_URL")
         if not url:
             url = f"sqlite:///{home / 'ldtm.db'}"
-        universe = overrides.pop("universe", None) or os.environ.get("LDTM_UNIVERSE") or "full"
+        universe = overrides.pop("universe", None) or setting("LDTM_UNIVERSE")
         check_environment()
-        band = env_number("LDTM_NEUTRAL_BAND_PCT", 0.25)
-        shadow_sessions = int(env_number("LDTM_SHADOW_SESSIONS", 0))
-        margin = float(env_number("LDTM_SHADOW_MARGIN", 20.0))
-        power = float(env_number("LDTM_SHADOW_POWER", 0.8))
+        band = setting("LDTM_NEUTRAL_BAND_PCT")
+        shadow_sessions = int(setting("LDTM_SHADOW_SESSIONS"))
+        margin = float(setting("LDTM_SHADOW_MARGIN"))
+        power = float(setting("LDTM_SHADOW_POWER"))
         if power >= 1:
             raise ConfigError(f"LDTM_SHADOW_POWER={power:g}: no finite shadow has power 1 (0.8 is usual)")
         if shadow_sessions > 0:
@@ -284,12 +466,12 @@ class Settings:
             home=home,
             database_url=url,
             universe=universe,
-            notify_webhook_url=os.environ.get("LDTM_NOTIFY_WEBHOOK_URL") or None,
+            notify_webhook_url=setting("LDTM_NOTIFY_WEBHOOK_URL"),
             neutral_band_pct=overrides.pop("neutral_band_pct", band),
             shadow_sessions=overrides.pop("shadow_sessions", shadow_sessions),
             shadow_margin_points=overrides.pop("shadow_margin_points", margin),
             shadow_power=overrides.pop("shadow_power", power),
-            backtest_reuse=overrides.pop("backtest_reuse", env_flag("LDTM_BACKTEST_REUSE", True)),
+            backtest_reuse=overrides.pop("backtest_reuse", setting("LDTM_BACKTEST_REUSE")),
             **overrides,
         )
 

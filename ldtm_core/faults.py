@@ -13,11 +13,13 @@ import os
 import time
 from pathlib import Path
 
+from ldtm_core.config import env_text, setting
+
 _HITS: dict[str, int] = {}
 
 
 def pause_point(name: str) -> None:
-    target = os.environ.get("LDTM_TEST_PAUSE_AT")
+    target = env_text("LDTM_TEST_PAUSE_AT")
     if not target:
         return
     point, _, nth = target.partition("#")
@@ -26,8 +28,8 @@ def pause_point(name: str) -> None:
     _HITS[name] = _HITS.get(name, 0) + 1
     if nth and _HITS[name] != int(nth):
         return
-    folder = Path(os.environ.get("LDTM_TEST_PAUSE_DIR", "."))
+    folder = Path(setting("LDTM_TEST_PAUSE_DIR"))
     (folder / f"paused-{os.getpid()}").write_text(name)
-    deadline = time.monotonic() + float(os.environ.get("LDTM_TEST_PAUSE_S", "300"))
+    deadline = time.monotonic() + float(setting("LDTM_TEST_PAUSE_S"))
     while time.monotonic() < deadline and not (folder / "release").exists():
         time.sleep(0.02)

@@ -4,8 +4,6 @@ console at 18:15."""
 
 from __future__ import annotations
 
-import os
-
 from dagster import (
     DefaultSensorStatus,
     RunFailureSensorContext,
@@ -17,6 +15,7 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ldtm_core.accountability import operator_alerts
+from ldtm_core.config import setting
 from ldtm_core.data import calendar
 
 from .chunk_fanout import FAILED_TICKERS
@@ -51,7 +50,7 @@ def _error_text(context: RunFailureSensorContext) -> str:
 def run_failure_alert(context: RunFailureSensorContext) -> None:
     """Post job, partition, run id and the error's first line of every failed run (never a secret)."""
     run = context.dagster_run
-    webhook = os.environ.get(WEBHOOK_ENV) or None
+    webhook = setting(WEBHOOK_ENV)
     payload = operator_alerts.run_failure_payload(
         job=run.job_name,
         partition=run.tags.get("dagster/partition")
@@ -63,7 +62,7 @@ def run_failure_alert(context: RunFailureSensorContext) -> None:
         run_id=run.run_id,
         error=_error_text(context),
         failed_tickers=_failed_tickers(context),
-        database_url=os.environ.get("LDTM_DATABASE_URL"),
+        database_url=setting("LDTM_DATABASE_URL"),
         webhook_url=webhook,
     )
     result = operator_alerts.notify_run_failure(payload, webhook)
@@ -82,7 +81,7 @@ def snapshots_freshness_alert(
         return SkipReason(f"session {freshness.session}: {freshness.rows} snapshot rows")
     if context.cursor == str(freshness.session):
         return SkipReason(f"session {freshness.session}: no snapshots, already alerted")
-    result = operator_alerts.notify_stale_snapshots(freshness, os.environ.get(WEBHOOK_ENV) or None)
+    result = operator_alerts.notify_stale_snapshots(freshness, setting(WEBHOOK_ENV))
     context.update_cursor(str(freshness.session))
     delivered = "posted" if result.posted else f"not posted ({result.error or 'no webhook configured'})"
     return SkipReason(f"session {freshness.session}: no snapshots by the deadline; alert {delivered}")

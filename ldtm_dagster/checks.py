@@ -19,8 +19,6 @@ unbroken stretch in WARN, named by its first evening) is posted to the notificat
 keys already alarmed are kept in the check's own metadata and read back from its recent evaluations.
 """
 
-import os
-
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckKey,
@@ -33,6 +31,7 @@ from dagster import (
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from ldtm_core.accountability import decay
+from ldtm_core.config import setting
 from ldtm_core.data.freshness import freshness
 from ldtm_core.data.price_moves import large_moves, threshold_from_env
 from ldtm_core.data.prices import quality_report
@@ -153,7 +152,7 @@ def leaderboard_decay(
     keys = sorted(t.alarm_key for t in bad)
     before = _alarmed_before(context, AssetCheckKey(AssetKey("leaderboard"), "leaderboard_decay"))
     new = [t for t in bad if before is None or t.alarm_key not in before]
-    result = decay.notify_decay(report, os.environ.get("LDTM_NOTIFY_WEBHOOK_URL") or None, new)
+    result = decay.notify_decay(report, setting("LDTM_NOTIFY_WEBHOOK_URL"), new)
     if result is not None and not result.posted and result.error:
         context.log.warning(f"decay alert not delivered: {result.error}")
     rows = report.rows()

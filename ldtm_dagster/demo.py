@@ -32,6 +32,7 @@ import pandas as pd
 from dagster import DagsterInstance, materialize
 
 from ldtm_core.cli.accountability import print_leaderboard
+from ldtm_core.config import env_text
 from ldtm_core.data import calendar
 
 from . import assets, checks
@@ -65,8 +66,8 @@ def demo_instance():
 
 def demo_resources(universe: str = "demo", profile: str = "demo", max_epochs: int | None = None) -> dict:
     return {
-        "store": ArtifactStore(home=os.environ.get("LDTM_HOME") or ".ldtm", universe=universe),
-        "database": AppDatabase(url=os.environ.get("LDTM_DATABASE_URL", "")),
+        "store": ArtifactStore(home=env_text("LDTM_HOME", ".ldtm"), universe=universe),
+        "database": AppDatabase(url=env_text("LDTM_DATABASE_URL", "")),
         "training": TrainingProfile(profile=profile, max_epochs=max_epochs),
         "gpu": GpuProbe(),
     }
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ldtm_dagster.demo", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--universe",
-        default=os.environ.get("LDTM_UNIVERSE") or "demo",
+        default=env_text("LDTM_UNIVERSE", "demo"),
         help="tickers: 'demo' (6), 'full' (103), a comma list such as AAPL,NVDA, or a file "
         "(default: LDTM_UNIVERSE, else demo)",
     )

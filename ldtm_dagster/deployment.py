@@ -18,9 +18,7 @@ the same environment, so they agree on the tags.
 
 from __future__ import annotations
 
-import os
-
-from ldtm_core.config import env_flag
+from ldtm_core.config import env_flag, env_text
 from ldtm_core.errors import InputError
 from ldtm_core.learning.gpu_slots import SlotPlan
 
@@ -36,7 +34,7 @@ GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
 
 
 def deployment() -> str:
-    value = os.environ.get(DEPLOYMENT_ENV, "").strip().lower() or "local"
+    value = env_text(DEPLOYMENT_ENV, "").strip().lower() or "local"
     if value not in DEPLOYMENTS:
         raise InputError(f"{DEPLOYMENT_ENV}={value!r} is not one of {', '.join(DEPLOYMENTS)}")
     return value
@@ -54,8 +52,8 @@ def gpu_per_step() -> bool:
 def gpu_step_resources() -> dict:
     """The container resources of one `gpu` pool step's pod."""
     requests = {
-        "cpu": os.environ.get(STEP_CPU_ENV) or DEFAULT_STEP_CPU,
-        "memory": os.environ.get(STEP_MEMORY_ENV) or DEFAULT_STEP_MEMORY,
+        "cpu": env_text(STEP_CPU_ENV, DEFAULT_STEP_CPU),
+        "memory": env_text(STEP_MEMORY_ENV, DEFAULT_STEP_MEMORY),
     }
     if not gpu_per_step():
         return {"requests": requests}

@@ -12,7 +12,6 @@ evening that just closed. Weekday holidays are partitions too: the snapshots ass
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 from dagster import Failure, StaticPartitionsDefinition, TimeWindowPartitionsDefinition
 from dagster._core.storage.tags import (
@@ -21,6 +20,7 @@ from dagster._core.storage.tags import (
     PARTITION_NAME_TAG,
 )
 
+from ldtm_core.config import setting
 from ldtm_core.data import calendar
 from ldtm_core.data.universe import load_universe
 from ldtm_core.errors import ConfigError, InputError
@@ -32,7 +32,7 @@ MARKET_TZ = "America/New_York"
 EVENING_TAG = "ldtm/evening"
 EVENINGS_START = "2020-01-01"
 
-UNIVERSE_SPEC = os.environ.get("LDTM_UNIVERSE") or "full"
+UNIVERSE_SPEC = setting("LDTM_UNIVERSE")
 
 
 def _universe(spec: str) -> list[str]:

@@ -8,14 +8,13 @@ clear message and writes nothing.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dagster import ConfigurableResource, EnvVar, Failure, InitResourceContext
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from ldtm_core.config import Settings, masked_url
+from ldtm_core.config import Settings, env_is_set, masked_url
 from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
 from ldtm_core.errors import LDTMError
@@ -140,8 +139,11 @@ class GpuProbe(ConfigurableResource):
 
 
 def _env(name: str, default):
-    """EnvVar(name) when the variable is set (the UI shows its name, not its value), else the default."""
-    if os.environ.get(name):
+    """EnvVar(name) when the variable is set (the UI shows its name, not its value), else the default.
+
+    Dagster reads an EnvVar itself when it builds the resource: the only LDTM_* read outside config,
+    kept so that secrets stay names in the UI; `name` is a row of config.SETTINGS like any other."""
+    if env_is_set(name):
         return (
             EnvVar.int(name) if isinstance(default, int) and not isinstance(default, bool) else EnvVar(name)
         )
@@ -155,10 +157,10 @@ def resources_from_env() -> dict:
         "database": AppDatabase(url=_env("LDTM_DATABASE_URL", "")),
         "training": TrainingProfile(
             profile=_env("LDTM_PROFILE", "reference"),
-            max_epochs=EnvVar.int("LDTM_MAX_EPOCHS") if os.environ.get("LDTM_MAX_EPOCHS") else None,
-            patience=EnvVar.int("LDTM_PATIENCE") if os.environ.get("LDTM_PATIENCE") else None,
+            max_epochs=EnvVar.int("LDTM_MAX_EPOCHS") if env_is_set("LDTM_MAX_EPOCHS") else None,
+            patience=EnvVar.int("LDTM_PATIENCE") if env_is_set("LDTM_PATIENCE") else None,
             amp=_env("LDTM_AMP", None),
-            max_workers=EnvVar.int("LDTM_MAX_WORKERS") if os.environ.get("LDTM_MAX_WORKERS") else None,
+            max_workers=EnvVar.int("LDTM_MAX_WORKERS") if env_is_set("LDTM_MAX_WORKERS") else None,
         ),
         "gpu": GpuProbe(),
     }

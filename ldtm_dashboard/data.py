@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 from sqlalchemy import Engine
 
-from ldtm_core.config import Settings, masked_url
+from ldtm_core.config import Settings, env_text, masked_url
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError
 from ldtm_core.migrate import upgrade
@@ -40,7 +38,7 @@ _FIRST_EVENING = {
 
 def first_evening_hint() -> str:
     """How to get the first scored evening, in the deployment this dashboard runs in."""
-    deployed = os.environ.get("LDTM_DEPLOYMENT", "").strip().lower() in ("docker", "k8s")
+    deployed = env_text("LDTM_DEPLOYMENT", "").strip().lower() in ("docker", "k8s")
     return _FIRST_EVENING["deployed" if deployed else "local"]
 
 

@@ -17,7 +17,6 @@ import datetime as dt
 import hashlib
 import hmac
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ from sqlalchemy import Connection, Engine, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
+from ldtm_core.config import env_text
 from ldtm_core.db import is_postgres, run_in_transaction, write_lock
 from ldtm_core.faults import pause_point
 from ldtm_core.schema import run_log, snapshots
@@ -62,7 +62,7 @@ DATE_COLUMNS = {"run_date", "next_day_date", "next_monday_date", "one_month_date
 
 def audit_key() -> bytes | None:
     """The HMAC key from the environment (never from a file or the database), or None."""
-    raw = os.environ.get(AUDIT_KEY_ENV)
+    raw = env_text(AUDIT_KEY_ENV)
     return raw.encode() if raw else None
 
 

@@ -7,11 +7,10 @@ champion (`champion_challenger.py`). The gate itself is `gate.py`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ldtm_core.accountability.skill import format_p_value
-from ldtm_core.config import env_number
+from ldtm_core.config import env_number, env_text
 from ldtm_core.errors import ConfigError, InputError
 
 POLICIES = ("evidence", "seed")
@@ -96,7 +95,7 @@ class GateThresholds:
             "alpha": ("LDTM_GATE_ALPHA", 1),
         }
         values = {}
-        policy = os.environ.get("LDTM_GATE_POLICY", "").strip().lower()
+        policy = env_text("LDTM_GATE_POLICY", "").strip().lower()
         if policy:
             if policy not in POLICIES:
                 raise ConfigError(f"LDTM_GATE_POLICY must be one of {', '.join(POLICIES)}, not {policy!r}")

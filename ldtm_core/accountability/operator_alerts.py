@@ -9,14 +9,13 @@ webhook URL itself are masked out of the error text before it leaves the process
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select
 
 from ldtm_core.accountability import notify
-from ldtm_core.config import mask_secrets
+from ldtm_core.config import env_text, mask_secrets
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, latest_session_on_or_before
 from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
@@ -77,7 +76,7 @@ def notify_run_failure(payload: dict, webhook_url: str | None) -> notify.NotifyR
 
 
 def deadline_from_env() -> dt.time:
-    raw = os.environ.get(ENV_DEADLINE) or DEFAULT_DEADLINE
+    raw = env_text(ENV_DEADLINE, DEFAULT_DEADLINE)
     try:
         return dt.time.fromisoformat(raw)
     except ValueError:

@@ -9,16 +9,15 @@ recorded corporate action whose factor matches it (e.g. a 10:1 split) is explain
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import Engine
 
+from ldtm_core.config import setting
 from ldtm_core.data.corporate_actions import explains, load_actions
 from ldtm_core.data.prices import load_prices
-from ldtm_core.errors import InputError
 
 DEFAULT_MAX_MOVE_PCT = 40.0
 ENV_MAX_MOVE = "LDTM_MAX_DAILY_MOVE_PCT"
@@ -43,14 +42,8 @@ class LargeMove:
 
 
 def threshold_from_env() -> float:
-    raw = os.environ.get(ENV_MAX_MOVE)
-    try:
-        value = float(raw) if raw else DEFAULT_MAX_MOVE_PCT
-    except ValueError:
-        raise InputError(f"{ENV_MAX_MOVE}={raw!r} is not a number") from None
-    if value <= 0:
-        raise InputError(f"{ENV_MAX_MOVE} must be > 0, got {value}")
-    return value
+    """LDTM_MAX_DAILY_MOVE_PCT, checked by config (a percent above 0)."""
+    return float(setting(ENV_MAX_MOVE))
 
 
 def large_moves(

@@ -19,6 +19,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
+from ldtm_core.config import env_text
 from ldtm_core.errors import InputError
 
 DEFAULT_PER_JOB_MIB = 600
@@ -113,7 +114,7 @@ def probe(nvml=None) -> list[GpuMemory]:
         nvml.nvmlInit()
     except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound / DriverNotLoaded on CPU machines
         return []
-    pool_id = os.environ.get(ENV_POOL_ID)
+    pool_id = env_text(ENV_POOL_ID)
     is_own = (lambda pid: is_pool_process(pid, pool_id)) if pool_id else (lambda _pid: False)
     try:
         gpus = []
@@ -203,7 +204,7 @@ def plan_slots(
 
 
 def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
+    raw = env_text(name)
     if raw is None or raw.strip() == "":
         return None
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ldtm_core.config import env_flag
+from ldtm_core.config import env_flag, env_text
 from ldtm_core.learning.model import ModelConfig
 
 # /proc/cpuinfo flags of native bf16 arithmetic (AVX512-BF16 dot products, AMX tiles), for reports.
@@ -64,7 +64,7 @@ def cpu_has_native_bf16() -> bool:
 
 def _probe_cache() -> Path:
     root = (
-        os.environ.get("LDTM_CACHE_DIR")
+        env_text("LDTM_CACHE_DIR")
         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ldtm"
     )
     return Path(root) / "bf16_probe.json"

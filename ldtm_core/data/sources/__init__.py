@@ -6,8 +6,7 @@ The network adapters import their libraries only when used (optional extras `ldt
 
 from __future__ import annotations
 
-import os
-
+from ldtm_core.config import env_text
 from ldtm_core.data.sources.base import (
     FileReceipt,
     PriceSource,
@@ -36,7 +35,7 @@ __all__ = [
 
 def configured_spec(spec: str | None = None) -> str:
     """The spec given, else $LDTM_PRICE_SOURCE, else synthetic."""
-    return (spec or os.environ.get(ENV_SOURCE) or DEFAULT_SOURCE).strip()
+    return (spec or env_text(ENV_SOURCE, DEFAULT_SOURCE)).strip()
 
 
 def make_source(spec: str | None = None, *, seed: int = 0) -> PriceSource:

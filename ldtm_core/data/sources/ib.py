@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from ldtm_core.config import setting
 from ldtm_core.data.calendar import market_today
 from ldtm_core.data.sources.base import (
     PriceSource,
@@ -36,7 +36,7 @@ from ldtm_core.data.sources.base import (
     log,
     with_retries,
 )
-from ldtm_core.errors import InputError
+from ldtm_core.errors import ConfigError, InputError
 
 # IB error codes -> (named reason, transient?)
 IB_ERRORS = {
@@ -112,17 +112,16 @@ class IBSource(PriceSource):
 
     @classmethod
     def from_env(cls) -> IBSource:
-        env = os.environ.get
         try:
             return cls(
-                host=env("LDTM_IB_HOST", "127.0.0.1"),
-                port=int(env("LDTM_IB_PORT", "4002")),
-                client_id=int(env("LDTM_IB_CLIENT_ID", "17")),
-                what_to_show=env("LDTM_IB_WHAT_TO_SHOW", "ADJUSTED_LAST").strip().upper(),
-                timeout=float(env("LDTM_IB_TIMEOUT", "60")),
-                attempts=int(env("LDTM_SOURCE_ATTEMPTS", "3")),
+                host=setting("LDTM_IB_HOST"),
+                port=int(setting("LDTM_IB_PORT")),
+                client_id=int(setting("LDTM_IB_CLIENT_ID")),
+                what_to_show=setting("LDTM_IB_WHAT_TO_SHOW").strip().upper(),
+                timeout=float(setting("LDTM_IB_TIMEOUT")),
+                attempts=int(setting("LDTM_SOURCE_ATTEMPTS")),
             )
-        except ValueError as exc:
+        except ConfigError as exc:  # the source's settings, named as such (config says which and why)
             raise InputError(f"IB source settings: {exc}") from None
 
     def describe(self) -> str:

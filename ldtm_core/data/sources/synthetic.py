@@ -7,9 +7,9 @@ source: raw bars re-based from each ex-date, and the split events in its answer.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Sequence
 
+from ldtm_core.config import setting
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.corporate_actions import Action, split_factor
 from ldtm_core.data.sources.base import RAW_COLUMNS, PriceSource, SourceAnswer
@@ -24,7 +24,7 @@ class SyntheticSource(PriceSource):
 
     def __init__(self, seed: int = 0, splits: dict | None = None):
         self.seed = seed
-        self.splits = parse_splits(os.environ.get(ENV_SPLITS, "")) if splits is None else splits
+        self.splits = parse_splits(setting(ENV_SPLITS)) if splits is None else splits
 
     def describe(self) -> str:
         return f"synthetic seed={self.seed}"

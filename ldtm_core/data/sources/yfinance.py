@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import datetime as dt
 import logging
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
-from ldtm_core.config import env_flag
+from ldtm_core.config import env_flag, setting
 from ldtm_core.data.corporate_actions import Action, dividend_factor, split_factor
 from ldtm_core.data.sources.base import PriceSource, SourceAnswer, first_line
 from ldtm_core.errors import InputError
@@ -172,9 +171,9 @@ class YFinanceSource(PriceSource):
     def from_env(cls) -> YFinanceSource:
         return cls(
             auto_adjust=_flag("LDTM_YFINANCE_AUTO_ADJUST", False),
-            timeout=float(os.environ.get("LDTM_YFINANCE_TIMEOUT", "10")),
-            attempts=int(os.environ.get("LDTM_SOURCE_ATTEMPTS", "3")),
-            batch_size=int(os.environ.get("LDTM_YFINANCE_BATCH", "50")),
+            timeout=float(setting("LDTM_YFINANCE_TIMEOUT")),
+            attempts=int(setting("LDTM_SOURCE_ATTEMPTS")),
+            batch_size=int(setting("LDTM_YFINANCE_BATCH")),
         )
 
     def describe(self) -> str:
