@@ -31,7 +31,8 @@ dashboard: setup
 	.venv/bin/ldtm dashboard $(DASHBOARD_ARGS)
 
 # The compose stack on a real Docker engine (minutes; not part of `make test`): builds the images offline
-# from a cached debootstrap base and wheelhouse (LDTM_DEPLOY_CACHE, default /var/cache/ldtm-deploy).
+# from a cached debootstrap base and wheelhouse (LDTM_DEPLOY_CACHE, default /var/cache/ldtm-deploy), then
+# follows docs/operations.md's offline recipe as written, and ends with a backup / down -v / restore.
 deploy-test: setup
 	./deploy/scripts/install_prerequisites.sh
 	PYTHONPATH=$(CURDIR) .venv/bin/python deploy/test/deploy_test.py

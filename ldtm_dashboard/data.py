@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 from sqlalchemy import Engine
 
@@ -21,6 +23,25 @@ def engine() -> Engine:
     """The engine for LDTM_DATABASE_URL (default SQLite under LDTM_HOME), read per rerun."""
     settings = Settings.from_env()
     return _engine(settings.database_url)
+
+
+# The compose and Kubernetes deployments set LDTM_DEPLOYMENT (docker-compose.yml, deploy/k8s/values.yaml):
+# there `make demo` would write a SQLite file inside the container that this page never reads.
+_FIRST_EVENING = {
+    "local": "Run `make demo`, or `ldtm predict` and later `ldtm fillback`, then reload.",
+    "deployed": (
+        "In the Dagster UI (the webserver: port 3000 under Docker Compose): materialise `prices` and "
+        "`features`, backfill `checkpoints` over the tickers, then the `nightly` schedule records each "
+        'evening after the close and fills the earlier ones back (docs/operations.md, "Backfill a '
+        'retrain" and "Run nightly"); reload here afterwards.'
+    ),
+}
+
+
+def first_evening_hint() -> str:
+    """How to get the first scored evening, in the deployment this dashboard runs in."""
+    deployed = os.environ.get("LDTM_DEPLOYMENT", "").strip().lower() in ("docker", "k8s")
+    return _FIRST_EVENING["deployed" if deployed else "local"]
 
 
 def database_caption() -> str:

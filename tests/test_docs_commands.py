@@ -82,7 +82,9 @@ def _segments(line: str) -> list[list[str]]:
     segments.append(current)
     out = []
     for seg in segments:
-        while seg and (ENV_ASSIGNMENT.match(seg[0]) or seg[0] in ("time", "sudo", "exec", "do", "then", "else")):
+        while seg and (
+            ENV_ASSIGNMENT.match(seg[0]) or seg[0] in ("time", "sudo", "exec", "do", "then", "else")
+        ):
             seg = seg[1:]
         if seg:
             seg = [seg[0].rsplit("/", 1)[-1] if seg[0].endswith(("/ldtm", "/dagster")) else seg[0], *seg[1:]]

@@ -9,6 +9,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$LDTM_DEPLOY_CACHE"
 
 log() { echo "[deploy $(date -u +%H:%M:%S)] $*" >&2; }
+die() { echo "[deploy $(date -u +%H:%M:%S)] ERROR: $*" >&2; exit 1; }
 
 # Docker Compose v2 (`docker compose`) where the plugin exists, else the v1 `docker-compose`.
 compose_cmd() {

@@ -1,14 +1,19 @@
 """`make deploy-test`: the compose stack on a real Docker engine, every run in its own container.
 
 Starts dockerd when none answers (and stops it at the end), builds the images offline
-(deploy/scripts/build_images.sh: debootstrap base, wheelhouse, PostgreSQL stand-in), `compose up -d`
-with a throw-away env file (demo universe, demo profile), then through the webserver's GraphQL API:
+(deploy/scripts/build_images.sh: debootstrap base, wheelhouse, PostgreSQL stand-in; the wheelhouse with
+a host Python of another version than the image's where one is installed), then follows the recipe of
+docs/operations.md, "A host with no image registry", as written: env.example plus the documented `.env`
+lines (and only the test's own password, ports, universe and profile), then the documented `up`. All
+five services must report healthy. Then, through the webserver's GraphQL API:
   1. prices -> features, a checkpoints backfill, the promotion sensor's gate runs, one nightly evening
   2. rows in the compose PostgreSQL, checkpoints in the artifacts volume, the dashboard's leaderboard
   3. docker kill of a run container mid-checkpoints: run monitoring fails the run, its `gpu` slots are
      freed, run_retries' automatic retry (ALL_STEPS) trains the remaining tickers only
   4. compose down + up: instance, app tables and artifacts survive; a second nightly works
-  5. cleanup of containers, networks, volumes (images and wheelhouse stay as the cache)
+  5. deploy/scripts/backup.sh, `down -v` (both volumes destroyed), deploy/scripts/restore.sh into a fresh
+     PostgreSQL, `up`: every app table's rows, Dagster's runs and the checkpoint files are identical
+  6. cleanup of containers, networks, volumes (images and wheelhouse stay as the cache)
 Every wait is bounded; on a timeout or failure it prints every container's state and log tails.
 Not collected by pytest (it takes minutes): run by the venv python from the repository root.
 """
@@ -16,10 +21,13 @@ Not collected by pytest (it takes minutes): run by the venv python from the repo
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import json
 import os
+import re
 import secrets
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -92,6 +100,50 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- the documented recipe and the build's host Python ---------------------------------------------------
+
+OFFLINE_SECTION = "### A host with no image registry"
+
+
+def documented_offline_recipe() -> tuple[list[str], list[str]]:
+    """The `.env` lines and the `up` arguments of docs/operations.md's offline recipe, as written."""
+    text = (REPO / "docs/operations.md").read_text()
+    if OFFLINE_SECTION not in text:
+        raise DeployTestFailure(f"docs/operations.md has no section {OFFLINE_SECTION!r}")
+    section = text.split(OFFLINE_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    block = section.split("```", 2)[1]
+    lines = [line.split("  #", 1)[0].strip() for line in block.splitlines()]
+    if "cp deploy/docker/env.example .env" not in lines:
+        raise DeployTestFailure("the offline recipe does not start .env from deploy/docker/env.example")
+    heredoc = re.search(r"^cat >> \.env <<'EOF'\n(.*?)^EOF$", block, re.S | re.M)
+    if not heredoc:
+        raise DeployTestFailure("the offline recipe has no `cat >> .env <<'EOF'` block")
+    env_lines = heredoc.group(1).strip().splitlines()
+    ups = [line.split() for line in lines if re.match(r"(docker compose|docker-compose) up\b", line)]
+    if not ups:
+        raise DeployTestFailure("the offline recipe has no `up` command")
+    up_args = ups[0][ups[0].index("up") + 1 :]
+    return env_lines, up_args
+
+
+def other_python(image_version: tuple[int, int] = (3, 11)) -> str | None:
+    """A host Python with pip of another version than the image's, to build the wheelhouse with (the
+    wheels must be chosen for the image's Python, not the host's); None where there is none."""
+    wanted = os.environ.get("LDTM_DEPLOY_WHEELHOUSE_PYTHON")
+    candidates = [wanted] if wanted else []
+    candidates += [shutil.which(f"python3.{minor}") for minor in (13, 12, 10)]
+    candidates += sorted(
+        glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-9]*/bin/python3")), reverse=True
+    )
+    for exe in filter(None, candidates):
+        p = subprocess.run(
+            [exe, "-c", "import sys, pip; print(*sys.version_info[:2])"], capture_output=True, text=True
+        )
+        if p.returncode == 0 and tuple(map(int, p.stdout.split())) != image_version:
+            return exe
+    return None
 
 
 # --- the engine ---------------------------------------------------------------------------------------
@@ -174,12 +226,17 @@ class Stack:
         self.compose = [*compose_cmd(), "--env-file", str(env_file), "-p", PROJECT]
         self.url = f"http://127.0.0.1:{web_port}/graphql"
         self.client = DagsterGraphQLClient("127.0.0.1", port_number=web_port)
-        self.env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+        self.env = dict(
+            line.split("=", 1)
+            for line in env_file.read_text().splitlines()
+            if "=" in line and not line.lstrip().startswith("#")
+        )
 
-    def up(self) -> None:
-        log(f"{' '.join(compose_cmd())} -p {PROJECT} up -d")
+    def up(self, *args: str) -> None:
+        args = args or ("-d",)
+        log(f"{' '.join(compose_cmd())} -p {PROJECT} up {' '.join(args)}")
         try:
-            sh([*self.compose, "up", "-d"], timeout=600)
+            sh([*self.compose, "up", *args], timeout=900)
         except DeployTestFailure:
             # Compose gives up on a dependency that exited (e.g. the code server failing to import):
             # show why before failing.
@@ -211,7 +268,9 @@ class Stack:
                 raise DeployTestFailure(f"{name} exited")
             return state[-1:] == ["healthy"]
 
-        for name in ("ldtm_postgres", "ldtm_user_code", "ldtm_webserver"):
+        # Every service has a healthcheck (the daemon: its heartbeats in PostgreSQL; the dashboard:
+        # Streamlit's /_stcore/health), so `compose ps` can say "all healthy" as the docs promise.
+        for name in SERVICES:
             wait(f"{name} healthy", 600, lambda n=name: healthy(n), interval=3, failing=name)
         wait(
             "the code location loaded in the webserver",
@@ -696,6 +755,82 @@ def step_4_restart(stack: Stack) -> None:
         )
 
 
+def db_state(stack: Stack) -> dict:
+    """Every app table's row count and checksum, Dagster's run count, the artifacts' checksums."""
+    tables = stack.psql(
+        "select table_name from information_schema.tables where table_schema = 'public'"
+        " and table_type = 'BASE TABLE' order by table_name"
+    ).split()
+    state = {}
+    for table in tables:
+        state[table] = stack.psql(
+            "select count(*) || ' ' || md5(coalesce(string_agg(x::text, '|' order by x::text), ''))"
+            ' from :"t" x',
+            t=table,
+        )
+    state["dagster.runs"] = stack.psql(
+        "select count(*) from runs", db=stack.env.get("DAGSTER_PG_DB", "dagster")
+    )
+    state["artifacts"] = sh(
+        [
+            "docker",
+            "exec",
+            "ldtm_dashboard",
+            "sh",
+            "-c",
+            "cd /opt/ldtm/artifacts && find . -type f ! -path './dagster/*' | sort | xargs -r sha256sum",
+        ]
+    )
+    return state
+
+
+def step_5_backup_restore(stack: Stack) -> None:
+    """deploy/scripts/backup.sh, both volumes destroyed, restore.sh into a fresh PostgreSQL: the same rows."""
+    # The daemon stopped first, so no sensor tick or run writes between the snapshot and the dump.
+    sh([*stack.compose, "stop", "ldtm_daemon"], timeout=300)
+    before = db_state(stack)
+    folder = Path(tempfile.mkdtemp(prefix="ldtm-backup-"))
+    try:
+        out = sh(["deploy/scripts/backup.sh", str(folder)], timeout=600)
+        log(out.strip())
+        log("compose down -v: the PostgreSQL and artifacts volumes are destroyed")
+        stack.down(volumes=True)
+        if sh(["docker", "volume", "ls", "-q", "--filter", f"name={ARTIFACTS}"]).split():
+            raise DeployTestFailure(f"volume {ARTIFACTS} survived down -v")
+        sh([*stack.compose, "up", "-d", "ldtm_postgres"], timeout=300)
+        out = sh(["deploy/scripts/restore.sh", str(folder)], timeout=600)
+        log(out.strip())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    stack.up()
+    after = db_state(stack)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        raise DeployTestFailure(
+            "after backup, down -v and restore these differ: "
+            + "; ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed)[:3000]
+        )
+    log(
+        f"backup -> down -v -> restore: {len(before) - 2} app tables identical "
+        f"({before['model_registry'].split()[0]} models, {before['snapshots'].split()[0]} snapshots), "
+        f"{before['dagster.runs']} Dagster runs, {len(before['artifacts'].splitlines())} artifact files"
+    )
+
+
+def report_images() -> None:
+    """The image sizes the docs quote, and that no builder stage is left dangling."""
+    sizes = sh(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}"])
+    for line in sizes.splitlines():
+        if line.startswith(("ldtm_user_code_image", "ldtm_dagster_image", "ldtm-base", "ldtm-postgres:")):
+            log(f"image {line}")
+    dangling = sh(["docker", "images", "-q", "-f", "dangling=true", "-f", "label=ldtm.stage=builder"]).split()
+    if dangling:
+        raise DeployTestFailure(f"builder stages left dangling after the build: {dangling}")
+    log(
+        f"dangling images after the build: {len(sh(['docker', 'images', '-q', '-f', 'dangling=true']).split())}"
+    )
+
+
 def leftovers() -> list[str]:
     out = sh(
         [
@@ -719,24 +854,25 @@ def main() -> int:
     engine = start_engine()
     env_file = Path(tempfile.mkdtemp(prefix="ldtm-deploy-")) / "test.env"
     web_port, dash_port = free_port(), free_port()
-    # A fresh password per run: secrets reach the containers only through the environment.
+    env_lines, up_args = documented_offline_recipe()
+    # The documented recipe: env.example, then its `.env` lines; after them only what this test must own
+    # (a fresh password per run, free ports, the demo universe and profile, synthetic prices).
     env_file.write_text(
-        "\n".join(
+        (REPO / "deploy/docker/env.example").read_text()
+        + "\n".join(
             [
-                "DAGSTER_PG_USERNAME=ldtm",
+                *env_lines,
                 f"DAGSTER_PG_PASSWORD={secrets.token_hex(16)}",
-                "DAGSTER_PG_DB=dagster",
                 "LDTM_UNIVERSE=demo",
                 "LDTM_PROFILE=demo",
                 "LDTM_PRICE_SOURCE=synthetic",
-                "LDTM_BASE_IMAGE=ldtm-base:bookworm",
-                "LDTM_POSTGRES_IMAGE=ldtm-postgres:15",
                 f"LDTM_WEBSERVER_PORT={web_port}",
                 f"LDTM_DASHBOARD_PORT={dash_port}",
             ]
         )
         + "\n"
     )
+    log(f"documented .env lines {env_lines}, then `up {' '.join(up_args)}`")
     stack = Stack(env_file, web_port, dash_port)
     ok = False
     try:
@@ -761,18 +897,26 @@ def main() -> int:
         stack.down(volumes=True)  # a previous interrupted run of this test
         t = time.time()
         log("building images offline (deploy/scripts/build_images.sh)")
+        build_env = dict(os.environ)
+        wheel_python = other_python()
+        if wheel_python:
+            build_env["PYTHON"] = wheel_python
+            log(f"the wheelhouse is built by {wheel_python} (another version than the image's Python 3.11)")
         proc = subprocess.run(
             ["deploy/scripts/build_images.sh", "--env-file", str(env_file), "-p", PROJECT],
             cwd=REPO,
-            timeout=1800,
+            env=build_env,
+            timeout=2400,
         )
         if proc.returncode != 0:
             raise DeployTestFailure("building the images failed")
         log(f"images ready in {time.time() - t:.0f}s")
-        stack.up()
+        report_images()
+        stack.up(*up_args)
         step_1_2(stack)
         step_3_kill(stack)
         step_4_restart(stack)
+        step_5_backup_restore(stack)
         ok = True
     except DeployTestFailure as e:
         log(f"FAILED: {e}")

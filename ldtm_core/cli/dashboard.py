@@ -11,8 +11,9 @@ import typer
 
 from ldtm_core.cli import app, handle_errors
 
-# Offline by default: no usage statistics sent anywhere (a flag the user passes wins).
-DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false"}
+# Offline by default: no usage statistics sent anywhere; and a reader's dashboard: the toolbar shows the
+# viewer's options only (no Deploy button, rerun or clear cache). A flag the user passes wins.
+DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.toolbarMode": "viewer"}
 
 
 def dashboard_command(streamlit_args: list[str]) -> list[str]:

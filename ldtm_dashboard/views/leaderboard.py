@@ -20,7 +20,7 @@ from ldtm_core.accountability.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow import side_by_side
 from ldtm_core.config import Settings
 from ldtm_dashboard.charts import leaderboard_chart
-from ldtm_dashboard.data import database_caption, engine
+from ldtm_dashboard.data import database_caption, engine, first_evening_hint
 
 
 def shadow_section() -> None:
@@ -194,7 +194,7 @@ if board.empty:
     else:
         st.info(
             f"No filled snapshots ({mode}) in the database yet, so there is nothing to score. "
-            "Run `make demo`, or `ldtm predict` and later `ldtm fillback`, then reload."
+            + first_evening_hint()
         )
     no_champion_section()
     shadow_section()

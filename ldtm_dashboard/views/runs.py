@@ -3,7 +3,7 @@
 import streamlit as st
 
 from ldtm_core.accountability.reports import audit_status, latest_evening, pending_fillback, recent_runs
-from ldtm_dashboard.data import database_caption, engine
+from ldtm_dashboard.data import database_caption, engine, first_evening_hint
 
 st.title("Runs")
 st.caption(database_caption())
@@ -12,7 +12,7 @@ db = engine()
 st.header("Newest snapshot evening")
 evening = latest_evening(db)
 if evening is None:
-    st.info("No snapshots yet: `ldtm predict` (or `make demo`) records the first evening.")
+    st.info("No snapshots yet. " + first_evening_hint())
 else:
     cols = st.columns(5)
     cols[0].metric("evening", str(evening["run_date"]))

@@ -22,7 +22,7 @@ from ldtm_dashboard.charts import (
     rolling_accuracy_chart,
     timeline_chart,
 )
-from ldtm_dashboard.data import database_caption, engine, ticker_from_query
+from ldtm_dashboard.data import database_caption, engine, first_evening_hint, ticker_from_query
 
 MIN_ROLLING_N = 5
 HORIZONS = {"next_day": "Next day", "next_monday": "Next Monday", "one_month": "One month"}
@@ -33,7 +33,7 @@ db = engine()
 requested = ticker_from_query(None)  # refused (page stops) when the address carries a bad ticker
 known = tickers_with_snapshots(db)
 if not known:
-    st.info("No snapshots in the database yet: `make demo` (or `ldtm predict`) records the first evenings.")
+    st.info("No snapshots in the database yet. " + first_evening_hint())
     st.stop()
 if requested is not None and requested not in known:
     st.warning(f"{requested} has no snapshots; showing {known[0]} instead.")

@@ -39,14 +39,18 @@ def test_flags_pass_through_and_usage_stats_stay_off_unless_asked(monkeypatch):
             str(APP),
             "--browser.gatherUsageStats",
             "false",
+            # A reader's dashboard: no Deploy button, rerun or clear-cache in the toolbar.
+            "--client.toolbarMode",
+            "viewer",
             "--server.port",
             "8600",
             "--server.headless",
             "true",
         ]
     ]
-    own = dashboard_command(["--browser.gatherUsageStats=true"])
-    assert own[-1] == "--browser.gatherUsageStats=true" and own.count("false") == 0
+    own = dashboard_command(["--browser.gatherUsageStats=true", "--client.toolbarMode", "developer"])
+    assert own[-3:] == ["--browser.gatherUsageStats=true", "--client.toolbarMode", "developer"]
+    assert own.count("false") == 0 and "viewer" not in own
 
     assert calls[0][0] == sys.executable  # the process becomes Streamlit: signals reach the server
 

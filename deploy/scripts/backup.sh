@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Back up a running compose stack: every PostgreSQL database (Dagster's instance and the app database
+# `ldtm`, pg_dumpall) and the artifacts volume (checkpoints, exports, step outputs), into one folder.
+# Usage: deploy/scripts/backup.sh [FOLDER]   (default ./ldtm-backup-<UTC time>)
+# The credentials are the postgres container's own (POSTGRES_USER, set from .env at `up`), not your
+# shell's; `docker exec` without -t, so no TTY mangles the dump (compose v1's `exec` allocates one).
+# Fails (non-zero, nothing left under the final names) when pg_dumpall fails or the dump is not complete.
+set -euo pipefail
+PG_CONTAINER=${LDTM_PG_CONTAINER:-ldtm_postgres}
+ARTIFACTS_VOLUME=${LDTM_ARTIFACTS_VOLUME:-ldtm_artifacts}
+TAR_IMAGE=${LDTM_TAR_IMAGE:-ldtm_user_code_image}
+out=${1:-ldtm-backup-$(date -u +%Y%m%dT%H%M%SZ)}
+fail() { echo "backup FAILED: $*" >&2; exit 1; }
+
+[[ $(docker inspect -f '{{.State.Running}}' "$PG_CONTAINER" 2>/dev/null) == true ]] ||
+    fail "the container $PG_CONTAINER is not running (start the stack: docker compose up -d, or docker-compose up -d)"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+dump=$out/postgres.sql.gz
+rm -f "$dump.part" "$out/artifacts.tgz.part"
+
+# pipefail: a failing pg_dumpall fails the pipeline, not only an empty gzip.
+docker exec "$PG_CONTAINER" sh -c 'exec pg_dumpall -U "$POSTGRES_USER"' | gzip >"$dump.part" ||
+    { rm -f "$dump.part"; fail "pg_dumpall in $PG_CONTAINER failed (see its message above)"; }
+# A complete dump ends with pg_dumpall's trailer and carries the app database.
+bytes=$(gzip -dc "$dump.part" | wc -c)
+if ((bytes == 0)); then
+    rm -f "$dump.part"
+    fail "the dump of $PG_CONTAINER is empty"
+fi
+# Read to the end (no grep -q: an early exit would kill gzip with SIGPIPE, a failure under pipefail).
+trailer=$(gzip -dc "$dump.part" | tail -5)
+if [[ $trailer != *"PostgreSQL database cluster dump complete"* ]]; then
+    rm -f "$dump.part"
+    fail "the dump of $PG_CONTAINER ($bytes bytes) is cut short: no 'dump complete' trailer"
+fi
+connects=$(gzip -dc "$dump.part" | grep -c '^\\connect.*ldtm' || true)
+if ((connects == 0)); then
+    rm -f "$dump.part"
+    fail "the dump of $PG_CONTAINER has no database 'ldtm' (the app tables)"
+fi
+mv "$dump.part" "$dump"
+
+docker run --rm --network none -v "$ARTIFACTS_VOLUME":/a:ro -v "$out":/b "$TAR_IMAGE" \
+    tar -C /a -czf /b/artifacts.tgz.part . ||
+    { rm -f "$out/artifacts.tgz.part"; fail "could not archive the volume $ARTIFACTS_VOLUME"; }
+mv "$out/artifacts.tgz.part" "$out/artifacts.tgz"
+echo "backup in $out: postgres.sql.gz ($bytes bytes of SQL), artifacts.tgz ($(du -h "$out/artifacts.tgz" | cut -f1))"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Restore a backup of deploy/scripts/backup.sh into the stack's PostgreSQL and artifacts volume.
+# Usage: deploy/scripts/restore.sh FOLDER [--force]
+# Run it with only ldtm_postgres up (a new host, or after `down -v`):
+#   docker compose up -d ldtm_postgres      (or docker-compose up -d ldtm_postgres)
+#   deploy/scripts/restore.sh ldtm-backup-20261125T180000Z
+#   docker compose up -d
+# It replaces the databases of the backup (Dagster's and `ldtm`) and the artifacts volume's contents.
+# It refuses while another LDTM container is running, and refuses to replace an `ldtm` database that
+# already holds rows unless --force. The credentials are the postgres container's own (from .env);
+# the role's password is set back to that container's POSTGRES_PASSWORD after the restore (the dump
+# carries the old host's).
+set -euo pipefail
+PG_CONTAINER=${LDTM_PG_CONTAINER:-ldtm_postgres}
+ARTIFACTS_VOLUME=${LDTM_ARTIFACTS_VOLUME:-ldtm_artifacts}
+TAR_IMAGE=${LDTM_TAR_IMAGE:-ldtm_user_code_image}
+fail() { echo "restore FAILED: $*" >&2; exit 1; }
+
+[[ $# -ge 1 ]] || fail "usage: $0 FOLDER [--force]"
+dir=$1
+force=${2:-}
+[[ -s $dir/postgres.sql.gz && -s $dir/artifacts.tgz ]] ||
+    fail "$dir has no postgres.sql.gz and artifacts.tgz (made by deploy/scripts/backup.sh)"
+dir=$(cd "$dir" && pwd)
+gzip -t "$dir/postgres.sql.gz" || fail "$dir/postgres.sql.gz is damaged"
+
+[[ $(docker inspect -f '{{.State.Running}}' "$PG_CONTAINER" 2>/dev/null) == true ]] ||
+    fail "the container $PG_CONTAINER is not running: docker compose up -d ldtm_postgres (or docker-compose)"
+busy=$(docker ps -q --filter name='^ldtm_(user_code|webserver|daemon|dashboard)$'; docker ps -q --filter label=dagster/run_id)
+[[ -z $busy ]] || fail "stop the other LDTM containers first (docker compose stop; runs: docker ps --filter label=dagster/run_id)"
+
+psql_pg() { docker exec -i "$PG_CONTAINER" sh -c 'exec psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" "$@"' sh "$@"; }
+# Over TCP: the first start's init-script server listens on the socket only, then stops.
+for _ in $(seq 1 60); do
+    docker exec "$PG_CONTAINER" sh -c 'pg_isready -q -h 127.0.0.1 -U "$POSTGRES_USER"' && break
+    sleep 2
+done
+
+if [[ $force != --force ]]; then
+    rows=$(psql_pg -d postgres -tA -c "select count(*) from pg_database where datname = 'ldtm'")
+    if [[ $rows == 1 ]]; then
+        tables=$(psql_pg -d ldtm -tA -c \
+            "select count(*) from pg_stat_user_tables where n_live_tup > 0 and relname <> 'alembic_version'")
+        [[ $tables == 0 ]] || fail "the database ldtm already holds rows in $tables tables: restore over it with --force"
+    fi
+fi
+
+# The databases in the dump are created by it: drop this cluster's copies first (the fresh volume's
+# empty ones, made from .env at first start).
+databases=$(gzip -dc "$dir/postgres.sql.gz" | sed -n 's/^CREATE DATABASE \([^ ]*\) .*/\1/p' | tr -d '"')
+[[ -n $databases ]] || fail "$dir/postgres.sql.gz creates no database"
+for db in $databases; do
+    psql_pg -d postgres -v db="$db" <<<'DROP DATABASE IF EXISTS :"db" WITH (FORCE);'
+done
+# pg_dumpall writes CREATE ROLE for every role, the connecting one too, which exists here already.
+pg_user=$(docker exec "$PG_CONTAINER" printenv POSTGRES_USER)
+gzip -dc "$dir/postgres.sql.gz" |
+    awk -v u="$pg_user" '$0 != "CREATE ROLE " u ";" && $0 != "CREATE ROLE \"" u "\";"' |
+    psql_pg -d postgres >/dev/null ||
+    fail "psql stopped on an error while restoring $dir/postgres.sql.gz (message above)"
+docker exec -i "$PG_CONTAINER" sh -c \
+    'psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -v pw="$POSTGRES_PASSWORD"' \
+    <<<"ALTER ROLE CURRENT_USER PASSWORD :'pw';" || fail "could not set the role's password back"
+
+docker run --rm --network none -v "$ARTIFACTS_VOLUME":/a -v "$dir":/b:ro "$TAR_IMAGE" \
+    sh -c 'find /a -mindepth 1 -delete && tar -C /a -xzf /b/artifacts.tgz' ||
+    fail "could not unpack artifacts.tgz into the volume $ARTIFACTS_VOLUME"
+echo "restored ${databases//$'\n'/ } and the volume $ARTIFACTS_VOLUME from $dir; now: docker compose up -d (or docker-compose up -d)"
