@@ -293,3 +293,33 @@ def test_empty_database_reads_as_nothing_yet(engine):
     report = signal_report(engine)
     assert report.evenings == [] and "nothing to trade" in report.headline()
     assert simulate(load_rows(engine).rows, "long_only", 5).daily.empty
+
+
+def test_the_dsr_counts_the_recipes_the_trials_ledger_judged(engine):
+    """Three recipes judged by the gate for AAPL count three trials, though one config is registered."""
+    from sqlalchemy import insert
+
+    from ldtm_core.schema import gate_trials
+
+    model_id = register(engine, "AAPL")
+    assert signal_stats.recipes_tried(engine, ["AAPL"]).n == 1
+    with engine.begin() as conn:
+        for i, sig in enumerate(("a" * 64, "b" * 64, "c" * 64)):
+            conn.execute(
+                insert(gate_trials).values(
+                    ticker="AAPL",
+                    config_signature=sig,
+                    evidence_key=f"{i}" * 64,
+                    cutoffs="2024-03-28",
+                    kind="recipe change",
+                    backtest_id=f"bt{i}",
+                    model_id=model_id,
+                    trials=i + 1,
+                    alpha_adjusted=0.05 / (i + 1),
+                    decision="fail",
+                    judged_at=dt.datetime.now(dt.UTC),
+                )  # fmt: skip
+            )
+    trials = signal_stats.recipes_tried(engine, ["AAPL"])
+    assert trials.n == 3 and "ledger" in trials.source
+    assert signal_stats.recipes_tried(engine, ["MSFT"]).n == 1  # another ticker's tries are not these

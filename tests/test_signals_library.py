@@ -61,3 +61,22 @@ def test_quintile_labels_and_mean_returns_equal_alphalens():
     want, _ = al_perf.mean_return_by_quantile(factor_data, by_date=False, demeaned=False)
     got = signal_ic.quintile_returns(rows, "next_day")
     np.testing.assert_allclose([got[k].mean() for k in range(1, 6)], want["1D"].to_numpy(), rtol=1e-10)
+
+
+def test_return_figures_match_empyrical():
+    """Annual return and volatility, Sharpe, Sortino (hand-written in signal_stats) against empyrical's;
+    the drawdown matches when the series starts with a gain (empyrical ignores the starting capital)."""
+    from ldtm_core.accountability import signal_stats
+
+    empyrical = pytest.importorskip("empyrical")
+    rng = np.random.default_rng(3)
+    r = rng.normal(0.0004, 0.01, 500)
+    r[0] = 0.01
+    k = signal_stats.PERIODS_PER_YEAR
+    assert signal_stats.annual_return(r) == pytest.approx(empyrical.annual_return(r, annualization=k))
+    assert signal_stats.annual_volatility(r) == pytest.approx(empyrical.annual_volatility(r, annualization=k))
+    assert signal_stats.sharpe_annual(r) == pytest.approx(empyrical.sharpe_ratio(r, annualization=k))
+    assert signal_stats.sortino_annual(r) == pytest.approx(empyrical.sortino_ratio(r, annualization=k))
+    days = [d.date() for d in pd.bdate_range("2022-01-03", periods=len(r))]
+    s = signal_stats.summary(pd.Series(r, index=days), 1)
+    assert s["max_drawdown"] == pytest.approx(empyrical.max_drawdown(r))

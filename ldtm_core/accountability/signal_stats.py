@@ -1,8 +1,12 @@
 """Signal performance, part 4: return statistics of a daily series (SPEC §15, STATS_NOTES "Returns").
 
-Annualised return and volatility, Sharpe, Sortino and maximum drawdown come from empyrical-reloaded
-(252 sessions a year, risk-free 0). Written here, each tested against known values: the drawdown's dates,
-the Probabilistic Sharpe Ratio (Bailey & Lopez de Prado 2012) and the Deflated Sharpe Ratio (2014).
+Annualised return and volatility, Sharpe and Sortino are empyrical-reloaded's definitions (252 sessions a
+year, risk-free 0), written here in a few lines and tested against empyrical's own figures
+(tests/test_signals_library.py): empyrical is not a runtime dependency because it pulls peewee (an ORM
+for its data loaders) that ships no wheel, which the offline image build cannot install. The maximum
+drawdown counts the starting capital as the first peak (empyrical does not: a first-day loss is a
+drawdown here). Also tested against known values: the drawdown's dates, the Probabilistic Sharpe Ratio
+(Bailey & Lopez de Prado 2012) and the Deflated Sharpe Ratio (2014).
 
 PSR(SR*) = Phi((SR - SR*) sqrt(T - 1) / sqrt(1 - g3 SR + (g4 - 1) / 4 SR^2)), SR per session (not
 annualised), g3 the skewness and g4 the (non-excess) kurtosis of the returns.
@@ -17,13 +21,12 @@ import json
 import math
 from dataclasses import dataclass
 
-import empyrical
 import numpy as np
 import pandas as pd
 from scipy import stats
 from sqlalchemy import Engine, select
 
-from ldtm_core.schema import model_registry
+from ldtm_core.schema import gate_trials, model_registry
 
 PERIODS_PER_YEAR = 252
 EULER_GAMMA = 0.5772156649015329
@@ -107,6 +110,31 @@ def drawdown_series(returns: pd.Series) -> pd.Series:
     return wealth / np.maximum(wealth.cummax(), 1.0) - 1.0
 
 
+def annual_return(r: np.ndarray) -> float:
+    """Compound annual growth rate (empyrical.annual_return)."""
+    return float(np.prod(1.0 + r) ** (PERIODS_PER_YEAR / len(r)) - 1.0)
+
+
+def annual_volatility(r: np.ndarray) -> float:
+    """Sample standard deviation, annualised (empyrical.annual_volatility)."""
+    return float(np.std(r, ddof=1) * math.sqrt(PERIODS_PER_YEAR))
+
+
+def sharpe_annual(r: np.ndarray) -> float:
+    """Mean over sample standard deviation, annualised, risk-free 0 (empyrical.sharpe_ratio)."""
+    sd = np.std(r, ddof=1)
+    return float(np.mean(r) / sd * math.sqrt(PERIODS_PER_YEAR)) if sd > 0 else math.nan
+
+
+def sortino_annual(r: np.ndarray) -> float:
+    """Mean over the root mean square of the losses, annualised, target 0 (empyrical.sortino_ratio)."""
+    downside = math.sqrt(float(np.mean(np.minimum(r, 0.0) ** 2)))
+    mean = float(np.mean(r))
+    if downside == 0:
+        return math.inf if mean > 0 else math.nan
+    return mean / downside * math.sqrt(PERIODS_PER_YEAR)
+
+
 def summary(returns: pd.Series, n_trials: int, benchmark: pd.Series | None = None) -> dict:
     """The figures of one daily series (index: evenings)."""
     r = returns.dropna().astype(float)
@@ -115,13 +143,11 @@ def summary(returns: pd.Series, n_trials: int, benchmark: pd.Series | None = Non
     out = {
         "evenings": n,
         "total_return": float(np.prod(1.0 + r.to_numpy()) - 1.0) if n else math.nan,
-        "annual_return": float(empyrical.annual_return(r, annualization=PERIODS_PER_YEAR)) if n else math.nan,
-        "annual_vol": float(empyrical.annual_volatility(r, annualization=PERIODS_PER_YEAR))
-        if n > 1
-        else math.nan,
-        "sharpe": float(empyrical.sharpe_ratio(r, annualization=PERIODS_PER_YEAR)) if n > 1 else math.nan,
-        "sortino": float(empyrical.sortino_ratio(r, annualization=PERIODS_PER_YEAR)) if n > 1 else math.nan,
-        "max_drawdown": float(empyrical.max_drawdown(r)) if n else math.nan,
+        "annual_return": annual_return(r.to_numpy()) if n else math.nan,
+        "annual_vol": annual_volatility(r.to_numpy()) if n > 1 else math.nan,
+        "sharpe": sharpe_annual(r.to_numpy()) if n > 1 else math.nan,
+        "sortino": sortino_annual(r.to_numpy()) if n > 1 else math.nan,
+        "max_drawdown": dd.depth if n else math.nan,
         "drawdown_peak": dd.peak,
         "drawdown_trough": dd.trough,
         "drawdown_recovered": dd.recovered,
@@ -142,13 +168,18 @@ class Trials:
 
 
 def recipes_tried(engine: Engine, tickers: list[str] | None = None) -> Trials:
-    """How many recipes were tried for the DSR: the distinct model configs ever registered for these
-    tickers (model_registry.config_json, whole config as the registry's signature hashes it).
-
-    The one place to re-point at the gate's trials ledger once it exists."""
-    stmt = select(model_registry.c.config_json).distinct()
+    """How many recipes were tried for the DSR: the distinct recipes (config signatures) the gate's trials
+    ledger judged for these tickers, or the distinct model configs ever registered for them when more
+    were trained than judged (a recipe trained under the `seed` policy leaves no ledger row). The larger
+    count is the honest one: every recipe tried is a chance to have found a lucky book."""
+    judged = select(gate_trials.c.config_signature).distinct()
+    registered = select(model_registry.c.config_json).distinct()
     if tickers:
-        stmt = stmt.where(model_registry.c.ticker.in_(tickers))
+        judged = judged.where(gate_trials.c.ticker.in_(tickers))
+        registered = registered.where(model_registry.c.ticker.in_(tickers))
     with engine.connect() as conn:
-        configs = {json.dumps(json.loads(c), sort_keys=True) for (c,) in conn.execute(stmt).all()}
+        ledger = {sig for (sig,) in conn.execute(judged).all()}
+        configs = {json.dumps(json.loads(c), sort_keys=True) for (c,) in conn.execute(registered).all()}
+    if len(ledger) >= len(configs) and ledger:
+        return Trials(len(ledger), "distinct recipes judged in the gate's trials ledger for these tickers")
     return Trials(max(len(configs), 1), "distinct model configs ever registered for these tickers")
