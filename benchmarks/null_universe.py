@@ -37,8 +37,21 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
-from ldtm_core.accountability import champion_challenger, decay, leaderboard, paired, shadow  # noqa: E402
+from ldtm_core.accountability import (  # noqa: E402
+    champion_challenger,
+    decay,
+    gate_ledger,
+    leaderboard,
+    paired,
+    shadow,
+)
 from ldtm_core.accountability.gate import GateThresholds, evaluate  # noqa: E402
+from ldtm_core.accountability.shadow_design import (  # noqa: E402
+    DEFAULT_MARGIN_POINTS,
+    DEFAULT_POWER,
+    ShadowDesign,
+    sessions_for_power,
+)
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
@@ -47,7 +60,6 @@ from ldtm_core.schema import model_registry, snapshots  # noqa: E402
 
 YEAR = 2025  # the evenings judged; the quarters before it feed the first backtests
 FOLDS = 3  # DEFAULT_FOLDS: the backtest's quarters per judgement (~189 rows)
-SHADOW_EVENINGS = 5  # MIN_SHADOW_SESSIONS: the fewest a shadow may be configured with
 EDGE, DROP_BEFORE, DROP_AFTER = 0.56, 0.55, 0.45
 PLANTED = 10  # tickers per planted case
 
@@ -55,25 +67,73 @@ PLANTED = 10  # tickers per planted case
 
 
 def board_beats(engine) -> pd.DataFrame:
-    """The board users read tonight: per ticker, is it shown as beating a baseline (any of them)?"""
+    """The board users read tonight: per ticker, is it shown as beating a baseline (any of them)?
+    `beats_*` are Benjamini-Hochberg q <= alpha over the universe and both baselines (`board_stats`)."""
     board = leaderboard.leaderboard(engine)
     return pd.DataFrame(
         {"ticker": board["ticker"], "beats": board["beats_always_up"] | board["beats_persistence"]}
     )
 
 
-def first_deployment_passes(folds: list[dict], thresholds: GateThresholds) -> bool:
-    """A first deployment (no champion): the absolute criteria, then not worse than always-up."""
-    fig, _ = evaluate(folds, thresholds)
-    if fig["decision"] != "pass":
-        return False
-    return champion_challenger.first_deployment(fig["skill"], thresholds).decision == "pass"
+class Ledger:
+    """The trials ledger (`gate_ledger`) on a SQLite file: what the gate reads before each judgement
+    and records after it."""
+
+    def __init__(self, tmp: Path):
+        self.engine = upgrade(f"sqlite:///{tmp / f'ledger_{time.monotonic_ns()}.db'}")
+        now = dt.datetime(YEAR, 1, 1, tzinfo=dt.UTC)
+        with self.engine.begin() as conn:  # the ledger names a model: one stands for every candidate
+            conn.execute(
+                insert(model_registry).values(
+                    id=1, ticker="SIM", status="candidate", profile="bench", arch_signature="x",
+                    config_json="{}", trained_on_date=dt.date(YEAR - 1, 1, 1), checkpoint_path="-",
+                    checkpoint_sha256="-", version="v1", created_at=now, updated_at=now,
+                )
+            )  # fmt: skip
+
+    def judge(self, ticker: str, signature: str, bid: str, folds: list[dict], kind: str, decide) -> str:
+        """`decide(trials)` -> decision, unless this (recipe, evidence) was judged before: then the
+        gate says "insufficient evidence" (evidence judged once) and nothing is recorded."""
+        evidence = gate_ledger.evidence_of(bid, folds)
+        trials = gate_ledger.trials(self.engine, ticker, signature, evidence, GateThresholds().alpha)
+        if trials.previous is not None:
+            return "insufficient evidence"
+        decision = decide(trials.count)
+        with self.engine.begin() as conn:
+            gate_ledger.record(
+                conn, ticker=ticker, signature=signature, evidence=evidence, kind=kind,
+                backtest_id=bid, model_id=1, trials_=trials, decision=decision,
+            )  # fmt: skip
+        return decision
 
 
-def recipe_change_passes(challenger, champion, actual, close, fold, thresholds: GateThresholds) -> bool:
-    """A recipe change judged on the champion's folds (paired backtest of configs)."""
+def first_deployment_decision(ledger: Ledger, ticker: str, bid: str, folds: list[dict], thresholds) -> str:
+    """A first deployment (no champion): the absolute criteria, then beat a coin and always-up at
+    alpha / k (k from the ledger); a weekly retrain on folds already judged is not judged again."""
+
+    def decide(k: int) -> str:
+        fig, _ = evaluate(folds, thresholds)
+        if fig["decision"] != "pass":
+            return fig["decision"]
+        hits = int(round(fig["direction_accuracy"] * fig["n"]))
+        return champion_challenger.first_deployment(fig["skill"], thresholds, hits, fig["n"], k).decision
+
+    return ledger.judge(ticker, "recipe", bid, folds, gate_ledger.FIRST, decide)
+
+
+def recipe_change_passes(
+    ledger: Ledger, ticker: str, recipe: str, folds: list[dict], challenger, champion, actual, close, fold,
+    thresholds: GateThresholds,
+) -> bool:  # fmt: skip
+    """A recipe change judged on the champion's folds (paired backtest of configs) at alpha / k, k the
+    recipes the ledger counts on those folds."""
     cmp = paired.compare(challenger, champion, actual, close, fold=fold)
-    return champion_challenger.decide(champion_challenger.CONFIGS, cmp, thresholds)[0] == "pass"
+
+    def decide(k: int) -> str:
+        a = thresholds.alpha / k
+        return champion_challenger.decide(champion_challenger.CONFIGS, cmp, thresholds, a)[0]
+
+    return ledger.judge(ticker, recipe, recipe, folds, gate_ledger.RECIPE, decide) == "pass"
 
 
 def refresh_refusal(refreshed, stale, actual, close, fold, thresholds: GateThresholds) -> tuple[bool, list]:
@@ -83,8 +143,13 @@ def refresh_refusal(refreshed, stale, actual, close, fold, thresholds: GateThres
     return decision == "fail", [c.name for c in criteria if not c.passed]
 
 
+# The default shadow design: the evenings whose exact power reaches DEFAULT_POWER at the default margin.
+SHADOW_DESIGN = ShadowDesign(sessions_for_power(DEFAULT_MARGIN_POINTS, DEFAULT_POWER))
+SHADOW_EVENINGS = SHADOW_DESIGN.sessions
+
+
 def shadow_retires(champion_hit, shadow_hit, champion_err, shadow_err) -> bool:
-    """The live comparison after SHADOW_EVENINGS paired evenings: is the shadow retired?"""
+    """The live comparison after the design's paired evenings, at its per-test alpha: retired?"""
     n = len(champion_hit)
     pairs = pd.DataFrame(
         {
@@ -97,15 +162,13 @@ def shadow_retires(champion_hit, shadow_hit, champion_err, shadow_err) -> bool:
         }
     )
     ids = {"ticker": "SIM", "shadow_model_id": 2, "champion_model_id": 1, "champion_version": "v1"}
-    return shadow.compare(pairs, SHADOW_EVENINGS, **ids).decision == "retire"
+    return shadow.compare(pairs, SHADOW_EVENINGS, SHADOW_DESIGN.test_alpha, **ids).decision == "retire"
 
 
-def decaying_tonight(promise: decay.Promise, hits, up_hits, promoted_at: int, settings) -> bool:
-    """The nightly decay check on the newest evening of `hits`. Today it charts the current model's own
-    rows since its promotion (`decay.live_record`), so the record starts at `promoted_at`."""
-    hits, up_hits = hits[promoted_at:], up_hits[promoted_at:]
-    dates = list(range(promoted_at, promoted_at + len(hits)))
-    return any(c.alarm for c in decay.charts_for(promise, hits, up_hits, dates, settings))
+def decaying_tonight(promises: list, hits, up_hits, dates, settings) -> bool:
+    """The nightly decay check on the newest evening: the ticker's whole published record, across
+    promotions, each row judged against the promise of the model that made it (`decay.detect`)."""
+    return decay.detect(promises, hits, up_hits, list(dates), settings).decaying
 
 
 # --- the world ------------------------------------------------------------------------------------
@@ -207,6 +270,8 @@ def quarter_folds(closes: pd.DataFrame, right: np.ndarray, up: np.ndarray, j: in
             "leakage_rows": 0,
             "model_only_hits": int((r & ~u).sum()),
             "up_only_hits": int((~r & u).sum()),
+            "cutoff": str(period.start_time.date()),
+            "fold_key": f"{closes.columns[j]}/{period}",  # the recipe's rows of this quarter
         }
     return out
 
@@ -218,23 +283,31 @@ def judgements(closes: pd.DataFrame) -> list[tuple[pd.Period, int]]:
     return [(p, int((per == p).sum())) for p in per.unique()]
 
 
-def gate_year(closes, right, up, thresholds, tickers_idx) -> tuple[np.ndarray, np.ndarray]:
-    """First-deployment passes per (ticker, weekly judgement) and whether each ticker passed in YEAR."""
+def gate_year(closes, right, up, thresholds, tickers_idx, tmp: Path) -> tuple[np.ndarray, np.ndarray]:
+    """First-deployment passes per (ticker, judgement of new evidence) and whether each ticker passed in
+    YEAR. Each weekly retrain goes to the gate; the ledger judges a quarter's folds once, so the 12
+    retrains after the first of a quarter are "insufficient evidence" and only 4 judgements a year
+    remain (at alpha / k, k = the earlier judgements on overlapping folds plus one)."""
     judged = judgements(closes)
-    per_week, per_year = [], []
+    ledger = Ledger(tmp)
+    per_judgement, per_year = [], []
     for j in tickers_idx:
         folds = quarter_folds(closes, right, up, j)
         keys = list(folds)
-        weekly = []
+        decided = []
         for period, weeks in judged:
             last = keys.index(period - 1)
-            passed = first_deployment_passes(
-                [folds[k] for k in keys[last - FOLDS + 1 : last + 1]], thresholds
-            )
-            weekly += [passed] * weeks
-        per_week.append(weekly)
-        per_year.append(any(weekly))
-    return np.array(per_week), np.array(per_year)
+            window = [folds[k] for k in keys[last - FOLDS + 1 : last + 1]]
+            for week in range(weeks):
+                d = first_deployment_decision(ledger, f"T{j}", f"{period}w{week}", window, thresholds)
+                if d != "insufficient evidence" or week == 0:
+                    decided.append(d == "pass")
+            if any(decided):
+                break  # deployed: later retrains are refreshes of a champion, not first deployments
+        per_judgement.append(np.mean(decided))
+        per_year.append(any(decided))
+    ledger.engine.dispose()
+    return np.array(per_judgement), np.array(per_year)
 
 
 def paired_rows(closes: pd.DataFrame, j: int, rng, n: int):
@@ -274,6 +347,7 @@ def ar1(rng, n: int, phi: np.ndarray, sd: np.ndarray) -> np.ndarray:
 
 
 def shadow_rate(p_champion: float, p_shadow: float, sims: int, rng) -> float:
+    """Share of `sims` shadows of the default design retired (champion right p_champion, shadow p_shadow)."""
     retired = 0
     for _ in range(sims):
         ch = rng.random(SHADOW_EVENINGS) < p_champion
@@ -283,24 +357,27 @@ def shadow_rate(p_champion: float, p_shadow: float, sims: int, rng) -> float:
     return retired / sims
 
 
-def promise_at(accuracy: float, n: int = 189) -> decay.Promise:
+def promise_at(accuracy: float, backtest: str = "bench", n: int = 189) -> decay.Promise:
     """What a gate-passing backtest at this accuracy promises (always-up at 50 %, independent calls)."""
     model_only = round(n * accuracy * 0.5)
     up_only = round(n * (1 - accuracy) * 0.5)
-    return decay.Promise("bench", "gate decision", n, accuracy, 0.5, model_only, up_only)
+    return decay.Promise(backtest, "gate decision", n, accuracy, 0.5, model_only, up_only)
 
 
-def decay_delays(right, up, drop: int, start: int, weekly: bool, settings) -> list[float]:
+def decay_delays(right, up, dates, drop: int, start: int, weekly: bool, settings) -> list[float]:
     """Evenings from the drop to the first decay alarm per dropped ticker (inf: none in the year); the
-    champion serves from `start`, replaced every 5 evenings when `weekly`."""
-    promise = promise_at(DROP_BEFORE)
+    published record starts at `start`, a new champion (its own promise, same backtest figures) every
+    5 evenings when `weekly`."""
     out = []
     for j in range(PLANTED, 2 * PLANTED):
         delay = np.inf
         for e in range(drop, len(right)):
-            # weekly: a new champion every 5 evenings, whose record starts at its promotion
-            promoted = start + (e - start) // 5 * 5 if weekly else start
-            if decaying_tonight(promise, right[: e + 1, j], up[: e + 1, j], promoted, settings):
+            promises = [
+                promise_at(DROP_BEFORE, f"m{(i - start) // 5 if weekly else 0}") for i in range(start, e + 1)
+            ]
+            if decaying_tonight(
+                promises, right[start : e + 1, j], up[start : e + 1, j], dates[start : e + 1], settings
+            ):
                 delay = e - drop
                 break
         out.append(delay)
@@ -333,13 +410,17 @@ def universe_figures(case: str, closes, evenings, years: int, rng, thresholds, t
     week, year_pass, power = [], [], []
     for y in range(years):
         r, u = (right, up) if y == 0 else calls(closes, p, rng)
-        w, yr = gate_year(closes, r, u, thresholds, nulls)
+        w, yr = gate_year(closes, r, u, thresholds, nulls, tmp)
         week.append(w.mean())
         year_pass.append(yr.mean())
         if planted:
-            power.append(gate_year(closes, r, u, thresholds, range(PLANTED))[0].mean())
+            power.append(gate_year(closes, r, u, thresholds, range(PLANTED), tmp)[0].mean())
     rows += [
-        (case, "gate: false first deployments per weekly judgement", fmt(float(np.mean(week)))),
+        (
+            case,
+            "gate: false first deployments per judgement (4 a year: a quarter's folds judged once, at alpha / k)",
+            fmt(float(np.mean(week))),
+        ),
         (case, "gate: null tickers first-deployed within the year", fmt(float(np.mean(year_pass)))),
     ]
     if not planted:
@@ -348,14 +429,14 @@ def universe_figures(case: str, closes, evenings, years: int, rng, thresholds, t
     rows += [
         (case, f"board power: {EDGE:.0%} tickers shown 'beats' per evening", fmt(edge.mean())),
         (case, f"board power: {EDGE:.0%} tickers ever shown 'beats'", f"{int(edge.any(0).sum())} of {PLANTED}"),
-        (case, f"gate power: {EDGE:.0%} tickers pass a first deployment, per judgement", fmt(float(np.mean(power)))),
+        (case, f"gate power: {EDGE:.0%} tickers pass a first deployment, per judgement (until deployed)", fmt(float(np.mean(power)))),
     ]  # fmt: skip
     settings = decay.DecaySettings()
     for weekly, label in ((True, "a new champion weekly"), (False, "one champion all year")):
-        d = np.array(decay_delays(right, up, drop, evenings[0], weekly, settings))
+        d = np.array(decay_delays(right, up, dates, drop, evenings[0], weekly, settings))
         fired = np.isfinite(d)
         med = f", median delay {np.median(d[fired]):.0f} evenings" if fired.any() else ""
-        figure = f"decay {DROP_BEFORE:.0%} → {DROP_AFTER:.0%} mid-year, {label}: alarmed within the year{med}"
+        figure = f"decay {DROP_BEFORE:.0%} → {DROP_AFTER:.0%} mid-year, {label} (whole published record): alarmed within the year{med}"
         rows.append((case, figure, f"{int(fired.sum())} of {PLANTED}"))
     return rows
 
@@ -366,18 +447,29 @@ def paired_figures(closes, sims: int, rng, thresholds) -> list[tuple]:
     # One search of up to 20 tries per simulation: a search of k tries promotes when one of its first k
     # challengers passes, so the index of the first pass answers every k (and the search stops there).
     first_pass = []
-    for _ in range(sims):
-        actual, close, fold = paired_rows(closes, int(rng.integers(closes.shape[1])), rng, 189)
-        champion = coin_predictor(actual, close, rng)
-        first = next(
-            (i for i in range(max(tries))
-             if recipe_change_passes(coin_predictor(actual, close, rng), champion, actual, close, fold, thresholds)),
-            max(tries),
-        )  # fmt: skip
-        first_pass.append(first)
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Ledger(Path(tmp))
+        for s in range(sims):
+            actual, close, fold = paired_rows(closes, int(rng.integers(closes.shape[1])), rng, 189)
+            champion = coin_predictor(actual, close, rng)
+            folds = [{"cutoff": f"2025-0{q + 1}-01", "fold_key": f"sim{s}/{q}"} for q in range(FOLDS)]
+            first = next(
+                (i for i in range(max(tries))
+                 if recipe_change_passes(ledger, f"S{s}", f"recipe{i}", folds, coin_predictor(actual, close, rng),
+                                         champion, actual, close, fold, thresholds)),
+                max(tries),
+            )  # fmt: skip
+            first_pass.append(first)
+        ledger.engine.dispose()
     for k in tries:
         rate = float(np.mean(np.array(first_pass) < k))
-        rows.append(("a", f"gate: false recipe promotions, k = {k} tries on the same folds", fmt(rate)))
+        rows.append(
+            (
+                "a",
+                f"gate: false recipe promotions, k = {k} tries on the same folds (i-th at alpha / i, ledger)",
+                fmt(rate),
+            )
+        )
     refused, tripped = 0, {}
     for _ in range(sims):
         actual, close, fold = paired_rows(closes, int(rng.integers(closes.shape[1])), rng, 189)
@@ -392,7 +484,7 @@ def paired_figures(closes, sims: int, rng, thresholds) -> list[tuple]:
     )
     rows += [(("a", f"- of which {name} tripped", fmt(c / sims))) for name, c in sorted(tripped.items())]
     rows += [
-        ("a", f"shadow ({SHADOW_EVENINGS} evenings): equal models, shadow retired", fmt(shadow_rate(0.5, 0.5, sims, rng))),
+        ("a", f"shadow (default design: {SHADOW_EVENINGS} evenings for 80 % at 60 vs 40 %): equal models, shadow retired", fmt(shadow_rate(0.5, 0.5, sims, rng))),
         ("b", f"shadow power: {DROP_BEFORE:.0%} champion vs {DROP_AFTER:.0%} shadow, retired", fmt(shadow_rate(DROP_BEFORE, DROP_AFTER, sims, rng))),
         ("b", "shadow power: 60 % champion vs 40 % shadow, retired", fmt(shadow_rate(0.60, 0.40, sims, rng))),
     ]  # fmt: skip

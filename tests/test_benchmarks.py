@@ -195,14 +195,14 @@ def test_null_universe(bench):
     for wanted in (
         "board: evenings with any null 'beats'",
         "board: null tickers ever shown 'beats' in the year",
-        "gate: false first deployments per weekly judgement",
+        "gate: false first deployments per judgement",
         "gate: null tickers first-deployed within the year",
         "gate: false recipe promotions, k = 20 tries on the same folds",
-        "shadow (5 evenings): equal models, shadow retired",
+        "shadow (default design: ",
         "board power: 56% tickers shown 'beats' per evening",
         "gate power: 56% tickers pass a first deployment, per judgement",
     ):
-        assert wanted in names, out
+        assert any(n.startswith(wanted) for n in names), out
     assert any(n.startswith("gate: equal refresh refused") for n in names)
     assert sum(n.startswith("decay 55% → 45% mid-year") for n in names) == 2
     assert all(re.fullmatch(rf"{NUMBER} %|{NUMBER}|\d+ of \d+", v) for _, _, v in figures), figures
