@@ -101,3 +101,42 @@ def planted_record(engine, ticker, model_id, n=400, decay_at=None, seed=1) -> li
     with engine.begin() as conn:
         conn.execute(insert(snapshots), rows)
     return rows
+
+
+# Test oracles of the CUSUM design (not product code): the first signal per simulated record, the exact
+# expected number of signals from the Markov chain, and the average run length at a hit rate.
+def arl(design: cusum.CusumDesign, p: float) -> float:
+    return cusum.average_run_length(design.a, design.b, design.steps, p)
+
+
+def first_alarm(design: cusum.CusumDesign, misses: np.ndarray) -> np.ndarray:
+    """Vectorised over rows: the index of the first signal per row of `misses` [N, T], -1 if none."""
+    y = np.asarray(misses, dtype=np.int64)
+    s = np.zeros(y.shape[0], dtype=np.int64)
+    first = np.full(y.shape[0], -1, dtype=np.int64)
+    up, down = design.b - design.a, design.a
+    for t in range(y.shape[1]):
+        s = np.where(y[:, t] == 1, s + up, np.maximum(0, s - down))
+        first[(first < 0) & (s >= design.steps)] = t
+    return first
+
+
+def expected_alarms(design: cusum.CusumDesign, p: float, sessions: int) -> float:
+    """Exact expected number of signals in `sessions` outcomes at hit rate p, restarting at 0 after each
+    (the state distribution propagated through the chain): what `alarm_runs` should count on average."""
+    steps, a, b = design.steps, design.a, design.b
+    dist = np.zeros(steps)
+    dist[0] = 1.0
+    total = 0.0
+    for _ in range(sessions):
+        nxt = np.zeros(steps)
+        idx = np.arange(steps)
+        np.add.at(nxt, np.maximum(0, idx - a), dist * p)
+        up = idx + b - a
+        stay = up < steps
+        np.add.at(nxt, up[stay], dist[stay] * (1 - p))
+        signal = float(dist[~stay].sum() * (1 - p))
+        total += signal
+        nxt[0] += signal  # restart
+        dist = nxt
+    return total

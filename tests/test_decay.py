@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from accountability_helpers import ingest, make_settings
-from decay_helpers import evenings, planted_model, planted_record
+from decay_helpers import arl, evenings, expected_alarms, first_alarm, planted_model, planted_record
 
 from ldtm_core.accountability import cusum, decay, drift
 from ldtm_core.accountability.decay import DecaySettings, Promise
@@ -27,7 +27,7 @@ def test_the_threshold_is_the_smallest_with_the_designed_arl_and_is_reproducible
     exact = math.log(0.6 / 0.5) / math.log(0.5 * 0.6 / (0.4 * 0.5))
     assert 0.4 < d.k < 0.5 and abs(d.k - exact) < 1 / 40
     # Detection: a drop to 50 % (the design point) and to 45 % (the planted case) in sessions.
-    assert d.arl(0.50) < 120 and d.arl(0.45) < 70
+    assert arl(d, 0.50) < 120 and arl(d, 0.45) < 70
 
 
 def test_false_alarms_over_200_tickers_x_1000_sessions_match_the_designed_rate():
@@ -35,7 +35,7 @@ def test_false_alarms_over_200_tickers_x_1000_sessions_match_the_designed_rate()
     rng = np.random.default_rng(SEED)
     misses = rng.random((TICKERS, SESSIONS)) >= 0.60  # a stable model, exactly as promised
     count = int(cusum.alarm_runs(d, misses).sum())
-    expected = TICKERS * cusum.expected_alarms(d, 0.60, SESSIONS)  # exact, from the Markov chain
+    expected = TICKERS * expected_alarms(d, 0.60, SESSIONS)  # exact, from the Markov chain
     assert 170 < expected < 200  # ~ 200 000 ticker-sessions / ARL0 1007 (less the head start from 0)
     assert abs(count - expected) < 4 * math.sqrt(expected), (count, expected)
     assert count == 186  # the figure recorded in docs/architecture.md (seed 20211)
@@ -45,7 +45,7 @@ def test_a_planted_drop_from_60_to_45_percent_is_caught_within_a_bounded_delay()
     d = cusum.design(0.60, 0.50, 1000)
     rng = np.random.default_rng(SEED)
     rate = np.where(np.arange(600) < 200, 0.60, 0.45)
-    first = cusum.first_alarm(d, rng.random((TICKERS, 600)) >= rate)
+    first = first_alarm(d, rng.random((TICKERS, 600)) >= rate)
     clean = first[(first < 0) | (first >= 200)]  # tickers without a false alarm before the drop
     delay = clean - 200
     assert len(clean) > 150 and (clean >= 0).all()  # every one of them is caught within 400 sessions

@@ -68,10 +68,10 @@ def test_a_new_session_is_appended_and_a_revised_bar_rebuilds(engine):
     assert (o.status, o.rows_written) == ("appended", 1)
     full = compute_features(load_ticker_prices(engine, "AAPL"))
     np.testing.assert_array_equal(fs.read_stored(engine, "AAPL").to_numpy(), full.to_numpy())
-    assert fs.check_current(engine, ["AAPL"]).passed
+    assert fs.check_features(engine, ["AAPL"], sample_rows=0)["current"].passed
 
     _set_close(engine, "AAPL", dt.date(2023, 6, 1), 123.0)
-    assert "revised" in fs.check_current(engine, ["AAPL"]).problems["AAPL"]
+    assert "revised" in fs.check_features(engine, ["AAPL"], sample_rows=0)["current"].problems["AAPL"]
     [o] = fs.build_features(engine, ["AAPL"])
     assert o.status == "built" and "revised" in o.reason
     np.testing.assert_array_equal(
@@ -137,7 +137,7 @@ def test_stale_features_are_not_used_for_training(engine, db_url, tmp_path, monk
     # The read says why, and the stored set is still the stale one until the asset rebuilds it.
     _, read = fs.prices_and_features(engine, "AAPL")
     assert read.source == "recomputed" and "revised" in read.reason
-    assert not fs.check_current(engine, ["AAPL"]).passed
+    assert not fs.check_features(engine, ["AAPL"], sample_rows=0)["current"].passed
 
 
 def test_training_as_of_reads_stored_rows_up_to_that_date(engine):

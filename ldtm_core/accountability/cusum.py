@@ -52,10 +52,6 @@ class CusumDesign:
     def h(self) -> float:
         return self.steps / self.b
 
-    def arl(self, p: float) -> float:
-        """Average run length from S = 0 when the true hit rate is p (p0: false alarms; p1: detection)."""
-        return average_run_length(self.a, self.b, self.steps, p)
-
 
 def reference_value(p0: float, p1: float) -> Fraction:
     """k of the LLR CUSUM for hit rate p0 -> p1 < p0, in miss units, as a fraction a/b."""
@@ -140,39 +136,6 @@ def alarm_runs(design: CusumDesign, misses: np.ndarray) -> np.ndarray:
         alarms += hit
         s[hit] = 0
     return alarms
-
-
-def first_alarm(design: CusumDesign, misses: np.ndarray) -> np.ndarray:
-    """Vectorised over rows: the index of the first signal per row of `misses` [N, T], -1 if none."""
-    y = np.asarray(misses, dtype=np.int64)
-    s = np.zeros(y.shape[0], dtype=np.int64)
-    first = np.full(y.shape[0], -1, dtype=np.int64)
-    up, down = design.b - design.a, design.a
-    for t in range(y.shape[1]):
-        s = np.where(y[:, t] == 1, s + up, np.maximum(0, s - down))
-        first[(first < 0) & (s >= design.steps)] = t
-    return first
-
-
-def expected_alarms(design: CusumDesign, p: float, sessions: int) -> float:
-    """Exact expected number of signals in `sessions` outcomes at hit rate p, restarting at 0 after each
-    (the state distribution propagated through the chain): what `alarm_runs` should count on average."""
-    steps, a, b = design.steps, design.a, design.b
-    dist = np.zeros(steps)
-    dist[0] = 1.0
-    total = 0.0
-    for _ in range(sessions):
-        nxt = np.zeros(steps)
-        idx = np.arange(steps)
-        np.add.at(nxt, np.maximum(0, idx - a), dist * p)
-        up = idx + b - a
-        stay = up < steps
-        np.add.at(nxt, up[stay], dist[stay] * (1 - p))
-        signal = float(dist[~stay].sum() * (1 - p))
-        total += signal
-        nxt[0] += signal  # restart
-        dist = nxt
-    return total
 
 
 def run_normalised(designs: list[CusumDesign], misses) -> tuple[np.ndarray, list[int]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ldtm_core.data.feature_store.build import BuildOutcome, build_features, feature_stats
 from ldtm_core.data.feature_store.bulk_read import copy_out, load_prices_bulk, load_stored_bulk, read_stored
-from ldtm_core.data.feature_store.checks import CheckResult, check_current, check_features
+from ldtm_core.data.feature_store.checks import CheckResult, check_features
 from ldtm_core.data.feature_store.fingerprint import (
     BAR_FIELDS,
     FEATURE_DEFINITION,
@@ -50,7 +50,6 @@ __all__ = [
     "PriceFingerprint",
     "StoredSet",
     "build_features",
-    "check_current",
     "check_features",
     "copy_out",
     "corporate_actions_applied",

@@ -84,7 +84,3 @@ def check_features(
     for r in res.values():
         r.passed = not r.problems
     return res
-
-
-def check_current(engine: Engine, tickers: Sequence[str]) -> CheckResult:
-    return check_features(engine, tickers, sample_rows=0)["current"]
