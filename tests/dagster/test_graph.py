@@ -63,6 +63,14 @@ def _materialized_partitions(instance, key: str) -> set:
     return instance.get_materialized_partitions(AssetKey(key))
 
 
+@pytest.fixture(autouse=True)
+def _seed_gate_policy(monkeypatch):
+    """The graph's tiny coin-like models are rightly refused by the evidence gate; these tests follow the
+    whole graph through promotion, exports and a production board, so the seed's absolute bar decides
+    here (the evidence gate has its own tests: test_gate*.py, test_champion_challenger.py)."""
+    monkeypatch.setenv("LDTM_GATE_POLICY", "seed")
+
+
 def _run_whole_graph(instance, resources) -> None:
     tickers = TICKERS.split(",")
     table = run_demo(instance, resources, start=START, end=END, replay_sessions=EVENINGS, log=lambda _m: None)
