@@ -275,7 +275,8 @@ def verify(
         mode="full" if base is None else "incremental",
         since=base.verified_at if base else None,
     )
-    if record and wanted is None:
+    # An empty store has no heads to anchor: its audit writes nothing (read commands stay no-ops).
+    if record and wanted is None and (max_id or base_heads or new_heads):
         audit_anchor.record(
             engine,
             full=base is None,
