@@ -45,7 +45,7 @@ def test_nightly_puts_features_between_prices_and_snapshots():
         return {k.to_user_string() for k in defs.resolve_job_def(name).asset_layer.selected_asset_keys}
 
     assert keys("nightly_market_job") == {"prices", "features"}
-    assert keys("nightly_job") == {"snapshots", "fillbacks", "leaderboard"}
+    assert keys("nightly_job") == {"snapshots", "fillbacks", "leaderboard", "signal_performance"}
     assert keys("retrain_job") == {"features", "checkpoints", "backtests"}
     assert defs.resolve_job_def("nightly_job").tags.get("ldtm/gpu") == "true"
 
