@@ -65,6 +65,32 @@ COLUMNS = [
     "window_end",
 ]
 
+# What a reader sees of one board row, in order: the one list the dashboard shows and the CLI follows
+# (the CLI joins some of these into one cell: the Wilson bounds, "p (q)", "|err| (n, dates)").
+DISPLAY_COLUMNS = [
+    "ticker",
+    "gated",
+    "n",
+    "direction_accuracy",
+    "wilson_low",
+    "wilson_high",
+    "always_up_accuracy",
+    "persistence_accuracy",
+    "persistence_n",
+    "model_only",
+    "up_only",
+    "skill_p_value",
+    "q_vs_always_up",
+    "beats_always_up",
+    "persistence_p_value",
+    "q_vs_persistence",
+    "beats_persistence",
+    f"{DIRECTION.name}_mape",
+    *(f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n", "dates")),
+    "window_start",
+    "window_end",
+]
+
 
 def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a proportion (the same formula the view uses)."""

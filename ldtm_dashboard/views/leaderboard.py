@@ -6,6 +6,7 @@ import streamlit as st
 
 from ldtm_core.accountability.board_stats import LABEL_RULE
 from ldtm_core.accountability.leaderboard import (
+    DISPLAY_COLUMNS,
     MODES,
     SIGNIFICANCE,
     UNGATED_LEGEND,
@@ -70,29 +71,7 @@ def no_champion_section() -> None:
     )
 
 
-COLUMNS = [
-    "ticker",
-    "gated",
-    "n",
-    "direction_accuracy",
-    "wilson_low",
-    "wilson_high",
-    "always_up_accuracy",
-    "persistence_accuracy",
-    "persistence_n",
-    "model_only",
-    "up_only",
-    "skill_p_value",
-    "q_vs_always_up",
-    "beats_always_up",
-    "persistence_p_value",
-    "q_vs_persistence",
-    "beats_persistence",
-    f"{DIRECTION.name}_mape",
-    *(f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n", "dates")),
-    "window_start",
-    "window_end",
-]
+COLUMNS = DISPLAY_COLUMNS
 PCT = st.column_config.NumberColumn
 COLUMN_CONFIG = {
     "n": PCT("n", help="filled evenings in the 30-day window"),
