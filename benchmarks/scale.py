@@ -168,7 +168,7 @@ class Store:
             next_log = conn.execute(text("SELECT coalesce(max(id), 0) FROM run_log")).scalar_one() + 1
         days = sorted(days)  # within one batch, oldest first (ids rise with the date inside a batch)
         run_dates = np.array(days, dtype="datetime64[D]")
-        nd, nm, om = (a.astype("datetime64[D]").astype(object) for a in target_dates(run_dates))
+        nd, nm, om = (a.astype("datetime64[D]").astype(object) for a in target_dates(run_dates).values())
         pending_from = self.history[PENDING - 1] if len(self.history) >= PENDING else self.history[-1]
         position = {d: i for i, d in enumerate(self.sessions)}
         c = self.closes[self.tickers].to_numpy()  # sessions x tickers, looked up by row position
