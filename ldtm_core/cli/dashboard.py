@@ -37,7 +37,7 @@ def dashboard_command(streamlit_args: list[str]) -> list[str]:
 )
 @handle_errors
 def dashboard_cmd(ctx: typer.Context) -> None:
-    """Serve the forecast dashboard (Leaderboard, Ticker, Decay, Runs) on the configured database.
+    """Serve the forecast dashboard (Leaderboard, Ticker, Runs, Decay, Signals) on the configured database.
 
     Every argument goes to Streamlit, e.g. `ldtm dashboard --server.port 8600 --server.headless true`.
     """
