@@ -8,6 +8,7 @@ failure. Screenshots go to $LDTM_SCREENSHOT_DIR when set, else the test's tmp di
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -60,13 +61,10 @@ def browser():
     driver.quit()
 
 
-@pytest.fixture
-def served(tmp_path, browser):
-    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
-    from ldtm_core.migrate import upgrade
-
-    upgrade(url)
-    seed(tmp_path, url)
+@contextlib.contextmanager
+def serve_dashboard(url: str, tmp_path: Path):
+    """`ldtm dashboard` on a free port over the database `url`, until its health check answers; yields
+    its base URL and stops it after (its log in tmp_path/dashboard.log)."""
     port = _free_port()
     env = {**os.environ, "LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path / "home")}
     flags = ["--server.port", str(port), "--server.headless", "true", "--server.address", "127.0.0.1"]
@@ -90,6 +88,17 @@ def served(tmp_path, browser):
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture
+def served(tmp_path, browser):
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    from ldtm_core.migrate import upgrade
+
+    upgrade(url)
+    seed(tmp_path, url)
+    with serve_dashboard(url, tmp_path) as base:
+        yield base
 
 
 def test_every_page_renders_in_a_real_browser(served, browser, tmp_path):

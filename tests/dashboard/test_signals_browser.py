@@ -6,14 +6,12 @@ LDTM_REQUIRE_BROWSER=1)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from signals_helpers import seed_market
-from test_browser import LDTM, _free_port, browser  # noqa: F401 (browser: the fixture)
+from test_browser import browser, serve_dashboard  # noqa: F401 (browser: the fixture)
 
 from ldtm_core.db import get_engine
 
@@ -27,29 +25,8 @@ def served_signals(tmp_path, browser):  # noqa: F811
     seed_market(
         get_engine(url), ["AAPL", "MSFT", "NVDA", "AMZN", "JPM"], "2023-01-03", "2023-06-30", skill=0.2
     )
-    port = _free_port()
-    env = {**os.environ, "LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path / "home")}
-    flags = ["--server.port", str(port), "--server.headless", "true", "--server.address", "127.0.0.1"]
-    log = open(tmp_path / "dashboard.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([str(LDTM), "dashboard", *flags], env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
-            assert time.monotonic() < deadline, "ldtm dashboard did not answer within 90 s"
-            time.sleep(0.5)
+    with serve_dashboard(url, tmp_path) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
 
 
 def test_signals_page_renders_in_a_real_browser(served_signals, browser, tmp_path):  # noqa: F811
