@@ -45,10 +45,12 @@ from ldtm_core.data.ingest import ingest_synthetic  # noqa: E402
 from ldtm_core.data.samples import SampleSet, build_samples  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
+from ldtm_core.errors import InputError  # noqa: E402
 from ldtm_core.learning import split, training_loop  # noqa: E402
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, fold_rows, fold_spans, score  # noqa: E402
 from ldtm_core.learning.model import LDTM, ModelConfig, get_profile  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
+from ldtm_core.learning.training import parse_overrides  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 
 
@@ -92,19 +94,25 @@ WARM_FOLDS = "warm_folds"  # not a ModelConfig field: fold k+1 fine-tunes fold k
 
 
 def parse_variant(spec: str) -> tuple[str, dict]:
-    """`name=field:value,field:value` -> (name, overrides of the reference profile), values typed by
-    the field they replace; `warm_folds:1` chains the backtest folds like `ldtm backtest --warm-start`."""
+    """`name=field:value,field:value` -> (name, overrides of the reference profile), values typed as
+    `ldtm train --set` types them; `warm_folds:1` chains the backtest folds like `ldtm backtest --warm-start`."""
     name, _, fields = spec.partition("=")
     if not name or "=" not in spec:
         raise SystemExit(f"--variant {spec!r}: expected name=field:value[,field:value...]")
-    types = {f.name: type(getattr(ModelConfig(), f.name)) for f in dataclasses.fields(ModelConfig)}
-    types[WARM_FOLDS] = lambda v: bool(int(v))
-    overrides = {}
+    overrides: dict = {}
+    pairs = []
     for item in filter(None, fields.split(",")):
         key, _, value = item.partition(":")
-        if key not in types or not value:
+        if not value:
             raise SystemExit(f"--variant {spec!r}: {item!r} is not field:value of ModelConfig")
-        overrides[key] = types[key](value)
+        if key == WARM_FOLDS:
+            overrides[key] = bool(int(value))
+        else:
+            pairs.append(f"{key}={value}")
+    try:
+        overrides.update(parse_overrides(pairs))
+    except InputError as e:
+        raise SystemExit(f"--variant {spec!r}: {e}") from None
     _config(overrides)  # refuse an invalid combination before any training
     return name, overrides
 

@@ -49,6 +49,7 @@ from ldtm_core.learning.checkpoints import load_checkpoint  # noqa: E402
 from ldtm_core.learning.gpu_slots import current_plan  # noqa: E402
 from ldtm_core.learning.model import get_profile  # noqa: E402
 from ldtm_core.learning.precision import amp_dtype, cpu_has_native_bf16, describe_cpu, precision_name  # noqa: E402
+from ldtm_core.learning.training import parse_overrides  # noqa: E402
 from ldtm_core.learning.training_pool import train_many  # noqa: E402
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START as TRAIN_WARM  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
@@ -138,6 +139,7 @@ def main() -> None:
     ap.add_argument("--profile", default="reference")
     ap.add_argument("--max-epochs", type=int, default=None, help="cap epochs (default: the profile's)")
     ap.add_argument("--amp", default=None, help="override ModelConfig.amp (default: the profile's, auto)")
+    ap.add_argument("--set", action="append", default=[], help="override a model config field: key=value")
     ap.add_argument("--url", default=None, help="PostgreSQL server URL (default: SQLite in a temp dir)")
     ap.add_argument("--folds", type=int, default=BACKTEST_FOLDS, help="backtest folds per ticker")
     ap.add_argument("--cold-start", action="store_true", help="no warm starts (train nor backtest folds)")
@@ -152,6 +154,7 @@ def main() -> None:
     args = ap.parse_args()
 
     overrides = {k: v for k, v in (("max_epochs", args.max_epochs), ("amp", args.amp)) if v is not None}
+    overrides |= parse_overrides(args.set)
     cfg = get_profile(args.profile, **overrides)
     plan = current_plan()
     tickers = load_universe("full")[: args.tickers]

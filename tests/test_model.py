@@ -116,3 +116,50 @@ def test_configs_stored_with_the_features_list_still_load():
     assert ModelConfig.from_dict(stored) == get_profile("upgrade")
     with pytest.raises(InputError, match="other features"):
         ModelConfig.from_dict({**stored, "features": ["open", "made_up"]})
+
+
+def _layerwise_reference(model: LDTM, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Two single-layer LSTMs carrying the stacked module's weights, `mask` (already scaled) between them."""
+    cfg = model.cfg
+    layers = [torch.nn.LSTM(cfg.input_size, cfg.hidden_size, batch_first=True)]
+    layers.append(torch.nn.LSTM(cfg.hidden_size, cfg.hidden_size, batch_first=True))
+    for i, layer in enumerate(layers):
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(layer, f"{name}_l0").data.copy_(getattr(model.lstm, f"{name}_l{i}"))
+    h, _ = layers[0](x)
+    h, _ = layers[1](h * mask)
+    return h
+
+
+def test_fast_dropout_is_the_same_network_with_a_uniform_mask_between_layers(monkeypatch):
+    cfg = get_profile("reference", fast_dropout=True)
+    torch.manual_seed(0)
+    model = LDTM(cfg).train()
+    x = torch.randn(8, cfg.window, cfg.input_size)
+    # The mask the layer-wise path draws: uniform < keep, scaled by 1/keep (inverted dropout).
+    torch.manual_seed(1)
+    uniform = torch.rand(8, cfg.window, cfg.hidden_size)
+    mask = (uniform < 1 - cfg.dropout).float() / (1 - cfg.dropout)
+    torch.manual_seed(1)
+    got = model._lstm_layerwise(x)
+    torch.testing.assert_close(got, _layerwise_reference(model, x, mask), atol=1e-5, rtol=1e-5)
+    # Dropped units are exactly zero in layer 2's input, about `dropout` of them; gradients reach every weight.
+    assert 0.15 < float((mask == 0).float().mean()) < 0.25
+    model(x).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.lstm.parameters())
+
+
+def test_fast_dropout_changes_training_only():
+    torch.manual_seed(0)
+    plain = LDTM(get_profile("reference")).eval()
+    fast = LDTM(get_profile("reference", fast_dropout=True))
+    fast.load_state_dict(plain.state_dict())  # same parameter names: checkpoints load either way
+    fast.eval()
+    x = torch.randn(4, 30, len(FEATURE_NAMES))
+    torch.testing.assert_close(fast(x), plain(x), atol=0, rtol=0)
+    # Without dropout there is nothing to draw: the layer-wise path is not taken and training is identical.
+    torch.manual_seed(0)
+    a = LDTM(get_profile("reference", dropout=0.0)).train()
+    torch.manual_seed(0)
+    b = LDTM(get_profile("reference", dropout=0.0, fast_dropout=True)).train()
+    torch.testing.assert_close(a(x), b(x), atol=0, rtol=0)
