@@ -115,7 +115,10 @@ def test_recipe_variants_are_typed_like_train_set():
     spec.loader.exec_module(recipe)
     # A bool field written 0 is False (it was bool("0") == True), as `ldtm train --set fast_dropout=0`.
     name, overrides = recipe.parse_variant("old=fast_dropout:0,batch_size:32,lr:0.001,warm_folds:1")
-    assert (name, overrides) == ("old", {"fast_dropout": False, "batch_size": 32, "lr": 0.001, "warm_folds": True})
+    assert (name, overrides) == (
+        "old",
+        {"fast_dropout": False, "batch_size": 32, "lr": 0.001, "warm_folds": True},
+    )
     with pytest.raises(SystemExit, match="nope"):
         recipe.parse_variant("x=nope:1")
 
