@@ -1,7 +1,7 @@
-"""chain.chain_heads: the newest row of each ticker's chain, read without walking the chains (issue 31).
-
-Predict's write and its run_log anchor call it for the whole universe every evening, so what it reads
-must not grow with the stored history: one index probe per ticker (ix_snapshots_ticker_id, 0028).
+"""Reads predict makes for the whole universe every evening must not grow with the stored history
+(issue 31): the newest row of each ticker's chain (chain.chain_heads, one probe of
+ix_snapshots_ticker_id, 0028) and the latest price date (prices.latest_price_date, one probe of the
+prices key per ticker).
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import json
 import uuid
 
 import pytest
-from accountability_helpers import make_model, make_settings
+from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import event, insert, text
 
 from ldtm_core.accountability.chain import chain_heads
+from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.db import is_postgres
 from ldtm_core.schema import snapshots
 
@@ -64,10 +65,10 @@ def _add_history(engine, models: dict[str, int], evenings: range) -> None:
             conn.execute(text("ANALYZE snapshots"))
 
 
-def _rows_read(engine, tickers) -> tuple[dict, int]:
-    """(chain_heads' answer, the snapshots rows its statement visited).
+def _rows_read(engine, read, table: str = "snapshots") -> tuple:
+    """(read(engine)'s answer, the `table` rows its one statement visited).
 
-    PostgreSQL: the actual rows of every plan node over `snapshots` (EXPLAIN ANALYZE, rows removed by a
+    PostgreSQL: the actual rows of every plan node over `table` (EXPLAIN ANALYZE, rows removed by a
     filter included). SQLite: the virtual machine steps the statement took (a progress handler called
     every step), which grow with every row a scan visits.
     """
@@ -78,8 +79,7 @@ def _rows_read(engine, tickers) -> tuple[dict, int]:
 
     event.listen(engine, "before_cursor_execute", capture)
     try:
-        with engine.connect() as conn:
-            heads = chain_heads(conn, tickers)
+        answer = read(engine)
     finally:
         event.remove(engine, "before_cursor_execute", capture)
     assert len(statements) == 1
@@ -91,7 +91,7 @@ def _rows_read(engine, tickers) -> tuple[dict, int]:
                 cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters)
                 plan = cur.fetchone()[0]
             plan = json.loads(plan) if isinstance(plan, str) else plan
-            return heads, _pg_rows(plan[0]["Plan"])
+            return answer, _pg_rows(plan[0]["Plan"], table)
         steps = [0]
 
         def step():
@@ -103,15 +103,15 @@ def _rows_read(engine, tickers) -> tuple[dict, int]:
             raw.execute(statement, parameters).fetchall()
         finally:
             raw.set_progress_handler(None, 1)
-        return heads, steps[0]
+        return answer, steps[0]
 
 
-def _pg_rows(node: dict) -> int:
+def _pg_rows(node: dict, table: str) -> int:
     own = 0
-    if node.get("Relation Name") == "snapshots":
+    if node.get("Relation Name") == table:
         loops = node.get("Actual Loops", 1)
         own = (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * loops
-    return own + sum(_pg_rows(child) for child in node.get("Plans", []))
+    return own + sum(_pg_rows(child, table) for child in node.get("Plans", []))
 
 
 def test_chain_heads_is_the_newest_row_of_each_ticker(engine, models):
@@ -130,12 +130,38 @@ def test_chain_heads_is_the_newest_row_of_each_ticker(engine, models):
     }
 
 
+def _heads(engine):
+    with engine.connect() as conn:
+        return chain_heads(conn, list(TICKERS))
+
+
 def test_chain_heads_reads_do_not_grow_with_the_history(engine, models):
     _add_history(engine, models, range(4))
-    short_heads, short = _rows_read(engine, list(TICKERS))
+    short_heads, short = _rows_read(engine, _heads)
     _add_history(engine, models, range(4, 400))  # 100 times the history
-    long_heads, long = _rows_read(engine, list(TICKERS))
+    long_heads, long = _rows_read(engine, _heads)
     assert {t: h[1] for t, h in short_heads.items()} == {t: f"{t}-3" for t in TICKERS}
     assert {t: h[1] for t, h in long_heads.items()} == {t: f"{t}-399" for t in TICKERS}
     # One probe per ticker either way; walking the chains would read 100 times as much.
+    assert long <= 2 * short, (short, long)
+
+
+def test_latest_price_date_reads_do_not_grow_with_the_history(engine):
+    ingest(engine, list(TICKERS), start="2024-05-01", end="2024-06-28")
+    if is_postgres(engine):
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE prices"))
+
+    def latest(engine):
+        return latest_price_date(engine, [*TICKERS, "NOPE"])
+
+    short_day, short = _rows_read(engine, latest, "prices")
+    ingest(engine, list(TICKERS), start="2016-01-04", end="2024-04-30")  # 20 times the bars
+    if is_postgres(engine):
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE prices"))
+    long_day, long = _rows_read(engine, latest, "prices")
+    assert short_day == long_day == dt.date(2024, 6, 28)
+    assert earliest_price_date(engine, ["AAPL", "NOPE"]) == dt.date(2016, 1, 4)
+    assert latest_price_date(engine, ["NOPE"]) is None and earliest_price_date(engine, ["NOPE"]) is None
     assert long <= 2 * short, (short, long)

@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pandas as pd
-from sqlalchemy import ARRAY, Connection, Engine, String, func, literal, select, tuple_, update
+from sqlalchemy import Connection, Engine, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from ldtm_core.config import env_text
-from ldtm_core.db import is_postgres, run_in_transaction, write_lock
+from ldtm_core.db import is_postgres, run_in_transaction, ticker_rows, write_lock
 from ldtm_core.faults import pause_point
 from ldtm_core.schema import run_log, snapshots
 
@@ -123,7 +123,7 @@ def chain_heads(conn: Connection, tickers: Sequence[str]) -> dict[str, tuple[int
     if not tickers:
         return {}
     s = snapshots.c
-    wanted = _ticker_list(conn, sorted(set(tickers)))
+    wanted = ticker_rows(conn, sorted(set(tickers)))
     newest = select(func.max(s.id)).where(s.ticker == wanted.c.ticker).correlate(wanted).scalar_subquery()
     head_ids = select(newest.label("id")).select_from(wanted).subquery()
     rows = conn.execute(
@@ -132,14 +132,6 @@ def chain_heads(conn: Connection, tickers: Sequence[str]) -> dict[str, tuple[int
         )
     ).all()
     return {t: (int(i), h, pd.Timestamp(d).date().isoformat(), v) for t, i, h, d, v in rows}
-
-
-def _ticker_list(conn: Connection, tickers: list[str]):
-    """The tickers as a one-column row source bound as one parameter (never formatted into the SQL)."""
-    if is_postgres(conn):
-        return func.unnest(literal(tickers, ARRAY(String))).table_valued("ticker").render_derived("wanted")
-    each = func.json_each(json.dumps(tickers)).table_valued("value").alias("wanted")
-    return select(each.c.value.label("ticker")).subquery("wanted")
 
 
 def _anchor(conn: Connection, run_id: str, tickers: Sequence[str], keyed: bool) -> dict:
