@@ -68,9 +68,9 @@ def batched_forward(models: Sequence[LDTM | Weights], x: torch.Tensor) -> torch.
 
 
 # Verified models kept across runs in one process (a Dagster code server, a benchmark): (path, sha256)
-# -> module. The file on disk is re-hashed against the registry on every run, so a replaced or corrupted
-# checkpoint is still refused; only the unpickling is saved. The weights, not a module: inference needs
-# no nn.Module (checkpoints.load_weights).
+# -> weights (checkpoints.load_weights: inference needs no nn.Module). The file on disk is re-hashed
+# against the registry on every run, so a replaced or corrupted checkpoint is still refused; only the
+# unpickling is saved.
 _MODEL_CACHE: dict[tuple[str, str], Weights] = {}
 _MODEL_CACHE_MAX = 2048
 
