@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TypeVar
 
-from sqlalchemy import Engine, Table, create_engine, event, or_, text
+from sqlalchemy import (
+    ARRAY,
+    Engine,
+    String,
+    Subquery,
+    Table,
+    create_engine,
+    event,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -46,6 +60,18 @@ def get_engine(url: str) -> Engine:
 
 def is_postgres(engine_or_conn: Engine | Connection) -> bool:
     return engine_or_conn.dialect.name == "postgresql"
+
+
+def ticker_rows(conn: Engine | Connection, tickers: Sequence[str]) -> Subquery:
+    """`tickers` as a one-column row source (column `ticker`), bound as one parameter, never formatted
+    into the SQL. Correlated per-ticker subqueries over it (max(id), max(date)) are one index probe
+    each, where `ticker IN (...)` with GROUP BY or an aggregate reads every row of every ticker."""
+    if is_postgres(conn):
+        return (
+            func.unnest(literal(list(tickers), ARRAY(String))).table_valued("ticker").render_derived("wanted")
+        )
+    each = func.json_each(json.dumps(list(tickers))).table_valued("value").alias("wanted_json")
+    return select(each.c.value.label("ticker")).subquery("wanted")
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -189,6 +189,8 @@ snapshots = Table(
     CheckConstraint("mode IN ('live','replay')", name="ck_snapshots_mode"),
     CheckConstraint("direction_pred IN ('bullish','neutral','bearish')", name="ck_snapshots_direction"),
     Index("ix_snapshots_run_date", "run_date"),
+    # A chain's head (max id of a ticker) is one probe of this index (chain.chain_heads), 0028.
+    Index("ix_snapshots_ticker_id", "ticker", "id"),
 )
 
 # Every re-fill of a filled actual (a revised bar, a corporate action recorded after the fill): the old

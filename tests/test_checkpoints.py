@@ -13,12 +13,15 @@ import torch
 from ldtm_core.errors import CheckpointError
 from ldtm_core.learning.checkpoints import (
     TEMP_PREFIX,
+    Weights,
     clean_temp_files,
     load_checkpoint,
+    load_weights,
     save_checkpoint,
     sha256_file,
     write_atomic,
 )
+from ldtm_core.learning.inference import batched_forward
 from ldtm_core.learning.model import LDTM, get_profile
 
 DAY = dt.date(2024, 5, 17)
@@ -115,6 +118,62 @@ def test_mismatched_architecture_is_refused(saved, tmp_path):
     torch.save(payload, tmp_path / "bad_state.pt")
     with pytest.raises(CheckpointError, match="inconsistent"):
         load_checkpoint(tmp_path / "bad_state.pt")
+
+
+def _refusal(loader, *args, **kw) -> str:
+    with pytest.raises(CheckpointError) as err:
+        loader(*args, **kw)
+    return str(err.value)
+
+
+def test_load_weights_are_the_modules_weights_and_predict_the_same(saved):
+    path, sha, model, cfg = saved
+    ck, w = load_checkpoint(path, sha, "AAPL"), load_weights(path, sha, "AAPL")
+    assert isinstance(w.model, Weights) and w.model.cfg == cfg
+    assert (w.config, w.signature, w.trained_on_date, w.val_loss, w.metrics, w.sha256) == (
+        ck.config, ck.signature, ck.trained_on_date, ck.val_loss, ck.metrics, ck.sha256,
+    )  # fmt: skip
+    want = ck.model.state_dict()
+    assert w.model.tensors.keys() == want.keys()
+    assert all(torch.equal(v, want[k]) for k, v in w.model.tensors.items())
+    x = torch.rand(2, cfg.window, cfg.input_size)
+    assert torch.equal(batched_forward([w.model, w.model], x), batched_forward([ck.model, ck.model], x))
+
+
+def test_load_weights_refuses_what_load_checkpoint_refuses_with_the_same_words(saved, tmp_path):
+    path, sha, _, _ = saved
+    payload = torch.load(path, weights_only=True)
+    payload["state_dict"].pop("lstm.weight_hh_l0")
+    torch.save(payload, tmp_path / "bad_state.pt")
+    payload = torch.load(path, weights_only=True)
+    payload["state_dict"]["lstm.weight_ih_l0"] = torch.zeros(3, 3)
+    torch.save(payload, tmp_path / "bad_shape.pt")
+    payload = torch.load(path, weights_only=True)
+    payload["signature"] = "0" * 16
+    torch.save(payload, tmp_path / "bad_sig.pt")
+    (tmp_path / "text.pt").write_bytes(b"not a checkpoint")
+    cases = [
+        ((tmp_path / "bad_state.pt",), {}, "inconsistent"),
+        ((tmp_path / "bad_shape.pt",), {}, "inconsistent"),
+        ((tmp_path / "bad_sig.pt",), {}, "architecture"),
+        ((tmp_path / "text.pt",), {}, "cannot be read"),
+        ((tmp_path / "nope.pt",), {}, "missing"),
+        ((path,), {"expected_sha256": "0" * 64}, "does not match the registry"),
+        ((path,), {"ticker": "NVDA"}, "belongs to ticker AAPL"),
+    ]
+    for args, kw, words in cases:
+        message = _refusal(load_weights, *args, **kw)
+        assert words in message and message == _refusal(load_checkpoint, *args, **kw)
+
+
+def test_load_weights_casts_other_dtypes_as_the_module_would(saved, tmp_path):
+    path, _, model, cfg = saved
+    payload = torch.load(path, weights_only=True)
+    payload["state_dict"] = {k: v.double() for k, v in payload["state_dict"].items()}
+    torch.save(payload, tmp_path / "f64.pt")
+    w = load_weights(tmp_path / "f64.pt").model
+    want = model.state_dict()
+    assert all(v.dtype == torch.float32 and torch.equal(v, want[k]) for k, v in w.tensors.items())
 
 
 class Exploit:

@@ -37,8 +37,8 @@ def _count(engine, table) -> int:
 def test_range_predicts_every_session_with_one_load_per_model(engine, world, monkeypatch):
     inference.clear_model_cache()
     loads = []
-    real = inference.load_checkpoint
-    monkeypatch.setattr(inference, "load_checkpoint", lambda *a, **k: loads.append(a) or real(*a, **k))
+    real = inference.load_weights
+    monkeypatch.setattr(inference, "load_weights", lambda *a, **k: loads.append(a) or real(*a, **k))
     results = predict_range(engine, world, START, END)
     days = sessions_between(START, END)
     assert len(days) == 9 and dt.date(2024, 5, 27) not in days

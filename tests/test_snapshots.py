@@ -12,7 +12,7 @@ import pytest
 import torch
 from accountability_helpers import ingest, make_model, make_settings
 from calendar_oracle import next_monday_session, next_session
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from ldtm_core.accountability import registry
 from ldtm_core.accountability import snapshots as snapshots_mod
@@ -109,6 +109,31 @@ def test_predict_writes_one_row_per_ticker_matching_the_model(engine, world):
     assert log["status"] == "ok" and log["n_rows"] == 3 and log["finished_at"] is not None
     assert set(json.loads(log["phases_json"])) == {"load", "features", "forward", "write"}
     assert json.loads(log["summary_json"])["cohort"] == res.cohort
+
+
+def test_statements_do_not_grow_with_the_tickers(engine, db_url, tmp_path):
+    """Every read and the write are set-based: 2 and 6 tickers cost as many statements (issue 31: one
+    statement per ticker would be 1,000 round trips an evening)."""
+    settings = make_settings(tmp_path, db_url)
+    tickers = [*TICKERS, "MSFT", "AMZN", "META"]
+    days = sorted(ingest(engine, tickers)["date"].unique())
+    for i, t in enumerate(tickers):
+        make_model(engine, settings, t, seed=i)
+    counts = []
+    for day, subset in ((days[-20], tickers[:2]), (days[-19], tickers)):
+        seen = []
+
+        def count(*_args, seen=seen):
+            seen.append(1)
+
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            res = predict(engine, settings, run_date=day, tickers=subset)
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert res.tickers_predicted == sorted(subset) and res.rows_written == len(subset)
+        counts.append(len(seen))
+    assert counts[0] == counts[1], counts
 
 
 def test_rerun_is_a_noop_and_replay_mode_and_chain(engine, world):

@@ -27,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from ldtm_core.config import env_text
-from ldtm_core.db import is_postgres, run_in_transaction, write_lock
+from ldtm_core.db import is_postgres, run_in_transaction, ticker_rows, write_lock
 from ldtm_core.faults import pause_point
 from ldtm_core.schema import run_log, snapshots
 
@@ -114,17 +114,22 @@ class ChainConflict(Exception):
 
 
 def chain_heads(conn: Connection, tickers: Sequence[str]) -> dict[str, tuple[int, str, str, str]]:
-    """{ticker: (id, row_hash, run_date, model_version)} of the newest row of each ticker's chain."""
+    """{ticker: (id, row_hash, run_date, model_version)} of the newest row of each ticker's chain.
+
+    One probe of ix_snapshots_ticker_id per ticker (max id for an equal ticker is the index's last
+    entry), so the read costs O(tickers) rows however long the chains are; grouping the tickers' rows
+    read every row of every chain, and predict and the audit anchor call this every evening.
+    """
     if not tickers:
         return {}
-    latest_ids = (
-        select(func.max(snapshots.c.id))
-        .where(snapshots.c.ticker.in_(list(tickers)))
-        .group_by(snapshots.c.ticker)
-    ).scalar_subquery()
     s = snapshots.c
+    wanted = ticker_rows(conn, sorted(set(tickers)))
+    newest = select(func.max(s.id)).where(s.ticker == wanted.c.ticker).correlate(wanted).scalar_subquery()
+    head_ids = select(newest.label("id")).select_from(wanted).subquery()
     rows = conn.execute(
-        select(s.ticker, s.id, s.row_hash, s.run_date, s.model_version).where(s.id.in_(latest_ids))
+        select(s.ticker, s.id, s.row_hash, s.run_date, s.model_version).join_from(
+            head_ids, snapshots, s.id == head_ids.c.id
+        )
     ).all()
     return {t: (int(i), h, pd.Timestamp(d).date().isoformat(), v) for t, i, h, d, v in rows}
 

@@ -44,8 +44,8 @@ from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import CheckpointError, InputError, NotFoundError
 from ldtm_core.faults import pause_point
 from ldtm_core.horizons import DIRECTION, HORIZONS
+from ldtm_core.learning.checkpoints import Weights
 from ldtm_core.learning.inference import batched_forward, load_verified_model
-from ldtm_core.learning.model import LDTM
 from ldtm_core.learning.price_windows import (
     RSI_SETTLE_ROWS,
     build_windows,
@@ -229,7 +229,7 @@ def _predict(
     todo = [t for t in wanted if t in models]
 
     # load: one prices query, each checkpoint once
-    loaded: dict[str, tuple[ModelRecord, LDTM]] = {}
+    loaded: dict[str, tuple[ModelRecord, Weights]] = {}
     for t in todo:
         try:
             loaded[t] = (models[t], load_verified_model(models[t], t))
@@ -238,7 +238,7 @@ def _predict(
         except Exception as exc:  # noqa: BLE001 - one model that cannot load must not stop the others
             result.skipped[t] = _cannot_run(models[t], t, exc)
     # A shadow predicts only beside an active champion that loaded (never as the ticker's only row).
-    shadow_loaded: dict[str, tuple[ModelRecord, LDTM]] = {}
+    shadow_loaded: dict[str, tuple[ModelRecord, Weights]] = {}
     champions = [t for t in loaded if loaded[t][0].status == "active"]
     for t, rec in shadow_models(engine, champions).items():
         try:
@@ -340,7 +340,7 @@ def _model_windows(
 
 
 def _forward_grouped(
-    inputs: list[_Input], loaded: dict[str, tuple[ModelRecord, LDTM]]
+    inputs: list[_Input], loaded: dict[str, tuple[ModelRecord, Weights]]
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """One batched pass per architecture signature: ({ticker: prices}, {ticker: why it failed})."""
     groups: dict[str, list[_Input]] = defaultdict(list)
@@ -361,7 +361,7 @@ def _cannot_run(rec: ModelRecord, ticker: str, exc: BaseException) -> str:
 
 
 def _forward_isolated(
-    group: list[_Input], loaded: dict[str, tuple[ModelRecord, LDTM]]
+    group: list[_Input], loaded: dict[str, tuple[ModelRecord, Weights]]
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Prices per ticker for one same-architecture group, and {ticker: reason} for models that cannot run.
 

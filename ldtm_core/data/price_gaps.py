@@ -49,6 +49,8 @@ def max_gap_sessions() -> int:
 
 
 def _days(dates) -> np.ndarray:
+    if isinstance(dates, np.ndarray) and dates.dtype == np.dtype("datetime64[D]"):
+        return dates  # inference's price arrays: a pandas round trip per ticker cost ~0.5 ms each
     return pd.to_datetime(pd.Series(dates)).to_numpy().astype("datetime64[D]")
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, func, select
 
 from ldtm_core.data.calendar import cover
 from ldtm_core.data.universe import validate_ticker
+from ldtm_core.db import ticker_rows
 from ldtm_core.schema import prices
 
 PRICE_COLUMNS = ["ticker", "date", "open", "high", "low", "close", "adj_close", "volume"]
@@ -80,7 +81,12 @@ def price_summary(engine: Engine) -> pd.DataFrame:
 def _date_bound(engine: Engine, agg, tickers: Sequence[str] | None) -> dt.date | None:
     stmt = select(agg(prices.c.date))
     if tickers:
-        stmt = stmt.where(prices.c.ticker.in_(list(tickers)))
+        # Per ticker one probe of the (ticker, date) key, then the bound of those: aggregating the
+        # tickers' rows read every bar ever stored (predict asks this every evening).
+        wanted = ticker_rows(engine, sorted(set(tickers)))
+        per = select(agg(prices.c.date)).where(prices.c.ticker == wanted.c.ticker).correlate(wanted)
+        bounds = select(per.scalar_subquery().label("day")).select_from(wanted).subquery()
+        stmt = select(agg(bounds.c.day))
     with engine.connect() as conn:
         value = conn.execute(stmt).scalar()
     return pd.Timestamp(value).date() if value is not None else None

@@ -6,19 +6,23 @@ checkpoint once per process and re-checks the file against the registry on every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from ldtm_core.accountability.registry import ModelRecord
 from ldtm_core.errors import CheckpointError
-from ldtm_core.learning.checkpoints import load_checkpoint, sha256_file
+from ldtm_core.learning.checkpoints import Weights, load_weights, sha256_file
 from ldtm_core.learning.model import LDTM
 
 
+def _tensors(model: LDTM | Weights) -> Mapping[str, torch.Tensor]:
+    return model.tensors if isinstance(model, Weights) else dict(model.named_parameters())
+
+
 @torch.no_grad()
-def batched_forward(models: Sequence[LDTM], x: torch.Tensor) -> torch.Tensor:
+def batched_forward(models: Sequence[LDTM | Weights], x: torch.Tensor) -> torch.Tensor:
     """Run M same-architecture models, model i on x[i] ([M, W, F] -> [M, horizons]), in one pass.
 
     The weights are stacked and the LSTM recurrence runs as batched matrix products, so 103 tickers cost
@@ -29,13 +33,14 @@ def batched_forward(models: Sequence[LDTM], x: torch.Tensor) -> torch.Tensor:
     if m == 0:
         return torch.empty(0, 0)
     cfg = models[0].cfg
+    params = [_tensors(md) for md in models]
     h_size = cfg.hidden_size
     inp = x.to(torch.float32)  # [M, W, I]
     for layer in range(cfg.num_layers):
-        w_ih = torch.stack([getattr(md.lstm, f"weight_ih_l{layer}") for md in models])  # [M, 4H, I]
-        w_hh = torch.stack([getattr(md.lstm, f"weight_hh_l{layer}") for md in models])  # [M, 4H, H]
+        w_ih = torch.stack([p[f"lstm.weight_ih_l{layer}"] for p in params])  # [M, 4H, I]
+        w_hh = torch.stack([p[f"lstm.weight_hh_l{layer}"] for p in params])  # [M, 4H, H]
         bias = torch.stack(
-            [getattr(md.lstm, f"bias_ih_l{layer}") + getattr(md.lstm, f"bias_hh_l{layer}") for md in models]
+            [p[f"lstm.bias_ih_l{layer}"] + p[f"lstm.bias_hh_l{layer}"] for p in params]
         )  # [M, 4H]
         gx = torch.bmm(inp, w_ih.transpose(1, 2)) + bias[:, None, :]  # [M, W, 4H]
         h = torch.zeros(m, h_size)
@@ -52,19 +57,21 @@ def batched_forward(models: Sequence[LDTM], x: torch.Tensor) -> torch.Tensor:
     last = inp[:, -1, :]  # [M, H]
     preds = []
     for k in range(len(cfg.horizons)):
-        l1 = [md.heads[k].net[0] for md in models]
-        l2 = [md.heads[k].net[3] for md in models]
-        z = torch.bmm(last[:, None, :], torch.stack([lin.weight for lin in l1]).transpose(1, 2))[:, 0, :]
-        z = torch.relu(z + torch.stack([lin.bias for lin in l1]))
-        out = torch.bmm(z[:, None, :], torch.stack([lin.weight for lin in l2]).transpose(1, 2))[:, 0, :]
-        preds.append(out + torch.stack([lin.bias for lin in l2]))
+        l1, l2 = f"heads.{k}.net.0", f"heads.{k}.net.3"  # the Linear layers around ReLU and Dropout
+        w1 = torch.stack([p[f"{l1}.weight"] for p in params])
+        z = torch.bmm(last[:, None, :], w1.transpose(1, 2))[:, 0, :]
+        z = torch.relu(z + torch.stack([p[f"{l1}.bias"] for p in params]))
+        w2 = torch.stack([p[f"{l2}.weight"] for p in params])
+        out = torch.bmm(z[:, None, :], w2.transpose(1, 2))[:, 0, :]
+        preds.append(out + torch.stack([p[f"{l2}.bias"] for p in params]))
     return torch.cat(preds, dim=1)
 
 
 # Verified models kept across runs in one process (a Dagster code server, a benchmark): (path, sha256)
-# -> module. The file on disk is re-hashed against the registry on every run, so a replaced or corrupted
-# checkpoint is still refused; only the unpickling and module construction are saved.
-_MODEL_CACHE: dict[tuple[str, str], LDTM] = {}
+# -> weights (checkpoints.load_weights: inference needs no nn.Module). The file on disk is re-hashed
+# against the registry on every run, so a replaced or corrupted checkpoint is still refused; only the
+# unpickling is saved.
+_MODEL_CACHE: dict[tuple[str, str], Weights] = {}
 _MODEL_CACHE_MAX = 2048
 
 
@@ -72,7 +79,7 @@ def clear_model_cache() -> None:
     _MODEL_CACHE.clear()
 
 
-def load_verified_model(rec: ModelRecord, ticker: str) -> LDTM:
+def load_verified_model(rec: ModelRecord, ticker: str) -> Weights:
     key = (rec.load_path, rec.checkpoint_sha256)
     model = _MODEL_CACHE.get(key)
     if model is not None:
@@ -86,7 +93,7 @@ def load_verified_model(rec: ModelRecord, ticker: str) -> LDTM:
                 f"sha256 {digest[:12]}… != {rec.checkpoint_sha256[:12]}…"
             )
         return model
-    ckpt = load_checkpoint(rec.load_path, expected_sha256=rec.checkpoint_sha256, ticker=ticker)
+    ckpt = load_weights(rec.load_path, expected_sha256=rec.checkpoint_sha256, ticker=ticker)
     if ckpt.signature != rec.arch_signature:
         raise CheckpointError(
             f"checkpoint {rec.load_path} ({ticker}) has another architecture than its registry row"
