@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 
 from ldtm_core.data.features import FEATURE_NAMES
-from ldtm_core.horizons import DIRECTION, HORIZONS, Horizon
+from ldtm_core.horizons import DIRECTION, ERROR_ONLY, HORIZONS, Horizon
 
 metadata = MetaData()
 
@@ -189,6 +189,8 @@ snapshots = Table(
     CheckConstraint("mode IN ('live','replay')", name="ck_snapshots_mode"),
     CheckConstraint("direction_pred IN ('bullish','neutral','bearish')", name="ck_snapshots_direction"),
     Index("ix_snapshots_run_date", "run_date"),
+    # The board's windows of the error-only horizons are found by target date (0028).
+    *(Index(f"ix_snapshots_{h.col('date')}", h.col("date")) for h in ERROR_ONLY),
 )
 
 # Every re-fill of a filled actual (a revised bar, a corporate action recorded after the fill): the old
