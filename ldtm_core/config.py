@@ -229,7 +229,7 @@ SETTINGS: dict[str, Setting] = _table(
         "reference",
         "model profile of the checkpoints asset",
         "choice",
-        ("reference", "upgrade", "demo", "tuned"),
+        ("reference", "reference_b32", "upgrade", "demo", "tuned"),
     ),
     Setting(
         "LDTM_CACHE_DIR", None, "where the bf16 probe's answer is cached", "path", shown="`~/.cache/ldtm`"

@@ -43,6 +43,7 @@ def test_recipe_before_issue_31_is_the_config_defaults_and_keeps_its_stored_form
     stored = before.to_dict()
     assert "fast_dropout" not in stored  # configs stored before the field existed: byte for byte
     assert ModelConfig.from_dict(stored) == before
+    assert PROFILES["reference_b32"] == before  # the old recipe stays one profile name away
     assert ModelConfig.from_dict(PROFILES["reference"].to_dict()) == PROFILES["reference"]
 
 
@@ -176,3 +177,10 @@ def test_fast_dropout_changes_training_only():
     torch.manual_seed(0)
     b = LDTM(get_profile("reference", dropout=0.0, fast_dropout=True)).train()
     torch.testing.assert_close(a(x), b(x), atol=0, rtol=0)
+
+
+def test_the_profile_setting_offers_every_profile():
+    from ldtm_core.config import SETTINGS
+    from ldtm_core.learning.tuning_store import TUNED
+
+    assert set(SETTINGS["LDTM_PROFILE"].choices) == set(PROFILES) | {TUNED}

@@ -38,7 +38,7 @@ def train(
         "reference",
         "--profile",
         "-p",
-        help="demo | reference | upgrade | tuned (per ticker, from `ldtm tune`)",
+        help="demo | reference | reference_b32 | upgrade | tuned (per ticker, from `ldtm tune`)",
     ),
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override a model config field: key=value")
