@@ -191,6 +191,8 @@ snapshots = Table(
     Index("ix_snapshots_run_date", "run_date"),
     # A chain's head (max id of a ticker) is one probe of this index (chain.chain_heads), 0028.
     Index("ix_snapshots_ticker_id", "ticker", "id"),
+    # Room on each page for the fills' new row versions: HOT updates, no index writes (migration 0029).
+    postgresql_with={"fillfactor": 40},
 )
 
 # Every re-fill of a filled actual (a revised bar, a corporate action recorded after the fill): the old
