@@ -200,7 +200,10 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
             )
             values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
             values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
-    stmt = update(snapshots).where(s.id == v.c.sid).values(values)
+    # The open-row filter repeats v's: it keeps the UPDATE's own scan of snapshots to the rows still open,
+    # so the plan never hashes the whole (wide) table when few rows are pending or none can be filled.
+    open_row = or_(*(s[f"{h}_actual"].is_(None) for h in HORIZONS))
+    stmt = update(snapshots).where(s.id == v.c.sid, open_row).values(values)
     if pg:
         done = stmt.returning(*(v.c[f"f_{h}"] for h in HORIZONS)).cte("done")
         counts = conn.execute(_count({h: done.c[f"f_{h}"] for h in HORIZONS}, done)).one()
