@@ -34,6 +34,17 @@ GATED = "s.model_status = 'active'"
 # 0024: a shadow row is never the published forecast.
 NOT_SHADOW = "s.model_status <> 'shadow'"
 FIRST_PUBLISHED = "s.id IN (SELECT MIN(f.id) FROM snapshots f WHERE f.model_status <> 'shadow' GROUP BY f.ticker, f.run_date)"
+# The same choices among the rows of run_date >= :since only (bounded_select_sql): the first row of an
+# evening is the same, since every row of that (ticker, run_date) shares its run_date. `{f}` is the
+# table: on SQLite, whose planner has no statistics and would scan the whole (ticker, ...) index for the
+# GROUP BY, it names the run_date index.
+FIRST_OF_EVENING_SINCE = (
+    "s.id IN (SELECT MIN(f.id) FROM {f} WHERE f.run_date >= :since GROUP BY f.ticker, f.run_date)"
+)
+FIRST_PUBLISHED_SINCE = (
+    "s.id IN (SELECT MIN(f.id) FROM {f} WHERE f.model_status <> 'shadow' AND f.run_date >= :since "
+    "GROUP BY f.ticker, f.run_date)"
+)
 
 # name: (grouping keys, which snapshot rows are scored) as of 0021
 _VIEWS_0021 = {
@@ -171,6 +182,26 @@ _RATES = """SELECT {a_keys}, a.mode, a.n, a.hits,
 def create_view_sql(name: str, dialect: str, version: str, horizons: Sequence[str] = HORIZONS_0021) -> str:
     """The CREATE VIEW statement of accuracy view `name` on `dialect` ("postgresql" or SQLite) as of
     schema `version`, for the snapshot columns of `horizons` (names; the first is the direction one)."""
+    return f"\nCREATE VIEW {name} AS\n" + _select_sql(name, dialect, version, horizons, bounded=False)
+
+
+# The views' latest dates, one column each in a bounded read: `latest_{horizon name}`.
+LATEST_PREFIX = "latest_"
+
+
+def bounded_select_sql(
+    name: str, dialect: str, version: str = VERSIONS[-1], horizons: Sequence[str] = HORIZONS_0021
+) -> str:
+    """View `name`'s SELECT restricted to snapshot rows with `run_date >= :since` (a bound parameter),
+    with the view's latest dates added (`latest_{horizon}`): the board reads this instead of the view so
+    that its cost does not grow with the stored years. It equals the view's rows when every row the view
+    uses has run_date >= :since, which the caller checks with those latest dates (leaderboard._read).
+    Each evening's first row is chosen among the same (ticker, run_date) rows as in the view, since the
+    bound is on run_date itself."""
+    return _select_sql(name, dialect, version, horizons, bounded=True)
+
+
+def _select_sql(name: str, dialect: str, version: str, horizons: Sequence[str], *, bounded: bool) -> str:
     keys, scored = views(version)[name]
     hs: list[Horizon] = [BY_NAME[h] for h in horizons]
     if hs[0] != DIRECTION:
@@ -193,8 +224,13 @@ def create_view_sql(name: str, dialect: str, version: str, horizons: Sequence[st
         f"(SELECT MAX({h.name}_date) FROM scored WHERE {h.name}_pct_error IS NOT NULL) AS {h.alias}"  # noqa: S608
         for h in others
     ]
+    if bounded:
+        f = "snapshots f INDEXED BY ix_snapshots_run_date" if dialect == "sqlite" else "snapshots f"
+        scored = scored.replace(FIRST_OF_EVENING, FIRST_OF_EVENING_SINCE.format(f=f))
+        scored = scored.replace(FIRST_PUBLISHED, FIRST_PUBLISHED_SINCE.format(f=f))
+        scored = f"s.run_date >= :since AND {scored}"
     # Only fixed names (views, horizons, columns) are formatted in: no user text reaches this SQL.
-    sql = f"\nCREATE VIEW {name} AS\nWITH scored AS (\n    SELECT s.* FROM snapshots s WHERE {scored}\n),\n"  # noqa: S608
+    sql = f"WITH scored AS (\n    SELECT s.* FROM snapshots s WHERE {scored}\n),\n"  # noqa: S608
     sql += "latest AS (\n    SELECT " + ",\n           ".join(latest) + "\n),\n"
     sql += (_WIN_TIES if ties else _WIN).format(d_start=start("latest.d"), **fill)
     sql += ",\n".join(
@@ -207,7 +243,12 @@ def create_view_sql(name: str, dialect: str, version: str, horizons: Sequence[st
     sql += "       a.ungated_n,\n"
     if ties:
         sql += "       a.ties,\n"
+    if bounded:
+        sql += f"       latest.d AS {LATEST_PREFIX}{hs[0].name},\n"
+        sql += "".join(f"       latest.{h.alias} AS {LATEST_PREFIX}{h.name},\n" for h in others)
     sql += "       a.window_start, a.window_end\nFROM agg a\n"
     for h in others:
         sql += f"LEFT JOIN {h.alias}_agg {h.alias} ON {join(h.alias)}\n"
+    if bounded:
+        sql += "CROSS JOIN latest\n"
     return sql

@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 
 from ldtm_core.data.features import FEATURE_NAMES
-from ldtm_core.horizons import DIRECTION, HORIZONS, Horizon
+from ldtm_core.horizons import DIRECTION, ERROR_ONLY, HORIZONS, Horizon
 
 metadata = MetaData()
 
@@ -191,7 +191,9 @@ snapshots = Table(
     Index("ix_snapshots_run_date", "run_date"),
     # A chain's head (max id of a ticker) is one probe of this index (chain.chain_heads), 0028.
     Index("ix_snapshots_ticker_id", "ticker", "id"),
-    # Room on each page for the fills' new row versions: HOT updates, no index writes (migration 0029).
+    # The board's windows of the error-only horizons are found by target date (0029).
+    *(Index(f"ix_snapshots_{h.col('date')}", h.col("date")) for h in ERROR_ONLY),
+    # Room on each page for the fills' new row versions: HOT updates, no index writes (migration 0030).
     postgresql_with={"fillfactor": 40},
 )
 

@@ -229,7 +229,7 @@ def test_fillback_statements_do_not_grow_with_the_pending_rows(engine, world):
 
 
 def test_fills_are_written_in_place_on_postgres(pg_url, tmp_path):
-    """`snapshots` keeps room on each page (fillfactor, migration 0029) so a fill, which changes no
+    """`snapshots` keeps room on each page (fillfactor, migration 0030) so a fill, which changes no
     indexed column, is a HOT update: the new row version stays on its page and none of the table's
     indexes gets a new entry. Packed full, a 1,000 x 250 catch-up spent ~75 % of its time in those
     index writes. A row that moved page was not written in place."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -101,7 +102,7 @@ def test_unknown_schedule_is_refused_by_name():
 
 
 def test_configs_stored_before_the_schedule_existed_keep_their_signature_and_schedule():
-    legacy = get_profile("reference")  # today's default schedule is the old one: cosine over max_epochs
+    legacy = ModelConfig()  # the recipe stored configs trained with; its schedule: cosine over max_epochs
     assert legacy.lr_schedule == "cosine"
     stored = legacy.to_dict()
     assert not set(LEGACY_VALUES) & set(stored)  # the pre-schedule dict, byte for byte
@@ -111,8 +112,8 @@ def test_configs_stored_before_the_schedule_existed_keep_their_signature_and_sch
     assert ModelConfig.from_dict(stored).lr_schedule == "cosine"
     assert ModelConfig.from_dict(stored) == legacy
     # Another schedule or length is another model: another signature (its folds are its own).
-    expected = get_profile("reference", lr_schedule="cosine_expected")
-    shorter = get_profile("reference", lr_schedule="cosine_expected", lr_decay_epochs=10)
+    expected = replace(legacy, lr_schedule="cosine_expected")
+    shorter = replace(legacy, lr_schedule="cosine_expected", lr_decay_epochs=10)
     signatures = {config_signature(c) for c in (legacy, expected, shorter)}
     assert len(signatures) == 3
     for cfg in (expected, shorter):

@@ -196,6 +196,16 @@ def pd_date_le(df, day):
     return pd.to_datetime(df["date"]).dt.date <= day
 
 
+def test_the_bigger_batch_recipe_turns_away_no_ticker_the_seed_recipe_trained(db_url, tmp_path, two_years):
+    # 220 sessions: 130 labeled rows, 107 to train on after the purged split -- less than one of the
+    # reference profile's 128-row batches, enough for the seed recipe's minimums (128 labeled, 32 to train).
+    engine = get_engine(db_url)
+    ingest_frame(engine, two_years[two_years.ticker == "AAPL"].head(220), "synthetic")
+    cfg = get_profile("reference", hidden_size=8, head_hidden=4, max_epochs=1, amp="off")
+    out = train_ticker(engine, _settings(tmp_path, db_url), "AAPL", cfg, "reference")
+    assert out.status == "trained", out.reason
+
+
 def test_too_little_history_is_skipped(db_url, tmp_path, two_years):
     engine = get_engine(db_url)
     ingest_frame(engine, two_years[two_years.ticker == "AAPL"].head(120), "synthetic")

@@ -292,6 +292,14 @@ def verify(
     return report
 
 
+def verified_tickers(engine: Engine) -> set[str] | None:
+    """The tickers of the newest passing whole-store audit's heads (None: no such audit, or unreadable):
+    those whose external anchors a reader must find before it may stop reading older ones."""
+    with engine.connect() as conn:
+        base = audit_anchor.latest(conn)
+    return None if base is None else set(base.heads)
+
+
 def _load_anchored_rows(
     conn, anchors: Mapping[str, list[Anchor]], by_ticker: dict[str, dict[int, tuple]]
 ) -> None:

@@ -7,7 +7,7 @@ A value is written only where that actual is still NULL, and runs are serialised
 concurrent run never fills anything twice. Prediction columns are never written,
 so the audit chain stays valid. The dry run is one SELECT with the same three joins.
 On PostgreSQL the UPDATE also returns the counts (the join runs once), and `snapshots` keeps room on
-its pages (fillfactor, migration 0029) so a fill, which changes no indexed column, is a HOT update: no
+its pages (fillfactor, migration 0030) so a fill, which changes no indexed column, is a HOT update: no
 new entry in any of the table's indexes, which was ~75 % of a 1,000 x 250 catch-up.
 
 Ties (issue 28): a next-day actual equal to the run-date close is a zero move, neither a hit nor a miss

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, func, not_, select, text
+from sqlalchemy import Date, Engine, bindparam, func, not_, select, text
 
+from ldtm_core import accuracy_views
 from ldtm_core.accountability import board_stats
 from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
 from ldtm_core.accountability.registry import SHADOW, serving_models
@@ -141,8 +143,9 @@ def leaderboard(
     """
     view = view_name(False, include_in_sample, include_ungated)
     flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
-    df = _with_skill(engine, _read(engine, view, COLUMNS, mode), mode, **flags)
-    df = _with_target_dates(engine, df, mode, **flags)
+    df, bounds = _read(engine, view, COLUMNS, mode)
+    df = _with_skill(engine, df, mode, **flags)
+    df = _with_target_dates(engine, df, mode, bounds=bounds, **flags)
     df = _with_stale_rows(engine, df, mode, include_ungated)
     df = board_stats.label_board(df)
     # Stale rows (accuracy NaN) go last.
@@ -168,15 +171,19 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str, include_ung
     if not missing:
         return board
     s = snapshots.c
-    stmt = (
-        select(s.ticker, func.max(s.run_date))
-        .where(s.ticker.in_(missing), s.next_day_actual.is_not(None))
-        .group_by(s.ticker)
+    # `last_filled` is since inception; read newest first per ticker through uq_snapshots_ticker_date_model
+    # (ticker, run_date, ...), it stops at the ticker's newest filled row instead of reading its record.
+    newest = (
+        select(s.run_date)
+        .where(s.ticker == bindparam("t"), s.next_day_actual.is_not(None))
+        .order_by(s.run_date.desc())
+        .limit(1)
     )
     if mode != "all":
-        stmt = stmt.where(s.mode == mode)
+        newest = newest.where(s.mode == mode)
     with engine.connect() as conn:
-        last = {t: pd.Timestamp(d).date() for t, d in conn.execute(stmt).all()}
+        found = {t: conn.execute(newest, {"t": t}).scalar_one_or_none() for t in missing}
+    last = {t: _date(d) for t, d in found.items() if d is not None}
     window = (board["window_start"].min(), board["window_end"].max()) if len(board) else (None, None)
     extra = pd.DataFrame(
         [
@@ -209,20 +216,123 @@ def leaderboard_by_model(
     cols = ["ticker", "model_version", *COLUMNS[1:]]
     view = view_name(True, include_in_sample, include_ungated)
     flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
-    df = _with_skill(engine, _read(engine, view, cols, mode), mode, by_model=True, **flags)
-    df = _with_target_dates(engine, df, mode, by_model=True, **flags)
+    df, bounds = _read(engine, view, cols, mode)
+    df = _with_skill(engine, df, mode, by_model=True, **flags)
+    df = _with_target_dates(engine, df, mode, by_model=True, bounds=bounds, **flags)
     df = board_stats.label_board(df)
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
 
 
-def _read(engine: Engine, view: str, columns: list[str], mode: str) -> pd.DataFrame:
+# Days a window's newest date is searched below the newest filled one (the evenings after it may be
+# in-sample, ungated or not an evening's first row): a wider first read spares most second reads.
+SLACK_DAYS = 7
+LATEST = {h.name: f"{accuracy_views.LATEST_PREFIX}{h.name}" for h in (DIRECTION, *ERROR_ONLY)}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a bounded read of a view found: every row the view used has run_date >= since, and each
+    horizon's window ends at latest[name] (None: that horizon has no filled row, no window)."""
+
+    since: dt.date
+    latest: dict[str, dt.date | None]
+
+
+def _read(engine: Engine, view: str, columns: list[str], mode: str) -> tuple[pd.DataFrame, Bounds | None]:
+    """The view's rows of `mode`, read from the evenings its windows cover only (issue 31: the board's
+    cost flat in the stored years) and identical to the whole view's; the whole view is read when the
+    bound cannot be shown to hold (nothing filled yet, or no scored row near the newest filled ones).
+    Returns the rows and the bounds they were read within (None when the whole view was read)."""
     if mode not in MODES:
         raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
-    cols = ", ".join(columns)
-    # Fixed view and column names from this module and a bound parameter: no user text reaches the SQL.
-    stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
+    df, bounds = _read_bounded(engine, view, columns)
+    if bounds is None:
+        cols = ", ".join(columns)
+        # Fixed view and column names from this module and a bound parameter: no user text reaches the SQL.
+        stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
+        with engine.connect() as conn:
+            df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
+    else:
+        df = df[df["mode"] == mode].reset_index(drop=True)
+    return _typed(df), bounds
+
+
+def _read_bounded(engine: Engine, view: str, columns: list[str]) -> tuple[pd.DataFrame, Bounds | None]:
+    """The view's rows (every mode) from snapshot rows with run_date >= a bound, when that bound provably
+    loses none of them (accuracy_views.bounded_select_sql). A window is kept whole when its newest date
+    found in the bounded rows minus 29 days is at or above the bound its horizon asked for: a scored row
+    above that newest date would itself lie inside the rows read. Two reads at most; None otherwise."""
+    newest = _newest_filled(engine)
+    if newest[DIRECTION.name] is None:
+        return pd.DataFrame(columns=columns), None
+    # The lowest date each window may start at: its newest filled date, less the window and the slack.
+    low = {h: None if d is None else d - dt.timedelta(days=29 + SLACK_DAYS) for h, d in newest.items()}
+    sql = accuracy_views.bounded_select_sql(view, engine.dialect.name)
+    # Fixed SQL from the view builder; the bound is a parameter (typed: SQLite stores dates as text).
+    stmt = text(f"SELECT {', '.join([*columns, *LATEST.values()])} FROM ({sql}) b").bindparams(  # noqa: S608
+        bindparam("since", type_=Date)
+    )
+    for _ in range(2):
+        since = _earliest_run_date(engine, low)
+        with engine.connect() as conn:
+            df = pd.DataFrame(
+                conn.execute(stmt, {"since": since}).all(),
+                columns=[*columns, *LATEST.values()],
+            )
+        if df.empty:
+            return df, None
+        latest = {h: _date(df[c].iloc[0]) for h, c in LATEST.items()}
+        retry = False
+        for h, d in latest.items():
+            if low[h] is None or (d is not None and d - dt.timedelta(days=29) >= low[h]):
+                continue  # a horizon with nothing filled anywhere has no window; this one is whole
+            if d is None or d < low[h]:
+                return df, None  # its newest scored date may lie below the rows read
+            low[h], retry = d - dt.timedelta(days=29), True  # that date is exact: read down to its window
+        if not retry:
+            return df.drop(columns=list(LATEST.values())), Bounds(since, latest)
+    return df, None
+
+
+def _newest_filled(engine: Engine) -> dict[str, dt.date | None]:
+    """Each horizon's newest filled date over every non-shadow row (an upper bound of the views' latest
+    dates: they take the max over fewer rows). By index, newest first: run_date, then each target date."""
+    s = snapshots.c
+    stmts = {DIRECTION.name: select(func.max(s.run_date)).where(s.next_day_actual.is_not(None))}
+    for h in ERROR_ONLY:
+        stmts[h.name] = select(func.max(s[h.col("date")])).where(s[h.col("pct_error")].is_not(None))
     with engine.connect() as conn:
-        df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
+        return {
+            h: _date(conn.execute(stmt.where(s.model_status != SHADOW)).scalar_one())
+            for h, stmt in stmts.items()
+        }
+
+
+def _earliest_run_date(engine: Engine, low: dict[str, dt.date | None]) -> dt.date:
+    """The lowest run date a read must start at so that it holds every row of run_date >= low[next_day]
+    and every row whose target date of another horizon is >= low[that horizon] (by the target-date
+    indexes, migration 0029: the rows near the newest ones only)."""
+    s = snapshots.c
+    since = low[DIRECTION.name]
+    with engine.connect() as conn:
+        for h in ERROR_ONLY:
+            if low[h.name] is None:
+                continue
+            # Grouped by the target date: the min over the target-date range, which SQLite would
+            # otherwise look for by scanning the run_date index from the oldest row.
+            date = s[h.col("date")]
+            stmt = select(func.min(s.run_date)).where(date >= low[h.name]).group_by(date)
+            since = min([since, *(_date(d) for d in conn.execute(stmt).scalars())])
+    return since
+
+
+def _date(value) -> dt.date | None:
+    """A date from either database (SQLite returns text from views and aggregates)."""
+    return None if value is None or value is pd.NaT else pd.Timestamp(value).date()
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
     for c in COUNTS:
         df[c] = df[c].astype("int64")
     for c in ("window_start", "window_end"):  # SQLite views return dates as text
@@ -412,6 +522,7 @@ def _with_target_dates(
     by_model: bool = False,
     include_in_sample: bool = False,
     include_ungated: bool = False,
+    bounds: Bounds | None = None,
 ) -> pd.DataFrame:
     """`next_monday_dates` / `one_month_dates`: the distinct target dates under each horizon's rows
     (`next_monday_n`, `one_month_n`). The same rows as the view (first row per evening on the ticker board,
@@ -425,8 +536,19 @@ def _with_target_dates(
         return board
     s = snapshots.c
     where = [s.model_status != SHADOW]
+    if bounds is not None:
+        # The view's own rows were all at or after `since` (_read): so are these, the same rows.
+        where.append(s.run_date >= bounds.since)
     if not by_model:
         first = select(func.min(s.id)).where(s.model_status != SHADOW).group_by(s.ticker, s.run_date)
+        if bounds is not None:
+            # The same first row (it shares its run_date). A closed range: SQLite's planner (no
+            # statistics) reads the run_date index for it, but scans a whole index for an open one.
+            first = (
+                select(func.min(s.id))
+                .where(s.model_status != SHADOW, s.run_date.between(bounds.since, dt.date.max))
+                .group_by(s.run_date, s.ticker)
+            )
         where.append(s.id.in_(first))
     if not include_in_sample:
         where.append(not_(s.in_sample))
@@ -437,10 +559,14 @@ def _with_target_dates(
     with engine.connect() as conn:
         for horizon, out in DATE_COUNTS.items():
             date, err = s[f"{horizon}_date"], s[f"{horizon}_pct_error"]
-            latest = conn.execute(select(func.max(date)).where(*where, err.is_not(None))).scalar_one()
+            if bounds is None:
+                latest = _date(
+                    conn.execute(select(func.max(date)).where(*where, err.is_not(None))).scalar_one()
+                )
+            else:
+                latest = bounds.latest[horizon]  # the view's, on the same rows
             if latest is None:
                 continue
-            latest = pd.Timestamp(latest).date()
             stmt = select(*cols, s.mode, date.label("target")).where(
                 *where, err.is_not(None), date <= latest, date >= latest - dt.timedelta(days=29)
             )
@@ -462,22 +588,24 @@ def hidden_in_sample(engine: Engine, mode: str = "all") -> int:
     flagged in-sample inside the window `--include-in-sample` would score."""
     if mode not in MODES:
         raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
-    # Fixed view name and a bound parameter: no user text reaches the SQL.
-    window = text(
-        f"SELECT MIN(window_start), MAX(window_end) FROM {TICKER_VIEW_WITH_IN_SAMPLE} WHERE mode = :mode"  # noqa: S608
-    )
+    views, _ = _read(engine, TICKER_VIEW_WITH_IN_SAMPLE, COLUMNS, mode)
+    if views.empty:
+        return 0
+    start, end = views["window_start"].min(), views["window_end"].max()
     with engine.connect() as conn:
-        start, end = conn.execute(window, {"mode": mode}).one()
-        if start is None:
-            return 0
         s = snapshots.c
-        first = select(func.min(s.id)).where(s.model_status != SHADOW).group_by(s.ticker, s.run_date)
+        # Within the window only: an evening's first row shares its run_date (issue 31: flat in years).
+        first = (
+            select(func.min(s.id))
+            .where(s.model_status != SHADOW, s.run_date >= start, s.run_date <= end)
+            .group_by(s.run_date, s.ticker)
+        )
         stmt = select(func.count()).where(
             s.id.in_(first),
             s.in_sample.is_(True),
             s.next_day_actual.is_not(None),
-            s.run_date >= pd.Timestamp(start).date(),
-            s.run_date <= pd.Timestamp(end).date(),
+            s.run_date >= start,
+            s.run_date <= end,
         )
         if mode != "all":
             stmt = stmt.where(s.mode == mode)

@@ -86,8 +86,10 @@ class TrainOutcome:
     features: str = ""  # "stored" or "recomputed (why)": see feature_store.prices_and_features
 
 
-def min_labeled_samples(cfg: ModelConfig) -> int:
-    return 4 * cfg.batch_size
+# Four batches / one batch of the seed's 32: fixed counts, so a recipe with bigger batches (the reference
+# profile's 128 since issue 31) turns away no ticker that trained before (a short epoch is one partial batch).
+MIN_LABELED_SAMPLES = 128
+MIN_TRAIN_ROWS = 32
 
 
 def checkpoint_path_for(settings: Settings, ticker: str, trained_on: dt.date, cfg: ModelConfig) -> Path:
@@ -129,7 +131,7 @@ def train_ticker(
             )
         samples = build_samples(prices, cfg.window, features=feats.frame)
         n_labeled = int(samples.labeled.sum())
-        need = min_labeled_samples(cfg)
+        need = MIN_LABELED_SAMPLES
         if n_labeled < need:
             return TrainOutcome(
                 ticker,
@@ -138,7 +140,7 @@ def train_ticker(
                 duration_s=time.perf_counter() - t0,
             )
         train_idx, val_idx = purged_split(samples, cfg.val_fraction)
-        if len(val_idx) == 0 or len(train_idx) < cfg.batch_size:
+        if len(val_idx) == 0 or len(train_idx) < MIN_TRAIN_ROWS:
             return TrainOutcome(
                 ticker,
                 "skipped",

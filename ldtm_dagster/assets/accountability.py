@@ -68,7 +68,7 @@ def snapshots(
     """
     check_evening_keys(context.run.tags, partition_keys(context, "snapshots"))
     engine, settings = database.engine(store), database.settings(store)
-    previous = _materialized_anchors(context)
+    previous = _materialized_anchors(context, audit.verified_tickers(engine))
     duplicates: dict[str, int] = {}
     heads: dict[str, str] = {}
 
@@ -132,6 +132,8 @@ def snapshots(
             # The chain head of every ticker after this run: a copy of the audit anchors kept outside
             # the app database (compared by the next run's `chain_matches_dagster_anchors`).
             CHAIN_HEADS: MetadataValue.json(heads),
+            # Whether the chain checks passed: the next runs read the anchors back to the newest such one.
+            CHAIN_VERIFIED: report.ok and (anchored is None or anchored.ok),
         },
         check_results=[
             AssetCheckResult(
@@ -166,28 +168,40 @@ def snapshots(
                         [_plain(p) for p in (anchored.problems if anchored else [])[:20]]
                     ),
                 },
-                description="the chain heads recorded in every earlier snapshots materialization's metadata "
-                "(each evening's own) are still in the snapshots table with the same hash (nothing deleted "
-                "or rewritten since)",
+                description="the chain heads recorded in the earlier snapshots materializations' metadata "
+                "(each evening's own, back to the newest evening whose chain checks passed) are still in the "
+                "snapshots table with the same hash (nothing deleted or rewritten since)",
             ),
         ],
     )
 
 
 CHAIN_HEADS = "chain_heads"
+CHAIN_VERIFIED = "chain_verified"
+PAGE = 10  # materializations per read, newest first (one or two are usually enough)
 
 
-def _materialized_anchors(context: AssetExecutionContext) -> dict[str, list[chain.Anchor]]:
-    """{ticker: [Anchor, ...]} from the chain heads of EVERY earlier snapshots materialization, each named
-    by its evening: a rewrite is caught against each evening's own record, not only the latest one
-    (which a rewrite flagged once would otherwise replace as the baseline)."""
+def _materialized_anchors(
+    context: AssetExecutionContext, verified: set[str] | None
+) -> dict[str, list[chain.Anchor]]:
+    """{ticker: [Anchor, ...]} from the chain heads of the earlier snapshots materializations, each named
+    by its evening, newest first back to the newest one whose chain checks passed (`chain_verified`) once
+    every ticker of the last verified audit (`verified`; None: no audit passed yet, read them all) has an
+    anchor. Every later evening is compared against its own record, so a rewrite flagged once does not
+    become the baseline (issue 20); the heads of a verified evening cover every row before them through
+    the hash chain, as the audit's own verified heads do, so the older ones add nothing (issue 31: the
+    read no longer grows with the evenings stored). Materializations written before `chain_verified`
+    existed count as unverified (the first run after the upgrade reads them all)."""
     out: dict[str, list[chain.Anchor]] = {}
     cursor = None
     while True:
-        page = context.instance.fetch_materializations(context.asset_key, limit=1000, cursor=cursor)
+        page = context.instance.fetch_materializations(
+            context.asset_key, limit=PAGE, cursor=cursor, ascending=False
+        )
         for record in page.records:
             materialization = record.asset_materialization
-            value = materialization.metadata.get(CHAIN_HEADS) if materialization else None
+            metadata = materialization.metadata if materialization else {}
+            value = metadata.get(CHAIN_HEADS)
             if value is None or not isinstance(value.value, dict):
                 continue
             source = f"the Dagster snapshots materialization of {materialization.partition or '-'} (run {record.run_id})"
@@ -198,9 +212,21 @@ def _materialized_anchors(context: AssetExecutionContext) -> dict[str, list[chai
                 continue
             for t, a in heads.items():
                 out.setdefault(t, []).append(a)
+            passed = metadata.get(CHAIN_VERIFIED)
+            if (
+                verified is not None
+                and passed is not None
+                and passed.value is True
+                and verified <= out.keys()
+            ):
+                return _oldest_first(out)
         if not page.has_more:
-            return out
+            return _oldest_first(out)
         cursor = page.cursor
+
+
+def _oldest_first(anchors: dict[str, list[chain.Anchor]]) -> dict[str, list[chain.Anchor]]:
+    return {t: v[::-1] for t, v in anchors.items()}
 
 
 def _plain(obj) -> dict:

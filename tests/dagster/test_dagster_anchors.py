@@ -8,7 +8,7 @@ import json
 
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
-from dagster import AssetCheckKey, AssetKey, materialize
+from dagster import AssetCheckKey, AssetKey, AssetMaterialization, materialize
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from ldtm_dagster_helpers import tiny_resources
 from sqlalchemy import select, text, update
@@ -78,3 +78,44 @@ def test_a_consistent_rewrite_blocks_every_later_evening(dagster_instance, sqlit
         assert str(dt.date.fromisoformat(evenings[1])) in flagged
     record = dagster_instance.event_log_storage.get_latest_asset_check_execution_by_key([check])[check]
     assert record.status == AssetCheckExecutionRecordStatus.FAILED
+
+
+@pytest.mark.timeout(300)
+def test_the_anchors_are_read_back_to_the_newest_verified_evening_only(
+    dagster_instance, sqlite_url, tmp_path, monkeypatch
+):
+    """Issue 31: an evening reads the earlier materializations newest first and stops at the newest one
+    whose chain checks passed (its heads cover every row before them through the chain): with 300 such
+    evenings stored, one page is read, not 300 records, and the check still compares and passes."""
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
+    engine = get_engine(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url)
+    df = ingest(engine, ["AAPL"], start="2024-01-02", end="2024-06-28")
+    make_model(engine, settings, "AAPL")
+    resources = tiny_resources(tmp_path / "home", sqlite_url, universe="AAPL")
+    first, second = [str(d) for d in sorted(df["date"].unique())[-2:]]
+    run = materialize([assets.snapshots], partition_key=first, instance=dagster_instance, resources=resources)
+    [event] = run.get_asset_materialization_events()
+    metadata = event.materialization.metadata
+    assert metadata[assets.accountability.CHAIN_VERIFIED].value is True
+    for _ in range(300):  # earlier verified evenings (their heads: the same chain's, so all still match)
+        dagster_instance.report_runless_asset_event(
+            AssetMaterialization("snapshots", partition=first, metadata=dict(metadata))
+        )
+    fetched = []
+    real = dagster_instance.fetch_materializations
+
+    def spy(*args, **kwargs):
+        page = real(*args, **kwargs)
+        if "cursor" in kwargs:  # the anchors' pages (Dagster itself asks for the latest one, limit 1)
+            fetched.extend(page.records)
+        return page
+
+    monkeypatch.setattr(dagster_instance, "fetch_materializations", spy)
+    result = materialize(
+        [assets.snapshots], partition_key=second, instance=dagster_instance, resources=resources
+    )
+    check = AssetCheckKey(AssetKey("snapshots"), "chain_matches_dagster_anchors")
+    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.asset_check_key == check]
+    assert evaluation.passed and evaluation.metadata["anchors_compared"].value == 1
+    assert 0 < len(fetched) <= assets.accountability.PAGE

@@ -1,0 +1,202 @@
+"""The board reads the evenings its windows cover, not the whole record (issue 31 item 2).
+
+Two stores hold the same recent evenings; one also holds years of OLD evenings, all before the window
+and before the SPA's baseline history. The boards (every row and figure), the SPA answer and the hidden
+in-sample count must be the same on both databases. The database's work must not grow with the old
+evenings: counted on SQLite as VM instructions (a progress handler: deterministic, and SQLite's planner
+has no statistics, so a plan that reads every evening shows). PostgreSQL's cost-based planner rightly
+scans a table of a few thousand rows whole whatever the SQL allows; its flat cost is measured at scale by
+benchmarks/scale.py (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import random
+
+import pandas as pd
+import pytest
+from sqlalchemy import event, insert, text, update
+
+from ldtm_core.accountability import leaderboard as board
+from ldtm_core.accountability.board_stats import HISTORY_DAYS
+from ldtm_core.db import get_engine
+from ldtm_core.migrate import upgrade
+from ldtm_core.schema import model_registry, snapshots
+
+LATEST = dt.date(2025, 6, 27)
+RECENT = 130  # evenings back from LATEST: the windows, the SPA's history and some margin
+OLD = 900  # evenings of old history, ending well before the SPA's history starts
+OLD_END = LATEST - dt.timedelta(days=RECENT + HISTORY_DAYS + 60)
+# Mean |error| columns: the database's float AVG sums in its scan order, which may differ by a rounding.
+MEANS = [c for c in board.COLUMNS if c.endswith("_mape")]
+
+
+def _model(conn, ticker: str, status: str = "active") -> int:
+    now = dt.datetime.now(dt.UTC)
+    mid = conn.execute(
+        insert(model_registry)
+        .values(
+            ticker=ticker,
+            status="candidate",
+            profile="demo",
+            arch_signature="sig",
+            config_json="{}",
+            trained_on_date=dt.date(2020, 1, 2),
+            checkpoint_path="x",
+            checkpoint_sha256="0" * 64,
+            created_at=now,
+            updated_at=now,
+        )  # fmt: skip
+        .returning(model_registry.c.id)
+    ).scalar_one()
+    conn.execute(update(model_registry).where(model_registry.c.id == mid).values(status=status))
+    return mid
+
+
+def _row(rng, ticker, mid, version, d, **kw) -> dict:
+    close = 100 + rng.uniform(-5, 5)
+    actual = close * (1 + rng.choice([-0.02, -0.01, 0.0, 0.01, 0.02]))
+    pred = close * (1 + rng.uniform(-0.02, 0.02))
+    sign = lambda v: (v > 0) - (v < 0)  # noqa: E731
+    return {
+        "ticker": ticker, "run_date": d, "run_date_close": close, "prev_close": close * rng.choice([0.99, 1.01]),
+        "model_id": mid, "model_version": version, "model_status": "active", "mode": rng.choice(["live", "replay"]),
+        "next_day_pred": pred, "next_monday_pred": pred, "one_month_pred": pred, "direction_pred": "neutral",
+        "next_day_date": d + dt.timedelta(days=1), "next_monday_date": d + dt.timedelta(days=3),
+        "one_month_date": d + dt.timedelta(days=30), "run_id": "r", "created_at": dt.datetime.now(dt.UTC),
+        "prev_hash": f"{ticker}{d}{version}", "row_hash": "h", "in_sample": False,
+        "next_day_actual": actual, "next_day_pct_error": (pred - actual) / actual * 100,
+        "next_day_direction_correct": None if actual == close else sign(pred - close) == sign(actual - close),
+        "next_monday_actual": actual, "next_monday_pct_error": rng.uniform(-8, 8),
+        "one_month_actual": actual, "one_month_pct_error": rng.uniform(-12, 12),
+    } | kw  # fmt: skip
+
+
+def _store(url: str, old: bool):
+    """Three tickers with an active model (GONE's evenings stopped before the window: a stale row), a
+    re-prediction by a second model, in-sample and ungated evenings, the newest month's targets unfilled;
+    with `old`, OLD more evenings per ticker far back."""
+    upgrade(url)
+    engine = get_engine(url)
+    rng = random.Random(7)
+    rows = []
+    with engine.begin() as conn:
+        ids = {t: _model(conn, t) for t in ("AAA", "BBB", "GONE")}
+        v2 = _model(conn, "AAA", status="retired")
+        recent = [LATEST - dt.timedelta(days=k) for k in range(RECENT)]
+        for t in ("AAA", "BBB"):
+            for k, d in enumerate(recent):
+                r = _row(rng, t, ids[t], "v1", d, in_sample=k % 11 == 5)
+                if k % 13 == 3:
+                    r["model_status"] = "candidate"  # ungated evening
+                if k < 25:  # the newest month's one-month targets are not known yet
+                    r["one_month_actual"] = r["one_month_pct_error"] = None
+                rows.append(r)
+            rows.append(_row(rng, t, ids[t], "v1", LATEST + dt.timedelta(days=1), next_day_actual=None))
+        rows += [_row(rng, "AAA", v2, "v2", d) for d in recent[2:9]]  # re-predicted: not scored twice
+        rows += [_row(rng, "GONE", ids["GONE"], "v1", d) for d in recent[60:]]
+        if old:
+            for t in ("AAA", "BBB", "GONE"):
+                rows += [_row(rng, t, ids[t], "v1", OLD_END - dt.timedelta(days=k)) for k in range(OLD)]
+        rng.shuffle(rows)  # ids in no date order: the first row of an evening is still its first
+        # ... except the re-prediction, whose evenings must be predicted first by v1 (published first).
+        rows.sort(key=lambda r: r["model_version"])
+        conn.execute(insert(snapshots), rows)
+    return engine
+
+
+class _Work:
+    """SQLite VM instructions run on `engine` while active, in hundreds (a progress handler)."""
+
+    def __init__(self, engine):
+        self.engine, self.count = engine, 0
+
+    def before(self, conn, cursor, statement, params, context, executemany):
+        conn.connection.driver_connection.set_progress_handler(self._tick, 100)
+
+    def after(self, conn, cursor, statement, params, context, executemany):
+        conn.connection.driver_connection.set_progress_handler(None, 0)
+
+    def _tick(self) -> int:
+        self.count += 1
+        return 0  # go on
+
+    def __enter__(self):
+        event.listen(self.engine, "before_cursor_execute", self.before)
+        event.listen(self.engine, "after_cursor_execute", self.after)
+        return self
+
+    def __exit__(self, *exc):
+        event.remove(self.engine, "before_cursor_execute", self.before)
+        event.remove(self.engine, "after_cursor_execute", self.after)
+
+
+def _everything(engine, **flags):
+    sqlite = engine.dialect.name == "sqlite"
+    with _Work(engine) if sqlite else contextlib.nullcontext() as work:
+        table = board.leaderboard(engine, **flags)
+        per_model = board.leaderboard_by_model(engine, **flags)
+        hidden = board.hidden_in_sample(engine)
+    spa = board.universe(engine, table, **flags)
+    return table, per_model, (spa, hidden), work.count if sqlite else None
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    means = [c for c in MEANS if c in a]
+    pd.testing.assert_frame_equal(a.drop(columns=means), b.drop(columns=means), check_exact=True)
+    pd.testing.assert_frame_equal(a[means], b[means], check_exact=False, rtol=1e-12)
+
+
+@pytest.mark.parametrize("flags", [{}, {"include_in_sample": True, "include_ungated": True}])
+def test_old_history_changes_neither_the_board_nor_the_rows_it_reads(db_url, tmp_path, flags):
+    if db_url.startswith("sqlite"):
+        urls = [f"sqlite:///{tmp_path}/recent.db", f"sqlite:///{tmp_path}/old.db"]
+    else:
+        urls = [db_url]  # the fixture's database; the second store is built in it after the first
+    recent = _store(urls[0], old=False)
+    table, per_model, spa, work_recent = _everything(recent, **flags)
+    if len(urls) == 1:
+        with recent.begin() as conn:
+            conn.execute(snapshots.delete())
+            conn.execute(model_registry.delete())
+    full = _store(urls[-1], old=True)
+    table_old, per_model_old, spa_old, work_old = _everything(full, **flags)
+
+    assert len(table) == 3 and table.set_index("ticker").loc["GONE", "stale"]
+    assert table["n"].iloc[0] >= 15 and table["next_monday_dates"].iloc[0] > 0  # a real board
+    _same(table, table_old)
+    _same(per_model, per_model_old)
+    assert spa == spa_old
+    if work_recent is not None:
+        # 3 x OLD old rows beside ~3 x RECENT recent ones (about 7 times as many): the work stays flat.
+        assert work_old <= 1.2 * work_recent + 50, (work_recent, work_old)
+
+
+def _whole_view(engine, view: str) -> pd.DataFrame:
+    with engine.connect() as conn:
+        # A fixed view name from the module: no user text.
+        rows = conn.execute(text(f"SELECT {', '.join(board.COLUMNS)} FROM {view} WHERE mode = 'all'"))  # noqa: S608
+        return board._typed(pd.DataFrame(rows.all(), columns=board.COLUMNS))
+
+
+@pytest.mark.parametrize("unscored", [0, 20, 80])
+def test_a_window_below_the_newest_filled_evenings_is_read_whole(sqlite_url, unscored):
+    """The newest `unscored` evenings are all in-sample: the default board's windows end below the newest
+    filled dates (a second, wider read, or the whole view when they lie below the first read's bound),
+    and the rows equal the whole view's either way."""
+    engine = _store(sqlite_url, old=True)
+    with engine.begin() as conn:
+        conn.execute(
+            update(snapshots)
+            .where(snapshots.c.run_date > LATEST - dt.timedelta(days=unscored))
+            .values(in_sample=True)
+        )
+    got, bounds = board._read(engine, board.TICKER_VIEW, board.COLUMNS, "all")
+    assert (bounds is None) == (unscored == 80)  # 80 days is below the first read: the whole view
+    if bounds is not None:
+        assert got["window_end"].max() == LATEST - dt.timedelta(days=max(unscored, 0))
+    key = ["ticker"]
+    want = _whole_view(engine, board.TICKER_VIEW)
+    _same(got.sort_values(key).reset_index(drop=True), want.sort_values(key).reset_index(drop=True))
