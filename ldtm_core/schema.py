@@ -193,6 +193,8 @@ snapshots = Table(
     Index("ix_snapshots_ticker_id", "ticker", "id"),
     # The board's windows of the error-only horizons are found by target date (0029).
     *(Index(f"ix_snapshots_{h.col('date')}", h.col("date")) for h in ERROR_ONLY),
+    # Room on each page for the fills' new row versions: HOT updates, no index writes (migration 0030).
+    postgresql_with={"fillfactor": 40},
 )
 
 # Every re-fill of a filled actual (a revised bar, a corporate action recorded after the fill): the old
