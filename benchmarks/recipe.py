@@ -91,6 +91,9 @@ def _hits(model, test: SampleSet) -> int:
 
 
 WARM_FOLDS = "warm_folds"  # not a ModelConfig field: fold k+1 fine-tunes fold k's weights, as `--warm-start`
+# Not ModelConfig fields either: `profile:reference_b32` starts from another profile, `malloc:0` trains
+# with glibc's malloc defaults (LDTM_TRAINING_MALLOC=0; a process-wide setting, so only with --fresh).
+PROFILE, MALLOC = "profile", "malloc"
 
 
 def parse_variant(spec: str) -> tuple[str, dict]:
@@ -105,8 +108,10 @@ def parse_variant(spec: str) -> tuple[str, dict]:
         key, _, value = item.partition(":")
         if not value:
             raise SystemExit(f"--variant {spec!r}: {item!r} is not field:value of ModelConfig")
-        if key == WARM_FOLDS:
+        if key in (WARM_FOLDS, MALLOC):
             overrides[key] = bool(int(value))
+        elif key == PROFILE:
+            overrides[key] = value
         else:
             pairs.append(f"{key}={value}")
     try:
@@ -119,8 +124,8 @@ def parse_variant(spec: str) -> tuple[str, dict]:
 
 def _config(overrides: dict) -> tuple[ModelConfig, bool]:
     """(the variant's config, whether its folds are warm-chained)."""
-    fields = {k: v for k, v in overrides.items() if k != WARM_FOLDS}
-    return get_profile("reference", **fields), bool(overrides.get(WARM_FOLDS))
+    fields = {k: v for k, v in overrides.items() if k not in (WARM_FOLDS, PROFILE, MALLOC)}
+    return get_profile(overrides.get(PROFILE, "reference"), **fields), bool(overrides.get(WARM_FOLDS))
 
 
 def _fit(train: SampleSet, val: SampleSet, cfg: ModelConfig, shorter: list[int], init_state=None):
@@ -176,6 +181,9 @@ def _one_ticker(
     url: str, ticker: str, variants: dict[str, dict], patiences: list[int], folds: int, verify: bool
 ) -> dict:
     torch.set_num_threads(1)
+    for overrides in variants.values():
+        if MALLOC in overrides:  # read once per process by allocator.keep_freed_buffers: --fresh only
+            os.environ["LDTM_TRAINING_MALLOC"] = "1" if overrides[MALLOC] else "0"
     prices, feats = prices_and_features(get_engine(url), ticker)
     result = {"ticker": ticker, "variants": {}}
     for name, overrides in variants.items():
@@ -217,8 +225,15 @@ def main() -> None:
     )
     ap.add_argument("--folds", type=int, default=DEFAULT_FOLDS)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="each (ticker, variant) in a fresh worker process, so no variant inherits another's allocator state",
+    )
     args = ap.parse_args()
     variants = dict(parse_variant(v) for v in (args.variant or ["fp32=amp:off", "bf16=amp:bf16"]))
+    if not args.fresh and any(MALLOC in v for v in variants.values()):
+        raise SystemExit("a malloc: variant needs --fresh (the allocator setting is per process)")
     patiences = [int(p) for p in args.patience.split(",") if p]
     universe = load_universe("full")
     tickers = universe[:: max(1, len(universe) // args.tickers)][: args.tickers]
@@ -232,7 +247,7 @@ def main() -> None:
     for name, overrides in variants.items():
         cfg, warm = _config(overrides)
         print(
-            f"  {name}: reference with {overrides or 'nothing'} -> amp {cfg.amp}, batch {cfg.batch_size}, "
+            f"  {name}: {overrides.get(PROFILE, 'reference')} with {overrides or 'nothing'} -> amp {cfg.amp}, batch {cfg.batch_size}, "
             f"lr {cfg.lr:g}, patience {cfg.patience}, max_epochs {cfg.max_epochs}, "
             f"folds {'warm-chained' if warm else 'cold'}"
         )
@@ -240,15 +255,28 @@ def main() -> None:
         url = f"sqlite:///{home}/recipe.db"
         ingest_synthetic(upgrade(url), tickers, start, end, seed=0)
         t0 = time.perf_counter()
-        with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        fresh = {"max_tasks_per_child": 1} if args.fresh else {}
+        with ProcessPoolExecutor(
+            args.workers, mp_context=multiprocessing.get_context("spawn"), **fresh
+        ) as pool:
+            # --fresh: one task per (ticker, variant), the variants of a ticker submitted one after
+            # another so that they run under the same load; otherwise one task per ticker.
+            jobs = [
+                [(t, variants)] if not args.fresh else [(t, {n: v}) for n, v in variants.items()]
+                for t in tickers
+            ]
             futures = [
-                pool.submit(_one_ticker, url, t, variants, patiences, args.folds, i == 0)
-                for i, t in enumerate(tickers)
+                [
+                    pool.submit(_one_ticker, url, t, vs, patiences, args.folds, i == 0 and j == 0)
+                    for j, (t, vs) in enumerate(job)
+                ]
+                for i, job in enumerate(jobs)
             ]
             results = []
-            for f in futures:
-                results.append(f.result())
-                r = results[-1]
+            for group in futures:
+                parts = [f.result() for f in group]
+                r = {**parts[0], "variants": {n: v for p in parts for n, v in p["variants"].items()}}
+                results.append(r)
                 line = "; ".join(
                     f"{name} {max(v.values(), key=lambda x: x['epochs'])['wall_s']:.0f} s"
                     for name, v in r["variants"].items()

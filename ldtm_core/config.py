@@ -133,6 +133,7 @@ BOOLEAN_SETTINGS = (
     "LDTM_YFINANCE_AUTO_ADJUST",  # default off
     "LDTM_BF16_PROBE",  # default on
     "LDTM_K8S_GPU_PER_STEP",  # default on
+    "LDTM_TRAINING_MALLOC",  # default on
 )
 # The other settings the code reads (text, paths, URLs): listed so that a test can tell a new
 # numeric setting that was never given a range here.
@@ -240,6 +241,11 @@ SETTINGS: dict[str, Setting] = _table(
     Setting("LDTM_AMP", None, "training precision", "choice", ("auto", "bf16", "off")),
     Setting("LDTM_MAX_WORKERS", None, "training workers (none: the slot plan)"),
     Setting("LDTM_BF16_PROBE", True, "measure bf16 against fp32 on this CPU before using it"),
+    Setting(
+        "LDTM_TRAINING_MALLOC",
+        True,
+        "a CPU training process keeps its freed buffers (glibc mallopt) instead of mapping them anew each step",
+    ),
     Setting("LDTM_BACKTEST_REUSE", True, "backtests reuse stored fold outcomes whose key is unchanged"),
     # GPU slots (SPEC §6).
     Setting("LDTM_GPU_PER_JOB_MIB", 600, "VRAM one training job needs"),

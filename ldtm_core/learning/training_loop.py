@@ -20,6 +20,7 @@ from torch import nn
 
 from ldtm_core.data.samples import SampleSet
 from ldtm_core.errors import InputError, LDTMError
+from ldtm_core.learning.allocator import keep_freed_buffers
 from ldtm_core.learning.model import LDTM, ModelConfig
 from ldtm_core.learning.precision import amp_dtype, precision_name
 
@@ -185,6 +186,7 @@ def setup_device(device: torch.device, threads: int | None) -> None:
     else:
         # Concurrent jobs each get one thread by default: 2 x 1 beats 1 x 2 on a 2-core box.
         torch.set_num_threads(max(1, threads or 1))
+        keep_freed_buffers()
 
 
 def fit(
