@@ -83,14 +83,14 @@ class AppDatabase(ConfigurableResource):
 
 
 class TrainingProfile(ConfigurableResource):
-    """The model profile (reference / upgrade / demo / tuned) and optional overrides used for training.
+    """The model profile (reference / reference_b32 / upgrade / demo / tuned) and optional overrides used for training.
 
     `tuned` trains each ticker with its study's best settings (`hpo_studies`), `reference` without one.
     """
 
     profile: str = "reference"
     max_epochs: int | None = None
-    patience: int | None = None  # early-stopping patience; None: the profile's (reference: 5)
+    patience: int | None = None  # early-stopping patience; None: the profile's (reference: 3)
     amp: str | None = None  # training precision auto | bf16 | fp16 | off; None: the profile's (auto)
     max_workers: int | None = None
 

@@ -63,8 +63,10 @@ def test_environment_feeds_the_resources(monkeypatch):
 def test_training_profile_passes_patience_and_precision_to_the_model_config():
     """Patience and precision are the weekly loop's speed levers; the UI can set them per run."""
     cfg = TrainingProfile(profile="reference", patience=10, amp="off").config()
-    assert (cfg.patience, cfg.amp, cfg.batch_size) == (10, "off", 32)
-    assert TrainingProfile().config().patience == 5
+    assert (cfg.patience, cfg.amp, cfg.batch_size) == (10, "off", 128)  # the rest is the profile's
+    assert TrainingProfile().config().patience == 3  # the reference profile's (issue 31)
+    old = TrainingProfile(profile="reference_b32").config()  # the recipe before it, one name away
+    assert (old.batch_size, old.lr, old.patience, old.fast_dropout) == (32, 1e-3, 5, False)
     with pytest.raises(Failure, match="amp='fast'"):
         TrainingProfile(amp="fast").setup_for_execution(build_init_resource_context())
 
