@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import torch
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.config import Settings
@@ -15,7 +15,7 @@ from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
-from ldtm_core.schema import backtest_folds
+from ldtm_core.schema import backtest_folds, model_registry
 
 
 def make_settings(tmp_path: Path, url: str, **kw) -> Settings:
@@ -101,3 +101,28 @@ def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None, cfg=N
             ],
         )
     return bid
+
+
+def registry_row(conn, ticker: str, status: str = "candidate", trained_on=dt.date(2024, 1, 2)) -> int:
+    """A bare model_registry row (no checkpoint behind it) for tests that read the registry only; inserted
+    as a candidate, then set to `status` as the registry's transitions would."""
+    now = dt.datetime.now(dt.UTC)
+    mid = conn.execute(
+        insert(model_registry)
+        .values(
+            ticker=ticker,
+            status="candidate",
+            profile="demo",
+            arch_signature="sig",
+            config_json="{}",
+            trained_on_date=trained_on,
+            checkpoint_path="x",
+            checkpoint_sha256="0" * 64,
+            created_at=now,
+            updated_at=now,
+        )  # fmt: skip
+        .returning(model_registry.c.id)
+    ).scalar_one()
+    if status != "candidate":
+        conn.execute(update(model_registry).where(model_registry.c.id == mid).values(status=status))
+    return mid

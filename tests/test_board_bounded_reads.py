@@ -17,6 +17,7 @@ import random
 
 import pandas as pd
 import pytest
+from accountability_helpers import registry_row
 from sqlalchemy import event, insert, text, update
 
 from ldtm_core.accountability import leaderboard as board
@@ -34,25 +35,7 @@ MEANS = [c for c in board.COLUMNS if c.endswith("_mape")]
 
 
 def _model(conn, ticker: str, status: str = "active") -> int:
-    now = dt.datetime.now(dt.UTC)
-    mid = conn.execute(
-        insert(model_registry)
-        .values(
-            ticker=ticker,
-            status="candidate",
-            profile="demo",
-            arch_signature="sig",
-            config_json="{}",
-            trained_on_date=dt.date(2020, 1, 2),
-            checkpoint_path="x",
-            checkpoint_sha256="0" * 64,
-            created_at=now,
-            updated_at=now,
-        )  # fmt: skip
-        .returning(model_registry.c.id)
-    ).scalar_one()
-    conn.execute(update(model_registry).where(model_registry.c.id == mid).values(status=status))
-    return mid
+    return registry_row(conn, ticker, status, trained_on=dt.date(2020, 1, 2))
 
 
 def _row(rng, ticker, mid, version, d, **kw) -> dict:

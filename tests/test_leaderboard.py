@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from accountability_helpers import registry_row
 from scipy.stats import binomtest
 from sqlalchemy import insert, update
 
@@ -27,23 +28,7 @@ def wilson(hits, n, z=1.96):
 
 
 def _model(conn, ticker):
-    now = dt.datetime.now(dt.UTC)
-    return conn.execute(
-        insert(model_registry)
-        .values(
-            ticker=ticker,
-            status="candidate",
-            profile="demo",
-            arch_signature="sig",
-            config_json="{}",
-            trained_on_date=dt.date(2024, 1, 2),
-            checkpoint_path="x",
-            checkpoint_sha256="0" * 64,
-            created_at=now,
-            updated_at=now,
-        )
-        .returning(model_registry.c.id)
-    ).scalar_one()
+    return registry_row(conn, ticker)
 
 
 def _activate(conn, model_id):
