@@ -19,6 +19,16 @@ from ldtm_core.schema import run_log, snapshots
 from ldtm_dagster import assets
 
 
+@pytest.fixture
+def aapl_store(sqlite_url, tmp_path, monkeypatch):
+    """(engine, prices, resources): AAPL's prices and an active model, resources on that store, no audit key."""
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
+    engine = get_engine(sqlite_url)
+    df = ingest(engine, ["AAPL"], start="2024-01-02", end="2024-06-28")
+    make_model(engine, make_settings(tmp_path, sqlite_url), "AAPL")
+    return engine, df, tiny_resources(tmp_path / "home", sqlite_url, universe="AAPL")
+
+
 def _rewrite_everything(engine) -> None:
     """A consistent forgery without the key: predictions edited, every hash and run_log anchor redone."""
     with engine.begin() as conn:
@@ -45,13 +55,8 @@ def _rewrite_everything(engine) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_consistent_rewrite_blocks_every_later_evening(dagster_instance, sqlite_url, tmp_path, monkeypatch):
-    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
-    engine = get_engine(sqlite_url)
-    settings = make_settings(tmp_path, sqlite_url)
-    df = ingest(engine, ["AAPL"], start="2024-01-02", end="2024-06-28")
-    make_model(engine, settings, "AAPL")
-    resources = tiny_resources(tmp_path / "home", sqlite_url, universe="AAPL")
+def test_a_consistent_rewrite_blocks_every_later_evening(dagster_instance, aapl_store):
+    engine, df, resources = aapl_store
     evenings = [str(d) for d in sorted(df["date"].unique())[-4:]]
 
     def evening(key: str):
@@ -82,17 +87,12 @@ def test_a_consistent_rewrite_blocks_every_later_evening(dagster_instance, sqlit
 
 @pytest.mark.timeout(300)
 def test_the_anchors_are_read_back_to_the_newest_verified_evening_only(
-    dagster_instance, sqlite_url, tmp_path, monkeypatch
+    dagster_instance, aapl_store, monkeypatch
 ):
     """Issue 31: an evening reads the earlier materializations newest first and stops at the newest one
     whose chain checks passed (its heads cover every row before them through the chain): with 300 such
     evenings stored, one page is read, not 300 records, and the check still compares and passes."""
-    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
-    engine = get_engine(sqlite_url)
-    settings = make_settings(tmp_path, sqlite_url)
-    df = ingest(engine, ["AAPL"], start="2024-01-02", end="2024-06-28")
-    make_model(engine, settings, "AAPL")
-    resources = tiny_resources(tmp_path / "home", sqlite_url, universe="AAPL")
+    engine, df, resources = aapl_store
     first, second = [str(d) for d in sorted(df["date"].unique())[-2:]]
     run = materialize([assets.snapshots], partition_key=first, instance=dagster_instance, resources=resources)
     [event] = run.get_asset_materialization_events()
