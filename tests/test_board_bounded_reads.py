@@ -20,6 +20,7 @@ import pytest
 from accountability_helpers import registry_row
 from sqlalchemy import event, insert, text, update
 
+from ldtm_core.accountability import board_reads
 from ldtm_core.accountability import leaderboard as board
 from ldtm_core.accountability.board_stats import HISTORY_DAYS
 from ldtm_core.db import get_engine
@@ -91,29 +92,30 @@ def _store(url: str, old: bool):
 
 
 class _Work:
-    """SQLite VM instructions run on `engine` while active, in hundreds (a progress handler)."""
+    """SQLite VM instructions run on `engine` while active, in hundreds (a progress handler on every
+    connection checked out: the rows a statement streams are fetched after it returns)."""
 
     def __init__(self, engine):
         self.engine, self.count = engine, 0
 
-    def before(self, conn, cursor, statement, params, context, executemany):
-        conn.connection.driver_connection.set_progress_handler(self._tick, 100)
+    def checkout(self, dbapi_conn, record, proxy):
+        dbapi_conn.set_progress_handler(self._tick, 100)
 
-    def after(self, conn, cursor, statement, params, context, executemany):
-        conn.connection.driver_connection.set_progress_handler(None, 0)
+    def checkin(self, dbapi_conn, record):
+        dbapi_conn.set_progress_handler(None, 0)
 
     def _tick(self) -> int:
         self.count += 1
         return 0  # go on
 
     def __enter__(self):
-        event.listen(self.engine, "before_cursor_execute", self.before)
-        event.listen(self.engine, "after_cursor_execute", self.after)
+        event.listen(self.engine, "checkout", self.checkout)
+        event.listen(self.engine, "checkin", self.checkin)
         return self
 
     def __exit__(self, *exc):
-        event.remove(self.engine, "before_cursor_execute", self.before)
-        event.remove(self.engine, "after_cursor_execute", self.after)
+        event.remove(self.engine, "checkout", self.checkout)
+        event.remove(self.engine, "checkin", self.checkin)
 
 
 def _everything(engine, **flags):
@@ -183,3 +185,52 @@ def test_a_window_below_the_newest_filled_evenings_is_read_whole(sqlite_url, uns
     key = ["ticker"]
     want = _whole_view(engine, board.TICKER_VIEW)
     _same(got.sort_values(key).reset_index(drop=True), want.sort_values(key).reset_index(drop=True))
+
+
+PLOTTED = ["AAA", "BBB", "GONE"]
+
+
+def _plotted(engine):
+    sqlite = engine.dialect.name == "sqlite"
+    with _Work(engine) if sqlite else contextlib.nullcontext() as work:
+        rows = board_reads.recent_next_day(engine, PLOTTED)
+    return rows, work.count if sqlite else None
+
+
+def test_the_plots_recent_evenings_ignore_old_history(db_url, tmp_path):
+    """recent_next_day (the board's plot): the same rows with years of old evenings stored, read flat.
+    GONE stopped before the others' window: it is completed from its own newest evening, not whole."""
+    urls = (
+        [f"sqlite:///{tmp_path}/recent.db", f"sqlite:///{tmp_path}/old.db"]
+        if "sqlite" in db_url
+        else [db_url]
+    )
+    recent = _store(urls[0], old=False)
+    rows, work_recent = _plotted(recent)
+    if len(urls) == 1:
+        with recent.begin() as conn:
+            conn.execute(snapshots.delete())
+            conn.execute(model_registry.delete())
+    rows_old, work_old = _plotted(_store(urls[-1], old=True))
+
+    assert rows["ticker"].value_counts().to_dict() == dict.fromkeys(PLOTTED, 30)
+    assert rows.groupby("ticker")["run_date"].max()["GONE"] == LATEST - dt.timedelta(days=60)
+    pd.testing.assert_frame_equal(rows, rows_old, check_exact=True)
+    if work_recent is not None:
+        assert work_old <= 1.2 * work_recent + 50, (work_recent, work_old)
+
+
+def test_a_ticker_scored_only_long_ago_is_plotted_from_its_whole_record(sqlite_url):
+    """AAA's newest 120 evenings are in-sample: its last 30 scored evenings reach into the old history,
+    and the plot's rows equal an unbounded read's."""
+    engine = _store(sqlite_url, old=True)
+    with engine.begin() as conn:
+        conn.execute(
+            update(snapshots)
+            .where(snapshots.c.ticker == "AAA", snapshots.c.run_date > LATEST - dt.timedelta(days=120))
+            .values(in_sample=True)
+        )
+    got = board_reads.recent_next_day(engine, PLOTTED)
+    whole = board_reads._recent_rows(engine, PLOTTED, None, 30)
+    pd.testing.assert_frame_equal(got, whole.sort_values(["ticker", "run_date"]).reset_index(drop=True))
+    assert got[got["ticker"] == "AAA"]["run_date"].min() <= OLD_END

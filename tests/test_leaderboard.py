@@ -11,7 +11,8 @@ from accountability_helpers import registry_row
 from scipy.stats import binomtest
 from sqlalchemy import insert, update
 
-from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day, verdict
+from ldtm_core.accountability.board_reads import recent_next_day
+from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, verdict
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS, NAMES
 from ldtm_core.schema import model_registry, snapshots
@@ -267,8 +268,6 @@ def test_bad_mode(engine):
 
 
 def test_recent_next_day_keeps_filled_rows_of_the_last_sessions(engine):
-    from ldtm_core.accountability.leaderboard import recent_next_day
-
     _build(engine)
     recent = recent_next_day(engine, ["AAA"], sessions=10)
     assert len(recent) == 10 and set(recent["ticker"]) == {"AAA"}

@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 from ldtm_core.accountability import registry, shadow
 from ldtm_core.accountability.audit import verify
+from ldtm_core.accountability.board_reads import recent_next_day
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, recent_next_day
+from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model
 from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ticker_predictions
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.errors import InputError

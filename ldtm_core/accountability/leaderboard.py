@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
-from sqlalchemy import Date, Engine, bindparam, func, not_, select, text
+from sqlalchemy import Engine, bindparam, func, not_, select
 
-from ldtm_core import accuracy_views
 from ldtm_core.accountability import board_stats
+from ldtm_core.accountability.board_reads import Bounds, as_date, next_day_rows, read_view, scored_rows
 from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
 from ldtm_core.accountability.registry import SHADOW, serving_models
 from ldtm_core.accountability.skill import SkillTest, format_p_value
@@ -183,7 +181,7 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str, include_ung
         newest = newest.where(s.mode == mode)
     with engine.connect() as conn:
         found = {t: conn.execute(newest, {"t": t}).scalar_one_or_none() for t in missing}
-    last = {t: _date(d) for t, d in found.items() if d is not None}
+    last = {t: as_date(d) for t, d in found.items() if d is not None}
     window = (board["window_start"].min(), board["window_end"].max()) if len(board) else (None, None)
     extra = pd.DataFrame(
         [
@@ -223,112 +221,12 @@ def leaderboard_by_model(
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
 
 
-# Days a window's newest date is searched below the newest filled one (the evenings after it may be
-# in-sample, ungated or not an evening's first row): a wider first read spares most second reads.
-SLACK_DAYS = 7
-LATEST = {h.name: f"{accuracy_views.LATEST_PREFIX}{h.name}" for h in (DIRECTION, *ERROR_ONLY)}
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """What a bounded read of a view found: every row the view used has run_date >= since, and each
-    horizon's window ends at latest[name] (None: that horizon has no filled row, no window)."""
-
-    since: dt.date
-    latest: dict[str, dt.date | None]
-
-
 def _read(engine: Engine, view: str, columns: list[str], mode: str) -> tuple[pd.DataFrame, Bounds | None]:
-    """The view's rows of `mode`, read from the evenings its windows cover only (issue 31: the board's
-    cost flat in the stored years) and identical to the whole view's; the whole view is read when the
-    bound cannot be shown to hold (nothing filled yet, or no scored row near the newest filled ones).
-    Returns the rows and the bounds they were read within (None when the whole view was read)."""
+    """The view's rows of `mode`, typed, read within the board's windows (board_reads.read_view)."""
     if mode not in MODES:
         raise InputError(f"leaderboard mode must be one of {', '.join(MODES)}, not {mode!r}")
-    df, bounds = _read_bounded(engine, view, columns)
-    if bounds is None:
-        cols = ", ".join(columns)
-        # Fixed view and column names from this module and a bound parameter: no user text reaches the SQL.
-        stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
-        with engine.connect() as conn:
-            df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
-    else:
-        df = df[df["mode"] == mode].reset_index(drop=True)
+    df, bounds = read_view(engine, view, columns, mode)
     return _typed(df), bounds
-
-
-def _read_bounded(engine: Engine, view: str, columns: list[str]) -> tuple[pd.DataFrame, Bounds | None]:
-    """The view's rows (every mode) from snapshot rows with run_date >= a bound, when that bound provably
-    loses none of them (accuracy_views.bounded_select_sql). A window is kept whole when its newest date
-    found in the bounded rows minus 29 days is at or above the bound its horizon asked for: a scored row
-    above that newest date would itself lie inside the rows read. Two reads at most; None otherwise."""
-    newest = _newest_filled(engine)
-    if newest[DIRECTION.name] is None:
-        return pd.DataFrame(columns=columns), None
-    # The lowest date each window may start at: its newest filled date, less the window and the slack.
-    low = {h: None if d is None else d - dt.timedelta(days=29 + SLACK_DAYS) for h, d in newest.items()}
-    sql = accuracy_views.bounded_select_sql(view, engine.dialect.name)
-    # Fixed SQL from the view builder; the bound is a parameter (typed: SQLite stores dates as text).
-    stmt = text(f"SELECT {', '.join([*columns, *LATEST.values()])} FROM ({sql}) b").bindparams(  # noqa: S608
-        bindparam("since", type_=Date)
-    )
-    for _ in range(2):
-        since = _earliest_run_date(engine, low)
-        with engine.connect() as conn:
-            df = pd.DataFrame(
-                conn.execute(stmt, {"since": since}).all(),
-                columns=[*columns, *LATEST.values()],
-            )
-        if df.empty:
-            return df, None
-        latest = {h: _date(df[c].iloc[0]) for h, c in LATEST.items()}
-        retry = False
-        for h, d in latest.items():
-            if low[h] is None or (d is not None and d - dt.timedelta(days=29) >= low[h]):
-                continue  # a horizon with nothing filled anywhere has no window; this one is whole
-            if d is None or d < low[h]:
-                return df, None  # its newest scored date may lie below the rows read
-            low[h], retry = d - dt.timedelta(days=29), True  # that date is exact: read down to its window
-        if not retry:
-            return df.drop(columns=list(LATEST.values())), Bounds(since, latest)
-    return df, None
-
-
-def _newest_filled(engine: Engine) -> dict[str, dt.date | None]:
-    """Each horizon's newest filled date over every non-shadow row (an upper bound of the views' latest
-    dates: they take the max over fewer rows). By index, newest first: run_date, then each target date."""
-    s = snapshots.c
-    stmts = {DIRECTION.name: select(func.max(s.run_date)).where(s.next_day_actual.is_not(None))}
-    for h in ERROR_ONLY:
-        stmts[h.name] = select(func.max(s[h.col("date")])).where(s[h.col("pct_error")].is_not(None))
-    with engine.connect() as conn:
-        return {
-            h: _date(conn.execute(stmt.where(s.model_status != SHADOW)).scalar_one())
-            for h, stmt in stmts.items()
-        }
-
-
-def _earliest_run_date(engine: Engine, low: dict[str, dt.date | None]) -> dt.date:
-    """The lowest run date a read must start at so that it holds every row of run_date >= low[next_day]
-    and every row whose target date of another horizon is >= low[that horizon] (by the target-date
-    indexes, migration 0029: the rows near the newest ones only)."""
-    s = snapshots.c
-    since = low[DIRECTION.name]
-    with engine.connect() as conn:
-        for h in ERROR_ONLY:
-            if low[h.name] is None:
-                continue
-            # Grouped by the target date: the min over the target-date range, which SQLite would
-            # otherwise look for by scanning the run_date index from the oldest row.
-            date = s[h.col("date")]
-            stmt = select(func.min(s.run_date)).where(date >= low[h.name]).group_by(date)
-            since = min([since, *(_date(d) for d in conn.execute(stmt).scalars())])
-    return since
-
-
-def _date(value) -> dt.date | None:
-    """A date from either database (SQLite returns text from views and aggregates)."""
-    return None if value is None or value is pd.NaT else pd.Timestamp(value).date()
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
@@ -377,69 +275,6 @@ def _keys(frame: pd.DataFrame, by_model: bool) -> list[tuple]:
     return list(frame[cols].itertuples(index=False, name=None))
 
 
-def _next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFrame:
-    """Every filled, non-shadow row of these tickers with run dates in start..end (id order), with the
-    per-row flags the tests use: model_right, up (always-up right), has_prev, persist_right."""
-    s = snapshots.c
-    stmt = (
-        select(
-            s.id,
-            s.ticker,
-            s.model_version,
-            s.run_date,
-            s.mode,
-            s.in_sample,
-            s.model_status,
-            s.next_day_direction_correct,
-            s.next_day_actual,
-            s.run_date_close,
-            s.prev_close,
-        )
-        .where(
-            s.ticker.in_(tickers),
-            s.model_status != SHADOW,
-            s.run_date >= start,
-            s.run_date <= end,
-        )
-        .order_by(s.id)
-    )
-    with engine.connect() as conn:
-        rows = pd.DataFrame(conn.execute(stmt).mappings().all())
-    if rows.empty:
-        return rows
-    rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
-    close = rows["run_date_close"].to_numpy(float)
-    actual = rows["next_day_actual"].to_numpy(float)
-    # A zero move (tie) is nobody's hit or miss (docs/architecture.md): out of every direction test.
-    rows["filled"] = rows["next_day_actual"].notna() & (actual != close)
-    rows["model_right"] = rows["next_day_direction_correct"].fillna(False).astype(bool)
-    rows["up"] = actual > close
-    rows["has_prev"] = rows["prev_close"].notna()
-    said = np.sign(close - rows["prev_close"].to_numpy(float))
-    rows["persist_right"] = rows["has_prev"] & (said == np.sign(actual - close))
-    return rows
-
-
-def _select(
-    rows: pd.DataFrame, mode: str, *, by_model: bool, include_in_sample: bool, include_ungated: bool
-) -> pd.DataFrame:
-    """The rows a board scores (the views' selection, migrations 0017/0021/0024): the first recorded row
-    of each (ticker, evening) on the ticker board, every row on the per-model board; in-sample and ungated
-    rows dropped unless asked for; filled; this mode."""
-    if rows.empty:
-        return rows
-    if not by_model:
-        rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
-    if not include_in_sample:
-        rows = rows[~rows["in_sample"].astype(bool)]
-    if not include_ungated:
-        rows = rows[rows["model_status"] == "active"]
-    rows = rows[rows["filled"]]
-    if mode != "all":
-        rows = rows[rows["mode"] == mode]
-    return rows
-
-
 def skill_tests(
     engine: Engine,
     board: pd.DataFrame,
@@ -459,10 +294,10 @@ def skill_tests(
     tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
     if board.empty:
         return tests
-    rows = _next_day_rows(
+    rows = next_day_rows(
         engine, sorted({k[0] for k in tests}), board["window_start"].min(), board["window_end"].max()
     )
-    rows = _select(
+    rows = scored_rows(
         rows, mode, by_model=by_model, include_in_sample=include_in_sample, include_ungated=include_ungated
     )
     if rows.empty:
@@ -506,9 +341,9 @@ def universe(
     if not keys:
         return board_stats.spa_test(pd.DataFrame())
     start, end = scored["window_start"].min(), scored["window_end"].max()
-    raw = _next_day_rows(engine, keys, start - dt.timedelta(days=board_stats.HISTORY_DAYS), end)
+    raw = next_day_rows(engine, keys, start - dt.timedelta(days=board_stats.HISTORY_DAYS), end)
     flags = {"by_model": False, "include_in_sample": include_in_sample, "include_ungated": include_ungated}
-    inside = _select(raw[raw["run_date"] >= start], mode, **flags).rename(columns={"ticker": "key"})
+    inside = scored_rows(raw[raw["run_date"] >= start], mode, **flags).rename(columns={"ticker": "key"})
     # Baselines depend only on prices: every filled evening before the window counts, whoever predicted it.
     before = raw[(raw["run_date"] < start) & raw["filled"]].drop_duplicates(["ticker", "run_date"])
     return board_stats.universe_test(inside, before.rename(columns={"ticker": "key"}), keys)
@@ -560,7 +395,7 @@ def _with_target_dates(
         for horizon, out in DATE_COUNTS.items():
             date, err = s[f"{horizon}_date"], s[f"{horizon}_pct_error"]
             if bounds is None:
-                latest = _date(
+                latest = as_date(
                     conn.execute(select(func.max(date)).where(*where, err.is_not(None))).scalar_one()
                 )
             else:
@@ -687,30 +522,3 @@ def _verdict(df: pd.DataFrame) -> str:
 
 def _q(row) -> float:
     return getattr(row, "q_vs_always_up", math.nan)
-
-
-def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:
-    """Filled next-day predictions of these tickers, the last `sessions` run dates each (read-only)."""
-    s = snapshots.c
-    stmt = (
-        select(
-            s.ticker,
-            s.run_date,
-            s.next_day_date,
-            s.next_day_pred,
-            s.next_day_actual,
-            s.in_sample,
-            s.model_status,
-        )
-        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None), s.model_status != SHADOW)
-        .order_by(s.ticker, s.run_date, s.id)
-    )
-    with engine.connect() as conn:
-        df = pd.DataFrame(
-            conn.execute(stmt).all(),
-            columns=["ticker", "run_date", "target", "pred", "actual", "in_sample", "model_status"],
-        )
-    # One row per (ticker, evening): the first recorded, out of sample and gated, as the board scores it.
-    df = df.drop_duplicates(["ticker", "run_date"], keep="first")
-    df = df[~df.pop("in_sample").astype(bool) & (df.pop("model_status") == "active")]
-    return df.groupby("ticker", group_keys=False).tail(sessions)

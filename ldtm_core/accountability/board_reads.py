@@ -1,0 +1,273 @@
+"""The stored rows the board is computed from, read within the windows it scores (issue 31: the
+board's cost flat in the stored years).
+
+`read_view` reads an accuracy view (migrations 0017, 0021, 0024) restricted to the evenings near the
+newest filled ones, and proves that bound lost no row the view's windows use (else a wider read, else
+the whole view). `next_day_rows` / `scored_rows` give the per-row flags of the exact tests on the views'
+own selection, and `recent_next_day` the plot's last sessions, read newest first in the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Date, Engine, bindparam, func, select, text
+
+from ldtm_core import accuracy_views
+from ldtm_core.accountability.registry import SHADOW
+from ldtm_core.horizons import DIRECTION, ERROR_ONLY
+from ldtm_core.schema import snapshots
+
+# Days a window's newest date is searched below the newest filled one (the evenings after it may be
+# in-sample, ungated or not an evening's first row): a wider first read spares most second reads.
+SLACK_DAYS = 7
+LATEST = {h.name: f"{accuracy_views.LATEST_PREFIX}{h.name}" for h in (DIRECTION, *ERROR_ONLY)}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a bounded read of a view found: every row the view used has run_date >= since, and each
+    horizon's window ends at latest[name] (None: that horizon has no filled row, no window)."""
+
+    since: dt.date
+    latest: dict[str, dt.date | None]
+
+
+def read_view(engine: Engine, view: str, columns: list[str], mode: str) -> tuple[pd.DataFrame, Bounds | None]:
+    """The view's rows of `mode`, read from the evenings its windows cover only (issue 31: the board's
+    cost flat in the stored years) and identical to the whole view's; the whole view is read when the
+    bound cannot be shown to hold (nothing filled yet, or no scored row near the newest filled ones).
+    Returns the rows and the bounds they were read within (None when the whole view was read)."""
+    df, bounds = _read_bounded(engine, view, columns)
+    if bounds is None:
+        cols = ", ".join(columns)
+        # Fixed view and column names from the board's modules and a bound parameter: no user text.
+        stmt = text(f"SELECT {cols} FROM {view} WHERE mode = :mode")  # noqa: S608
+        with engine.connect() as conn:
+            df = pd.DataFrame(conn.execute(stmt, {"mode": mode}).all(), columns=columns)
+    else:
+        df = df[df["mode"] == mode].reset_index(drop=True)
+    return df, bounds
+
+
+def _read_bounded(engine: Engine, view: str, columns: list[str]) -> tuple[pd.DataFrame, Bounds | None]:
+    """The view's rows (every mode) from snapshot rows with run_date >= a bound, when that bound provably
+    loses none of them (accuracy_views.bounded_select_sql). A window is kept whole when its newest date
+    found in the bounded rows minus 29 days is at or above the bound its horizon asked for: a scored row
+    above that newest date would itself lie inside the rows read. Two reads at most; None otherwise."""
+    newest = _newest_filled(engine)
+    if newest[DIRECTION.name] is None:
+        return pd.DataFrame(columns=columns), None
+    # The lowest date each window may start at: its newest filled date, less the window and the slack.
+    low = {h: None if d is None else d - dt.timedelta(days=29 + SLACK_DAYS) for h, d in newest.items()}
+    sql = accuracy_views.bounded_select_sql(view, engine.dialect.name)
+    # Fixed SQL from the view builder; the bound is a parameter (typed: SQLite stores dates as text).
+    stmt = text(f"SELECT {', '.join([*columns, *LATEST.values()])} FROM ({sql}) b").bindparams(  # noqa: S608
+        bindparam("since", type_=Date)
+    )
+    for _ in range(2):
+        since = _earliest_run_date(engine, low)
+        with engine.connect() as conn:
+            df = pd.DataFrame(
+                conn.execute(stmt, {"since": since}).all(),
+                columns=[*columns, *LATEST.values()],
+            )
+        if df.empty:
+            return df, None
+        latest = {h: as_date(df[c].iloc[0]) for h, c in LATEST.items()}
+        retry = False
+        for h, d in latest.items():
+            if low[h] is None or (d is not None and d - dt.timedelta(days=29) >= low[h]):
+                continue  # a horizon with nothing filled anywhere has no window; this one is whole
+            if d is None or d < low[h]:
+                return df, None  # its newest scored date may lie below the rows read
+            low[h], retry = d - dt.timedelta(days=29), True  # that date is exact: read down to its window
+        if not retry:
+            return df.drop(columns=list(LATEST.values())), Bounds(since, latest)
+    return df, None
+
+
+def _newest_filled(engine: Engine) -> dict[str, dt.date | None]:
+    """Each horizon's newest filled date over every non-shadow row (an upper bound of the views' latest
+    dates: they take the max over fewer rows). By index, newest first: run_date, then each target date."""
+    s = snapshots.c
+    stmts = {DIRECTION.name: select(func.max(s.run_date)).where(s.next_day_actual.is_not(None))}
+    for h in ERROR_ONLY:
+        stmts[h.name] = select(func.max(s[h.col("date")])).where(s[h.col("pct_error")].is_not(None))
+    with engine.connect() as conn:
+        return {
+            h: as_date(conn.execute(stmt.where(s.model_status != SHADOW)).scalar_one())
+            for h, stmt in stmts.items()
+        }
+
+
+def _earliest_run_date(engine: Engine, low: dict[str, dt.date | None]) -> dt.date:
+    """The lowest run date a read must start at so that it holds every row of run_date >= low[next_day]
+    and every row whose target date of another horizon is >= low[that horizon] (by the target-date
+    indexes, migration 0029: the rows near the newest ones only)."""
+    s = snapshots.c
+    since = low[DIRECTION.name]
+    with engine.connect() as conn:
+        for h in ERROR_ONLY:
+            if low[h.name] is None:
+                continue
+            # Grouped by the target date: the min over the target-date range, which SQLite would
+            # otherwise look for by scanning the run_date index from the oldest row.
+            date = s[h.col("date")]
+            stmt = select(func.min(s.run_date)).where(date >= low[h.name]).group_by(date)
+            since = min([since, *(as_date(d) for d in conn.execute(stmt).scalars())])
+    return since
+
+
+def as_date(value) -> dt.date | None:
+    """A date from either database (SQLite returns text from views and aggregates)."""
+    return None if value is None or value is pd.NaT else pd.Timestamp(value).date()
+
+
+def next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFrame:
+    """Every filled, non-shadow row of these tickers with run dates in start..end (id order), with the
+    per-row flags the tests use: model_right, up (always-up right), has_prev, persist_right."""
+    s = snapshots.c
+    stmt = (
+        select(
+            s.id,
+            s.ticker,
+            s.model_version,
+            s.run_date,
+            s.mode,
+            s.in_sample,
+            s.model_status,
+            s.next_day_direction_correct,
+            s.next_day_actual,
+            s.run_date_close,
+            s.prev_close,
+        )
+        .where(
+            s.ticker.in_(tickers),
+            s.model_status != SHADOW,
+            s.run_date >= start,
+            s.run_date <= end,
+        )
+        .order_by(s.id)
+    )
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(stmt).mappings().all())
+    if rows.empty:
+        return rows
+    rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
+    close = rows["run_date_close"].to_numpy(float)
+    actual = rows["next_day_actual"].to_numpy(float)
+    # A zero move (tie) is nobody's hit or miss (docs/architecture.md): out of every direction test.
+    rows["filled"] = rows["next_day_actual"].notna() & (actual != close)
+    rows["model_right"] = rows["next_day_direction_correct"].fillna(False).astype(bool)
+    rows["up"] = actual > close
+    rows["has_prev"] = rows["prev_close"].notna()
+    said = np.sign(close - rows["prev_close"].to_numpy(float))
+    rows["persist_right"] = rows["has_prev"] & (said == np.sign(actual - close))
+    return rows
+
+
+def scored_rows(
+    rows: pd.DataFrame, mode: str, *, by_model: bool, include_in_sample: bool, include_ungated: bool
+) -> pd.DataFrame:
+    """The rows a board scores (the views' selection, migrations 0017/0021/0024): the first recorded row
+    of each (ticker, evening) on the ticker board, every row on the per-model board; in-sample and ungated
+    rows dropped unless asked for; filled; this mode."""
+    if rows.empty:
+        return rows
+    if not by_model:
+        rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
+    if not include_in_sample:
+        rows = rows[~rows["in_sample"].astype(bool)]
+    if not include_ungated:
+        rows = rows[rows["model_status"] == "active"]
+    rows = rows[rows["filled"]]
+    if mode != "all":
+        rows = rows[rows["mode"] == mode]
+    return rows
+
+
+# Calendar days per session, generously (weekends, holidays): how far back the plot's reads reach.
+DAYS_PER_SESSION = 2
+RECENT_SLACK_DAYS = 14
+
+
+def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:
+    """Filled next-day predictions of these tickers, the last `sessions` scored evenings each (read-only):
+    the first recorded row of an evening, out of sample and gated, as the board scores it.
+
+    Read from the evenings near the newest filled one only (issue 31: flat in the stored years). Every row
+    of an evening shares its run_date, so a bounded read chooses each evening's first row right and only
+    its count can fall short: a ticker short of `sessions` there (stale, or new) is read again from its
+    own newest filled evening, and whole when even that falls short (mostly in-sample or ungated)."""
+    parts: list[pd.DataFrame] = []
+    short = _read_recent(engine, [list(tickers)], sessions, parts)  # all together
+    if short:
+        short = _read_recent(engine, [[t] for t in short], sessions, parts)  # each from its own newest
+    if short or not parts:
+        parts.append(_recent_rows(engine, short, None, sessions))
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["ticker", "run_date"], kind="stable").reset_index(drop=True)
+
+
+def _read_recent(engine: Engine, groups: list[list[str]], sessions: int, parts: list) -> list[str]:
+    """Each group's rows from its newest scored evening back over `sessions` evenings' span, appended to
+    `parts` for the tickers they complete; returns the tickers left short."""
+    span = dt.timedelta(days=DAYS_PER_SESSION * sessions + RECENT_SLACK_DAYS)
+    short = []
+    for tickers in groups:
+        end = _newest_scored_run_date(engine, tickers)
+        if end is None:  # nothing filled: nothing to plot
+            continue
+        got = _recent_rows(engine, tickers, end - span, sessions)
+        counts = got["ticker"].value_counts()
+        done = [t for t in tickers if counts.get(t, 0) >= sessions]
+        parts.append(got[got["ticker"].isin(done)])
+        short += [t for t in tickers if t not in done]
+    return short
+
+
+def _newest_scored_run_date(engine: Engine, tickers: list[str]) -> dt.date | None:
+    """The newest filled evening of these tickers: newest first per ticker by uq_snapshots_ticker_date_model
+    (ticker, run_date, ...), so each probe stops at its first filled row instead of reading the record."""
+    s = snapshots.c
+    newest = (
+        select(s.run_date)
+        .where(s.ticker == bindparam("t"), s.next_day_actual.is_not(None), s.model_status != SHADOW)
+        .order_by(s.run_date.desc())
+        .limit(1)
+    )
+    with engine.connect() as conn:
+        found = [as_date(conn.execute(newest, {"t": t}).scalar_one_or_none()) for t in tickers]
+    return max((d for d in found if d is not None), default=None)
+
+
+def _recent_rows(engine: Engine, tickers: list[str], since: dt.date | None, sessions: int) -> pd.DataFrame:
+    s = snapshots.c
+    stmt = (
+        select(
+            s.ticker,
+            s.run_date,
+            s.next_day_date,
+            s.next_day_pred,
+            s.next_day_actual,
+            s.in_sample,
+            s.model_status,
+        )
+        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None), s.model_status != SHADOW)
+        .order_by(s.ticker, s.run_date, s.id)
+    )
+    if since is not None:
+        stmt = stmt.where(s.run_date >= since)
+    with engine.connect() as conn:
+        df = pd.DataFrame(
+            conn.execute(stmt).all(),
+            columns=["ticker", "run_date", "target", "pred", "actual", "in_sample", "model_status"],
+        )
+    # One row per (ticker, evening): the first recorded, out of sample and gated, as the board scores it.
+    df = df.drop_duplicates(["ticker", "run_date"], keep="first")
+    df = df[~df.pop("in_sample").astype(bool) & (df.pop("model_status") == "active")]
+    return df.groupby("ticker", group_keys=False).tail(sessions).reset_index(drop=True)
