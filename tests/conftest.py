@@ -21,6 +21,10 @@ os.environ["LDTM_UNIVERSE"] = "demo"
 # `amp=auto` trains in fp32 on CPUs without AMX whatever the CI machine's core: no bf16 probe (and no
 # cache file written under ~/.cache) unless a test asks for it (tests/test_precision.py).
 os.environ["LDTM_BF16_PROBE"] = "0"
+# pytest-xdist's workers inherit COLUMNS=80 from their launcher: the CLI's console (built at import) would
+# then wrap its tables at 80 columns in some workers only. Output is piped in every test, as in CI.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 
 from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
