@@ -158,6 +158,8 @@ def _one_variant(
         out[p]["epochs"] += epochs
         out[p]["wall_s"] += fit.duration_s * epochs / fit.epochs
 
+    if not folds:  # the candidate fits alone (a retrain's work)
+        return out
     evaluable, spans = fold_spans(samples, folds, None, ticker)
     labeled = np.flatnonzero(samples.labeled)
     init_state = None  # fold 1 always starts cold
@@ -223,7 +225,9 @@ def main() -> None:
         help="reference profile with these fields replaced (repeatable; the first is the baseline); "
         "default: fp32=amp:off and bf16=amp:bf16",
     )
-    ap.add_argument("--folds", type=int, default=DEFAULT_FOLDS)
+    ap.add_argument(
+        "--folds", type=int, default=DEFAULT_FOLDS, help="backtest folds per ticker (0: the fits only)"
+    )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument(
         "--fresh",
@@ -319,7 +323,7 @@ def print_table(results: list[dict], wall: float, folds: int) -> None:
                 f"| {name} | {p} | {statistics.median(x['candidate'][0] for x in rows):g} "
                 f"| {sum(x['epochs'] for x in rows)} | {fit_wall:,.0f} | {base_wall / fit_wall:.2f}x "
                 f"| {loss:.5f} | {100 * (loss / base_loss - 1):+.2f} % | {worse}/{len(rows)} "
-                f"| {hits / n:.3f} | {hits - base_hits:+d} | {n} |"
+                f"| {f'{hits / n:.3f}' if n else '—'} | {hits - base_hits:+d} | {n} |"
             )
 
 

@@ -109,6 +109,19 @@ def test_recipe(bench):
     assert re.search(r"^\| a \| \d+ \|", out, re.M) and re.search(r"^\| b \| 1 \|", out, re.M)
 
 
+def test_recipe_fits_only(bench):
+    out = bench(
+        "recipe",
+        *("--tickers", "1", "--years", "2", "--patience", "1", "--folds", "0", "--workers", "1"),
+        *(
+            "--variant",
+            "a=max_epochs:2,hidden_size:8",
+        ),
+    )
+    assert "one candidate fit + 0 folds each" in out
+    assert re.search(r"^\| a \| \d+ \| .* \| — \| \+0 \| 0 \|$", out, re.M)
+
+
 def test_recipe_variants_are_typed_like_train_set():
     spec = importlib.util.spec_from_file_location("recipe_parse", BENCH / "recipe.py")
     recipe = importlib.util.module_from_spec(spec)
