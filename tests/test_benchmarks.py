@@ -113,10 +113,7 @@ def test_recipe_fits_only(bench):
     out = bench(
         "recipe",
         *("--tickers", "1", "--years", "2", "--patience", "1", "--folds", "0", "--workers", "1"),
-        *(
-            "--variant",
-            "a=max_epochs:2,hidden_size:8",
-        ),
+        *("--variant", "a=max_epochs:2,hidden_size:8"),
     )
     assert "one candidate fit + 0 folds each" in out
     assert re.search(r"^\| a \| \d+ \| .* \| — \| \+0 \| 0 \|$", out, re.M)

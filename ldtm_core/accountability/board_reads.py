@@ -195,6 +195,25 @@ DAYS_PER_SESSION = 2
 RECENT_SLACK_DAYS = 14
 
 
+def newest_filled_run_dates(engine: Engine, tickers: list[str], mode: str = "all") -> dict[str, dt.date]:
+    """Each ticker's newest evening with a filled next-day actual (non-shadow; of `mode` unless "all"),
+    tickers with none left out. Since inception, but read newest first per ticker through
+    uq_snapshots_ticker_date_model (ticker, run_date, ...): each probe stops at the ticker's newest filled
+    row instead of reading its record."""
+    s = snapshots.c
+    newest = (
+        select(s.run_date)
+        .where(s.ticker == bindparam("t"), s.next_day_actual.is_not(None), s.model_status != SHADOW)
+        .order_by(s.run_date.desc())
+        .limit(1)
+    )
+    if mode != "all":
+        newest = newest.where(s.mode == mode)
+    with engine.connect() as conn:
+        found = {t: conn.execute(newest, {"t": t}).scalar_one_or_none() for t in tickers}
+    return {t: as_date(d) for t, d in found.items() if d is not None}
+
+
 def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> pd.DataFrame:
     """Filled next-day predictions of these tickers, the last `sessions` scored evenings each (read-only):
     the first recorded row of an evening, out of sample and gated, as the board scores it.
@@ -203,46 +222,26 @@ def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> p
     of an evening shares its run_date, so a bounded read chooses each evening's first row right and only
     its count can fall short: a ticker short of `sessions` there (stale, or new) is read again from its
     own newest filled evening, and whole when even that falls short (mostly in-sample or ungated)."""
-    parts: list[pd.DataFrame] = []
-    short = _read_recent(engine, [list(tickers)], sessions, parts)  # all together
-    if short:
-        short = _read_recent(engine, [[t] for t in short], sessions, parts)  # each from its own newest
-    if short or not parts:
-        parts.append(_recent_rows(engine, short, None, sessions))
+    newest = newest_filled_run_dates(engine, list(tickers))
+    if not newest:  # nothing filled: nothing to plot
+        return _recent_rows(engine, [], None, sessions)
+    span = dt.timedelta(days=DAYS_PER_SESSION * sessions + RECENT_SLACK_DAYS)
+    end = max(newest.values())
+    recent = _recent_rows(engine, list(newest), end - span, sessions)
+    counts = recent["ticker"].value_counts()
+    short = [t for t in newest if counts.get(t, 0) < sessions]
+    parts, whole = [recent[~recent["ticker"].isin(short)]], []
+    for t in short:
+        # From its own newest evening, when that lies below the common one (else it is the same read).
+        own = _recent_rows(engine, [t], newest[t] - span, sessions) if newest[t] < end else None
+        if own is not None and len(own) >= sessions:
+            parts.append(own)
+        else:
+            whole.append(t)
+    if whole:
+        parts.append(_recent_rows(engine, whole, None, sessions))
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values(["ticker", "run_date"], kind="stable").reset_index(drop=True)
-
-
-def _read_recent(engine: Engine, groups: list[list[str]], sessions: int, parts: list) -> list[str]:
-    """Each group's rows from its newest scored evening back over `sessions` evenings' span, appended to
-    `parts` for the tickers they complete; returns the tickers left short."""
-    span = dt.timedelta(days=DAYS_PER_SESSION * sessions + RECENT_SLACK_DAYS)
-    short = []
-    for tickers in groups:
-        end = _newest_scored_run_date(engine, tickers)
-        if end is None:  # nothing filled: nothing to plot
-            continue
-        got = _recent_rows(engine, tickers, end - span, sessions)
-        counts = got["ticker"].value_counts()
-        done = [t for t in tickers if counts.get(t, 0) >= sessions]
-        parts.append(got[got["ticker"].isin(done)])
-        short += [t for t in tickers if t not in done]
-    return short
-
-
-def _newest_scored_run_date(engine: Engine, tickers: list[str]) -> dt.date | None:
-    """The newest filled evening of these tickers: newest first per ticker by uq_snapshots_ticker_date_model
-    (ticker, run_date, ...), so each probe stops at its first filled row instead of reading the record."""
-    s = snapshots.c
-    newest = (
-        select(s.run_date)
-        .where(s.ticker == bindparam("t"), s.next_day_actual.is_not(None), s.model_status != SHADOW)
-        .order_by(s.run_date.desc())
-        .limit(1)
-    )
-    with engine.connect() as conn:
-        found = [as_date(conn.execute(newest, {"t": t}).scalar_one_or_none()) for t in tickers]
-    return max((d for d in found if d is not None), default=None)
 
 
 def _recent_rows(engine: Engine, tickers: list[str], since: dt.date | None, sessions: int) -> pd.DataFrame:

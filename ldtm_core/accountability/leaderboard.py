@@ -32,10 +32,17 @@ import datetime as dt
 import math
 
 import pandas as pd
-from sqlalchemy import Engine, bindparam, func, not_, select
+from sqlalchemy import Engine, func, not_, select
 
 from ldtm_core.accountability import board_stats
-from ldtm_core.accountability.board_reads import Bounds, as_date, next_day_rows, read_view, scored_rows
+from ldtm_core.accountability.board_reads import (
+    Bounds,
+    as_date,
+    newest_filled_run_dates,
+    next_day_rows,
+    read_view,
+    scored_rows,
+)
 from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
 from ldtm_core.accountability.registry import SHADOW, serving_models
 from ldtm_core.accountability.skill import SkillTest, format_p_value
@@ -168,20 +175,7 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str, include_ung
     )
     if not missing:
         return board
-    s = snapshots.c
-    # `last_filled` is since inception; read newest first per ticker through uq_snapshots_ticker_date_model
-    # (ticker, run_date, ...), it stops at the ticker's newest filled row instead of reading its record.
-    newest = (
-        select(s.run_date)
-        .where(s.ticker == bindparam("t"), s.next_day_actual.is_not(None))
-        .order_by(s.run_date.desc())
-        .limit(1)
-    )
-    if mode != "all":
-        newest = newest.where(s.mode == mode)
-    with engine.connect() as conn:
-        found = {t: conn.execute(newest, {"t": t}).scalar_one_or_none() for t in missing}
-    last = {t: as_date(d) for t, d in found.items() if d is not None}
+    last = newest_filled_run_dates(engine, missing, mode)  # since inception, by index
     window = (board["window_start"].min(), board["window_end"].max()) if len(board) else (None, None)
     extra = pd.DataFrame(
         [
