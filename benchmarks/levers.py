@@ -42,7 +42,7 @@ from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.backtest import run_backtest  # noqa: E402
 from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
-from ldtm_core.learning.precision import cpu_has_native_bf16, describe_cpu  # noqa: E402
+from ldtm_core.learning.precision import cpu_can_run_bf16, cpu_has_native_bf16, describe_cpu  # noqa: E402
 from ldtm_core.learning.split import purged_split  # noqa: E402
 from ldtm_core.learning.training_loop import EpochLoop, fit, make_optimizer  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
@@ -130,6 +130,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
+    if not cpu_can_run_bf16():
+        raise SystemExit(
+            f"levers.py compares bf16 with fp32, and this CPU ({describe_cpu()}) has no bf16 kernels in "
+            "oneDNN (they need AVX-512): nothing to compare here"
+        )
     print(f"CPU: {describe_cpu()}; torch {torch.__version__}; native bf16 detected: {cpu_has_native_bf16()}")
     if not args.skip_speed:
         n = args.speed_processes

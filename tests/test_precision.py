@@ -10,6 +10,7 @@ import torch
 
 from ldtm_core.data.samples import build_samples
 from ldtm_core.data.synthetic_market import generate
+from ldtm_core.errors import InputError
 from ldtm_core.learning import precision
 from ldtm_core.learning.model import get_profile
 from ldtm_core.learning.precision import amp_dtype, cpu_bf16_flags
@@ -31,7 +32,8 @@ def native_bf16(monkeypatch):
     return force
 
 
-def test_auto_follows_the_detection_and_bf16_off_force(native_bf16):
+def test_auto_follows_the_detection_and_bf16_off_force(native_bf16, monkeypatch):
+    monkeypatch.setattr(precision, "cpu_can_run_bf16", lambda: True)  # a forced bf16 runs where oneDNN can
     native_bf16(True)
     assert amp_dtype(cfg("auto"), CPU) is torch.bfloat16
     assert amp_dtype(cfg("off"), CPU) is None
@@ -101,11 +103,22 @@ def test_probe_cache_tells_core_generations_with_one_model_name_apart(tmp_path):
 def test_the_probe_times_real_training_steps_and_restores_the_thread_count():
     threads = torch.get_num_threads()
     speedup = precision.measure_bf16_speedup(batch=8, steps=1, rounds=1)
-    assert speedup > 0 and torch.get_num_threads() == threads
+    # 0.0 (nothing to time) where oneDNN has no bf16 kernels: an AVX2-only CPU
+    assert (speedup > 0) is precision.cpu_can_run_bf16() and torch.get_num_threads() == threads
+
+
+def test_forced_bf16_on_a_cpu_without_bf16_kernels_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_can_run_bf16", lambda: False)
+    with pytest.raises(InputError, match=r"amp=bf16: this CPU .* amp=auto"):
+        amp_dtype(cfg("bf16"), CPU)
+    assert amp_dtype(cfg("off"), CPU) is None
+    assert precision.measure_bf16_speedup(batch=8, steps=1, rounds=1) == 0.0
 
 
 @pytest.mark.parametrize("native", [True, False])
 def test_fit_trains_in_the_detected_precision_and_returns_fp32_weights(native_bf16, native):
+    if native and not precision.cpu_can_run_bf16():
+        pytest.skip("this CPU has no bf16 kernels in oneDNN (AVX2 only): bf16 cannot train here")
     native_bf16(native)
     torch.set_num_threads(1)
     df = generate(["AAPL"], "2022-01-03", "2023-06-30", seed=1).drop(columns="ticker")

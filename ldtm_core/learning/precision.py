@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ldtm_core.config import env_flag, env_text
+from ldtm_core.errors import InputError
 from ldtm_core.learning.model import ModelConfig
 
 # /proc/cpuinfo flags of native bf16 arithmetic (AVX512-BF16 dot products, AMX tiles), for reports.
@@ -45,17 +46,22 @@ def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
 
 
 @functools.cache
+def cpu_can_run_bf16() -> bool:
+    """True where oneDNN has bf16 kernels at all (native or emulated: AVX-512 and up). Without them
+    (an AVX2-only CPU such as an EPYC Zen 3) a bf16 LSTM step fails inside oneDNN."""
+    probe = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except RuntimeError:
+        return False
+
+
+@functools.cache
 def cpu_has_native_bf16() -> bool:
     """True where bf16 training is faster here: oneDNN able to use bf16, and AMX bf16 in the CPU flags,
     or AVX512-BF16 whose probe measured bf16 faster than fp32 on this CPU."""
     flags = cpu_bf16_flags()
-    if not flags:
-        return False
-    probe = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
-    try:
-        if probe is not None and not probe():
-            return False
-    except RuntimeError:
+    if not flags or not cpu_can_run_bf16():
         return False
     if FAST_BF16_FLAG in flags:
         return True
@@ -97,8 +103,12 @@ def bf16_probe_speedup() -> float:
 
 
 def measure_bf16_speedup(batch: int = 32, steps: int = 12, rounds: int = 2) -> float:
-    """fp32 time / bf16 time of the reference model's training step (AdamW), one thread, interleaved."""
+    """fp32 time / bf16 time of the reference model's training step (AdamW), one thread, interleaved;
+    0.0 where this CPU cannot run bf16 at all."""
     from ldtm_core.learning.model import LDTM, get_profile
+
+    if not cpu_can_run_bf16():
+        return 0.0
 
     cfg = get_profile("reference")
     threads = torch.get_num_threads()
@@ -136,6 +146,11 @@ def amp_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype | None:
     if cfg.amp == "off":
         return None
     if device.type == "cpu":
+        if cfg.amp == "bf16" and not cpu_can_run_bf16():
+            raise InputError(
+                f"amp=bf16: this CPU ({describe_cpu()}) has no bf16 kernels in oneDNN (they need "
+                "AVX-512), so the LSTM cannot train in bf16 here; use amp=auto (fp32 on this CPU) or amp=off"
+            )
         if cfg.amp == "bf16" or (cfg.amp == "auto" and cpu_has_native_bf16()):
             return torch.bfloat16
         return None  # fp16 autocast on a CPU is slower than fp32; 'fp16' is a CUDA setting
