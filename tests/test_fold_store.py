@@ -118,6 +118,7 @@ def test_the_key_changes_with_precision_device_torch_and_learning_code():
 
 
 def test_the_runtime_resolves_auto_precision_as_training_does(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_can_run_bf16", lambda: True)  # a forced bf16 resolves where it runs
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
     assert fold_cache.runtime(dataclasses.replace(CFG, amp="auto"), "cpu").precision == "bf16"
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
