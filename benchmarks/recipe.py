@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import json
 import multiprocessing
 import os
 import statistics
@@ -60,11 +61,13 @@ class StopPoints:
     def __init__(self, patiences: list[int]):
         self.patiences = patiences
         self.best, self.best_epoch, self.stale, self.best_state = float("inf"), 0, 0, None
+        self.curve: list[float] = []  # validation loss per epoch, for stopping rules studied offline
         self.stops: dict[
             int, tuple[int, int, float, dict]
         ] = {}  # p -> (stop epoch, best epoch, loss, weights)
 
     def __call__(self, epoch: int, val_loss: float, model: torch.nn.Module) -> None:
+        self.curve.append(float(val_loss))
         if val_loss < self.best:
             self.best, self.best_epoch, self.stale = val_loss, epoch, 0
             self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -155,6 +158,7 @@ def _one_variant(
     for p in every:
         epochs, best_epoch, loss, _ = hook.result(p, fit, cfg)
         out[p]["candidate"] = (epochs, best_epoch, loss)
+        out[p]["curve"] = hook.curve[:epochs]
         out[p]["epochs"] += epochs
         out[p]["wall_s"] += fit.duration_s * epochs / fit.epochs
 
@@ -234,6 +238,9 @@ def main() -> None:
         action="store_true",
         help="each (ticker, variant) in a fresh worker process, so no variant inherits another's allocator state",
     )
+    ap.add_argument(
+        "--json", type=Path, help="also write every result (with each candidate's validation-loss curve) here"
+    )
     args = ap.parse_args()
     variants = dict(parse_variant(v) for v in (args.variant or ["fp32=amp:off", "bf16=amp:bf16"]))
     if not args.fresh and any(MALLOC in v for v in variants.values()):
@@ -295,6 +302,8 @@ def main() -> None:
             f"{real} vs derived {derived}: {'ok' if same else 'MISMATCH'}"
         )
     print_table(results, wall, args.folds)
+    if args.json:
+        args.json.write_text(json.dumps({"cpu": describe_cpu(), "wall_s": wall, "results": results}))
 
 
 def print_table(results: list[dict], wall: float, folds: int) -> None:

@@ -12,7 +12,8 @@ Phases, each on the same core functions the Dagster assets call:
             issue 22);
   gate      `promotions` (fired by promotion_gate_sensor per backtest): the gate, promoting passes.
 Data: N tickers of the full universe, 20 years of synthetic prices (seeded), in a throw-away SQLite
-database unless --url names a server (a fresh database `ldtm_weekly_<pid>` is created and dropped).
+database unless --url names a server (a fresh database `ldtm_weekly_<pid>` is created and dropped,
+also when the run is stopped with SIGTERM or Ctrl-C).
 
 `--weeks 2` runs the loop twice on the same database: the second is "next week", 5 more sessions of
 prices appended first (the synthetic market never rewrites a day when its range grows). The last week
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -109,6 +111,8 @@ def _loop(engine, settings, tickers, args, overrides, plan, train_warm, bt_warm,
     )
     results = [o.result for o in bt if o.result is not None]
     bt_s = time.perf_counter() - t
+    if not results:
+        raise SystemExit(f"week {week}: no ticker could be backtested; {bt[0].ticker}: {bt[0].reason}")
     folds = [f for r in results for f in r.folds if not f.reused] or [f for r in results for f in r.folds]
     print(
         f"backtest: {bt_s:.1f} s wall for {len(results)}/{len(bt)} tickers x {args.folds} folds; fit per fold median "
@@ -178,6 +182,8 @@ def main() -> None:
         flush=True,
     )
 
+    # A stop from outside (kill, a CI timeout) unwinds like Ctrl-C, so `finally` drops the server database.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     admin = name = None
     with tempfile.TemporaryDirectory() as home:
         url = f"sqlite:///{home}/weekly.db"

@@ -9,12 +9,17 @@ ones that spawn worker processes (recipe) can be unpickled there.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from sqlalchemy import create_engine, make_url, text
 
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
@@ -123,6 +128,44 @@ def test_recipe_fits_only(bench):
     assert re.search(r"^\| a \| \d+ \| .* \| — \| \+0 \| 0 \|$", out, re.M)
 
 
+def test_stopping_rules_read_off_recorded_curves(bench, tmp_path):
+    curves = tmp_path / "curves.json"
+    bench(
+        "recipe",
+        *("--tickers", "2", "--years", "2", "--patience", "1,2", "--folds", "0", "--workers", "1"),
+        *(
+            "--variant",
+            "a=max_epochs:3,hidden_size:8",
+            "--variant",
+            "b=max_epochs:6,hidden_size:8,patience:3",
+        ),
+        *("--json", str(curves)),
+    )
+    stopping = importlib.util.spec_from_file_location("stopping", BENCH / "stopping.py")
+    module = importlib.util.module_from_spec(stopping)
+    stopping.loader.exec_module(module)
+    # With min_delta 0 the offline rule is the trainer's: it stops where recipe.py's hook said.
+    for r in json.loads(curves.read_text())["results"]:
+        own = r["variants"]["b"]["3"]
+        for p in ("1", "2"):
+            epochs, _, loss = r["variants"]["b"][p]["candidate"]
+            assert module.stop(own["curve"], int(p), 0.0) == (epochs, pytest.approx(loss))
+    out = bench("stopping", str(curves), "--baseline", "a", "--recipe", "b", "--speed", "0")
+    assert re.search(rf"^\| 3 \| 0 \| {NUMBER}x \| [+-]{NUMBER} % \|", out, re.M)
+    assert "chosen on the even tickers" in out and "| odd (confirm): " in out
+
+
+def test_stopping_rule_counts_only_real_progress():
+    spec = importlib.util.spec_from_file_location("stopping_rule", BENCH / "stopping.py")
+    stopping = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stopping)
+    curve = [1.0, 0.9, 0.8999, 0.8998, 0.8997, 0.85]
+    assert stopping.stop(curve, 3, 0.0) == (6, 0.85)  # every small gain resets the count
+    # 0.1 %: the three creeping epochs are no progress, so it stops at epoch 5 keeping its best, 0.8997
+    assert stopping.stop(curve, 3, 0.001) == (5, 0.8997)
+    assert stopping.stop([1.0, 1.1, 1.2], 2, 0.0) == (3, 1.0)
+
+
 def test_recipe_variants_are_typed_like_train_set():
     spec = importlib.util.spec_from_file_location("recipe_parse", BENCH / "recipe.py")
     recipe = importlib.util.module_from_spec(spec)
@@ -171,6 +214,47 @@ def test_weekly_next_week_reuses_the_folds_that_did_not_move(bench):
     reuse = re.findall(r"folds reused (\d+), refit (\d+)", out)
     assert reuse == [("0", "2"), ("2", "0")], out
     assert re.search(r"week 2: ingest 2026-11-18\.\.2026-11-24", out)
+
+
+def test_weekly_says_why_when_no_ticker_can_be_backtested(bench):
+    """Too few quarters for the folds: one line naming the ticker and the reason (was a StatisticsError)."""
+    with pytest.raises(
+        SystemExit, match=r"week 1: no ticker could be backtested; AAPL: .*cannot hold 3 folds"
+    ):
+        bench("weekly", *("--tickers", "1", "--years", "1", "--profile", "demo", "--max-epochs", "1"))
+
+
+def test_weekly_stopped_with_sigterm_drops_its_server_database(pg_server_url):
+    """A weekly run stopped from outside (kill, a CI timeout) leaves no `ldtm_weekly_<pid>` behind."""
+    admin = create_engine(make_url(pg_server_url), isolation_level="AUTOCOMMIT")
+    argv = ["--tickers", "1", "--years", "4", "--profile", "demo", "--weeks", "30", "--url", pg_server_url]
+    run = subprocess.Popen(
+        [sys.executable, str(BENCH / "weekly.py"), *argv], stdout=subprocess.PIPE, text=True
+    )
+    name = f"ldtm_weekly_{run.pid}"
+
+    def exists() -> bool:
+        with admin.connect() as conn:
+            return bool(
+                conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first()
+            )
+
+    try:
+        deadline = time.monotonic() + 120
+        while not exists():
+            assert run.poll() is None and time.monotonic() < deadline, "the run never created its database"
+            time.sleep(0.2)
+        time.sleep(2)  # into its first week's work
+        assert run.poll() is None, "the run ended before it could be stopped"
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=120)
+        assert run.returncode != 0, out[-2000:]
+        assert not exists(), f"{name} left behind by a stopped run"
+    finally:
+        run.kill()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def test_gate_policies(bench):
