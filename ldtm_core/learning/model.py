@@ -142,8 +142,8 @@ class ModelConfig:
 
 # The seed's production model (~229K parameters), trained with the faster recipe measured in issue 31
 # (docs/performance.md, benchmarks/recipe.py): batch 128 with the learning rate scaled linearly (4 x 1e-3),
-# the cheaper CPU dropout mask, and patience 3: 1.55-1.8x less fit time (by CPU), for 0-0.9 % more
-# validation loss (mostly patience 3; measured over 52-103 tickers). The recipe before it is
+# the cheaper CPU dropout mask, and patience 3: 1.55-2.0x less fit time (by CPU), for 0.5-0.9 % more
+# validation loss (mostly patience 3; measured paired over 52-103 tickers). The recipe before it is
 # ModelConfig()'s defaults, kept as the `reference_b32` profile.
 REFERENCE = ModelConfig(batch_size=128, lr=4e-3, patience=3, fast_dropout=True)
 
