@@ -12,6 +12,7 @@ quality  per ticker, reference profile, same seed and purged split: `fit` in fp3
 warm     per ticker: last week's model (trained on prices up to 5 sessions earlier), then this
          week's retrain cold vs warm from it (epochs to best, wall, val loss); backtest folds cold
          vs warm-chained (fold k+1 from fold k), accuracy, wall, epochs to best, leakage.
+On a CPU whose oneDNN has no bf16 kernels (AVX2 only) speed and quality are skipped and warm runs in fp32.
 """
 
 from __future__ import annotations
@@ -108,6 +109,39 @@ def fit_on(prices, cfg, init_state=None):
     return fit(samples.subset(tr), samples.subset(va), cfg, threads=1, init_state=init_state)
 
 
+def quality(engine, settings: Settings, tickers: list[str], base, fp32_cfg, bf16_cfg, folds: int) -> None:
+    """Per ticker: `fit` in fp32 vs bf16 (same seed, split, data) and their cold backtests."""
+    print("\n## quality: bf16 vs fp32 (same seed, split, data; val loss scored in fp32; cold backtests)")
+    print(
+        "| ticker | val fp32 | val bf16 | Δ | epochs fp32/bf16 | fit s fp32/bf16 | dir.acc fp32 | dir.acc bf16 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    q = []
+    warmup = load_ticker_prices(engine, tickers[0])
+    for c in (fp32_cfg, bf16_cfg):  # one-off kernel builds are not charged to the first ticker
+        fit_on(warmup, dataclasses.replace(c, max_epochs=1))
+    for t in tickers:
+        prices = load_ticker_prices(engine, t)
+        a, b = fit_on(prices, fp32_cfg), fit_on(prices, bf16_cfg)
+        mid = stand_in_candidate(engine, settings, t, base)
+        bt_a = run_backtest(engine, settings, t, fp32_cfg, folds, mid, warm_start=False)
+        bt_b = run_backtest(engine, settings, t, bf16_cfg, folds, mid, warm_start=False)
+        q.append((a, b, bt_a, bt_b))
+        print(
+            f"| {t} | {a.val_loss:.5f} | {b.val_loss:.5f} | {100 * (b.val_loss / a.val_loss - 1):+.1f}% | "
+            f"{a.epochs}/{b.epochs} | {a.duration_s:.1f}/{b.duration_s:.1f} | "
+            f"{bt_a.direction_accuracy:.3f} | {bt_b.direction_accuracy:.3f} |",
+            flush=True,
+        )
+    fa = sum(x[0].duration_s for x in q)
+    fb = sum(x[1].duration_s for x in q)
+    print(
+        f"| all | {statistics.mean(x[0].val_loss for x in q):.5f} | {statistics.mean(x[1].val_loss for x in q):.5f} "
+        f"| | | {fa:.1f}/{fb:.1f} ({fa / fb:.2f}x) | {statistics.mean(x[2].direction_accuracy for x in q):.3f} "
+        f"| {statistics.mean(x[3].direction_accuracy for x in q):.3f} |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tickers", type=int, default=5)
@@ -130,13 +164,14 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    if not cpu_can_run_bf16():
-        raise SystemExit(
-            f"levers.py compares bf16 with fp32, and this CPU ({describe_cpu()}) has no bf16 kernels in "
-            "oneDNN (they need AVX-512): nothing to compare here"
-        )
+    can_bf16 = cpu_can_run_bf16()
+    no_bf16 = f"this CPU ({describe_cpu()}) has no bf16 kernels in oneDNN (they need AVX-512)"
+    if not can_bf16 and args.speed_only:
+        raise SystemExit(f"--speed-only compares bf16 with fp32, and {no_bf16}: nothing to compare here")
     print(f"CPU: {describe_cpu()}; torch {torch.__version__}; native bf16 detected: {cpu_has_native_bf16()}")
-    if not args.skip_speed:
+    if not can_bf16:
+        print(f"{no_bf16}: the speed and quality comparisons are skipped; warm vs cold runs in fp32")
+    if not args.skip_speed and can_bf16:
         n = args.speed_processes
         print(
             f"\n## speed: reference model training step, samples/s, {n} process(es) x 1 thread at once"
@@ -168,37 +203,11 @@ def main() -> None:
         settings.ensure_dirs()
         ingest_frame(engine, generate(tickers, start, end, seed=0), "synthetic")
 
-        print("\n## quality: bf16 vs fp32 (same seed, split, data; val loss scored in fp32; cold backtests)")
-        print(
-            "| ticker | val fp32 | val bf16 | Δ | epochs fp32/bf16 | fit s fp32/bf16 | dir.acc fp32 | dir.acc bf16 |"
-        )
-        print("|---|---|---|---|---|---|---|---|")
-        q = []
-        warmup = load_ticker_prices(engine, tickers[0])
-        for c in (fp32_cfg, bf16_cfg):  # one-off kernel builds are not charged to the first ticker
-            fit_on(warmup, dataclasses.replace(c, max_epochs=1))
-        for t in tickers:
-            prices = load_ticker_prices(engine, t)
-            a, b = fit_on(prices, fp32_cfg), fit_on(prices, bf16_cfg)
-            mid = stand_in_candidate(engine, settings, t, base)
-            bt_a = run_backtest(engine, settings, t, fp32_cfg, args.folds, mid, warm_start=False)
-            bt_b = run_backtest(engine, settings, t, bf16_cfg, args.folds, mid, warm_start=False)
-            q.append((a, b, bt_a, bt_b))
-            print(
-                f"| {t} | {a.val_loss:.5f} | {b.val_loss:.5f} | {100 * (b.val_loss / a.val_loss - 1):+.1f}% | "
-                f"{a.epochs}/{b.epochs} | {a.duration_s:.1f}/{b.duration_s:.1f} | "
-                f"{bt_a.direction_accuracy:.3f} | {bt_b.direction_accuracy:.3f} |",
-                flush=True,
-            )
-        fa = sum(x[0].duration_s for x in q)
-        fb = sum(x[1].duration_s for x in q)
-        print(
-            f"| all | {statistics.mean(x[0].val_loss for x in q):.5f} | {statistics.mean(x[1].val_loss for x in q):.5f} "
-            f"| | | {fa:.1f}/{fb:.1f} ({fa / fb:.2f}x) | {statistics.mean(x[2].direction_accuracy for x in q):.3f} "
-            f"| {statistics.mean(x[3].direction_accuracy for x in q):.3f} |"
-        )
+        if can_bf16:
+            quality(engine, settings, tickers, base, fp32_cfg, bf16_cfg, args.folds)
 
-        cfg = bf16_cfg if cpu_has_native_bf16() else fp32_cfg  # what amp='auto' picks on this CPU
+        # what amp='auto' picks on this CPU
+        cfg = bf16_cfg if can_bf16 and cpu_has_native_bf16() else fp32_cfg
         print(f"\n## warm vs cold ({'bf16' if cfg is bf16_cfg else 'fp32'}, as amp=auto picks on this CPU)")
         print(
             "retrain: last week's model = cold fit on prices up to 5 sessions earlier; this week's fit from it"

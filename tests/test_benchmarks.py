@@ -108,6 +108,25 @@ def test_levers(bench):
     assert re.search(r"\| all \| [\d.]+ \| [\d.]+ \| [\d.]+/[\d.]+ \([\d.]+x\)", out)  # the backtest summary
 
 
+def test_levers_without_bf16_kernels_still_compares_warm_and_cold(bench, monkeypatch):
+    """An AVX2-only CPU (no oneDNN bf16): the fp32 warm-vs-cold study runs; --speed-only says why not."""
+    import ldtm_core.learning.precision as precision
+
+    monkeypatch.setattr(precision, "cpu_can_run_bf16", lambda: False)
+    out = bench(
+        "levers",
+        *("--tickers", "1", "--years", "2", "--max-epochs", "1", "--folds", "2", "--profile", "demo"),
+    )
+    assert "the speed and quality comparisons are skipped" in out
+    assert "## speed" not in out and "## quality" not in out
+    assert "## warm vs cold (fp32, as amp=auto picks on this CPU)" in out
+    assert re.search(r"\| all \| [\d.]+ \| [\d.]+ \| [\d.]+/[\d.]+ \([\d.]+x\)", out)  # the backtest summary
+    with pytest.raises(
+        SystemExit, match="--speed-only compares bf16 with fp32, and this CPU .* no bf16 kernels"
+    ):
+        bench("levers", "--speed-only")
+
+
 def test_recipe(bench):
     out = bench(
         "recipe",
