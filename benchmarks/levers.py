@@ -43,7 +43,12 @@ from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.backtest import run_backtest  # noqa: E402
 from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
-from ldtm_core.learning.precision import cpu_can_run_bf16, cpu_has_native_bf16, describe_cpu  # noqa: E402
+from ldtm_core.learning.precision import (  # noqa: E402
+    cpu_can_run_bf16,
+    cpu_has_native_bf16,
+    describe_cpu,
+    no_bf16_kernels,
+)
 from ldtm_core.learning.split import purged_split  # noqa: E402
 from ldtm_core.learning.training_loop import EpochLoop, fit, make_optimizer  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
@@ -165,7 +170,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     can_bf16 = cpu_can_run_bf16()
-    no_bf16 = f"this CPU ({describe_cpu()}) has no bf16 kernels in oneDNN (they need AVX-512)"
+    no_bf16 = "" if can_bf16 else no_bf16_kernels()
     if not can_bf16 and args.speed_only:
         raise SystemExit(f"--speed-only compares bf16 with fp32, and {no_bf16}: nothing to compare here")
     print(f"CPU: {describe_cpu()}; torch {torch.__version__}; native bf16 detected: {cpu_has_native_bf16()}")

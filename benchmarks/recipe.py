@@ -158,9 +158,9 @@ def _one_variant(
     for p in every:
         epochs, best_epoch, loss, _ = hook.result(p, fit, cfg)
         out[p]["candidate"] = (epochs, best_epoch, loss)
-        out[p]["curve"] = hook.curve[:epochs]
         out[p]["epochs"] += epochs
         out[p]["wall_s"] += fit.duration_s * epochs / fit.epochs
+    out[every[-1]]["curve"] = hook.curve  # the measured run's; a shorter patience's is its prefix
 
     if not folds:  # the candidate fits alone (a retrain's work)
         return out
@@ -239,7 +239,9 @@ def main() -> None:
         help="each (ticker, variant) in a fresh worker process, so no variant inherits another's allocator state",
     )
     ap.add_argument(
-        "--json", type=Path, help="also write every result (with each candidate's validation-loss curve) here"
+        "--json",
+        type=Path,
+        help="also write every result (with each candidate's validation-loss curve, on its variant's own patience) here",
     )
     args = ap.parse_args()
     variants = dict(parse_variant(v) for v in (args.variant or ["fp32=amp:off", "bf16=amp:bf16"]))

@@ -43,14 +43,17 @@ def stop(curve: list[float], patience: int, min_delta: float) -> tuple[int, floa
     return len(curve), best
 
 
+def _own_patience(variant: dict) -> str:
+    """The key of the variant's own (longest) patience: the run that was measured."""
+    return max(variant, key=int)
+
+
 def _own_run(variant: dict) -> dict:
-    """The variant's own (longest-patience) run: the measured one."""
-    return variant[max(variant, key=int)]
+    return variant[_own_patience(variant)]
 
 
 def score(results: list[dict], baseline: str, recipe: str, patience: int, min_delta: float) -> dict:
-    base_wall = losses_base = 0.0
-    wall, ratios = 0.0, []
+    base_wall, wall, ratios = 0.0, 0.0, []
     for r in results:
         base = _own_run(r["variants"][baseline])
         run = _own_run(r["variants"][recipe])
@@ -58,7 +61,6 @@ def score(results: list[dict], baseline: str, recipe: str, patience: int, min_de
         base_wall += base["wall_s"]
         wall += run["wall_s"] * epochs / run["epochs"]
         ratios.append(loss / base["candidate"][2])
-        losses_base += base["candidate"][2]
     log_ratios = [math.log(x) for x in ratios]
     worse = sum(x > 1 for x in ratios)
     return {
@@ -92,7 +94,7 @@ def main() -> None:
     args = ap.parse_args()
     data = json.loads(args.curves.read_text())
     results = data["results"]
-    longest = min(int(max(r["variants"][args.recipe], key=int)) for r in results)
+    longest = min(int(_own_patience(r["variants"][args.recipe])) for r in results)
     rules = [(p, d) for p, d in itertools.product(PATIENCES, MIN_DELTAS) if p <= longest]
     print(f"CPU: {data['cpu']}; {len(results)} tickers; recorded patience of {args.recipe}: {longest}")
     header = "| patience | min_delta | speed | Δ val loss (mean) | median | worse on | sign p | Wilcoxon p |"

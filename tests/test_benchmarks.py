@@ -30,6 +30,14 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 NUMBER = r"[\d,]+(?:\.\d+)?"
 
 
+def _module(name: str, as_name: str):
+    """benchmarks/<name>.py loaded as a module named `as_name`, for calling its functions directly."""
+    spec = importlib.util.spec_from_file_location(as_name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def bench(monkeypatch, capsys):
     """bench(name, *argv) -> what main() printed; main() must return None or 0."""
@@ -160,9 +168,7 @@ def test_stopping_rules_read_off_recorded_curves(bench, tmp_path):
         ),
         *("--json", str(curves)),
     )
-    stopping = importlib.util.spec_from_file_location("stopping", BENCH / "stopping.py")
-    module = importlib.util.module_from_spec(stopping)
-    stopping.loader.exec_module(module)
+    module = _module("stopping", "stopping_rules")
     # With min_delta 0 the offline rule is the trainer's: it stops where recipe.py's hook said.
     for r in json.loads(curves.read_text())["results"]:
         own = r["variants"]["b"]["3"]
@@ -175,9 +181,7 @@ def test_stopping_rules_read_off_recorded_curves(bench, tmp_path):
 
 
 def test_stopping_rule_counts_only_real_progress():
-    spec = importlib.util.spec_from_file_location("stopping_rule", BENCH / "stopping.py")
-    stopping = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stopping)
+    stopping = _module("stopping", "stopping_rule")
     curve = [1.0, 0.9, 0.8999, 0.8998, 0.8997, 0.85]
     assert stopping.stop(curve, 3, 0.0) == (6, 0.85)  # every small gain resets the count
     # 0.1 %: the three creeping epochs are no progress, so it stops at epoch 5 keeping its best, 0.8997
@@ -186,9 +190,7 @@ def test_stopping_rule_counts_only_real_progress():
 
 
 def test_recipe_variants_are_typed_like_train_set():
-    spec = importlib.util.spec_from_file_location("recipe_parse", BENCH / "recipe.py")
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
+    recipe = _module("recipe", "recipe_parse")
     # A bool field written 0 is False (it was bool("0") == True), as `ldtm train --set fast_dropout=0`.
     name, overrides = recipe.parse_variant("old=fast_dropout:0,batch_size:32,lr:0.001,warm_folds:1")
     assert (name, overrides) == (

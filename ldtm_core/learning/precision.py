@@ -56,6 +56,11 @@ def cpu_can_run_bf16() -> bool:
         return False
 
 
+def no_bf16_kernels() -> str:
+    """Why bf16 cannot train on this CPU, for messages (where `cpu_can_run_bf16()` is False)."""
+    return f"this CPU ({describe_cpu()}) has no bf16 kernels in oneDNN (they need AVX-512)"
+
+
 @functools.cache
 def cpu_has_native_bf16() -> bool:
     """True where bf16 training is faster here: oneDNN able to use bf16, and AMX bf16 in the CPU flags,
@@ -148,8 +153,8 @@ def amp_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype | None:
     if device.type == "cpu":
         if cfg.amp == "bf16" and not cpu_can_run_bf16():
             raise InputError(
-                f"amp=bf16: this CPU ({describe_cpu()}) has no bf16 kernels in oneDNN (they need "
-                "AVX-512), so the LSTM cannot train in bf16 here; use amp=auto (fp32 on this CPU) or amp=off"
+                f"amp=bf16: {no_bf16_kernels()}, so the LSTM cannot train in bf16 here; use amp=auto "
+                "(fp32 on this CPU) or amp=off"
             )
         if cfg.amp == "bf16" or (cfg.amp == "auto" and cpu_has_native_bf16()):
             return torch.bfloat16
