@@ -72,6 +72,16 @@ def test_batched_forward_matches_each_module():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_batched_forward_runs_on_the_inputs_device():
+    """The GPU check runs the batched pass on a card: every state tensor must live on x's device. The
+    meta device stands in for CUDA on a CPU machine (it fails the same way on a CPU-only tensor)."""
+    cfg = get_profile("demo", num_layers=2, hidden_size=8)
+    models = [LDTM(cfg).eval() for _ in range(3)]
+    x = torch.rand(3, cfg.window, cfg.input_size, device="meta")
+    got = batched_forward(models, x)
+    assert got.device.type == "meta" and tuple(got.shape) == (3, len(cfg.horizons))
+
+
 def test_predict_writes_one_row_per_ticker_matching_the_model(engine, world):
     settings, df, ids = world
     res = predict(engine, settings)

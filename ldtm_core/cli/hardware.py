@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
 import typer
 from rich.table import Table
 
 from ldtm_core.cli import app, console, handle_errors
+from ldtm_core.errors import InputError
 
 gpu_app = typer.Typer(help="GPU slots derived from free VRAM.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
@@ -45,11 +51,26 @@ def bench_train(
     threads: int = typer.Option(1, "--threads", help="torch threads in this process"),
     early_stop: bool = typer.Option(True, "--early-stop/--no-early-stop", help="also train to early stop"),
     pool_workers: int = typer.Option(2, "--pool-workers", help="concurrent processes for the projection"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N (the grid below runs there)"),
+    batch_sizes: str = typer.Option(
+        None, "--batch-sizes", help="e.g. 32,128,512: samples/s per batch size x precision instead"
+    ),
+    precisions: str = typer.Option(
+        None, "--precisions", help="e.g. fp32,bf16,fp16 (with --batch-sizes; default fp32,bf16)"
+    ),
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="also write the grid's cells to this JSON file")
+    ] = None,
 ) -> None:
-    """Project loop vs seed-style DataLoader loop vs the floor, plus a 103-ticker projection."""
+    """Project loop vs seed-style DataLoader loop vs the floor, plus a 103-ticker projection; or, with
+    --batch-sizes/--precisions or a --device other than cpu, the batch size x precision grid there."""
     import torch
 
     from ldtm_core.learning.bench import run_bench
+
+    if batch_sizes or precisions or device != "cpu":
+        _bench_grid(device, batch_sizes or "32,128,512", precisions or "fp32,bf16", samples, epochs, json_out)
+        return
 
     r = run_bench(samples, epochs, threads, early_stop, pool_workers)
     table = Table(
@@ -95,3 +116,43 @@ def bench_train(
         f"bench took {r.seconds:.0f}s on {cpu_count()} core(s); 1-min load average {r.load[0]:.2f} before, "
         f"{r.load[1]:.2f} after (other processes' load lowers every absolute figure)"
     )
+
+
+def _int_list(raw: str, option: str) -> list[int]:
+    try:
+        return [int(v) for v in raw.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{option} {raw!r}: expected a comma list of integers such as 32,128,512") from None
+
+
+def _bench_grid(device: str, batch_sizes: str, precisions: str, samples: int, epochs: int, json_out) -> None:
+    import torch
+
+    from ldtm_core.learning.bench import precision_grid
+
+    cells = precision_grid(
+        device,
+        _int_list(batch_sizes, "--batch-sizes"),
+        [p.strip() for p in precisions.split(",") if p.strip()],
+        n_samples=samples,
+        epochs=epochs,
+    )
+    where = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "CPU"
+    table = Table(
+        "batch",
+        "precision",
+        "samples/s",
+        "vs fp32",
+        "note",
+        title=f"reference training step on {device} ({where}), {samples} samples x {epochs} epochs, "
+        f"torch {torch.__version__}",
+    )
+    fp32 = {c.batch_size: c.samples_per_s for c in cells if c.precision == "fp32"}
+    for c in cells:
+        base = fp32.get(c.batch_size)
+        ratio = f"{c.samples_per_s / base:.2f}x" if c.samples_per_s and base else ""
+        rate = f"{c.samples_per_s:,.0f}" if c.samples_per_s else "-"
+        table.add_row(str(c.batch_size), c.precision, rate, ratio, c.note)
+    console.print(table)
+    if json_out is not None:
+        json_out.write_text(json.dumps([asdict(c) for c in cells], indent=1))

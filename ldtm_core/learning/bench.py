@@ -300,3 +300,90 @@ def run_bench(
     result.seconds = time.perf_counter() - t0
     result.load = (load_before, _loadavg())
     return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batch size x precision on one device (the GPU check runs it on a card; a CPU runs it too)
+# ---------------------------------------------------------------------------------------------------
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class GridCell:
+    batch_size: int
+    precision: str
+    samples_per_s: float | None  # None where this device cannot train in this precision
+    note: str = ""
+
+
+def _precision_refusal(device: torch.device, precision: str) -> str:
+    """Why `precision` cannot train here ('' where it can)."""
+    from ldtm_core.learning.precision import cpu_can_run_bf16, no_bf16_kernels
+
+    if device.type == "cpu" and precision == "fp16":
+        return "fp16 autocast is a CUDA setting (slower than fp32 on a CPU)"
+    if device.type == "cpu" and precision == "bf16" and not cpu_can_run_bf16():
+        return no_bf16_kernels()
+    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+        return "this card has no bf16"
+    return ""
+
+
+def precision_grid(
+    device: str,
+    batch_sizes: list[int],
+    precisions: list[str],
+    n_samples: int = 4000,
+    epochs: int = 3,
+    seed: int = 0,
+) -> list[GridCell]:
+    """Samples/s of the reference training step (`EpochLoop`, AdamW, fp16 with a GradScaler) for each
+    batch size x precision, the same data and initial weights, cells interleaved epoch by epoch."""
+    from ldtm_core.learning.training_loop import resolve_device, setup_device
+
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown or not precisions:
+        raise InputError(
+            f"--precisions: {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}"
+        )
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise InputError(f"--batch-sizes must be positive integers, got {batch_sizes}")
+    dev = resolve_device(device)
+    setup_device(dev, torch.get_num_threads())
+    cfg = get_profile("reference", seed=seed)
+    s = bench_data(n_samples, cfg.window, seed).samples
+    x, y = torch.from_numpy(s.x).to(dev), torch.from_numpy(s.y).to(dev)
+    gen = torch.Generator().manual_seed(seed)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    loops, cells = {}, {}
+    for bs in batch_sizes:
+        for p in precisions:
+            why = _precision_refusal(dev, p)
+            cells[bs, p] = GridCell(bs, p, None, why)
+            if why:
+                continue
+            model, _opt = _fresh(cfg)
+            model = model.to(dev)
+            opt = make_optimizer(model, cfg, dev)
+            scaler = torch.amp.GradScaler("cuda") if p == "fp16" else None
+            loops[bs, p] = EpochLoop(model, opt, bs, autocast_dtype=PRECISIONS[p], scaler=scaler)
+    spent = dict.fromkeys(loops, 0.0)
+    for key, loop in list(loops.items()):  # warm-up: kernel selection and cuDNN autotuning off the clock
+        try:
+            loop.run(x, y, torch.arange(min(len(x), 4 * key[0]), device=dev))
+            sync()
+        except RuntimeError as exc:
+            cells[key].note = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            del loops[key], spent[key]
+    for _ in range(epochs):
+        perm = torch.randperm(len(x), generator=gen).to(dev)
+        for key, loop in loops.items():
+            t = time.perf_counter()
+            loop.run(x, y, perm)
+            sync()
+            spent[key] += time.perf_counter() - t
+    for key, seconds in spent.items():
+        cells[key].samples_per_s = len(x) * epochs / seconds
+    return list(cells.values())

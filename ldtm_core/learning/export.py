@@ -55,8 +55,16 @@ def to_onnx_bytes(model: torch.nn.Module, window: int, n_features: int, opset: i
     return buffer.getvalue()
 
 
-def verify(onnx_bytes: bytes, model: torch.nn.Module, window: int, n_features: int, seed: int = 0) -> float:
-    """onnx.checker + onnxruntime vs PyTorch on random windows; returns the max abs difference."""
+def verify(
+    onnx_bytes: bytes,
+    model: torch.nn.Module,
+    window: int,
+    n_features: int,
+    seed: int = 0,
+    providers: tuple[str, ...] = ("CPUExecutionProvider",),
+) -> float:
+    """onnx.checker + onnxruntime (on `providers`, e.g. CUDAExecutionProvider) vs PyTorch on random
+    windows; returns the max abs difference."""
     import onnx
     import onnxruntime as ort
 
@@ -64,7 +72,13 @@ def verify(onnx_bytes: bytes, model: torch.nn.Module, window: int, n_features: i
         onnx.checker.check_model(onnx.load_from_string(onnx_bytes))
     except Exception as exc:  # noqa: BLE001
         raise ExportError(f"onnx.checker rejected the exported graph: {exc}") from None
-    session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    missing = [p for p in providers if p not in ort.get_available_providers()]
+    if missing:
+        raise ExportError(
+            f"onnxruntime {ort.__version__} has no {', '.join(missing)} here "
+            f"(available: {', '.join(ort.get_available_providers())})"
+        )
+    session = ort.InferenceSession(onnx_bytes, providers=list(providers))
     rng = np.random.default_rng(seed)
     worst = 0.0
     for batch in CHECK_BATCH_SIZES:

@@ -27,13 +27,14 @@ def batched_forward(models: Sequence[LDTM | Weights], x: torch.Tensor) -> torch.
 
     The weights are stacked and the LSTM recurrence runs as batched matrix products, so 103 tickers cost
     one pass of W steps instead of 103 module calls. Eval-mode semantics (no dropout); exact up to
-    float rounding, checked against the modules in the tests.
+    float rounding, checked against the modules in the tests. Runs where x is (a CPU or a card).
     """
     m = len(models)
     if m == 0:
         return torch.empty(0, 0)
     cfg = models[0].cfg
-    params = [_tensors(md) for md in models]
+    dev = x.device
+    params = [{k: v.to(dev) for k, v in _tensors(md).items()} for md in models]
     h_size = cfg.hidden_size
     inp = x.to(torch.float32)  # [M, W, I]
     for layer in range(cfg.num_layers):
@@ -43,8 +44,8 @@ def batched_forward(models: Sequence[LDTM | Weights], x: torch.Tensor) -> torch.
             [p[f"lstm.bias_ih_l{layer}"] + p[f"lstm.bias_hh_l{layer}"] for p in params]
         )  # [M, 4H]
         gx = torch.bmm(inp, w_ih.transpose(1, 2)) + bias[:, None, :]  # [M, W, 4H]
-        h = torch.zeros(m, h_size)
-        c = torch.zeros(m, h_size)
+        h = torch.zeros(m, h_size, device=dev)
+        c = torch.zeros(m, h_size, device=dev)
         w_hh_t = w_hh.transpose(1, 2)
         outs = []
         for t in range(inp.shape[1]):
