@@ -13,8 +13,8 @@ slots        NVML's view and the slot plan derived from it (`ldtm gpu slots`)
 context      CUDA context cost, one training step per precision (gpu_probes context)
 concurrency  1, 4, 16 processes training on the card at once (gpu_probes concurrency)
 retrain      all tickers, reference profile, through the slot plan: one worker per slot pinned to the
-             card, AMP (`ldtm train --tickers all`), with one worker per core; and once more with every
-             slot the VRAM allows (the plan before issue 44), side by side
+             card, `amp=auto` (`ldtm train --tickers all`); with --every-slot once more with every slot
+             the VRAM allows (the plan before issue 44: 236 workers asked on an H200), side by side
 predict      one evening for all tickers, then 20 replayed evenings (`ldtm predict`)
 batched      the batched forward on the card vs the CPU (gpu_probes batched)
 onnx         one model exported (`ldtm export onnx`), then on onnxruntime's CUDA provider (gpu_probes onnx)
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ldtm_core.learning.gpu_slots import ENV_POOL_ID, plan_slots, probe  # noqa: E402
+from ldtm_core.learning.gpu_slots import ENV_POOL_ID, GpuMemory, plan_slots, probe  # noqa: E402
 
 FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
 BUDGET_S = 480  # the issue's 8 minutes on one H100
@@ -65,7 +65,8 @@ class CheckConfig:
     bench_precisions: str = "fp32,bf16,fp16"
     bench_samples: int = 4000
     bench_epochs: int = 2
-    compare_plan: bool = True  # also retrain with every slot the VRAM allows
+    every_slot: bool = False  # also retrain with every slot the VRAM allows (the plan before issue 44)
+    only: tuple[str, ...] = ()  # run just these stages (a rerun after a fix); () = all
 
     @classmethod
     def dry_run(cls) -> CheckConfig:
@@ -82,7 +83,6 @@ class CheckConfig:
             bench_precisions="fp32,bf16",
             bench_samples=256,
             bench_epochs=1,
-            compare_plan=False,
         )
 
 
@@ -196,6 +196,8 @@ class Check:
 
     def stage(self, name: str, fn, limit_s: float, *args) -> Stage:
         st = Stage(name)
+        if self.cfg.only and name not in self.cfg.only:
+            return st
         self.current = st  # a stage writes its figures into st.result as it goes: a timeout keeps them
         self.sampler.stage = name
         t = time.monotonic()
@@ -284,7 +286,7 @@ class Check:
         durations = sorted(m["duration_s"] for m in models)
         out = {
             "amp": self.amp,
-            "workers": workers or "plan",
+            "workers": workers or f"the plan's {self.plan_total()}",
             "trained": len(models),
             "wall_s": round(wall, 1),
             "devices": sorted({m["device"] for m in models}),
@@ -372,6 +374,9 @@ class Check:
 
         return get_engine(self.env["LDTM_DATABASE_URL"])
 
+    def plan_total(self):
+        return next((s.result.get("plan_total") for s in self.stages if s.name == "slots"), "?")
+
     def max_model_id(self) -> int:
         from sqlalchemy import func, select
 
@@ -419,8 +424,6 @@ class Check:
     # -- the whole check -----------------------------------------------------------------------------
 
     def all(self) -> None:
-        from ldtm_core.learning.gpu_slots import cpu_count
-
         c = self.cfg
         self.sampler.start()
         self.stage("environment", lambda lim: self.probe(lim, "env"), 60)
@@ -435,16 +438,15 @@ class Check:
             ),
             60 + 10 * len(c.concurrency) * c.concurrency_s,
         )
-        self.stage("retrain", self.retrain, 240, cpu_count())
+        self.stage("retrain", self.retrain, 240, None)
         self.stage("predict", self.predict, 60)
         self.stage("batched", lambda lim: self.probe(lim, "batched"), 60)
         self.stage("onnx", self.onnx, 60)
         self.stage("bench", self.bench, 90)
-        if (
-            c.compare_plan
-        ):  # last of the heavy ones: every process the VRAM allows, on this host's cores and RAM
-            plan = next(s for s in self.stages if s.name == "slots").result.get("plan_total")
-            self.stage("retrain_every_slot", self.within_budget(self.retrain, 150, reserve=10), 150, plan)
+        if c.every_slot:  # last of the heavy ones: on an H200 it took 105 of 126 GiB of host memory
+            slots = next((s for s in self.stages if s.name == "slots"), Stage("slots")).result
+            every = plan_slots([GpuMemory(**g) for g in slots.get("gpus", [])], cpu_slots=10**6).total
+            self.stage("retrain_every_slot", self.within_budget(self.retrain, 150, reserve=10), 150, every)
         self.stage("tensorrt", self.within_budget(self.tensorrt, 60, reserve=0), 60)
         self.sampler.stop.set()
 
@@ -501,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", action="store_true", help="the dry run: CPU, a fake NVML, a few tickers")
     ap.add_argument("--out", type=Path, default=ROOT / "gpu_check_out", help="where the JSON and Markdown go")
     ap.add_argument("--tickers", type=int, help="how many of the universe (default 103; --cpu 3)")
+    ap.add_argument(
+        "--only", help="comma list of stages to run, e.g. environment,ingest,slots,context,retrain"
+    )
+    ap.add_argument(
+        "--every-slot", action="store_true", help="also retrain with every slot VRAM allows (minutes)"
+    )
     ap.add_argument("--keep-home", action="store_true", help="keep the throw-away LDTM_HOME (prints it)")
     a = ap.parse_args(argv)
     if a.cpu:
@@ -508,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = CheckConfig.dry_run() if a.cpu else CheckConfig()
     if a.tickers:
         cfg.tickers = a.tickers
+    cfg.every_slot = a.every_slot
+    cfg.only = tuple(x.strip() for x in (a.only or "").split(",") if x.strip())
     a.out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="ldtm_gpu_check_"))
     check = Check(cfg, a.out, home)

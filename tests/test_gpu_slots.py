@@ -88,33 +88,48 @@ def test_one_gpu():
     nvml = FakeNVML([("NVIDIA H100", 81559, 80000)])
     (g,) = probe(nvml)
     assert g == GpuMemory(0, "NVIDIA H100", 81559, 80000)
-    plan = current_plan(nvml)
+    plan = current_plan(nvml, cpu_slots=256)
     assert plan.kind == "cuda"
     assert plan.per_gpu == [(0, 80000, (80000 - 1024) // 600)] and plan.total == 131
     assert plan.devices() == ["cuda:0"] * 131
 
 
+def test_a_big_card_gets_one_slot_per_core_not_every_slot_its_memory_allows():
+    # The GPU check on an H200 with 16 cores (docs/performance.md, GPU): VRAM alone gave 236 slots; 103
+    # workers then took 105 of 126 GiB of host memory, ran 3.2x slower than 16 and lost 9 tickers to
+    # CUDA out-of-memory. Each worker is a process that needs a core to feed the card.
+    nvml = FakeNVML([("NVIDIA H200", 143771, 143155)])
+    plan = current_plan(nvml, cpu_slots=16)
+    assert (plan.kind, plan.total, plan.per_gpu) == ("cuda", 16, [(0, 143155, 16)])
+    assert "one per core (16 cores)" in plan.reason
+    # Two cards share the cores, spread round-robin; a card with less room than its share keeps its own.
+    two = current_plan(FakeNVML([("A", 80000, 80000), ("B", 80000, 2500)]), cpu_slots=16)
+    assert [s for *_, s in two.per_gpu] == [14, 2] and two.total == 16
+    # A small card below the cores is untouched by it.
+    assert current_plan(FakeNVML([("L4", 23034, 6000)]), cpu_slots=16).total == (6000 - 1024) // 600
+
+
 def test_several_gpus_spread_and_caps():
     nvml = FakeNVML([("A", 24000, 8000), ("B", 24000, 4000), ("C", 24000, 1500)])
-    plan = current_plan(nvml)
+    plan = current_plan(nvml, cpu_slots=64)
     assert [s for *_, s in plan.per_gpu] == [(8000 - 1024) // 600, (4000 - 1024) // 600, 0]
     assert plan.total == 11 + 4
     # The first jobs land on different cards.
     assert plan.devices()[:3] == ["cuda:0", "cuda:1", "cuda:0"]
-    capped = plan_slots(probe(nvml), max_total=3)
+    capped = plan_slots(probe(nvml), max_total=3, cpu_slots=64)
     assert capped.total == 3 and [s for *_, s in capped.per_gpu] == [2, 1, 0]
-    per = plan_slots(probe(nvml), max_per_gpu=2)
+    per = plan_slots(probe(nvml), max_per_gpu=2, cpu_slots=64)
     assert [s for *_, s in per.per_gpu] == [2, 2, 0] and per.total == 4
 
 
 def test_cotenant_holding_most_of_one_gpu_shrinks_only_that_gpu():
     free_before = FakeNVML([("A", 16000, 15000), ("B", 16000, 15000)])
     crowded = FakeNVML([("A", 16000, 15000), ("B", 16000, 1900)])  # a co-tenant took ~13 GB of B
-    before, after = current_plan(free_before), current_plan(crowded)
+    before, after = current_plan(free_before, cpu_slots=64), current_plan(crowded, cpu_slots=64)
     assert [s for *_, s in before.per_gpu] == [23, 23]
     assert [s for *_, s in after.per_gpu] == [23, 1]
     assert after.total == 24 < before.total
-    everything_taken = current_plan(FakeNVML([("A", 16000, 900)]))
+    everything_taken = current_plan(FakeNVML([("A", 16000, 900)]), cpu_slots=2)
     assert everything_taken.kind == "cpu" and everything_taken.total == 2
     assert everything_taken.per_gpu == [(0, 900, 0)] and "none has" in everything_taken.reason
 
@@ -162,10 +177,10 @@ def test_env_overrides(monkeypatch):
     nvml = FakeNVML([("A", 16000, 10000)])
     monkeypatch.setenv(gpu_slots.ENV_PER_JOB, "1000")
     monkeypatch.setenv(gpu_slots.ENV_HEADROOM, "2000")
-    assert current_plan(nvml).total == 8
+    assert current_plan(nvml, cpu_slots=16).total == 8
     monkeypatch.setenv(gpu_slots.ENV_MAX_SLOTS, "5")
-    assert current_plan(nvml).total == 5
-    assert current_plan(nvml, max_total=2).total == 2  # explicit beats env
+    assert current_plan(nvml, cpu_slots=16).total == 5
+    assert current_plan(nvml, cpu_slots=16, max_total=2).total == 2  # explicit beats env
     monkeypatch.setenv(gpu_slots.ENV_PER_JOB, "lots")
     with pytest.raises(InputError, match=gpu_slots.ENV_PER_JOB):
         current_plan(nvml)

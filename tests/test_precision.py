@@ -138,3 +138,53 @@ def test_fit_trains_in_the_detected_precision_and_returns_fp32_weights(native_bf
         assert res.val_loss != off.val_loss
     else:
         assert res.val_loss == off.val_loss
+
+
+CUDA = torch.device("cuda", 0)
+
+
+@pytest.fixture
+def card(monkeypatch, tmp_path):
+    """A CUDA card as amp_dtype sees it, on a CPU machine: its name, bf16 support, the probe's answer."""
+    monkeypatch.setenv("LDTM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LDTM_BF16_PROBE", "1")  # the suite turns the probe off; this is its test
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda _d=None: "NVIDIA H200")
+    state = {"bf16": True, "speedup": 0.7, "measured": []}
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: state["bf16"])
+
+    def measure(device, dtype, **_kw):
+        state["measured"].append((str(device), dtype))
+        return state["speedup"]
+
+    monkeypatch.setattr(precision, "measure_speedup", measure)
+    return state
+
+
+def test_auto_on_a_card_trains_in_fp32_where_the_probe_finds_amp_slower(card):
+    # The GPU check on an H200 (docs/performance.md, GPU): the reference step ran at 0.67-0.73x in bf16
+    # or fp16 at batch 32, 128 and 512; auto used to pick bf16 on every card that has it.
+    assert amp_dtype(cfg("auto"), CUDA) is None
+    assert card["measured"] == [("cuda:0", torch.bfloat16)]
+    amp_dtype(cfg("auto"), CUDA)
+    assert len(card["measured"]) == 1  # cached per card and torch version
+    assert amp_dtype(cfg("bf16"), CUDA) is torch.bfloat16  # forcing still works
+    assert amp_dtype(cfg("fp16"), CUDA) is torch.float16
+    assert amp_dtype(cfg("off"), CUDA) is None
+
+
+def test_auto_on_a_card_uses_amp_where_the_probe_finds_it_faster(card, monkeypatch, tmp_path):
+    card["speedup"] = 1.6
+    assert amp_dtype(cfg("auto"), CUDA) is torch.bfloat16
+    card["bf16"] = False  # a card without bf16 (pre-Ampere) is probed, and trains, in fp16
+    monkeypatch.setenv("LDTM_CACHE_DIR", str(tmp_path / "other"))
+    assert amp_dtype(cfg("auto"), CUDA) is torch.float16
+    assert card["measured"][-1] == ("cuda:0", torch.float16)
+    monkeypatch.setenv("LDTM_BF16_PROBE", "0")  # no probe: fp32, as on a CPU
+    monkeypatch.setenv("LDTM_CACHE_DIR", str(tmp_path / "third"))
+    assert amp_dtype(cfg("auto"), CUDA) is None
+
+
+def test_the_probe_runs_on_a_given_device_and_dtype():
+    if not precision.cpu_can_run_bf16():
+        pytest.skip("this CPU has no bf16 kernels in oneDNN (AVX2 only)")
+    assert precision.measure_speedup(CPU, torch.bfloat16, batch=8, steps=1, rounds=1) > 0

@@ -1,7 +1,7 @@
 """How many training/inference jobs fit at once, derived from free VRAM (SPEC §6).
 
 Per GPU: `slots = floor((free_MiB + own_MiB - headroom_MiB) / per_job_MiB)`, never below 0, capped by
-config. The sum is the pool limit. No NVML, no GPU, or no GPU with room -> a CPU pool sized from the
+config. The sum, at most one per CPU core (each slot is a process feeding the card), is the pool limit. No NVML, no GPU, or no GPU with room -> a CPU pool sized from the
 cores. NVML is read through an injectable module so tests can play zero, one, several or crowded GPUs.
 
 `own_MiB` is the memory the pool's own running jobs hold (NVML per-process usage), so the limit is
@@ -166,8 +166,13 @@ def plan_slots(
             slots = min(slots, max_per_gpu)
         raw.append((g.index, g.free_mib, int(slots)))
 
-    # Apply the total cap round-robin so a capped pool still spreads over the cards.
-    budget = sum(s for *_, s in raw) if max_total is None else min(max_total, sum(s for *_, s in raw))
+    # Each slot is a process that needs a core to feed the card: on a big card VRAM alone allowed 236
+    # slots on 16 cores, and 103 workers ran 3.2x slower than 16 and ran out of memory (docs/performance.md).
+    cores = cpu_count() if cpu_slots is None else cpu_slots
+    vram_total = sum(s for *_, s in raw)
+    by_cores = vram_total > max(1, cores) and (max_total is None or max_total > max(1, cores))
+    # Apply the total caps round-robin so a capped pool still spreads over the cards.
+    budget = min(vram_total, max(1, cores), *([max_total] if max_total is not None else []))
     granted = {idx: 0 for idx, _, _ in raw}
     left = budget
     while left > 0:
@@ -188,11 +193,11 @@ def plan_slots(
             kind="cuda",
             reason=f"{len(gpus)} GPU(s): floor((free + own - {headroom_mib}) / {per_job_mib}) MiB per GPU"
             + (f", own jobs hold {own} MiB" if (own := sum(g.own_mib for g in gpus)) else "")
+            + (f", at most one per core ({max(1, cores)} cores)" if by_cores else "")
             + (f", capped at {max_total} in total" if max_total is not None else "")
             + (f", at most {max_per_gpu} per GPU" if max_per_gpu is not None else ""),
         )
 
-    cores = cpu_count() if cpu_slots is None else cpu_slots
     n_cpu = max(1, min(cores, max_total) if max_total else cores)
     if not gpus:
         why = "no GPU visible through NVML"

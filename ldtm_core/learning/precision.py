@@ -1,7 +1,8 @@
 """Which autocast dtype a training step runs under (`ModelConfig.amp`).
 
-CUDA: bf16 where the card supports it, else fp16. CPU: bf16 where it is faster here, detected, never
-guessed from the vendor. Measured (docs/performance.md): with AMX bf16 tiles (`amx_bf16`) the
+CUDA: bf16 (fp16 on a card without bf16) where a few timed reference training steps find it faster on
+this card, else fp32 with TF32 (on an H200 the small LSTM was 0.67-0.73x slower under autocast: the GPU
+check, docs/performance.md). CPU: bf16 where it is faster here, detected, never guessed from the vendor. Measured (docs/performance.md): with AMX bf16 tiles (`amx_bf16`) the
 reference training step is 1.6-2.5x faster in bf16; with AVX512-BF16 but no AMX it depends on the
 core (a Xeon: ~0.85x, slower; an AMD EPYC Zen 5: 1.36x at batch 32), so there `auto` times a few
 reference training steps in both precisions once per CPU model and torch version and caches the
@@ -81,12 +82,11 @@ def _probe_cache() -> Path:
     return Path(root) / "bf16_probe.json"
 
 
-def bf16_probe_speedup() -> float:
-    """bf16/fp32 speed of the reference training step on this CPU: cached per CPU and torch version,
-    measured on first use (about a second). 0.0 with LDTM_BF16_PROBE=0."""
+def _cached_speedup(key: str, measure) -> float:
+    """`measure()` once per key (CPU or card, torch version), kept in the probe's cache file;
+    0.0 with LDTM_BF16_PROBE=0."""
     if not env_flag("LDTM_BF16_PROBE", True):
         return 0.0
-    key = f"{describe_cpu()} {cpu_generation()} | torch {torch.__version__}"
     path = _probe_cache()
     try:
         cached = json.loads(path.read_text())
@@ -96,7 +96,7 @@ def bf16_probe_speedup() -> float:
         cached = {}
     if isinstance(cached.get(key), int | float):
         return float(cached[key])
-    speedup = measure_bf16_speedup()
+    speedup = measure()
     try:  # best effort: a read-only home just means probing again next process
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -107,43 +107,69 @@ def bf16_probe_speedup() -> float:
     return speedup
 
 
-def measure_bf16_speedup(batch: int = 32, steps: int = 12, rounds: int = 2) -> float:
-    """fp32 time / bf16 time of the reference model's training step (AdamW), one thread, interleaved;
-    0.0 where this CPU cannot run bf16 at all."""
-    from ldtm_core.learning.model import LDTM, get_profile
+def bf16_probe_speedup() -> float:
+    """bf16/fp32 speed of the reference training step on this CPU: cached per CPU and torch version,
+    measured on first use (about a second). 0.0 with LDTM_BF16_PROBE=0."""
+    key = f"{describe_cpu()} {cpu_generation()} | torch {torch.__version__}"
+    return _cached_speedup(key, measure_bf16_speedup)
 
+
+def cuda_amp_speedup(device: torch.device, dtype: torch.dtype) -> float:
+    """fp32/`dtype` time of the reference training step (batch 128, the reference recipe's) on this
+    card: cached per card, dtype and torch version. On an H200 the small LSTM ran at 0.67-0.73x in bf16
+    and fp16 (launch-bound: autocast adds casts, tensor cores have little to do), so it is measured."""
+    name = torch.cuda.get_device_name(device)
+    key = f"{name} {precision_name(dtype)} | torch {torch.__version__}"
+    return _cached_speedup(key, lambda: measure_speedup(device, dtype, batch=128))
+
+
+def measure_bf16_speedup(batch: int = 32, steps: int = 12, rounds: int = 2) -> float:
+    """fp32 time / bf16 time of the reference model's training step on this CPU, one thread;
+    0.0 where this CPU cannot run bf16 at all."""
     if not cpu_can_run_bf16():
         return 0.0
-
-    cfg = get_profile("reference")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        torch.manual_seed(0)
-        model = LDTM(cfg)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-        x = torch.randn(batch, cfg.window, cfg.input_size)
-        y = torch.randn(batch, len(cfg.horizons))
-
-        def run(dtype: torch.dtype | None, n: int) -> float:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
-                    loss = torch.nn.functional.mse_loss(model(x).float(), y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            return time.perf_counter() - t0
-
-        elapsed = {None: 0.0, torch.bfloat16: 0.0}
-        for dtype in elapsed:  # kernel creation stays out of the timing
-            run(dtype, 2)
-        for _ in range(rounds):
-            for dtype in elapsed:
-                elapsed[dtype] += run(dtype, steps)
-        return elapsed[None] / elapsed[torch.bfloat16]
+        return measure_speedup(torch.device("cpu"), torch.bfloat16, batch=batch, steps=steps, rounds=rounds)
     finally:
         torch.set_num_threads(threads)
+
+
+def measure_speedup(
+    device: torch.device, dtype: torch.dtype, batch: int = 32, steps: int = 12, rounds: int = 2
+) -> float:
+    """fp32 time / `dtype`-autocast time of the reference model's training step (AdamW) on `device`,
+    the two interleaved over the same tensors."""
+    from ldtm_core.learning.model import LDTM, get_profile
+
+    cfg = get_profile("reference")
+    torch.manual_seed(0)
+    model = LDTM(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    x = torch.randn(batch, cfg.window, cfg.input_size, device=device)
+    y = torch.randn(batch, len(cfg.horizons), device=device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+    def run(low: torch.dtype | None, n: int) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            with torch.autocast(device.type, dtype=low or torch.float32, enabled=low is not None):
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        sync()
+        return time.perf_counter() - t0
+
+    elapsed = {None: 0.0, dtype: 0.0}
+    for low in elapsed:  # kernel creation (and cuDNN's plans) stays out of the timing
+        run(low, 2)
+    for _ in range(rounds):
+        for low in elapsed:
+            elapsed[low] += run(low, steps)
+    return elapsed[None] / elapsed[dtype]
 
 
 def amp_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype | None:
@@ -163,7 +189,8 @@ def amp_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype | None:
         return torch.float16
     if cfg.amp == "bf16":
         return torch.bfloat16
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    low = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return low if cuda_amp_speedup(device, low) >= PROBE_MIN_SPEEDUP else None
 
 
 def precision_name(dtype: torch.dtype | None) -> str:
