@@ -1,4 +1,4 @@
-.PHONY: setup demo test lint dev dashboard deploy-test
+.PHONY: setup demo test lint dev dashboard deploy-test gpu-wheels gpu-check
 
 # One Dagster instance for `make demo` and `make dev`, so the UI shows what the demo materialised.
 DAGSTER_HOME_DIR = $${DAGSTER_HOME:-$(CURDIR)/.dagster_home}
@@ -40,3 +40,11 @@ dashboard: setup
 deploy-test: setup
 	./deploy/scripts/install_prerequisites.sh
 	PYTHONPATH=$(CURDIR) .venv/bin/python deploy/test/deploy_test.py
+
+# The GPU check (docs/operations.md, "Checking a GPU host"): gpu-wheels downloads, where PyPI answers,
+# what an air-gapped GPU host lacks into .gpu_wheels/; gpu-check runs it (on a CPU: the dry run).
+gpu-wheels: setup
+	./scripts/gpu_wheels.sh
+
+gpu-check:
+	./scripts/gpu_check.sh $(GPU_CHECK_ARGS)

@@ -126,8 +126,8 @@ def context(_args: dict) -> dict:
 
     dev = _device()
     cfg = get_profile("reference")
-    out: dict = {"device": str(dev), "auto_precision": precision_name(amp_dtype(cfg, dev))}
-    if dev.type == "cuda":
+    out: dict = {"device": str(dev)}
+    if dev.type == "cuda":  # before anything else touches the card: cuBLAS/cuDNN handles are not context
         torch.zeros(1, device=dev)
         torch.cuda.synchronize()
         nvml = _nvml_own_mib()
@@ -137,6 +137,8 @@ def context(_args: dict) -> dict:
             torch_reserved_mib=reserved,
             context_mib=None if nvml is None else round(nvml - reserved, 1),
         )
+    # amp=auto's choice here: on a card it times the reference step in both precisions (cached).
+    out["auto_precision"] = precision_name(amp_dtype(cfg, dev))
     steps = {}
     for precision in ("fp32", "bf16", "fp16"):
         try:
