@@ -52,6 +52,23 @@ def _require_sqlite_folder(engine: Engine, url: str) -> None:
         )
 
 
+def _refuse_a_newer_database(conn, cfg, url: str) -> None:
+    """A database a later release migrated carries a revision this code does not know: say so in one
+    line instead of alembic's traceback, and change nothing."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(cfg)
+    known = {rev.revision for rev in script.walk_revisions()}
+    current = MigrationContext.configure(conn).get_current_heads()
+    unknown = [rev for rev in current if rev not in known]
+    if unknown:
+        raise DatabaseError(
+            f"database {masked_url(url)} is at revision {', '.join(unknown)}, newer than this code (its newest: "
+            f"{script.get_current_head()}): run the LDTM release that migrated it; nothing was changed"
+        )
+
+
 def upgrade(url: str, revision: str = "head") -> Engine:
     """Bring the database at `url` to `revision` and return its engine. Concurrent callers are
     serialised (an advisory lock on PostgreSQL, a file lock on SQLite); the later ones find the head."""
@@ -66,6 +83,7 @@ def upgrade(url: str, revision: str = "head") -> Engine:
                 # Two processes upgrading one fresh database at once would race on CREATE TABLE.
                 conn.execute(text("SELECT pg_advisory_xact_lock(7400123)"))
             cfg.attributes["connection"] = conn
+            _refuse_a_newer_database(conn, cfg, url)
             command.upgrade(cfg, revision)
     except Timeout:
         raise DatabaseError(

@@ -2,8 +2,8 @@
 
 PostgreSQL: one fresh database per test session (created here, dropped at the end), emptied
 between tests. The server is named by LDTM_TEST_POSTGRES_URL (any database on it; we create our
-own). When LDTM_REQUIRE_POSTGRES=1 (set by .ci/run) an unreachable server fails the tests
-instead of skipping them.
+own). When it is set, or LDTM_REQUIRE_POSTGRES=1 (.ci/run sets both), an unreachable server fails the
+tests instead of skipping them; unset, on a machine without PostgreSQL, they skip.
 """
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ from ldtm_core.schema import metadata  # noqa: E402
 DEFAULT_PG = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 
 
+def postgres_required() -> bool:
+    """Configured (LDTM_TEST_POSTGRES_URL) or required (LDTM_REQUIRE_POSTGRES=1): then a PostgreSQL test
+    that cannot reach its server fails instead of skipping."""
+    return os.environ.get("LDTM_REQUIRE_POSTGRES") == "1" or bool(os.environ.get("LDTM_TEST_POSTGRES_URL"))
+
+
 def _admin_url() -> str:
     return os.environ.get("LDTM_TEST_POSTGRES_URL", DEFAULT_PG)
 
@@ -49,7 +55,7 @@ def pg_server_url():
         with admin_engine.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # noqa: BLE001
-        if os.environ.get("LDTM_REQUIRE_POSTGRES") == "1":
+        if postgres_required():
             pytest.fail(f"PostgreSQL required but unreachable at {admin.render_as_string()}: {exc}")
         pytest.skip(f"PostgreSQL unreachable: {exc}")
     url = admin.set(database=name).render_as_string(hide_password=False)
@@ -127,10 +133,8 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if (
-        report.skipped
-        and item.get_closest_marker("postgres")
-        and os.environ.get("LDTM_REQUIRE_POSTGRES") == "1"
-    ):
+    if report.skipped and item.get_closest_marker("postgres") and postgres_required():
         report.outcome = "failed"
-        report.longrepr = f"{item.nodeid}: a PostgreSQL test was skipped while LDTM_REQUIRE_POSTGRES=1"
+        report.longrepr = (
+            f"{item.nodeid}: a PostgreSQL test was skipped while a PostgreSQL server is configured"
+        )

@@ -53,6 +53,8 @@ def test_signals_explain_lists_one_evening(market, engine, monkeypatch):
         (["--start", "2023-13-01"], "--start"),
         (["--mode", "paper"], "mode"),
         (["--cost-bp", "-3"], "cost"),
+        # Issue 38 D11: 10001 bp was accepted (a -100.6 % drawdown) although the setting refuses it.
+        (["--cost-bp", "10001"], "10000"),
         (["--explain", "2020-01-02"], "no published row"),
         (["--start", "2023-04-01", "--end", "2023-03-01"], "after"),
     ],

@@ -96,3 +96,35 @@ def test_tensorrt_script_says_clearly_when_tensorrt_is_absent(tmp_path):
         env=env,
     )
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_export_never_replaces_what_is_not_a_regular_file(checkpoint, tmp_path, kind):
+    # Issue 38 D2: as root, `--out /dev/full` replaced the device node with a regular file (a FIFO and a
+    # symlink likewise). The file written must be a new or an existing regular file.
+    out = tmp_path / "target.onnx"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    if kind == "fifo":
+        os.mkfifo(out)
+    elif kind == "symlink":
+        out.symlink_to(victim)
+    else:
+        out.mkdir()
+    with pytest.raises(ExportError, match=r"target\.onnx.*not a regular file"):
+        export_onnx(checkpoint, out)
+    assert victim.read_text() == "keep me"
+    assert (out.is_symlink(), out.is_fifo(), out.is_dir()) == (
+        kind == "symlink",
+        kind == "fifo",
+        kind == "directory",
+    )
+
+
+def test_export_where_nothing_can_be_written_and_an_unknown_opset_are_clear_errors(checkpoint, tmp_path):
+    # Issue 38 D8: `--out /proc/x.onnx` and `--opset 99` ended in tracebacks.
+    with pytest.raises(ExportError, match=r"cannot write .*x\.onnx"):
+        export_onnx(checkpoint, Path("/proc/x.onnx"))
+    with pytest.raises(ExportError, match=r"opset 99 .*supported: \d+-\d+"):
+        export_onnx(checkpoint, tmp_path / "m.onnx", opset=99)
+    assert not (tmp_path / "m.onnx").exists()

@@ -390,3 +390,62 @@ def binomtest_p(k, n):
     from scipy.stats import binomtest
 
     return binomtest(k, n, 0.5, alternative="greater").pvalue
+
+
+PASSING = [(100, 0.60, 0.50, 2.0, 0), (100, 0.60, 0.50, 2.0, 0)]
+SEED = GateThresholds(policy="seed")
+
+
+def _decisions(engine) -> list[tuple[str, bool]]:
+    from sqlalchemy import select
+
+    from ldtm_core.schema import gate_decisions
+
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(select(gate_decisions.c.backtest_id, gate_decisions.c.passed))]
+
+
+def _meanwhile(monkeypatch, action):
+    """Run `action` once, between a gate's judgement and its promotion (where a second gate or an operator
+    can come in); then the real promotion."""
+    real = gate.shadow.promote_or_shadow
+    done = []
+
+    def wrapper(*args, **kwargs):
+        if not done:
+            done.append(True)
+            action()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gate.shadow, "promote_or_shadow", wrapper)
+
+
+def test_two_gates_racing_on_one_backtest_make_one_decision(engine, s, monkeypatch):
+    # Issue 38 D3: two concurrent `ldtm gate` runs for one ticker both judged the same backtest and both
+    # said "promoted" (two pass rows). The second to reach the promotion now finds it judged, under the lock.
+    mid = make_model(engine, s, "AAPL")
+    bt = add_backtest(engine, mid, PASSING)
+    other = []
+    _meanwhile(monkeypatch, lambda: other.append(run_gate(engine, s, "AAPL", thresholds=SEED)))
+    with pytest.raises(InputError, match=f"backtest {bt} .* already judged"):
+        run_gate(engine, s, "AAPL", thresholds=SEED)
+    assert other[0].passed and _decisions(engine) == [(bt, True)]
+    assert registry.active_model(engine, "AAPL").id == mid
+
+
+def test_a_rollback_while_a_gate_runs_is_not_undone_by_it(engine, s, monkeypatch):
+    # Issue 38 D4: the gate compared with model 8, the operator rolled back to 6 meanwhile, and the gate
+    # promoted over 6 anyway. It now refuses: what it judged against no longer serves.
+    six = make_model(engine, s, "AAPL", seed=1)
+    registry.promote(engine, six, "first", s)
+    eight = make_model(engine, s, "AAPL", seed=2, trained_on=dt.date(2024, 2, 1))
+    registry.promote(engine, eight, "second", s)
+    nine = make_model(engine, s, "AAPL", seed=3, trained_on=dt.date(2024, 3, 1))
+    add_backtest(engine, nine, PASSING)
+    _meanwhile(monkeypatch, lambda: registry.rollback(engine, "AAPL", "operator: bad week"))
+    with pytest.raises(
+        InputError, match=rf"champion changed while the gate ran: model {eight} .* model {six}"
+    ):
+        run_gate(engine, s, "AAPL", thresholds=SEED)
+    assert registry.active_model(engine, "AAPL").id == six
+    assert registry.get_model(engine, nine).status == "candidate" and _decisions(engine) == []

@@ -118,3 +118,30 @@ def test_two_first_cli_ingests_on_a_fresh_sqlite_home_both_succeed(tmp_path):
     with get_engine(f"sqlite:///{home / 'ldtm.db'}").connect() as conn:
         counts = dict(conn.execute(text("SELECT ticker, COUNT(*) FROM prices GROUP BY ticker")).all())
     assert counts == {"AAPL": 15, "NVDA": 15}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_database_newer_than_the_code_is_one_clear_error(tmp_path, backend, request):
+    # Issue 38 D7: a database one revision newer than the code gave a 102-line alembic traceback.
+    from ldtm_core.db import DatabaseError
+    from ldtm_core.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    engine = upgrade(url)
+    head = current_revision(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_a_later_release'"))
+    with pytest.raises(DatabaseError, match=rf"revision 9999_from_a_later_release.* newer than this code \(its newest: {head}\)"):
+        upgrade(url)
+    r = subprocess.run(
+        [sys.executable, "-m", "ldtm_core", "prices", "summary"],
+        env={**os.environ, "LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "newer than this code" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 3
+    with engine.begin() as conn:  # nothing was changed
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "9999_from_a_later_release"
+        conn.execute(text(f"UPDATE alembic_version SET version_num = '{head}'"))

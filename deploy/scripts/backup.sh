@@ -34,8 +34,9 @@ if [[ $trailer != *"PostgreSQL database cluster dump complete"* ]]; then
     rm -f "$dump.part"
     fail "the dump of $PG_CONTAINER ($bytes bytes) is cut short: no 'dump complete' trailer"
 fi
-connects=$(gzip -dc "$dump.part" | grep -c '^\\connect.*ldtm' || true)
-if ((connects == 0)); then
+# Exactly `ldtm` among the databases the dump creates (`ldtm_old` alone is not the app's).
+apps=$(gzip -dc "$dump.part" | awk -f "$(dirname "${BASH_SOURCE[0]}")/dump_databases.awk" | grep -cx ldtm || true)
+if ((apps == 0)); then
     rm -f "$dump.part"
     fail "the dump of $PG_CONTAINER has no database 'ldtm' (the app tables)"
 fi

@@ -47,9 +47,10 @@ fi
 
 # The databases in the dump are created by it: drop this cluster's copies first (the fresh volume's
 # empty ones, made from .env at first start).
-databases=$(gzip -dc "$dir/postgres.sql.gz" | sed -n 's/^CREATE DATABASE \([^ ]*\) .*/\1/p' | tr -d '"')
-[[ -n $databases ]] || fail "$dir/postgres.sql.gz creates no database"
-for db in $databases; do
+# Names read whole, quotes and spaces included: "team reports" is not `team` (dump_databases.awk).
+mapfile -t databases < <(gzip -dc "$dir/postgres.sql.gz" | awk -f "$(dirname "${BASH_SOURCE[0]}")/dump_databases.awk")
+((${#databases[@]})) || fail "$dir/postgres.sql.gz creates no database"
+for db in "${databases[@]}"; do
     psql_pg -d postgres -v db="$db" <<<'DROP DATABASE IF EXISTS :"db" WITH (FORCE);'
 done
 # pg_dumpall writes CREATE ROLE for every role, the connecting one too, which exists here already.
@@ -65,4 +66,4 @@ docker exec -i "$PG_CONTAINER" sh -c \
 docker run --rm --network none -v "$ARTIFACTS_VOLUME":/a -v "$dir":/b:ro "$TAR_IMAGE" \
     sh -c 'find /a -mindepth 1 -delete && tar -C /a -xzf /b/artifacts.tgz' ||
     fail "could not unpack artifacts.tgz into the volume $ARTIFACTS_VOLUME"
-echo "restored ${databases//$'\n'/ } and the volume $ARTIFACTS_VOLUME from $dir; now: docker compose up -d (or docker-compose up -d)"
+echo "restored $(printf '"%s" ' "${databases[@]}")and the volume $ARTIFACTS_VOLUME from $dir; now: docker compose up -d (or docker-compose up -d)"

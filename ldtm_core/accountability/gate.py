@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Connection, Engine, insert, select
 
 from ldtm_core.accountability import (
     baselines,
@@ -54,6 +54,7 @@ from ldtm_core.accountability.registry import (
     active_model,
     config_signature,
     get_model,
+    lock_ticker,
     newest_candidate,
     record_event,
 )
@@ -155,18 +156,33 @@ def newest_backtest(
         return latest, [dict(r) for r in rows]
 
 
-def judged_backtests(engine: Engine, backtest_ids) -> dict[str, bool]:
+def judged_backtests(engine: Engine | Connection, backtest_ids) -> dict[str, bool]:
     """{backtest_id: passed} of the latest gate decision on each of `backtest_ids` that has one."""
     ids = sorted({str(b) for b in backtest_ids})
     if not ids:
         return {}
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(gate_decisions.c.backtest_id, gate_decisions.c.passed)
-            .where(gate_decisions.c.backtest_id.in_(ids))
-            .order_by(gate_decisions.c.id)
-        ).all()
+    stmt = (
+        select(gate_decisions.c.backtest_id, gate_decisions.c.passed)
+        .where(gate_decisions.c.backtest_id.in_(ids))
+        .order_by(gate_decisions.c.id)
+    )
+    if isinstance(engine, Connection):
+        rows = engine.execute(stmt).all()
+    else:
+        with engine.connect() as conn:
+            rows = conn.execute(stmt).all()
     return {b: bool(passed) for b, passed in rows}
+
+
+def _already_judged(
+    backtest_id: str, model_id: int, ticker: str, passed: bool, meanwhile: bool = False
+) -> str:
+    return (
+        f"backtest {backtest_id} of model {model_id} ({ticker}) was already judged by the gate"
+        + (" while this one ran" if meanwhile else "")
+        + f": {'passed' if passed else 'failed'}; backtest the candidate again, or force (`ldtm gate --force`) "
+        "to judge the same backtest again"
+    )
 
 
 def _decision(conn, report: GateReport, at: dt.datetime) -> None:
@@ -244,11 +260,24 @@ def run_gate(
     backtest_id, folds = found
     previous = judged_backtests(engine, [backtest_id]).get(backtest_id)
     if previous is not None and not force:
-        raise AlreadyJudgedError(
-            f"backtest {backtest_id} of model {model_id} ({ticker}) was already judged by the gate: "
-            f"{'passed' if previous else 'failed'}; backtest the candidate again, or force (`ldtm gate --force`) "
-            "to judge the same backtest again"
-        )
+        raise AlreadyJudgedError(_already_judged(backtest_id, model_id, ticker, previous))
+    # What serves now: a promotion must replace this model, not one an operator rolled back to meanwhile.
+    judged_against = getattr(active_model(engine, ticker), "id", None)
+
+    def recheck(conn: Connection, promoting: bool) -> None:
+        """Under the ticker's lock, in the transaction that records the decision: nobody judged this
+        backtest meanwhile (two gates at once), and what serves is what this gate judged against."""
+        again = judged_backtests(conn, [backtest_id]).get(backtest_id)
+        if again is not None and not force:
+            raise AlreadyJudgedError(_already_judged(backtest_id, model_id, ticker, again, meanwhile=True))
+        serving = getattr(active_model(conn, ticker), "id", None)
+        if promoting and serving != judged_against:
+            raise InputError(
+                f"gate of model {model_id} ({ticker}) not applied: the champion changed while the gate ran: "
+                f"model {judged_against} when it started, model {serving} now (a rollback or another "
+                "promotion); run the gate again"
+            )
+
     fig, criteria = evaluate(folds, thresholds)
     comparison, trials, evidence, kind = None, None, None, None
     if thresholds.policy == "evidence":
@@ -332,24 +361,30 @@ def run_gate(
 
     if report.passed:
         # LDTM_SHADOW_SESSIONS > 0 with a champion: the pass puts the candidate in shadow instead.
-        report.promoted = shadow.promote_or_shadow(
-            engine, model_id, f"gate passed (backtest {backtest_id})", settings
-        )
-        if report.promoted.held_by_shadow is not None:
-            report.decision = HELD  # passed, but not promoted: stored and shown as held (issue 28)
-
-        def passed(conn) -> None:
+        def passed(conn, promoted) -> None:
+            # Inside the promotion's transaction, under the ticker's lock: the decision and the promotion
+            # commit together, or neither does (issue 38 D3, D4).
+            report.promoted = promoted
+            if promoted.held_by_shadow is not None:
+                report.decision = HELD  # passed, but not promoted: stored and shown as held (issue 28)
             now = dt.datetime.now(dt.UTC)
             _decision(conn, report, now)
             ledger(conn, now)
 
-        # After the promotion (its own transaction): a kill in between leaves an active model, which the
-        # gate refuses to judge anyway.
-        run_in_transaction(engine, passed)
+        report.promoted = shadow.promote_or_shadow(
+            engine,
+            model_id,
+            f"gate passed (backtest {backtest_id})",
+            settings,
+            guard=lambda conn: recheck(conn, promoting=True),
+            within=passed,
+        )
     else:
         now = dt.datetime.now(dt.UTC)
 
         def held(conn) -> None:
+            lock_ticker(conn, ticker)
+            recheck(conn, promoting=False)
             # Recorded in the model's history too (status unchanged), so `registry history` shows why.
             record_event(conn, model_id, ticker, "candidate", "candidate", report.summary()[:2000], now)
             _decision(conn, report, now)

@@ -78,9 +78,12 @@ def notify_run_failure(payload: dict, webhook_url: str | None) -> notify.NotifyR
 def deadline_from_env() -> dt.time:
     raw = env_text(ENV_DEADLINE, DEFAULT_DEADLINE)
     try:
-        return dt.time.fromisoformat(raw)
+        deadline = dt.time.fromisoformat(raw)
     except ValueError:
         raise InputError(f"{ENV_DEADLINE}={raw!r} is not a time of day (HH:MM, New York)") from None
+    if deadline.tzinfo is not None:  # compared with New York wall-clock times: an offset has no meaning
+        raise InputError(f"{ENV_DEADLINE}={raw!r}: give a New York time of day without an offset (HH:MM)")
+    return deadline
 
 
 def due_session(now: dt.datetime, deadline: dt.time) -> dt.date:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,11 +267,22 @@ class PromoteResult:
     held_by_shadow: int | None = None  # the running shadow a gate-passed candidate waits behind
 
 
-def _lock_ticker(conn: Connection, ticker: str) -> None:
+def lock_ticker(conn: Connection, ticker: str) -> None:
     """Serialise transitions of one ticker: advisory lock + row locks on PostgreSQL, write lock on SQLite."""
     write_lock(conn, f"ldtm:registry:{ticker}")
     if is_postgres(conn):
         conn.execute(select(model_registry.c.id).where(model_registry.c.ticker == ticker).with_for_update())
+
+
+def _guarded(conn: Connection, ticker: str, guard, within, transition) -> PromoteResult:
+    """lock, guard(conn), the transition (a PromoteResult or a function making one), within(conn, result)."""
+    lock_ticker(conn, ticker)
+    if guard is not None:
+        guard(conn)
+    result = transition(conn) if callable(transition) else transition
+    if within is not None:
+        within(conn, result)
+    return result
 
 
 def _copy_verified(src: Path, dst: Path, expected_sha256: str, ticker: str = "") -> None:
@@ -303,16 +314,29 @@ def _version_for(conn: Connection, rec: ModelRecord) -> str:
     return base if taken is None else f"{base}-m{rec.id}"
 
 
-def promote(engine: Engine, model_id: int, reason: str, settings: Settings | None = None) -> PromoteResult:
+def promote(
+    engine: Engine,
+    model_id: int,
+    reason: str,
+    settings: Settings | None = None,
+    guard: Callable[[Connection], None] | None = None,
+    within: Callable[[Connection, PromoteResult], None] | None = None,
+) -> PromoteResult:
     """Make `model_id` the ticker's active model; retire the previous one. One transaction.
 
+    Under the ticker's lock, in that transaction: `guard(conn)` first (raising aborts everything), then
+    the transition, then `within(conn, result)`. The gate re-checks in the one and records its decision
+    in the other, so a decision and its promotion commit together or not at all.
     The versioned checkpoint `{ticker}_ldtm_v{major}.{trained_on_date}.pt` is copied (verified) into
     the checkpoint directory before the transaction; a failed copy changes nothing in the database.
     """
     settings = settings or Settings.from_env()
     rec = get_model(engine, model_id)
     if rec.status == "active":
-        return PromoteResult(rec.ticker, rec.id, rec.version or "", rec.promoted_path or "", None, False)
+        done = PromoteResult(rec.ticker, rec.id, rec.version or "", rec.promoted_path or "", None, False)
+        if guard is not None or within is not None:
+            run_in_transaction(engine, lambda conn: _guarded(conn, rec.ticker, guard, within, done))
+        return done
     if rec.status not in ("candidate", SHADOW):
         raise InputError(
             f"model {model_id} of {rec.ticker} is {rec.status}; only a candidate (or a shadow) can be "
@@ -325,7 +349,9 @@ def promote(engine: Engine, model_id: int, reason: str, settings: Settings | Non
     _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256, rec.ticker)
 
     def work(conn: Connection) -> PromoteResult:
-        _lock_ticker(conn, rec.ticker)
+        return _guarded(conn, rec.ticker, guard, within, transition)
+
+    def transition(conn: Connection) -> PromoteResult:
         status = conn.execute(
             select(model_registry.c.status).where(model_registry.c.id == model_id)
         ).scalar_one()
@@ -458,7 +484,7 @@ def rollback(engine: Engine, ticker: str, reason: str, to_model_id: int | None =
     ticker = validate_ticker(ticker)
 
     def work(conn: Connection) -> RollbackResult:
-        _lock_ticker(conn, ticker)
+        lock_ticker(conn, ticker)
         current = active_model(conn, ticker)
         target = _rollback_target(conn, ticker, current, to_model_id)
         now = dt.datetime.now(dt.UTC)

@@ -32,6 +32,7 @@ id>`) and a notification. `end_shadow` ends one by hand (logged the same way).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -43,9 +44,10 @@ from ldtm_core.accountability.registry import (
     ModelRecord,
     PromoteResult,
     _conn,
-    _lock_ticker,
+    _guarded,
     active_model,
     get_model,
+    lock_ticker,
     promote,
     record_event,
     shadow_models,
@@ -80,17 +82,30 @@ def design_for(settings: Settings) -> ShadowDesign:
 
 
 def promote_or_shadow(
-    engine: Engine, model_id: int, reason: str, settings: Settings | None = None
+    engine: Engine,
+    model_id: int,
+    reason: str,
+    settings: Settings | None = None,
+    guard: Callable[[Connection], None] | None = None,
+    within: Callable[[Connection, PromoteResult], None] | None = None,
 ) -> PromoteResult:
-    """What a gate pass does: promote at once (N = 0, or no champion: a first deployment), else shadow."""
+    """What a gate pass does: promote at once (N = 0, or no champion: a first deployment), else shadow.
+    `guard` and `within` run in the transition's transaction, under the ticker's lock (registry.promote)."""
     settings = settings or Settings.from_env()
     rec = get_model(engine, model_id)
     if settings.shadow_sessions <= 0 or rec.status != "candidate" or active_model(engine, rec.ticker) is None:
-        return promote(engine, model_id, reason, settings)
-    return start_shadow(engine, model_id, reason, design_for(settings))
+        return promote(engine, model_id, reason, settings, guard=guard, within=within)
+    return start_shadow(engine, model_id, reason, design_for(settings), guard=guard, within=within)
 
 
-def start_shadow(engine: Engine, model_id: int, reason: str, design: ShadowDesign | int) -> PromoteResult:
+def start_shadow(
+    engine: Engine,
+    model_id: int,
+    reason: str,
+    design: ShadowDesign | int,
+    guard: Callable[[Connection], None] | None = None,
+    within: Callable[[Connection, PromoteResult], None] | None = None,
+) -> PromoteResult:
     """candidate -> shadow in one transaction, its design stored with it. While the ticker already has a
     shadow the candidate stays a candidate (recorded): replacing it would restart the live evenings with
     every weekly retrain, so no shadow longer than a week of sessions could ever conclude. `ldtm shadow
@@ -99,7 +114,9 @@ def start_shadow(engine: Engine, model_id: int, reason: str, design: ShadowDesig
     rec = get_model(engine, model_id)
 
     def work(conn: Connection) -> PromoteResult:
-        _lock_ticker(conn, rec.ticker)
+        return _guarded(conn, rec.ticker, guard, within, transition)
+
+    def transition(conn: Connection) -> PromoteResult:
         status = conn.execute(
             select(model_registry.c.status).where(model_registry.c.id == model_id)
         ).scalar_one()
@@ -397,7 +414,7 @@ def _act(engine: Engine, settings: Settings, cmp: ShadowComparison, action: str,
         rec = get_model(engine, cmp.shadow_model_id)
 
         def retire(conn: Connection) -> None:
-            _lock_ticker(conn, rec.ticker)
+            lock_ticker(conn, rec.ticker)
             cur = get_model(conn, rec.id)
             if cur.status != SHADOW:
                 raise InputError(f"model {rec.id} of {rec.ticker} is {cur.status} now, no longer in shadow")

@@ -27,7 +27,7 @@ from ldtm_core.accountability.signal_rows import (
     load_rows,
 )
 from ldtm_core.accountability.signal_stats import Trials
-from ldtm_core.config import env_number
+from ldtm_core.config import NUMERIC_SETTINGS, env_number
 from ldtm_core.errors import InputError
 
 COST_SETTING = "LDTM_SIGNAL_COST_BP"
@@ -37,6 +37,18 @@ DEFAULT_COST_BP = 5.0
 def cost_bp_from_env() -> float:
     """Cost in basis points per unit of turnover (LDTM_SIGNAL_COST_BP, default 5)."""
     return float(env_number(COST_SETTING, DEFAULT_COST_BP))
+
+
+def checked_cost(cost_bp: float | None) -> float:
+    """`--cost-bp` (or LDTM_SIGNAL_COST_BP) within the setting's own bounds: one rule for both."""
+    cost_bp = cost_bp_from_env() if cost_bp is None else float(cost_bp)
+    spec = NUMERIC_SETTINGS[COST_SETTING]
+    if not math.isfinite(cost_bp) or not spec.low <= cost_bp <= spec.high:
+        raise InputError(
+            f"signals: the cost must be a number of basis points from {spec.low:g} to {spec.high:g} "
+            f"(10000: the whole turnover), not {cost_bp!r}"
+        )
+    return cost_bp
 
 
 @dataclass
@@ -194,9 +206,7 @@ def signal_report(
     trials: Trials | None = None,
 ) -> SignalReport:
     """The signal-performance report on the stored rows and prices."""
-    cost_bp = cost_bp_from_env() if cost_bp is None else float(cost_bp)
-    if not math.isfinite(cost_bp) or cost_bp < 0:
-        raise InputError(f"signals: the cost must be a number of basis points >= 0, not {cost_bp!r}")
+    cost_bp = checked_cost(cost_bp)
     rows = load_rows(engine, choice)
     scored = rows.rows[np.isfinite(rows.rows["real_next_day"].to_numpy(dtype=float))]
     bench = benchmark_returns(engine, rows.universe, as_dates(sorted(scored["run_date"].unique())))
@@ -213,7 +223,7 @@ def explain(
         choice.mode, choice.include_in_sample, choice.include_ungated, choice.shadow,
         evening - dt.timedelta(days=14), evening,
     )  # fmt: skip
-    cost_bp = cost_bp_from_env() if cost_bp is None else float(cost_bp)
+    cost_bp = checked_cost(cost_bp)
     rows = load_rows(engine, window)
     when = pd.Timestamp(evening)
     day = rows.rows[rows.rows["run_date"] == when]

@@ -92,9 +92,34 @@ def verify(
     return worst
 
 
+def opset_range() -> tuple[int, int]:
+    """The opsets torch's TorchScript exporter (the one used here, dynamo=False) writes."""
+    try:
+        from torch.onnx import _constants as c
+
+        return c.ONNX_MIN_OPSET, getattr(c, "ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET", c.ONNX_MAX_OPSET)
+    except (ImportError, AttributeError):  # a torch without the private table: the known-good range
+        return 9, 17
+
+
+def check_target(out: Path) -> None:
+    """Refuse to write over anything but a regular file: a device node, FIFO, symlink or folder at
+    `out` is not ours to replace (as root, `--out /dev/full` used to become a regular file)."""
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        kind = "a symlink" if out.is_symlink() else "a folder" if out.is_dir() else "a device, FIFO or socket"
+        raise ExportError(f"{out} exists and is not a regular file ({kind}); nothing written")
+
+
 def export_onnx(
     checkpoint_or_path: Checkpoint | str | Path, out_path: str | Path, opset: int = 17
 ) -> ExportResult:
+    low, high = opset_range()
+    if not low <= opset <= high:
+        raise ExportError(
+            f"opset {opset} cannot be written by torch {torch.__version__} (supported: {low}-{high})"
+        )
+    out = Path(out_path)
+    check_target(out)
     ckpt = (
         checkpoint_or_path
         if isinstance(checkpoint_or_path, Checkpoint)
@@ -107,6 +132,9 @@ def export_onnx(
         raise ExportError(
             f"ONNX export of {ckpt.path} differs from PyTorch by {diff:.3g} (> {TOLERANCE}); nothing written"
         )
-    out = Path(out_path)
-    sha = write_atomic(out, data)
+    check_target(out)  # again: the export took seconds
+    try:
+        sha = write_atomic(out, data)
+    except OSError as exc:
+        raise ExportError(f"cannot write {out}: {exc.strerror or exc}; nothing written") from None
     return ExportResult(path=out, max_abs_diff=diff, opset=opset, sha256=sha)

@@ -26,7 +26,7 @@ from ldtm_core.accountability.snapshots import predict
 from ldtm_core.db import get_engine
 from ldtm_core.schema import run_log
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.postgres]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.postgres, pytest.mark.restarts_server]
 
 
 def _restart_at(point, args, home, url, pause_dir):

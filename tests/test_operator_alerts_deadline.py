@@ -1,0 +1,23 @@
+"""LDTM_SNAPSHOT_DEADLINE: a New York time of day, nothing else (issue 38 D9: `21:00+05:00` was accepted,
+then the freshness check failed with a TypeError comparing an aware time with a naive one)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ldtm_core.accountability.operator_alerts import deadline_from_env
+from ldtm_core.errors import InputError
+
+
+@pytest.mark.parametrize("raw", ["21:00+05:00", "21:00Z", "9pm", "25:00"])
+def test_a_deadline_with_an_offset_or_no_time_is_refused_by_name(monkeypatch, raw):
+    monkeypatch.setenv("LDTM_SNAPSHOT_DEADLINE", raw)
+    with pytest.raises(InputError, match="LDTM_SNAPSHOT_DEADLINE"):
+        deadline_from_env()
+
+
+def test_a_new_york_time_of_day_is_read(monkeypatch):
+    monkeypatch.setenv("LDTM_SNAPSHOT_DEADLINE", "20:30")
+    assert deadline_from_env() == dt.time(20, 30)
