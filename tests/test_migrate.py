@@ -144,4 +144,4 @@ def test_a_database_newer_than_the_code_is_one_clear_error(tmp_path, backend, re
     assert len(r.stderr.strip().splitlines()) <= 3
     with engine.begin() as conn:  # nothing was changed
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "9999_from_a_later_release"
-        conn.execute(text(f"UPDATE alembic_version SET version_num = '{head}'"))
+        conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": head})
