@@ -14,9 +14,11 @@ import xml.etree.ElementTree as ET
 
 def allowlist(path: str) -> list[tuple[str, str]]:
     rules = []
-    for line in open(path):
+    with open(path) as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
         if line.strip() and not line.startswith("#"):
-            pattern, reason, _why = line.rstrip("\n").split("\t")
+            pattern, reason, _why = line.split("\t")
             rules.append((pattern, reason))
     return rules
 
@@ -40,7 +42,9 @@ def unexpected_skips(rules: list[tuple[str, str]], reports: list[str]) -> tuple[
 def main(argv: list[str]) -> int:
     ran, found = unexpected_skips(allowlist(argv[0]), argv[1:])
     if found:
-        print("FAIL: tests were skipped that .ci/expected_skips.tsv does not expect:\n  " + "\n  ".join(found))
+        print(
+            "FAIL: tests were skipped that .ci/expected_skips.tsv does not expect:\n  " + "\n  ".join(found)
+        )
         return 1
     if ran == 0:
         print("FAIL: the reports hold no test case")

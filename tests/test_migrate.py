@@ -131,7 +131,10 @@ def test_a_database_newer_than_the_code_is_one_clear_error(tmp_path, backend, re
     head = current_revision(url)
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_a_later_release'"))
-    with pytest.raises(DatabaseError, match=rf"revision 9999_from_a_later_release.* newer than this code \(its newest: {head}\)"):
+    with pytest.raises(
+        DatabaseError,
+        match=rf"revision 9999_from_a_later_release.* newer than this code \(its newest: {head}\)",
+    ):
         upgrade(url)
     r = subprocess.run(
         [sys.executable, "-m", "ldtm_core", "prices", "summary"],
@@ -143,5 +146,8 @@ def test_a_database_newer_than_the_code_is_one_clear_error(tmp_path, backend, re
     assert r.returncode != 0 and "newer than this code" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) <= 3
     with engine.begin() as conn:  # nothing was changed
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "9999_from_a_later_release"
+        assert (
+            conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            == "9999_from_a_later_release"
+        )
         conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": head})
