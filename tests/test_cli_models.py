@@ -128,9 +128,13 @@ def test_gpu_slots_command(monkeypatch):
     import ldtm_core.learning.gpu_slots as gs
 
     monkeypatch.setattr(gs, "probe", lambda nvml=None: [gs.GpuMemory(0, "Fake GPU", 16000, 4000)])
+    monkeypatch.setattr(gs, "cpu_count", lambda: 16)
     r = runner.invoke(app, ["gpu", "slots"])
     assert r.exit_code == 0, r.output
     assert "Fake GPU" in r.output and "pool limit: 4 (cuda)" in r.output
+    monkeypatch.setattr(gs, "cpu_count", lambda: 2)  # fewer cores than the card's 4 slots: one per core
+    r = runner.invoke(app, ["gpu", "slots"])
+    assert "pool limit: 2 (cuda)" in r.output and "at most one per core (2 cores)" in r.output
     monkeypatch.setattr(gs, "probe", lambda nvml=None: [])
     r = runner.invoke(app, ["gpu", "slots"])
     assert r.exit_code == 0 and "(cpu)" in r.output

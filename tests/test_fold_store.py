@@ -143,6 +143,11 @@ def test_the_runtime_on_cuda_names_the_card_and_its_resolved_precision(monkeypat
     monkeypatch.setattr(training_loop, "resolve_device", lambda device: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    from ldtm_core.learning import precision
+
+    monkeypatch.setattr(precision, "cuda_amp_speedup", lambda device, dtype: 0.7)  # AMP slower here
+    assert fold_cache.runtime(dataclasses.replace(CFG, amp="auto"), "cuda").precision == "fp32"
+    monkeypatch.setattr(precision, "cuda_amp_speedup", lambda device, dtype: 1.5)  # AMP faster here
     rt = fold_cache.runtime(dataclasses.replace(CFG, amp="auto"), "cuda")
     assert (rt.precision, rt.device) == ("bf16", "cuda NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)

@@ -36,6 +36,7 @@ from kubernetes.client import ApiClient
 from ldtm_dagster_helpers import REPO, FakeGpuProbe, FakeNVML
 
 from ldtm_core.errors import InputError, LDTMError
+from ldtm_core.learning import gpu_slots
 from ldtm_dagster import deployment
 from ldtm_dagster.gpu_pool import GPU_POOL, chunk_slot_plan, plan_chunk_slots, pool_limit
 from ldtm_dagster.sensors import gpu_pool_sensor
@@ -373,6 +374,7 @@ def test_on_k8s_the_pool_limit_is_the_instances_and_nvml_does_not_overwrite_it(
     dagster_instance, fake_nvml, monkeypatch
 ):
     fake_nvml["module"] = FakeNVML([("RTX", 24576, 8192)])  # this pod's NVML: 11 slots on one card
+    monkeypatch.setattr(gpu_slots, "cpu_count", lambda: 16)  # and a GPU host's cores
     dagster_instance.event_log_storage.set_concurrency_slots(GPU_POOL, 3)  # the cluster's 3 GPUs
     context = build_op_context(instance=dagster_instance)
     monkeypatch.setenv("LDTM_DEPLOYMENT", "k8s")

@@ -18,6 +18,7 @@ from dagster import (
 from ldtm_dagster_helpers import TICKERS, FakeGpuProbe, FakeNVML
 from sqlalchemy import select
 
+from ldtm_core.learning import gpu_slots
 from ldtm_core.schema import backtest_folds
 from ldtm_dagster import assets, defs
 from ldtm_dagster.gpu_pool import GPU_POOL
@@ -35,7 +36,8 @@ def _tick(instance):
     return gpu_pool_sensor(build_sensor_context(instance=instance, resources={"gpu": FakeGpuProbe()}))
 
 
-def test_a_co_tenant_taking_memory_lowers_the_pool_on_the_next_tick(dagster_instance, fake_nvml):
+def test_a_co_tenant_taking_memory_lowers_the_pool_on_the_next_tick(dagster_instance, fake_nvml, monkeypatch):
+    monkeypatch.setattr(gpu_slots, "cpu_count", lambda: 16)  # a GPU host's cores: VRAM decides here
     # One 24 GiB card with 8 GiB free: floor((8192 - 1024) / 600) = 11 slots.
     fake_nvml["module"] = FakeNVML([("RTX", 24576, 8192)])
     _tick(dagster_instance)
@@ -51,7 +53,8 @@ def test_a_co_tenant_taking_memory_lowers_the_pool_on_the_next_tick(dagster_inst
     assert _limit(dagster_instance) == 3 + 2
 
 
-def test_the_pool_limit_counts_its_own_running_steps_as_available(dagster_instance, fake_nvml):
+def test_the_pool_limit_counts_its_own_running_steps_as_available(dagster_instance, fake_nvml, monkeypatch):
+    monkeypatch.setattr(gpu_slots, "cpu_count", lambda: 16)  # a GPU host's cores: VRAM decides here
     # A process started from here inherits the code location's pool marker, like a run's step process;
     # `sleep` stands in for a step holding 600 MiB of the card.
     steps = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
