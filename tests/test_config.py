@@ -146,6 +146,9 @@ def test_universe_keywords_are_case_insensitive(spec, size):
     [
         ("dmeo", "did you mean 'demo'"),
         ("Fulll", "did you mean 'full'"),
+        # Issue 38: `all` (as `--tickers all` says) became the one ticker ALL.
+        ("all", "did you mean 'full'"),
+        ("All", "did you mean 'full'"),
         ("AAPL;NVDA", "nor a comma list of valid tickers"),
         ("x y", "invalid ticker"),
     ],
@@ -157,6 +160,7 @@ def test_universe_that_is_no_keyword_file_or_ticker_list_is_refused(spec, fragme
 
 def test_upper_case_single_ticker_and_lists_still_work():
     assert load_universe("FUL") == ["FUL"]
+    assert load_universe("ALL") == ["ALL"]  # Allstate: upper case is a ticker
     assert load_universe("aapl, NVDA") == ["AAPL", "NVDA"]
 
 

@@ -34,9 +34,10 @@ if [[ $trailer != *"PostgreSQL database cluster dump complete"* ]]; then
     rm -f "$dump.part"
     fail "the dump of $PG_CONTAINER ($bytes bytes) is cut short: no 'dump complete' trailer"
 fi
-# Exactly `ldtm` among the databases the dump creates (`ldtm_old` alone is not the app's).
-apps=$(gzip -dc "$dump.part" | awk -f "$(dirname "${BASH_SOURCE[0]}")/dump_databases.awk" | grep -cx ldtm || true)
-if ((apps == 0)); then
+# The app database by its exact name, created and filled (`ldtm_old` alone is not the app's; issue 38 D10).
+created=$(gzip -dc "$dump.part" | awk -f "$(dirname "${BASH_SOURCE[0]}")/dump_databases.awk" | grep -cx ldtm || true)
+filled=$(gzip -dc "$dump.part" | grep -cx '\\connect ldtm' || true)
+if ((created == 0 || filled == 0)); then
     rm -f "$dump.part"
     fail "the dump of $PG_CONTAINER has no database 'ldtm' (the app tables)"
 fi

@@ -59,7 +59,10 @@ def load_universe(spec: str = "full") -> list[str]:
         # utf-8-sig: a file saved by Notepad/Excel starts with a byte-order mark, not part of a ticker.
         return _read_list(path.read_text(encoding="utf-8-sig"), str(path))
     if "," not in spec and not spec.isupper():
-        close = difflib.get_close_matches(spec.lower(), NAMED_UNIVERSES, n=1, cutoff=0.6)
+        # `all` is what `--tickers all` says for the universe: here it means `full`, not the ticker ALL.
+        aliases = {"all": "full"}
+        close = [aliases[spec.lower()]] if spec.lower() in aliases else None
+        close = close or difflib.get_close_matches(spec.lower(), NAMED_UNIVERSES, n=1, cutoff=0.6)
         if close:
             raise InputError(
                 f"universe {spec!r} is neither a keyword ({', '.join(NAMED_UNIVERSES)}), a file, nor a ticker "

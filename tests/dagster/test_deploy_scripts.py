@@ -202,6 +202,10 @@ def test_a_dump_cut_short_or_without_the_app_database_fails(fakes, tmp_path):
     no_app = COMPLETE_DUMP.replace("\\connect ldtm", "\\connect dagster")
     p, out = _backup(fakes, tmp_path, _dump(tmp_path, no_app))
     assert p.returncode != 0 and "ldtm" in p.stderr
+    # Issue 38 D10: a dump holding `ldtm_old` and no `ldtm` passed (a substring match).
+    only_old = COMPLETE_DUMP.replace("ldtm", "ldtm_old")
+    p, out = _backup(fakes, tmp_path, _dump(tmp_path, only_old))
+    assert p.returncode != 0 and "has no database 'ldtm'" in p.stderr
 
 
 def test_a_complete_backup_is_kept_with_the_credentials_of_the_container(fakes, tmp_path):
@@ -261,6 +265,18 @@ def test_the_build_context_carries_what_the_dockerfiles_copy_and_nothing_else():
         "benchmarks/b.py",
     ):
         assert _ignored(patterns, path), f"{path} would be sent with every build"
+
+
+def test_published_ports_listen_on_localhost_unless_the_operator_opens_them():
+    # Issue 38 item 1: the Dagster UI and the dashboard were published on 0.0.0.0 without authentication.
+    published = {
+        name: port
+        for name, service in COMPOSE["services"].items()
+        for port in service.get("ports", [])
+    }
+    assert set(published) == {"ldtm_webserver", "ldtm_dashboard"}
+    for name, port in published.items():
+        assert port.startswith("${LDTM_BIND_ADDRESS:-127.0.0.1}:"), (name, port)
 
 
 def test_every_service_has_a_healthcheck():
