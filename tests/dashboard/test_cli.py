@@ -65,3 +65,14 @@ def test_missing_streamlit_is_one_clear_line(monkeypatch):
     monkeypatch.setattr(dash, "find_spec", lambda name: None if name == "streamlit" else real(name))
     with pytest.raises(InputError, match="streamlit is not installed"):
         dash.dashboard_command([])
+
+
+@pytest.mark.parametrize("name, value", [("LDTM_SIGNAL_COST_BP", "abc"), ("LDTM_NEUTRAL_BAND_PCT", "-1")])
+def test_a_bad_setting_stops_the_dashboard_before_it_serves(monkeypatch, name, value):
+    # Issue 38 D6: `ldtm dashboard` started with LDTM_SIGNAL_COST_BP=abc; the Leaderboard and Signals pages
+    # then showed exception boxes. The settings are checked before Streamlit starts.
+    calls = []
+    monkeypatch.setattr(os, "execv", _fake_exec(calls))
+    monkeypatch.setenv(name, value)
+    out = CliRunner().invoke(app, ["dashboard"])
+    assert out.exit_code == 2 and calls == [] and name in out.output and "Traceback" not in out.output
