@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,7 +176,7 @@ class Setting:
     name: str
     default: object  # the value when unset or empty; None: no value (off, or the caller's default decides)
     meaning: str
-    kind: str = "text"  # text | path | url | secret | time | choice (number and flag: see `kind_of`)
+    kind: str = "text"  # text | path | url | secret | time | choice | quantity (number, flag: `kind_of`)
     choices: tuple[str, ...] = ()
     shown: str | None = None
     internal: bool = False  # a test hook, not a user setting: not in the operations table
@@ -238,7 +239,7 @@ SETTINGS: dict[str, Setting] = _table(
     # Training overrides of the Dagster `training` resource (none: the profile's value).
     Setting("LDTM_MAX_EPOCHS", None, "epochs cap"),
     Setting("LDTM_PATIENCE", None, "early-stopping patience"),
-    Setting("LDTM_AMP", None, "training precision", "choice", ("auto", "bf16", "off")),
+    Setting("LDTM_AMP", None, "training precision", "choice", ("auto", "fp16", "bf16", "off")),
     Setting("LDTM_MAX_WORKERS", None, "training workers (none: the slot plan)"),
     Setting("LDTM_BF16_PROBE", True, "measure bf16 against fp32 on this CPU before using it"),
     Setting(
@@ -306,8 +307,10 @@ SETTINGS: dict[str, Setting] = _table(
     # Deployment (ldtm_dagster/deployment.py).
     Setting("LDTM_DEPLOYMENT", "local", "where the code location runs", "choice", ("local", "docker", "k8s")),
     Setting("LDTM_K8S_GPU_PER_STEP", True, "a gpu pool step's pod requests one GPU"),
-    Setting("LDTM_K8S_STEP_CPU", "1", "CPU request of a gpu pool step's pod (a k8s quantity)"),
-    Setting("LDTM_K8S_STEP_MEMORY", "2Gi", "memory request of a gpu pool step's pod (a k8s quantity)"),
+    Setting("LDTM_K8S_STEP_CPU", "1", "CPU request of a gpu pool step's pod (a k8s quantity)", "quantity"),
+    Setting(
+        "LDTM_K8S_STEP_MEMORY", "2Gi", "memory request of a gpu pool step's pod (a k8s quantity)", "quantity"
+    ),
     # Test hooks (faults.pause_point): a process pauses at a named point so a test can kill it there.
     Setting("LDTM_TEST_PAUSE_AT", None, "pause at this point (name#n)", internal=True),
     Setting("LDTM_TEST_PAUSE_DIR", ".", "where the paused process signals", "path", internal=True),
@@ -342,7 +345,36 @@ def setting(name: str):
         return env_number(name, row.default)
     if kind == "flag":
         return env_flag(name, row.default)
+    if kind == "choice":
+        return env_choice(name) or row.default
     return env_text(name, row.default)
+
+
+# A Kubernetes resource quantity: 1, 0.5, 500m, 2Gi, 512M.
+K8S_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def env_choice(name: str) -> str | None:
+    """A choice setting as its table spells it, whatever case it was given in; None when unset; a
+    ConfigError naming the variable and the choices otherwise."""
+    raw = env_text(name)
+    if raw is None:
+        return None
+    choices = _setting(name).choices
+    found = next((c for c in choices if c.lower() == raw.strip().lower()), None)
+    if found is None:
+        raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return found
+
+
+def _check_text(name: str, row: Setting) -> None:
+    """The vocabulary of a choice and the form of a quantity, where set."""
+    if row.kind == "choice":
+        env_choice(name)
+    elif (
+        row.kind == "quantity" and (raw := env_text(name)) is not None and not K8S_QUANTITY.match(raw.strip())
+    ):
+        raise ConfigError(f"{name}={raw!r}: expected a Kubernetes quantity such as 1, 500m, 2Gi")
 
 
 def check_number(name: str, value, spec: NumberSetting | None = None) -> int | float:
@@ -403,7 +435,7 @@ def env_flag(name: str, default: bool) -> bool:
 
 
 def check_environment() -> None:
-    """Check every numeric setting and flag that is set; one ConfigError lists each bad one."""
+    """Check every numeric setting, flag, choice and quantity that is set; one ConfigError lists each bad one."""
     problems = []
     for name in NUMERIC_SETTINGS:
         try:
@@ -413,6 +445,11 @@ def check_environment() -> None:
     for name in BOOLEAN_SETTINGS:
         try:
             env_flag(name, False)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    for name, row in SETTINGS.items():
+        try:
+            _check_text(name, row)
         except ConfigError as exc:
             problems.append(str(exc))
     if problems:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -259,3 +260,34 @@ def test_a_sqlite_url_in_a_missing_folder_is_refused_and_creates_nothing(tmp_pat
     msg = " ".join(r.output.split())
     assert f"the folder {missing} of the SQLite database does not exist" in msg
     assert not (tmp_path / "nonexistent").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragment"),
+    [
+        ("LDTM_PROFILE", "refrence", "LDTM_PROFILE='refrence': expected one of reference"),
+        ("LDTM_AMP", "fp8", "LDTM_AMP='fp8': expected one of auto, fp16, bf16, off"),
+        ("LDTM_GATE_POLICY", "strict", "LDTM_GATE_POLICY='strict'"),
+        ("LDTM_K8S_STEP_CPU", "two", "LDTM_K8S_STEP_CPU='two': expected a Kubernetes quantity"),
+        ("LDTM_K8S_STEP_MEMORY", "2 GB", "LDTM_K8S_STEP_MEMORY='2 GB': expected a Kubernetes quantity"),
+    ],
+)
+def test_a_bad_choice_or_quantity_is_refused_naming_the_variable(monkeypatch, name, value, fragment):
+    # Issue 38: LDTM_PROFILE/LDTM_AMP errors named no variable; LDTM_K8S_STEP_CPU/MEMORY were never checked.
+    from ldtm_core.config import Settings
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        Settings.from_env()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "canonical"),
+    [("LDTM_PROFILE", "Reference", "reference"), ("LDTM_AMP", "FP16", "fp16"), ("LDTM_AMP", "bf16", "bf16")],
+)
+def test_choices_are_read_in_any_case(monkeypatch, name, value, canonical):
+    from ldtm_core.config import Settings, setting
+
+    monkeypatch.setenv(name, value)
+    Settings.from_env()
+    assert setting(name) == canonical

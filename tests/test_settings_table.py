@@ -144,6 +144,7 @@ def test_the_table_classifies_every_row_once():
             "secret",
             "time",
             "choice",
+            "quantity",
         )
         if row.kind_of == "number" and row.default is not None:
             assert config.check_number(row.name, row.default) == row.default

@@ -270,9 +270,7 @@ def test_the_build_context_carries_what_the_dockerfiles_copy_and_nothing_else():
 def test_published_ports_listen_on_localhost_unless_the_operator_opens_them():
     # Issue 38 item 1: the Dagster UI and the dashboard were published on 0.0.0.0 without authentication.
     published = {
-        name: port
-        for name, service in COMPOSE["services"].items()
-        for port in service.get("ports", [])
+        name: port for name, service in COMPOSE["services"].items() for port in service.get("ports", [])
     }
     assert set(published) == {"ldtm_webserver", "ldtm_dashboard"}
     for name, port in published.items():
