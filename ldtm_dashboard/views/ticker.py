@@ -35,10 +35,13 @@ known = tickers_with_snapshots(db)
 if not known:
     st.info("No snapshots in the database yet. " + first_evening_hint())
     st.stop()
-if requested is not None and requested not in known:
-    st.warning(f"{requested} has no snapshots; showing {known[0]} instead.")
-    requested = None
-ticker = st.selectbox("Ticker", known, index=known.index(requested) if requested else 0)
+missing = requested is not None and requested not in known
+if missing:  # another ticker's evenings under this one's address would mislead: the reader picks
+    st.warning(f"{requested} has no snapshots (not in the universe, or not predicted yet): pick a ticker.")
+index = None if missing else known.index(requested) if requested else 0
+ticker = st.selectbox("Ticker", known, index=index, placeholder="a ticker with snapshots")
+if ticker is None:
+    st.stop()
 st.query_params["ticker"] = ticker  # the address names what is shown, so it can be shared
 
 first, last = snapshot_range(db, ticker)

@@ -200,3 +200,15 @@ def test_ticker_page_and_leaderboard_count_the_same_rows_and_say_so(seeded):
     board = page("leaderboard")
     in_window = leaderboard(seeded, include_in_sample=True)["n"].sum() - leaderboard(seeded)["n"].sum()
     assert any(f"{in_window} in-sample rows hidden" in c.value for c in board.caption)
+
+
+@pytest.mark.parametrize("asked", ["FER", "ZZZZ"])
+def test_a_ticker_without_snapshots_is_said_so_and_no_other_is_shown_in_its_place(seeded, asked):
+    # Issue 38: asked for FER or ZZZZ, the page showed AAPL's evenings (with the address rewritten).
+    at = page("ticker", ticker=asked)
+    assert any(f"{asked} has no snapshots" in w.value for w in at.warning)
+    assert not at.dataframe and not charts(at) and not at.metric
+    assert at.selectbox[0].value is None  # the reader picks one
+    assert at.query_params["ticker"] in (asked, [asked])
+    at.selectbox[0].set_value("AAPL").run()
+    assert at.metric and at.query_params["ticker"] in ("AAPL", ["AAPL"])
