@@ -109,3 +109,31 @@ def test_a_rollback_during_a_shadow_ends_it_rather_than_re_pointing_it(engine, s
     assert out.comparison.decision == "ended" and registry.get_model(engine, sid).status == "retired"
     assert registry.active_model(engine, "AAPL").id == champion
     assert "stopped serving" in registry.history(engine, "AAPL")[-1].reason
+
+
+def test_a_shadow_the_previous_release_started_keeps_the_bar_it_started_with(
+    engine, s, champion, tmp_path, db_url
+):
+    # Issue 38 D5: a shadow started before revision 0027 (no stored design) needing 6 evenings was
+    # concluded on today's settings after the upgrade: with LDTM_SHADOW_SESSIONS unset, "needs 1", and
+    # promoted on fewer evenings than it started with. Its entry event says how many it needs.
+    from sqlalchemy import delete
+
+    from ldtm_core.schema import registry_events, shadow_designs
+
+    twin = make_model(engine, s, "AAPL", seed=0)
+    shadow.promote_or_shadow(engine, twin, "gate passed (test)", s)
+    with engine.begin() as conn:  # as the previous release left it: no design row, its own event text
+        conn.execute(delete(shadow_designs).where(shadow_designs.c.model_id == twin))
+        conn.execute(
+            update(registry_events)
+            .where(registry_events.c.model_id == twin, registry_events.c.to_status == "shadow")
+            .values(
+                reason=f"gate passed (test); in shadow beside champion model {champion} (v1.2024-01-02) for 6 "
+                "filled evenings before the live comparison"
+            )
+        )
+    run_evenings(engine, s, EVENINGS[:4])
+    out = shadow.conclude(engine, make_settings(tmp_path, db_url), "AAPL")  # LDTM_SHADOW_SESSIONS unset
+    assert out.comparison.decision == "pending" and out.comparison.required == 6
+    assert registry.get_model(engine, twin).status == "shadow"

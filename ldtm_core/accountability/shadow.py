@@ -32,6 +32,7 @@ id>`) and a notification. `end_shadow` ends one by hand (logged the same way).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,7 +65,7 @@ from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError, LDTMError, NotFoundError
-from ldtm_core.schema import gate_decisions, model_registry, shadow_designs, snapshots
+from ldtm_core.schema import gate_decisions, model_registry, registry_events, shadow_designs, snapshots
 
 # gate_decisions rows of shadow conclusions: backtest_id is this prefix + the shadow model id (no folds).
 SHADOW_DECISION_PREFIX = "shadow-"
@@ -185,6 +186,7 @@ class StoredDesign:
     champion_model_id: int | None
     after_snapshot_id: int
     stored: bool
+    from_start_event: bool = False  # not stored, but its entry event recorded the evenings it needs
 
 
 def stored_design(conn_or_engine, shadow_id: int, settings: Settings) -> StoredDesign:
@@ -195,7 +197,10 @@ def stored_design(conn_or_engine, shadow_id: int, settings: Settings) -> StoredD
             .first()
         )
     if row is None:
-        return StoredDesign(design_for(settings), None, 0, False)
+        today = design_for(settings)
+        started = _legacy_sessions(conn_or_engine, shadow_id)
+        design = ShadowDesign(started, today.margin_points, today.power) if started else today
+        return StoredDesign(design, None, 0, False, from_start_event=started is not None)
     design = ShadowDesign(
         int(row["sessions"]),
         float(row["margin_points"]),
@@ -204,6 +209,23 @@ def stored_design(conn_or_engine, shadow_id: int, settings: Settings) -> StoredD
         int(row["max_evenings"]),
     )
     return StoredDesign(design, int(row["champion_model_id"]), int(row["after_snapshot_id"] or 0), True)
+
+
+# How the release before revision 0027 recorded a shadow's start (its design was not stored then).
+_LEGACY_START = re.compile(r"in shadow beside champion model \d+ \(.*?\) for (\d+) filled evenings")
+
+
+def _legacy_sessions(conn_or_engine, shadow_id: int) -> int | None:
+    """The evenings a shadow started before revision 0027 needs, as its entry event recorded them: the
+    bar it started with, not today's setting (issue 38 D5: an upgrade made one need 1 instead of 6)."""
+    with _connect(conn_or_engine) as conn:
+        reason = conn.execute(
+            select(registry_events.c.reason)
+            .where(registry_events.c.model_id == shadow_id, registry_events.c.to_status == SHADOW)
+            .order_by(registry_events.c.id.desc())
+        ).scalar()
+    found = _LEGACY_START.search(reason or "")
+    return int(found.group(1)) if found else None
 
 
 def _connect(conn_or_engine):
@@ -257,7 +279,8 @@ def comparison(engine: Engine, settings: Settings, ticker: str) -> ShadowCompari
     cmp.design = (
         stored.design.describe()
         if stored.stored
-        else f"started before its design was stored: {stored.design.sessions} evenings from today's settings"
+        else f"started before its design was stored: {stored.design.sessions} evenings, "
+        + ("as its start recorded" if stored.from_start_event else "from today's settings")
     )
     after = stored.after_snapshot_id
     if not stored.stored:  # its timeout counts from the shadow's own first row
