@@ -98,3 +98,21 @@ def current_revision(url: str) -> str | None:
 
     with get_engine(url).connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def pending(url: str) -> list[tuple[str, str]]:
+    """(revision, what it changes: its docstring's first paragraph) of each revision `upgrade` would apply
+    to the database at `url`, oldest first; [] at the newest. Reads only."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config(url))
+    with get_engine(url).connect() as conn:
+        _refuse_a_newer_database(conn, alembic_config(url), url)
+        current = MigrationContext.configure(conn).get_current_revision()
+    steps = list(script.iterate_revisions(script.get_current_head(), current))
+    out = []
+    for rev in reversed(steps):
+        doc = (rev.module.__doc__ or "").strip().split("\n\n")[0]
+        out.append((rev.revision, " ".join(doc.split())))
+    return out

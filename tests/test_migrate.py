@@ -151,3 +151,31 @@ def test_a_database_newer_than_the_code_is_one_clear_error(tmp_path, backend, re
             == "9999_from_a_later_release"
         )
         conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": head})
+
+
+def test_db_upgrade_says_what_it_changes_and_dry_run_changes_nothing(tmp_path):
+    # Issue 38: `ldtm db upgrade` said nothing of what changes (tie re-scoring, fold keys, legacy shadows).
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+    from ldtm_core.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    upgrade(url, "0026")
+    env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
+    runner = CliRunner()
+    dry = runner.invoke(app, ["db", "upgrade", "--dry-run"], env=env)
+    assert dry.exit_code == 0, dry.output
+    for revision, words in (
+        ("0027", "shadow_designs"),
+        ("0028", "ix_snapshots_ticker_id"),
+        ("0030", "fillfactor"),
+    ):
+        assert revision in dry.output and words in dry.output
+    assert "nothing was changed" in dry.output and current_revision(url) == "0026"
+    real = runner.invoke(app, ["db", "upgrade"], env=env)
+    assert real.exit_code == 0 and "0027" in real.output and "shadow_designs" in real.output
+    head = current_revision(url)
+    assert head != "0026" and f"at revision {head}" in real.output
+    again = runner.invoke(app, ["db", "upgrade", "--dry-run"], env=env)
+    assert "already at the newest revision" in again.output

@@ -27,13 +27,45 @@ app.add_typer(ingest_app, name="ingest")
 
 @db_app.command("upgrade")
 @handle_errors
-def db_upgrade() -> None:
-    """Create or migrate every table and view (idempotent)."""
-    from ldtm_core.migrate import current_revision
+def db_upgrade(
+    dry_run: bool = typer.Option(False, "--dry-run", help="list what would change; change nothing"),
+) -> None:
+    """Create or migrate every table and view (idempotent), saying what each revision changes."""
+    from ldtm_core.migrate import current_revision, pending
+
+    from ldtm_core.db import get_engine
 
     cfg = settings()
+    get_engine(cfg.database_url)  # a URL that cannot be opened is one clear error first
+    where = masked_url(cfg.database_url)
+    steps = pending(cfg.database_url) if _exists(cfg) else []
+    if steps:
+        console.print(
+            f"database {where}: {'would apply' if dry_run else 'applying'} {len(steps)} revision(s)"
+        )
+        for revision, change in steps:
+            console.print(f"  {revision}  {change}", highlight=False, soft_wrap=True)
+    if dry_run:
+        now = current_revision(cfg.database_url) if _exists(cfg) else None
+        if not steps and now is not None:
+            console.print(f"database {where} is already at the newest revision ({now}); nothing was changed")
+        else:
+            console.print(
+                f"database {where} at revision {now or '(none: no tables yet)'}; nothing was changed"
+            )
+        return
     open_db(cfg)
-    console.print(f"database {masked_url(cfg.database_url)} at revision {current_revision(cfg.database_url)}")
+    console.print(f"database {where} at revision {current_revision(cfg.database_url)}")
+
+
+def _exists(cfg) -> bool:
+    """Whether the database can be read without creating it (a SQLite file that is not there yet is not)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(cfg.database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return True
+    return Path(url.database).expanduser().is_file()
 
 
 @app.command("universe")
