@@ -148,6 +148,7 @@ OTHER_SETTINGS = (
     "LDTM_PRICE_SOURCE",
     "LDTM_AUDIT_KEY",
     "LDTM_NOTIFY_WEBHOOK_URL",
+    "LDTM_OPERATOR",
     "LDTM_SNAPSHOT_DEADLINE",
     "LDTM_SYNTHETIC_SPLITS",
     "LDTM_IB_HOST",
@@ -282,6 +283,12 @@ SETTINGS: dict[str, Setting] = _table(
     Setting("LDTM_NEUTRAL_BAND_PCT", 0.25, "moves within +- this percent are neutral"),
     Setting("LDTM_AUDIT_KEY", None, "HMAC key of the prediction chain", "secret"),
     Setting("LDTM_NOTIFY_WEBHOOK_URL", None, "webhook of alerts (JSON POST)", "url", shown="none (log only)"),
+    Setting(
+        "LDTM_OPERATOR",
+        None,
+        "who makes manual overrides (`registry promote`/`rollback`, `gate --force`): recorded and notified with them",
+        shown="the login name",
+    ),
     Setting("LDTM_SNAPSHOT_DEADLINE", "21:00", "New York time by which snapshots must exist", "time"),
     # The gate (GateThresholds: the same defaults, stored as fractions where typed as percents).
     Setting("LDTM_GATE_POLICY", "evidence", "the gate's policy", "choice", ("evidence", "seed")),

@@ -193,12 +193,18 @@ def test_cli_gate_exit_codes_and_thresholds(engine, s, ldtm_env):
     assert out.exit_code == 2 and "already judged" in out.output  # the same backtest: --force to re-judge
     out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--max-p-value", "0.05", "--force"])
     assert out.exit_code == 1 and "skill_p_value" in out.output and "unknown" in out.output
-    out = runner.invoke(app, ["gate", "--ticker", "AAPL", "--beat-always-up", "1", "--force"])
+    out = runner.invoke(
+        app, ["gate", "--ticker", "AAPL", "--beat-always-up", "1", "--force", "--by", "carol"]
+    )
     assert out.exit_code == 0, out.output
     assert (
         "always-up 51.00%" in " ".join(out.output.split())
         and registry.get_model(engine, mid).status == "active"
     )
+    # Issue 38: a forced re-judgement is a manual override: it records who forced it.
+    reasons = [e.reason for e in registry.history(engine, "AAPL")]
+    assert any("judged again by carol (--force)" in r for r in reasons)
+    assert sum("judged again by" in r for r in reasons) == 2  # the two --force runs
 
 
 def test_skill_p_value_is_reported_and_can_be_required(engine, s, monkeypatch):

@@ -235,3 +235,37 @@ def test_registry_cli(engine, db_url, tmp_path, ldtm_env):
     assert registry.active_model(engine, "AAPL").id == a
     out = runner.invoke(app, ["registry", "rollback", "TSLA"])
     assert out.exit_code == 2 and "no retired model" in out.output
+
+
+def test_manual_overrides_record_who_made_them_and_notify(ldtm_env, monkeypatch):
+    # Issue 38: manual gate overrides and rollbacks recorded no person.
+    from test_gate import Hook
+
+    from ldtm_core.config import Settings
+
+    s = Settings.from_env()
+    s.ensure_dirs()
+    engine = get_engine(ldtm_env["url"])
+    a = make_model(engine, s, "AAPL", seed=1, trained_on=registry.dt.date(2024, 1, 2))
+    registry.promote(engine, a, "first", s)
+    b = make_model(engine, s, "AAPL", seed=2, trained_on=registry.dt.date(2024, 1, 3))
+    with Hook() as hook:
+        monkeypatch.setenv("LDTM_NOTIFY_WEBHOOK_URL", hook.url)
+        monkeypatch.setenv("LDTM_OPERATOR", "alice")
+        out = CliRunner().invoke(
+            app, ["registry", "promote", "AAPL", "--model-id", str(b), "--reason", "hunch"]
+        )
+        assert out.exit_code == 0, out.output
+        out = CliRunner().invoke(app, ["registry", "rollback", "AAPL", "--by", "bob", "--reason", "bad week"])
+        assert out.exit_code == 0, out.output
+        reasons = [e.reason for e in registry.history(engine, "AAPL")]
+        assert any("manual override of the gate by alice: hunch" in r for r in reasons)
+        assert any("bad week (by bob)" in r for r in reasons)
+        posted = [body for _type, body in hook.received]
+        assert [(p["event"], p["by"], p["model_id"]) for p in posted] == [
+            ("manual promotion", "alice", b),
+            ("manual rollback", "bob", a),
+        ]
+    monkeypatch.setenv("LDTM_OPERATOR", " ")
+    bad = CliRunner().invoke(app, ["registry", "rollback", "AAPL", "--by", "x" * 65])
+    assert bad.exit_code == 2 and "--by" in bad.output

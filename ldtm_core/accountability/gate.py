@@ -227,9 +227,10 @@ def run_gate(
     model_id: int | None = None,
     thresholds: GateThresholds | None = None,
     force: bool = False,
+    forced_by: str | None = None,
 ) -> GateReport:
     """Judge the candidate on its newest backtest of its own config; `force` judges a backtest that
-    already has a decision again (otherwise AlreadyJudgedError)."""
+    already has a decision again (otherwise AlreadyJudgedError), recorded as made by `forced_by`."""
     ticker = validate_ticker(ticker)
     thresholds = thresholds or GateThresholds.from_env()
     if model_id is None:
@@ -261,6 +262,8 @@ def run_gate(
     previous = judged_backtests(engine, [backtest_id]).get(backtest_id)
     if previous is not None and not force:
         raise AlreadyJudgedError(_already_judged(backtest_id, model_id, ticker, previous))
+    # A judged backtest judged again is a manual override: who forced it goes into the history.
+    forced = f"; judged again by {forced_by or 'an operator'} (--force)" if previous is not None else ""
     # What serves now: a promotion must replace this model, not one an operator rolled back to meanwhile.
     judged_against = getattr(active_model(engine, ticker), "id", None)
 
@@ -374,7 +377,7 @@ def run_gate(
         report.promoted = shadow.promote_or_shadow(
             engine,
             model_id,
-            f"gate passed (backtest {backtest_id})",
+            f"gate passed (backtest {backtest_id}){forced}",
             settings,
             guard=lambda conn: recheck(conn, promoting=True),
             within=passed,
@@ -386,7 +389,9 @@ def run_gate(
             lock_ticker(conn, ticker)
             recheck(conn, promoting=False)
             # Recorded in the model's history too (status unchanged), so `registry history` shows why.
-            record_event(conn, model_id, ticker, "candidate", "candidate", report.summary()[:2000], now)
+            record_event(
+                conn, model_id, ticker, "candidate", "candidate", (report.summary() + forced)[:2000], now
+            )
             _decision(conn, report, now)
             ledger(conn, now)
 

@@ -31,9 +31,8 @@ def db_upgrade(
     dry_run: bool = typer.Option(False, "--dry-run", help="list what would change; change nothing"),
 ) -> None:
     """Create or migrate every table and view (idempotent), saying what each revision changes."""
-    from ldtm_core.migrate import current_revision, pending
-
     from ldtm_core.db import get_engine
+    from ldtm_core.migrate import current_revision, pending
 
     cfg = settings()
     get_engine(cfg.database_url)  # a URL that cannot be opened is one clear error first

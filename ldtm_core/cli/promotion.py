@@ -3,6 +3,7 @@ backtest the gate reads is `ldtm backtest` (backtest.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -59,6 +60,37 @@ def registry_history(ticker: str = typer.Argument(..., help="Ticker")) -> None:
     console.print(table)
 
 
+BY_HELP = "who makes this override, recorded with it (default: LDTM_OPERATOR, else the login name)"
+
+
+def operator_name(given: str | None) -> str:
+    """--by, else LDTM_OPERATOR, else the login name: who a manual override is recorded and notified as."""
+    import getpass
+
+    from ldtm_core.config import env_text
+
+    name = (given if given is not None else env_text("LDTM_OPERATOR") or "").strip()
+    if not name:
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError):  # no login name in a container without a passwd entry
+            name = f"uid {os.getuid()}"
+    if len(name) > 64 or not name.isprintable():
+        raise InputError(f"--by / LDTM_OPERATOR: a name of at most 64 printable characters, got {len(name)}")
+    return name
+
+
+def notify_override(event: str, who: str, ticker: str, model_id: int, reason: str) -> None:
+    from ldtm_core.accountability import notify
+
+    payload = {"event": event, "by": who, "ticker": ticker, "model_id": model_id, "reason": reason}
+    notify.send(
+        payload,
+        settings().notify_webhook_url,
+        text=f"{event} of {ticker} model {model_id} by {who}: {reason}",
+    )
+
+
 @registry_app.command("promote")
 @handle_errors
 def registry_promote(
@@ -67,6 +99,7 @@ def registry_promote(
     reason: str = typer.Option(
         ..., "--reason", help="Why the gate is overridden: recorded in the registry history"
     ),
+    by: str = typer.Option(None, "--by", help=BY_HELP),
 ) -> None:
     """Promote a candidate by hand, over the gate's decision (a deliberate override, logged)."""
     from ldtm_core.accountability.registry import get_model, promote
@@ -75,12 +108,13 @@ def registry_promote(
     ticker = validate_ticker(ticker)
     if not reason.strip():
         raise InputError("--reason must say why the gate is overridden")
+    who = operator_name(by)
     cfg = settings()
     engine = open_db(cfg)
     rec = get_model(engine, model_id)
     if rec.ticker != ticker:
         raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
-    res = promote(engine, model_id, f"manual override of the gate: {reason.strip()}", cfg)
+    res = promote(engine, model_id, f"manual override of the gate by {who}: {reason.strip()}", cfg)
     if not res.changed:  # promote() writes no event for a model that is already active
         console.print(
             f"{ticker}: model {model_id} is already active as {res.version}; nothing changed "
@@ -92,6 +126,7 @@ def registry_promote(
         f"{res.retired_model_id if res.retired_model_id is not None else 'nothing'} "
         "(recorded in `ldtm registry history`)"
     )
+    notify_override("manual promotion", who, ticker, model_id, reason.strip())
 
 
 @registry_app.command("rollback")
@@ -105,13 +140,16 @@ def registry_rollback(
         help="MODEL_ID: reactivate this retired model of the ticker (default: the one active before "
         "the current one; each rollback goes one step further back)",
     ),
+    by: str = typer.Option(None, "--by", help=BY_HELP),
 ) -> None:
     """Retire the active model and reactivate the one active before it (or --to MODEL_ID)."""
     from ldtm_core.accountability.registry import rollback
     from ldtm_core.data.universe import validate_ticker
 
+    who = operator_name(by)
     engine = open_db()
-    res = rollback(engine, validate_ticker(ticker), reason, to_model_id=to)
+    res = rollback(engine, validate_ticker(ticker), f"{reason} (by {who})", to_model_id=to)
+    notify_override("manual rollback", who, res.ticker, res.reactivated_model_id, reason)
     console.print(
         f"{res.ticker}: model {res.reactivated_model_id} ({res.version}) active again; "
         f"retired {res.retired_model_id if res.retired_model_id is not None else 'nothing'}"
@@ -169,6 +207,7 @@ def gate_cmd(
     force: bool = typer.Option(
         False, "--force", help="Judge the newest backtest again even if the gate already judged it"
     ),
+    by: str = typer.Option(None, "--by", help=BY_HELP + "; with --force"),
 ) -> None:
     """Judge a candidate on its newest backtest, paired with the champion on the same rows: promote on
     pass; exit 1 and notify on fail."""
@@ -195,7 +234,15 @@ def gate_cmd(
     notify_log = logging.getLogger("ldtm.notify")
     notify_log.addHandler(quiet)
     try:
-        report = run_gate(open_db(cfg), cfg, validate_ticker(ticker), model_id, thresholds, force=force)
+        report = run_gate(
+            open_db(cfg),
+            cfg,
+            validate_ticker(ticker),
+            model_id,
+            thresholds,
+            force=force,
+            forced_by=operator_name(by) if force else None,
+        )
     finally:
         notify_log.removeHandler(quiet)
     table = Table(
