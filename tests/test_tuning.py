@@ -315,3 +315,35 @@ def test_a_backtest_with_more_folds_than_the_study_counts_the_test_rows_the_stud
     assert more.leakage_rows > 0 and more.folds[-1].leakage_rows == 0
     assert "tuning study ldtm:AAPL" in more.tuning_note and "tuned for 3 folds" in more.tuning_note
     assert "leakage_rows" in {c.name for c in run_gate(engine, settings, "AAPL", model_id=model_id).failing}
+
+
+def test_ctrl_c_in_tune_says_truly_what_was_kept_without_a_traceback(
+    studies_url, tmp_path, monkeypatch, capfd
+):
+    # Issue 38: Ctrl-C in `ldtm tune` printed Optuna's traceback and recorded a FAIL trial while the
+    # message said the one in progress "was not recorded".
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LDTM_DATABASE_URL", studies_url)
+    ingest(get_engine(studies_url), ["AAPL"], start=START, end=END)
+    real, calls = training_loop.fit, []
+
+    def interrupted_on_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training_loop, "fit", interrupted_on_the_second)
+    out = CliRunner().invoke(
+        app, ["tune", "--tickers", "AAPL", "--trials", "3", "--base-profile", "demo", *FIXED_ARGS]
+    )
+    captured = capfd.readouterr()
+    everything = out.output + captured.out + captured.err
+    assert out.exit_code == 130, everything
+    assert "Traceback" not in everything and "KeyboardInterrupt" not in everything
+    assert "trial #1 is recorded as FAIL" in " ".join(everything.split())
+    storage = tuning_store.get_storage(studies_url)
+    study = optuna.load_study(study_name="ldtm:AAPL", storage=storage)
+    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    assert states == ["COMPLETE", "FAIL"] and study.best_trial.number == 0
+    tuning_store._STORAGES.pop(studies_url, None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Annotated
 
 import typer
@@ -46,7 +48,6 @@ def tune_cmd(
     from ldtm_core.data.universe import load_universe, resolve_tickers
     from ldtm_core.learning.model import get_profile
     from ldtm_core.learning.training import parse_overrides
-    from ldtm_core.learning.tuning import tune
 
     cfg_settings = settings()
     fixed = parse_overrides(overrides)
@@ -58,6 +59,51 @@ def tune_cmd(
     groups = [chosen] if shared else [[t] for t in chosen]
 
     results = []
+    interrupted = _InterruptedTrial()
+    # On the handlers: records of Optuna's child loggers pass their parent's handlers, not its filters.
+    handlers = optuna.logging.get_logger("optuna").handlers
+    for handler in handlers:
+        handler.addFilter(interrupted)
+    try:
+        _search(groups, trials, timeout, fixed, base, seed, threads, cfg_settings, engine, results)
+    except KeyboardInterrupt:
+        # Optuna records the trial that Ctrl-C stopped as FAIL before re-raising: say so, not "not recorded".
+        which = f"trial #{interrupted.number}" if interrupted.number is not None else "the trial in progress"
+        from ldtm_core.cli import err_console
+
+        err_console.print(
+            f"[bold yellow]interrupted:[/] `ldtm tune` stopped by Ctrl-C. The trials finished before are kept "
+            f"in their study; {which} is recorded as FAIL (Optuna keeps every trial it started) and no best "
+            "setting changed. Run it again to add trials.",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise SystemExit(130) from None
+    finally:
+        for handler in handlers:
+            handler.removeFilter(interrupted)
+    _print_results(results)
+
+
+class _InterruptedTrial(logging.Filter):
+    """Drops Optuna's warning (with its traceback) for a trial stopped by Ctrl-C, keeping its number."""
+
+    number: int | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "KeyboardInterrupt" not in message and not (
+            record.exc_info and record.exc_info[0] is KeyboardInterrupt
+        ):
+            return True
+        found = re.match(r"Trial (\d+) failed", message)
+        self.number = int(found.group(1)) if found else self.number
+        return False
+
+
+def _search(groups, trials, timeout, fixed, base, seed, threads, cfg_settings, engine, results) -> None:
+    from ldtm_core.learning.tuning import tune
+
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -100,6 +146,8 @@ def tune_cmd(
                 )
             )
 
+
+def _print_results(results) -> None:
     table = Table(
         "study",
         "ran here",
