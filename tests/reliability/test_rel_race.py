@@ -89,7 +89,11 @@ def test_two_gates_for_the_same_ticker_promote_once(pg_url, tmp_path, pause_dir,
     results = _race(
         ["gate", "--ticker", "AAPL", "--policy", "seed"], home, pg_url, pause_dir, "promote.after_copy"
     )
-    assert [rc for rc, _, _ in results] == [0, 0], results
+    # One promotes; the other, under the ticker's lock, finds the backtest judged meanwhile (issue 38 D3:
+    # both used to say "promoted" and record two pass decisions).
+    assert sorted(rc for rc, _, _ in results) == [0, 2], results
+    [(_, _, err)] = [r for r in results if r[0] == 2]
+    assert "already judged by the gate while this one ran" in " ".join(err.split())
 
     twin_settings, twin_new = world(twin_url, tmp_path / "twin")
     run_gate(get_engine(twin_url), twin_settings, "AAPL", twin_new, thresholds=GateThresholds(policy="seed"))
