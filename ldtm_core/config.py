@@ -14,6 +14,7 @@ Percentages are typed as percents everywhere (52 means 52 %), like the CLI optio
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -587,6 +588,27 @@ def masked_url(url: str) -> str:
             scheme, rest = url.split("://", 1)
             return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
         return url
+
+
+# The deployment's own secrets (compose passes them to the containers that need them): masked like ours.
+DEPLOYMENT_SECRETS = ("DAGSTER_PG_PASSWORD", "POSTGRES_PASSWORD")
+
+
+def redact_secrets(text: str) -> str:
+    """`text` with the current value of every secret setting (the database URL's password, the audit key,
+    the webhook URL) and of the deployment's passwords replaced by ***: for any message a run config could
+    have filled with them (a resource's error lands in the event log, readable by whoever reaches the UI)."""
+    values = []
+    for name, row in SETTINGS.items():
+        value = os.environ.get(name)
+        if value and (row.kind == "secret" or name == "LDTM_NOTIFY_WEBHOOK_URL"):
+            values.append(value)
+            with contextlib.suppress(Exception):  # a URL's password alone too, as drivers echo it
+                values.append(make_url(value).password or "")
+    values += [os.environ.get(name) or "" for name in DEPLOYMENT_SECRETS]
+    for value in sorted({v for v in values if len(v) >= 4}, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
 
 
 def mask_secrets(text: str, url: str) -> str:

@@ -14,7 +14,7 @@ from dagster import ConfigurableResource, EnvVar, Failure, InitResourceContext
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from ldtm_core.config import SETTINGS, Settings, env_is_set, masked_url, setting
+from ldtm_core.config import SETTINGS, Settings, env_is_set, masked_url, redact_secrets, setting
 from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
 from ldtm_core.errors import LDTMError
@@ -36,7 +36,7 @@ class ArtifactStore(ConfigurableResource):
         try:
             load_universe(self.universe)
         except LDTMError as exc:
-            raise Failure(f"ArtifactStore.universe: {exc}") from None
+            raise Failure(redact_secrets(f"ArtifactStore.universe: {exc}")) from None
 
     @property
     def path(self) -> Path:
@@ -60,7 +60,7 @@ class AppDatabase(ConfigurableResource):
                 make_url(self.url)
             except Exception:  # noqa: BLE001 - SQLAlchemy's message would echo the URL, password included
                 raise Failure(
-                    f"AppDatabase.url is not a valid SQLAlchemy URL: {masked_url(self.url)}"
+                    redact_secrets(f"AppDatabase.url is not a valid SQLAlchemy URL: {masked_url(self.url)}")
                 ) from None
 
     def resolved_url(self, store: ArtifactStore) -> str:
@@ -98,7 +98,7 @@ class TrainingProfile(ConfigurableResource):
         try:
             self.config()
         except LDTMError as exc:
-            raise Failure(f"TrainingProfile: {exc}") from None
+            raise Failure(redact_secrets(f"TrainingProfile: {exc}")) from None
         if self.max_workers is not None and self.max_workers < 1:
             raise Failure(f"TrainingProfile.max_workers must be >= 1, got {self.max_workers}")
 
@@ -135,7 +135,7 @@ class GpuProbe(ConfigurableResource):
         try:
             return gpu_slots.current_plan(nvml=self.nvml_module(), **kw)
         except LDTMError as exc:
-            raise Failure(f"GpuProbe: {exc}") from None
+            raise Failure(redact_secrets(f"GpuProbe: {exc}")) from None
 
 
 def _env(name: str, default):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, func, select
 
 from ldtm_core.accountability import notify
-from ldtm_core.config import env_text, mask_secrets
+from ldtm_core.config import env_text, mask_secrets, redact_secrets
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, latest_session_on_or_before
 from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
@@ -27,8 +27,9 @@ _CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^/\s:@]*:)[^@\s/]*@", re.I)
 
 
 def scrub(text: str, *, database_url: str | None = None, webhook_url: str | None = None) -> str:
-    """`text` with URL credentials, the database password and the webhook URL removed."""
-    text = _CREDENTIALS.sub(r"\1***@", text)
+    """`text` with URL credentials, the database password, the webhook URL and every other secret
+    (config.redact_secrets) removed."""
+    text = redact_secrets(_CREDENTIALS.sub(r"\1***@", text))
     if database_url:
         text = mask_secrets(text, database_url)
     if webhook_url:

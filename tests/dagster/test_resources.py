@@ -106,3 +106,33 @@ def test_bad_universe_and_database_url_are_refused_without_leaking_the_password(
     resources = {**tiny_resources(tmp_path, sqlite_url), "database": AppDatabase(url=bad_url)}
     message = _fail(resources, [assets.prices])
     assert "AppDatabase.url" in message and "s3cret-pw" not in message
+
+
+SECRET = "k3y-Of-The-Chain-9f2c"
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        lambda: ArtifactStore(universe=SECRET),
+        lambda: AppDatabase(url=SECRET),
+        lambda: TrainingProfile(profile=SECRET),
+        lambda: TrainingProfile(amp=SECRET),
+    ],
+)
+def test_a_secret_read_into_a_resource_field_never_reaches_its_error(monkeypatch, resource):
+    # Issue 38 item 1: a run whose config read {env: LDTM_AUDIT_KEY} (or the database password) into a
+    # resource field failed with the secret in its event log, readable by anyone over GraphQL.
+    monkeypatch.setenv("LDTM_AUDIT_KEY", SECRET)
+    with pytest.raises(Failure) as failed:
+        resource().setup_for_execution(build_init_resource_context())
+    assert SECRET not in str(failed.value) and "***" in str(failed.value)
+
+
+def test_the_run_failure_webhook_text_masks_every_secret(monkeypatch):
+    from ldtm_core.accountability.operator_alerts import scrub
+
+    monkeypatch.setenv("LDTM_AUDIT_KEY", SECRET)
+    monkeypatch.setenv("DAGSTER_PG_PASSWORD", "pg-Pass-4471")
+    text = scrub(f"universe {SECRET!r} is no keyword; password pg-Pass-4471 refused")
+    assert SECRET not in text and "pg-Pass-4471" not in text and text.count("***") == 2
