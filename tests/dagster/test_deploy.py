@@ -37,7 +37,9 @@ def test_compose_has_the_deploy_docker_layout():
     dashboard = SERVICES["ldtm_dashboard"]
     assert dashboard["command"][:2] == ["ldtm", "dashboard"]  # Streamlit flags after it
     port = dashboard["command"][dashboard["command"].index("--server.port") + 1]
-    assert dashboard["ports"] == [f"${{LDTM_DASHBOARD_PORT:-{port}}}:{port}"]
+    assert dashboard["ports"] == [
+        f"${{LDTM_BIND_ADDRESS:-127.0.0.1}}:${{LDTM_DASHBOARD_PORT:-{port}}}:{port}"
+    ]
     assert dashboard["image"] == SERVICES["ldtm_user_code"]["image"]
     assert dashboard["depends_on"]["ldtm_postgres"]["condition"] == "service_healthy"
     assert (
