@@ -274,6 +274,11 @@ def lock_ticker(conn: Connection, ticker: str) -> None:
         conn.execute(select(model_registry.c.id).where(model_registry.c.ticker == ticker).with_for_update())
 
 
+# A transition's hooks, run in its transaction under the ticker's lock: a check before it, a record after.
+Guard = Callable[[Connection], None]
+Within = Callable[[Connection, PromoteResult], None]
+
+
 def _guarded(conn: Connection, ticker: str, guard, within, transition) -> PromoteResult:
     """lock, guard(conn), the transition (a PromoteResult or a function making one), within(conn, result)."""
     lock_ticker(conn, ticker)
@@ -319,8 +324,8 @@ def promote(
     model_id: int,
     reason: str,
     settings: Settings | None = None,
-    guard: Callable[[Connection], None] | None = None,
-    within: Callable[[Connection, PromoteResult], None] | None = None,
+    guard: Guard | None = None,
+    within: Within | None = None,
 ) -> PromoteResult:
     """Make `model_id` the ticker's active model; retire the previous one. One transaction.
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -42,8 +41,10 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 from ldtm_core.accountability import notify
 from ldtm_core.accountability.registry import (
     SHADOW,
+    Guard,
     ModelRecord,
     PromoteResult,
+    Within,
     _conn,
     _guarded,
     active_model,
@@ -87,8 +88,8 @@ def promote_or_shadow(
     model_id: int,
     reason: str,
     settings: Settings | None = None,
-    guard: Callable[[Connection], None] | None = None,
-    within: Callable[[Connection, PromoteResult], None] | None = None,
+    guard: Guard | None = None,
+    within: Within | None = None,
 ) -> PromoteResult:
     """What a gate pass does: promote at once (N = 0, or no champion: a first deployment), else shadow.
     `guard` and `within` run in the transition's transaction, under the ticker's lock (registry.promote)."""
@@ -104,8 +105,8 @@ def start_shadow(
     model_id: int,
     reason: str,
     design: ShadowDesign | int,
-    guard: Callable[[Connection], None] | None = None,
-    within: Callable[[Connection, PromoteResult], None] | None = None,
+    guard: Guard | None = None,
+    within: Within | None = None,
 ) -> PromoteResult:
     """candidate -> shadow in one transaction, its design stored with it. While the ticker already has a
     shadow the candidate stays a candidate (recorded): replacing it would restart the live evenings with
