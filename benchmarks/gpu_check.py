@@ -374,8 +374,12 @@ class Check:
 
         return get_engine(self.env["LDTM_DATABASE_URL"])
 
+    def result_of(self, name: str) -> dict:
+        """The figures a stage recorded ({} when it did not run)."""
+        return next((s.result for s in self.stages if s.name == name), {})
+
     def plan_total(self):
-        return next((s.result.get("plan_total") for s in self.stages if s.name == "slots"), "?")
+        return self.result_of("slots").get("plan_total", "?")
 
     def max_model_id(self) -> int:
         from sqlalchemy import func, select
@@ -444,7 +448,7 @@ class Check:
         self.stage("onnx", self.onnx, 60)
         self.stage("bench", self.bench, 90)
         if c.every_slot:  # last of the heavy ones: on an H200 it took 105 of 126 GiB of host memory
-            slots = next((s for s in self.stages if s.name == "slots"), Stage("slots")).result
+            slots = self.result_of("slots")
             every = plan_slots([GpuMemory(**g) for g in slots.get("gpus", [])], cpu_slots=10**6).total
             self.stage("retrain_every_slot", self.within_budget(self.retrain, 150, reserve=10), 150, every)
         self.stage("tensorrt", self.within_budget(self.tensorrt, 60, reserve=0), 60)
@@ -473,7 +477,7 @@ class Check:
 
     def write(self) -> dict:
         total = round(time.monotonic() - self.t0, 1)
-        env = next((s.result for s in self.stages if s.name == "environment"), {})
+        env = self.result_of("environment")
         report = {
             "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "mode": "cpu dry run" if self.cfg.cpu else "gpu",

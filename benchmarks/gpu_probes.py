@@ -102,8 +102,8 @@ def env(_args: dict) -> dict:
 
 def _train_steps(cfg, dev: torch.device, precision: str, steps: int = 3, batch: int = 128) -> float:
     """Seconds per reference training step after one warm-up, in `precision`; raises where it cannot run."""
-    from ldtm_core.learning.bench import PRECISIONS
     from ldtm_core.learning.model import LDTM
+    from ldtm_core.learning.precision import PRECISIONS
     from ldtm_core.learning.training_loop import EpochLoop, make_optimizer
 
     torch.manual_seed(0)

@@ -106,9 +106,10 @@ def pending(url: str) -> list[tuple[str, str]]:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    script = ScriptDirectory.from_config(alembic_config(url))
+    cfg = alembic_config(url)
+    script = ScriptDirectory.from_config(cfg)
     with get_engine(url).connect() as conn:
-        _refuse_a_newer_database(conn, alembic_config(url), url)
+        _refuse_a_newer_database(conn, cfg, url)
         current = MigrationContext.configure(conn).get_current_revision()
     steps = list(script.iterate_revisions(script.get_current_head(), current))
     out = []

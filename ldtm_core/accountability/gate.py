@@ -51,6 +51,7 @@ from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: 
 )
 from ldtm_core.accountability.gate_report import HELD, GateReport  # noqa: F401  (re-exported)
 from ldtm_core.accountability.registry import (
+    _conn,
     active_model,
     config_signature,
     get_model,
@@ -161,16 +162,12 @@ def judged_backtests(engine: Engine | Connection, backtest_ids) -> dict[str, boo
     ids = sorted({str(b) for b in backtest_ids})
     if not ids:
         return {}
-    stmt = (
-        select(gate_decisions.c.backtest_id, gate_decisions.c.passed)
-        .where(gate_decisions.c.backtest_id.in_(ids))
-        .order_by(gate_decisions.c.id)
-    )
-    if isinstance(engine, Connection):
-        rows = engine.execute(stmt).all()
-    else:
-        with engine.connect() as conn:
-            rows = conn.execute(stmt).all()
+    with _conn(engine) as conn:
+        rows = conn.execute(
+            select(gate_decisions.c.backtest_id, gate_decisions.c.passed)
+            .where(gate_decisions.c.backtest_id.in_(ids))
+            .order_by(gate_decisions.c.id)
+        ).all()
     return {b: bool(passed) for b, passed in rows}
 
 

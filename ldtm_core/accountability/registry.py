@@ -279,12 +279,18 @@ Guard = Callable[[Connection], None]
 Within = Callable[[Connection, PromoteResult], None]
 
 
-def _guarded(conn: Connection, ticker: str, guard, within, transition) -> PromoteResult:
-    """lock, guard(conn), the transition (a PromoteResult or a function making one), within(conn, result)."""
+def _guarded(
+    conn: Connection,
+    ticker: str,
+    guard: Guard | None,
+    within: Within | None,
+    transition: Callable[[Connection], PromoteResult],
+) -> PromoteResult:
+    """Under the ticker's lock: guard(conn), the transition, within(conn, its result)."""
     lock_ticker(conn, ticker)
     if guard is not None:
         guard(conn)
-    result = transition(conn) if callable(transition) else transition
+    result = transition(conn)
     if within is not None:
         within(conn, result)
     return result
@@ -340,7 +346,7 @@ def promote(
     if rec.status == "active":
         done = PromoteResult(rec.ticker, rec.id, rec.version or "", rec.promoted_path or "", None, False)
         if guard is not None or within is not None:
-            run_in_transaction(engine, lambda conn: _guarded(conn, rec.ticker, guard, within, done))
+            run_in_transaction(engine, lambda conn: _guarded(conn, rec.ticker, guard, within, lambda _: done))
         return done
     if rec.status not in ("candidate", SHADOW):
         raise InputError(

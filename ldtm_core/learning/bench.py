@@ -306,8 +306,6 @@ def run_bench(
 # Batch size x precision on one device (the GPU check runs it on a card; a CPU runs it too)
 # ---------------------------------------------------------------------------------------------------
 
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 @dataclass
 class GridCell:
@@ -340,6 +338,7 @@ def precision_grid(
 ) -> list[GridCell]:
     """Samples/s of the reference training step (`EpochLoop`, AdamW, fp16 with a GradScaler) for each
     batch size x precision, the same data and initial weights, cells interleaved epoch by epoch."""
+    from ldtm_core.learning.precision import PRECISIONS
     from ldtm_core.learning.training_loop import resolve_device, setup_device
 
     unknown = [p for p in precisions if p not in PRECISIONS]

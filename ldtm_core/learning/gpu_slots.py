@@ -1,8 +1,8 @@
 """How many training/inference jobs fit at once, derived from free VRAM (SPEC §6).
 
 Per GPU: `slots = floor((free_MiB + own_MiB - headroom_MiB) / per_job_MiB)`, never below 0, capped by
-config. The sum, at most one per CPU core (each slot is a process feeding the card), is the pool limit. No NVML, no GPU, or no GPU with room -> a CPU pool sized from the
-cores. NVML is read through an injectable module so tests can play zero, one, several or crowded GPUs.
+config. The sum, at most one per CPU core (each slot is a process feeding the card), is the pool
+limit. No NVML, no GPU, or no GPU with room -> a CPU pool sized from the cores. NVML is read through an injectable module so tests can play zero, one, several or crowded GPUs.
 
 `own_MiB` is the memory the pool's own running jobs hold (NVML per-process usage), so the limit is
 stable under the pool's own load and shrinks only for other tenants. A process is the pool's own when

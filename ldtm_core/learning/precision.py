@@ -2,7 +2,8 @@
 
 CUDA: bf16 (fp16 on a card without bf16) where a few timed reference training steps find it faster on
 this card, else fp32 with TF32 (on an H200 the small LSTM was 0.67-0.73x slower under autocast: the GPU
-check, docs/performance.md). CPU: bf16 where it is faster here, detected, never guessed from the vendor. Measured (docs/performance.md): with AMX bf16 tiles (`amx_bf16`) the
+check, docs/performance.md). CPU: bf16 where it is faster here, detected, never guessed from the vendor.
+Measured (docs/performance.md): with AMX bf16 tiles (`amx_bf16`) the
 reference training step is 1.6-2.5x faster in bf16; with AVX512-BF16 but no AMX it depends on the
 core (a Xeon: ~0.85x, slower; an AMD EPYC Zen 5: 1.36x at batch 32), so there `auto` times a few
 reference training steps in both precisions once per CPU model and torch version and caches the
@@ -193,8 +194,12 @@ def amp_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype | None:
     return low if cuda_amp_speedup(device, low) >= PROBE_MIN_SPEEDUP else None
 
 
+# The training step's precisions by name: the autocast dtype each runs under (fp32: none).
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def precision_name(dtype: torch.dtype | None) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+    return next((name for name, d in PRECISIONS.items() if d == dtype), "fp32")
 
 
 def cpu_generation(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
