@@ -1,15 +1,22 @@
-"""Apply the Alembic migrations (idempotent): `ldtm db upgrade` and every entry point call this."""
+"""The application database's Alembic revisions: migrations run from `ldtm db upgrade` alone (issue 38).
+
+Every other entry point (each `ldtm` command, the Dagster `database` resource, the dashboard) calls
+`open_database`: an empty database is created at the newest revision (first use, the demo), one at the
+newest opens, and one behind it is refused in one line, unchanged, so the release that wrote it can still
+open it. `upgrade`, run by `ldtm db upgrade`, migrates; both refuse a database newer than this code.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from filelock import FileLock, Timeout
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from ldtm_core.config import masked_url
 from ldtm_core.db import DatabaseError, get_engine
@@ -69,28 +76,66 @@ def _refuse_a_newer_database(conn, cfg, url: str) -> None:
         )
 
 
-def upgrade(url: str, revision: str = "head") -> Engine:
-    """Bring the database at `url` to `revision` and return its engine. Concurrent callers are
-    serialised (an advisory lock on PostgreSQL, a file lock on SQLite); the later ones find the head."""
+def _refuse_an_older_database(conn, cfg, url: str) -> None:
+    """Only `ldtm db upgrade` migrates: a database behind the newest revision is refused in one line
+    (where it is, the newest, how many revisions are pending) and left as it is."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    current = MigrationContext.configure(conn).get_current_revision()
+    script = ScriptDirectory.from_config(cfg)
+    head = script.get_current_head()
+    if current is not None and current != head:
+        behind = len(list(script.iterate_revisions(head, current)))
+        raise DatabaseError(
+            f"database {masked_url(url)} is at revision {current}; this code's newest is {head}, "
+            f"{behind} revision(s) pending: run `ldtm db upgrade` (`--dry-run` lists what changes); "
+            "nothing was changed"
+        )
+
+
+def _under_the_migration_lock(url: str, step: Callable[[Connection, Config], None]) -> Engine:
+    """Run `step` (with the alembic config bound to the connection) on the database at `url` in one
+    transaction, once a database newer than this code is refused, and return its engine. Concurrent
+    callers are serialised (an advisory lock on PostgreSQL, a file lock on SQLite); the later ones find
+    what the first left."""
     engine = get_engine(url)
-    if engine.dialect.name == "sqlite":
+    is_sqlite = engine.dialect.name == "sqlite"
+    if is_sqlite:
         _require_sqlite_folder(engine, url)
     cfg = alembic_config(url)
-    is_sqlite = engine.dialect.name == "sqlite"
     try:
         with _sqlite_lock(engine) if is_sqlite else contextlib.nullcontext(), engine.begin() as conn:
             if conn.dialect.name == "postgresql":
-                # Two processes upgrading one fresh database at once would race on CREATE TABLE.
+                # Two processes creating one fresh database at once would race on CREATE TABLE.
                 conn.execute(text("SELECT pg_advisory_xact_lock(7400123)"))
             cfg.attributes["connection"] = conn
             _refuse_a_newer_database(conn, cfg, url)
-            command.upgrade(cfg, revision)
+            step(conn, cfg)
     except Timeout:
         raise DatabaseError(
             f"database {masked_url(url)}: another process held the migration lock for "
             f"{MIGRATION_LOCK_TIMEOUT_S} s; is an `ldtm db upgrade` stuck?"
         ) from None
     return engine
+
+
+def open_database(url: str) -> Engine:
+    """The engine for the database at `url`, for every entry point but `ldtm db upgrade`. An empty
+    database (no revision yet) is created at the newest revision; one at the newest opens as it is; one
+    behind or ahead of it is refused in one line (DatabaseError) and nothing is changed."""
+
+    def create_if_empty(conn: Connection, cfg: Config) -> None:
+        _refuse_an_older_database(conn, cfg, url)
+        command.upgrade(cfg, "head")  # an empty database: every revision; at the newest: nothing
+
+    return _under_the_migration_lock(url, create_if_empty)
+
+
+def upgrade(url: str, revision: str = "head") -> Engine:
+    """Migrate the database at `url` to `revision` (idempotent) and return its engine: `ldtm db upgrade`,
+    and the tests' and benchmarks' own stores."""
+    return _under_the_migration_lock(url, lambda conn, cfg: command.upgrade(cfg, revision))
 
 
 def current_revision(url: str) -> str | None:

@@ -7,20 +7,26 @@ from sqlalchemy import Engine
 
 from ldtm_core.config import Settings, env_text, masked_url
 from ldtm_core.data.universe import validate_ticker
-from ldtm_core.errors import InputError
-from ldtm_core.migrate import upgrade
+from ldtm_core.errors import InputError, LDTMError
+from ldtm_core.migrate import open_database
 
 
 @st.cache_resource(show_spinner=False)
 def _engine(url: str) -> Engine:
-    # Same as every `ldtm` command: an idempotent upgrade, so a fresh home shows an empty state.
-    return upgrade(url)
+    # Same as every `ldtm` command: a fresh home is created at the newest revision and shows an empty
+    # state; an older store is refused (not cached: the page opens once `ldtm db upgrade` has run).
+    return open_database(url)
 
 
 def engine() -> Engine:
-    """The engine for LDTM_DATABASE_URL (default SQLite under LDTM_HOME), read per rerun."""
+    """The engine for LDTM_DATABASE_URL (default SQLite under LDTM_HOME), read per rerun; a database
+    that cannot be opened as it is (e.g. behind the newest revision) stops the page with its one line."""
     settings = Settings.from_env()
-    return _engine(settings.database_url)
+    try:
+        return _engine(settings.database_url)
+    except LDTMError as exc:
+        st.error(str(exc))
+        st.stop()
 
 
 # The compose and Kubernetes deployments set LDTM_DEPLOYMENT (docker-compose.yml, deploy/k8s/values.yaml):

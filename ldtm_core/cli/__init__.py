@@ -34,13 +34,14 @@ def settings() -> Settings:
 
 
 def open_db(cfg: Settings | None = None):
-    """The migrated engine for the configured database (upgrading is idempotent and cheap)."""
-    from ldtm_core.migrate import upgrade
+    """The engine for the configured database, as it is: an empty one is created at the newest revision,
+    one behind it is refused with one line naming `ldtm db upgrade`, the only command that migrates."""
+    from ldtm_core.migrate import open_database
 
     cfg = cfg or settings()
     cfg.ensure_dirs()
     cfg.require_writable_sqlite()
-    return upgrade(cfg.database_url)
+    return open_database(cfg.database_url)
 
 
 def parse_date(value: str | None, option: str) -> dt.date | None:

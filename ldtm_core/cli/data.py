@@ -32,7 +32,7 @@ def db_upgrade(
 ) -> None:
     """Create or migrate every table and view (idempotent), saying what each revision changes."""
     from ldtm_core.db import get_engine
-    from ldtm_core.migrate import current_revision, pending
+    from ldtm_core.migrate import current_revision, pending, upgrade
 
     cfg = settings()
     get_engine(cfg.database_url)  # a URL that cannot be opened is one clear error first
@@ -53,8 +53,35 @@ def db_upgrade(
                 f"database {where} at revision {now or '(none: no tables yet)'}; nothing was changed"
             )
         return
-    open_db(cfg)
+    cfg.ensure_dirs()
+    cfg.require_writable_sqlite()
+    upgrade(cfg.database_url)  # the one entry point that migrates (every other one refuses an older store)
     console.print(f"database {where} at revision {current_revision(cfg.database_url)}")
+
+
+@db_app.command("grant")
+@handle_errors
+def db_grant(
+    app_role: str = typer.Option(..., "--app", help="the application role: reads and writes rows, no DDL"),
+    reader_role: str = typer.Option(..., "--reader", help="the read-only role (the dashboard)"),
+) -> None:
+    """Give the application and reader roles their least privileges (PostgreSQL).
+
+    Run as the owner of the tables after every `ldtm db upgrade`; idempotent. The policy:
+    ldtm_core/db_roles.py."""
+    from ldtm_core import db_roles
+    from ldtm_core.db import get_engine
+
+    cfg = settings()
+    engine = get_engine(cfg.database_url)
+    db_roles.check_role_name(app_role, "--app")
+    db_roles.check_role_name(reader_role, "--reader")
+    db_roles.require_postgres(engine)
+    db_roles.require_head(cfg.database_url)
+    granted = db_roles.grant(engine, app_role, reader_role)
+    console.print(f"database {masked_url(cfg.database_url)}, owner {granted.owner}:", highlight=False)
+    for line in granted.lines():
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
 def _exists(cfg) -> bool:
