@@ -1,6 +1,9 @@
 """Alerting sensors: every failed run, and missing snapshots at the evening deadline, go to the
 notification webhook (LDTM_NOTIFY_WEBHOOK_URL, the same one as gate failures). Nobody watches a
-console at 18:15."""
+console at 18:15.
+
+One alert per logical failure: a failed run that run_retries will re-execute (Dagster's
+`dagster/will_retry` tag) is not posted; its retry's failure is, naming the retry and the first run."""
 
 from __future__ import annotations
 
@@ -12,7 +15,13 @@ from dagster import (
     run_failure_sensor,
     sensor,
 )
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    RETRY_NUMBER_TAG,
+    WILL_RETRY_TAG,
+)
+from dagster._utils.tags import get_boolean_tag_value
 
 from ldtm_core.accountability import operator_alerts
 from ldtm_core.config import setting
@@ -36,20 +45,48 @@ def _failed_tickers(context: RunFailureSensorContext) -> dict[str, str] | None:
 
 
 def _error_text(context: RunFailureSensorContext) -> str:
-    """The failing step's own error (what went wrong), else the run failure message."""
+    """The failing step's own error (what went wrong), else the run's error where the run itself failed
+    (a resource's setup: its innermost cause, the resource's own message), else the run failure message."""
     for event in context.get_step_failure_events():
         error = getattr(event.event_specific_data, "error", None)
         if error is not None and error.message:
             return error.message
+    error = getattr(context.failure_event.event_specific_data, "error", None)
+    while error is not None and error.cause is not None:
+        error = error.cause
+    if error is not None and error.message:
+        return error.message
     return context.failure_event.message or ""
+
+
+def retry_pending(context: RunFailureSensorContext) -> bool:
+    """Whether run_retries will re-execute this failed run: Dagster tags it `dagster/will_retry=true`
+    as it records the failure (only where run_retries is enabled), read again here for the newest tags."""
+    run = context.instance.get_run_by_id(context.dagster_run.run_id) or context.dagster_run
+    return get_boolean_tag_value(run.tags.get(WILL_RETRY_TAG), default_value=False)
+
+
+def _retry_fields(run) -> dict:
+    """Where the failed run is an automatic retry: its number and the run it retried, and the first."""
+    if run.tags.get(RETRY_NUMBER_TAG) is None:
+        return {}
+    return {
+        "retry_number": int(run.tags[RETRY_NUMBER_TAG]),
+        "retry_of": run.parent_run_id,
+        "root_run_id": run.root_run_id,
+    }
 
 
 @run_failure_sensor(
     name="run_failure_alert", default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30
 )
 def run_failure_alert(context: RunFailureSensorContext) -> None:
-    """Post job, partition, run id and the error's first line of every failed run (never a secret)."""
+    """Post job, partition, run id and the error's first line of every failed run (never a secret),
+    except a run whose automatic retry is pending: the retry's own outcome is the one reported."""
     run = context.dagster_run
+    if retry_pending(context):
+        context.log.info(f"run {run.run_id} failed and will be retried (run_retries): no alert for it")
+        return
     webhook = setting(WEBHOOK_ENV)
     payload = operator_alerts.run_failure_payload(
         job=run.job_name,
@@ -65,6 +102,7 @@ def run_failure_alert(context: RunFailureSensorContext) -> None:
         database_url=setting("LDTM_DATABASE_URL"),
         webhook_url=webhook,
     )
+    payload.update(_retry_fields(run))
     result = operator_alerts.notify_run_failure(payload, webhook)
     if webhook and not result.posted:
         context.log.warning(f"run failure alert for {run.run_id} not delivered: {result.error}")

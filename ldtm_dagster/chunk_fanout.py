@@ -72,7 +72,7 @@ def plan_chunks(
 ) -> ChunkPlan:
     """Set the pool limit from the slot plan, skip the tickers `done_since` the (original) run started
     unless `force`, and cut the rest into chunks: at least one, even empty, so the summary step runs and
-    every partition is materialised. `engine()` migrates before any chunk step opens its own connections."""
+    every partition is materialised. `engine()` opens the database (refusing one behind the code) before any chunk step opens its own."""
     tickers = partition_keys(context, step)
     plan = chunk_slot_plan(context, gpu)
     slots, devices = plan_chunk_slots(context, plan, max_workers)

@@ -3,7 +3,7 @@
 Each is a `ConfigurableResource` whose defaults need nothing; `definitions.py` feeds them from the
 environment (`LDTM_DATABASE_URL`, `LDTM_HOME`, `LDTM_UNIVERSE`, `LDTM_PROFILE`, ...). Values are
 checked in `setup_for_execution`, before any asset body runs, so a bad value fails the run with a
-clear message and writes nothing.
+clear message and writes nothing, and the run is not retried (`config_failure`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dagster import ConfigurableResource, EnvVar, Failure, InitResourceContext
+from dagster._core.storage.tags import MAX_RETRIES_TAG
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
@@ -21,9 +22,33 @@ from ldtm_core.errors import LDTMError
 from ldtm_core.learning import gpu_slots
 from ldtm_core.learning.model import ModelConfig
 from ldtm_core.learning.tuning_store import check_profile
-from ldtm_core.migrate import upgrade
+from ldtm_core.migrate import open_database
 
-_MIGRATED: set[str] = set()
+_OPENED: set[str] = set()
+
+
+# Dagster's run_retries (deploy/docker/dagster.yaml) skips only runs whose failure reason is STEP_FAILURE;
+# a resource that fails in setup fails its run with RUN_EXCEPTION, which Dagster retries like a crashed
+# run worker. The run's own `dagster/max_retries` tag wins over the instance's max_retries.
+NO_RUN_RETRY_TAGS = {MAX_RETRIES_TAG: "0"}
+
+
+def config_failure(context: InitResourceContext, message: str) -> Failure:
+    """The Failure of a configured value that cannot be used. It fails the same way on every attempt, so
+    the run is tagged `dagster/max_retries=0` first: run_retries does not re-execute it (and the failure
+    alert posts once). Without a run (a sensor's or a test's resources) only the Failure is made.
+
+    Note: a step with a RetryPolicy (`prices`) still retries a failed resource setup at step level under
+    the multiprocess executor, which ignores `allow_retries` there; that costs time, not another run."""
+    run, instance = context.dagster_run, context.instance
+    if run is not None and instance is not None:
+        instance.add_run_tags(run.run_id, NO_RUN_RETRY_TAGS)
+        instance.report_engine_event(
+            "A resource's configured value cannot be used: the run will not be retried "
+            f"({MAX_RETRIES_TAG}=0).",
+            run,
+        )
+    return Failure(redact_secrets(message), allow_retries=False)
 
 
 class ArtifactStore(ConfigurableResource):
@@ -36,7 +61,7 @@ class ArtifactStore(ConfigurableResource):
         try:
             load_universe(self.universe)
         except LDTMError as exc:
-            raise Failure(redact_secrets(f"ArtifactStore.universe: {exc}")) from None
+            raise config_failure(context, f"ArtifactStore.universe: {exc}") from None
 
     @property
     def path(self) -> Path:
@@ -49,7 +74,9 @@ class ArtifactStore(ConfigurableResource):
 class AppDatabase(ConfigurableResource):
     """The application database (prices, registry, snapshots, ...): any SQLAlchemy URL.
 
-    Empty `url` means SQLite at `{LDTM_HOME}/ldtm.db`. Migrations run once per process on first use.
+    Empty `url` means SQLite at `{LDTM_HOME}/ldtm.db`. Opened once per process on first use: an empty
+    database is created at the newest revision; one behind it fails the run, unchanged, with one line
+    naming `ldtm db upgrade` (no Dagster step migrates).
     """
 
     url: str = ""
@@ -59,8 +86,8 @@ class AppDatabase(ConfigurableResource):
             try:
                 make_url(self.url)
             except Exception:  # noqa: BLE001 - SQLAlchemy's message would echo the URL, password included
-                raise Failure(
-                    redact_secrets(f"AppDatabase.url is not a valid SQLAlchemy URL: {masked_url(self.url)}")
+                raise config_failure(
+                    context, f"AppDatabase.url is not a valid SQLAlchemy URL: {masked_url(self.url)}"
                 ) from None
 
     def resolved_url(self, store: ArtifactStore) -> str:
@@ -68,10 +95,13 @@ class AppDatabase(ConfigurableResource):
 
     def engine(self, store: ArtifactStore) -> Engine:
         url = self.resolved_url(store)
-        if url not in _MIGRATED:
+        if url not in _OPENED:
             store.path.mkdir(parents=True, exist_ok=True)
-            upgrade(url)
-            _MIGRATED.add(url)
+            try:
+                open_database(url)
+            except LDTMError as exc:  # e.g. a store behind the newest revision: the same on every attempt
+                raise Failure(redact_secrets(str(exc)), allow_retries=False) from None
+            _OPENED.add(url)
         return get_engine(url)
 
     def settings(self, store: ArtifactStore) -> Settings:
@@ -98,9 +128,9 @@ class TrainingProfile(ConfigurableResource):
         try:
             self.config()
         except LDTMError as exc:
-            raise Failure(redact_secrets(f"TrainingProfile: {exc}")) from None
+            raise config_failure(context, f"TrainingProfile: {exc}") from None
         if self.max_workers is not None and self.max_workers < 1:
-            raise Failure(f"TrainingProfile.max_workers must be >= 1, got {self.max_workers}")
+            raise config_failure(context, f"TrainingProfile.max_workers must be >= 1, got {self.max_workers}")
 
     def overrides(self) -> dict:
         """The fields set here, as ModelConfig overrides of the profile."""

@@ -10,12 +10,11 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     BackfillPolicy,
-    Backoff,
     Config,
     Failure,
     MaterializeResult,
     MetadataValue,
-    RetryPolicy,
+    RetryRequested,
     asset,
 )
 from pydantic import Field
@@ -35,9 +34,11 @@ from ..partitions import EVENING_TAG, ticker_partitions
 from ..resources import AppDatabase, ArtifactStore
 
 PARTITION_TAG = "dagster/partition"
-# Transient source failures (the vendor or gateway is down for every ticker): three more tries,
-# 2, 4, 8 minutes apart. Bad config and bad data fail with allow_retries=False.
-PRICES_RETRY_POLICY = RetryPolicy(max_retries=3, delay=120, backoff=Backoff.EXPONENTIAL)
+# A source down for every ticker (the vendor or gateway): three more tries, 2, 4, 8 minutes apart, asked
+# from the asset itself. Not a step RetryPolicy: that one also retried what fails the same way every
+# time (a refused resource setting, bad config, bad data).
+SOURCE_DOWN_RETRIES = 3
+SOURCE_DOWN_WAIT_S = 120
 
 
 class PricesConfig(Config):
@@ -86,7 +87,7 @@ def _end_date(context: AssetExecutionContext, config: PricesConfig) -> dt.date:
     return day if is_session(day) else latest_session_on_or_before(day)
 
 
-@asset(group_name="market", kinds={"sql"}, retry_policy=PRICES_RETRY_POLICY)
+@asset(group_name="market", kinds={"sql"})
 def prices(
     context: AssetExecutionContext, config: PricesConfig, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
@@ -140,11 +141,14 @@ def prices(
         metadata["files"] = records_table(report.files)
     _report_gaps(metadata, report.gaps)
     if report.source_down:
-        # Nothing stored and every failure transient: worth the RetryPolicy's next attempt.
+        # Nothing stored and every failure transient: worth another attempt, a few of them.
         first = report.failed[0]
-        raise Failure(
-            f"prices: source {report.source} unavailable: {first.ticker}: {first.reason}", metadata=metadata
-        )
+        message = f"prices: source {report.source} unavailable: {first.ticker}: {first.reason}"
+        if context.retry_number < SOURCE_DOWN_RETRIES:
+            wait_s = SOURCE_DOWN_WAIT_S * 2**context.retry_number
+            context.log.warning(f"{message}; trying again in {wait_s} s")
+            raise RetryRequested(max_retries=SOURCE_DOWN_RETRIES, seconds_to_wait=wait_s)
+        raise Failure(message, metadata=metadata, allow_retries=False)
     for o in report.failed:
         context.log.warning(f"prices: {o.ticker} not stored: {o.reason}")
     for f in report.rejected_files:

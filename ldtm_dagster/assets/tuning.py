@@ -54,7 +54,7 @@ def hpo_studies(
     training: TrainingProfile,
 ) -> MaterializeResult:
     """Optuna study per ticker: trials whose data all ends before the backtest's first fold."""
-    database.engine(store)  # migrated before the study storage is opened
+    database.engine(store)  # opened (an outdated one refused) before the study storage is
     settings = database.settings(store)
     rows = []
     skipped: dict[str, str] = {}

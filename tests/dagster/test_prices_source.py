@@ -2,12 +2,13 @@
 
 import datetime as dt
 
-from dagster import AssetCheckKey, AssetKey, materialize
+from dagster import AssetCheckKey, AssetKey, DagsterEventType, materialize
 from ldtm_dagster_helpers import tiny_resources
 
+from ldtm_core.data.sources import PriceSource
 from ldtm_core.data.synthetic_market import generate
 from ldtm_dagster import assets, checks, defs
-from ldtm_dagster.assets.market import PRICES_RETRY_POLICY
+from ldtm_dagster.assets import market
 
 
 def test_outcome_table_names_the_refused_ticker_and_the_jump_check_warns(
@@ -45,8 +46,41 @@ def test_outcome_table_names_the_refused_ticker_and_the_jump_check_warns(
     )
 
 
-def test_prices_retries_transient_failures_and_alert_sensors_are_loaded():
-    assert assets.prices.op.retry_policy == PRICES_RETRY_POLICY and PRICES_RETRY_POLICY.max_retries == 3
+def _retries(result) -> int:
+    return sum(1 for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY)
+
+
+def test_prices_retries_a_source_that_is_down_and_nothing_deterministic(
+    dagster_instance, sqlite_url, tmp_path, monkeypatch
+):
+    # Issue 38: a step RetryPolicy retried every failure of the step, a refused resource setting too
+    # (the probe's run config reading a secret into the database URL): 2 + 4 + 8 minutes, then failed.
+    class Down(PriceSource):
+        name = "down"
+
+        def fetch(self, tickers, start, end):
+            raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(market, "make_source", lambda spec, seed=None: Down())
+    monkeypatch.setattr(market, "SOURCE_DOWN_WAIT_S", 0)
+    resources = tiny_resources(tmp_path / "home", sqlite_url)
+    config = {"ops": {"prices": {"config": {"start": "2024-05-01", "end": "2024-06-14"}}}}
+    down = materialize(
+        [assets.prices],
+        instance=dagster_instance,
+        resources=resources,
+        run_config=config,
+        raise_on_error=False,
+    )
+    assert not down.success and _retries(down) == market.SOURCE_DOWN_RETRIES == 3
+    assert "source down unavailable" in str(down.get_step_failure_events()[0].step_failure_data.error.message)
+
+    bad = {**resources, "database": type(resources["database"])(url="not-a-url")}
+    refused = materialize(
+        [assets.prices], instance=dagster_instance, resources=bad, run_config=config, raise_on_error=False
+    )
+    assert not refused.success and _retries(refused) == 0
+    assert assets.prices.op.retry_policy is None
     for name in ("run_failure_alert", "snapshots_freshness_alert"):
         assert defs.resolve_sensor_def(name).name == name
 
