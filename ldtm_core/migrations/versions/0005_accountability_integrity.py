@@ -12,9 +12,6 @@ Revision ID: 0005
 Revises: 0004
 """
 
-import importlib.util
-from pathlib import Path
-
 import sqlalchemy as sa
 from alembic import op
 
@@ -106,6 +103,66 @@ def create_view_sql(name: str, dialect: str) -> str:
     )
 
 
+# 0004's accuracy_30d, which the downgrade restores: 0004's VIEW_SQL and rendering, copied here when
+# this migration stopped loading 0004's module (issue 39). A migration is frozen as written: never edit.
+VIEW_SQL_0004 = """
+CREATE VIEW accuracy_30d AS
+WITH latest AS (
+    SELECT MAX(run_date) AS d FROM snapshots WHERE next_day_actual IS NOT NULL
+),
+win AS (
+    SELECT s.ticker, s.mode,
+           CASE WHEN s.next_day_direction_correct THEN 1 ELSE 0 END AS hit,
+           CASE WHEN s.next_day_actual > s.run_date_close THEN 1 ELSE 0 END AS up_hit,
+           CASE WHEN s.prev_close IS NOT NULL AND (
+                    (s.run_date_close > s.prev_close AND s.next_day_actual > s.run_date_close)
+                 OR (s.run_date_close < s.prev_close AND s.next_day_actual < s.run_date_close)
+                 OR (s.run_date_close = s.prev_close AND s.next_day_actual = s.run_date_close))
+                THEN 1 ELSE 0 END AS persist_hit,
+           ABS(s.next_day_pct_error) AS nd_err,
+           ABS(s.next_monday_pct_error) AS nm_err,
+           ABS(s.one_month_pct_error) AS om_err,
+           s.run_date
+    FROM snapshots s CROSS JOIN latest
+    WHERE s.next_day_actual IS NOT NULL
+      AND s.run_date <= latest.d
+      AND s.run_date >= {window_start}
+),
+tagged AS (
+    SELECT ticker, mode, hit, up_hit, persist_hit, nd_err, nm_err, om_err, run_date FROM win
+    UNION ALL
+    SELECT ticker, 'all' AS mode, hit, up_hit, persist_hit, nd_err, nm_err, om_err, run_date FROM win
+),
+agg AS (
+    SELECT ticker, mode, COUNT(*) AS n, SUM(hit) AS hits, SUM(up_hit) AS up_hits,
+           SUM(persist_hit) AS persist_hits,
+           AVG(nd_err) AS next_day_mape, AVG(nm_err) AS next_monday_mape, AVG(om_err) AS one_month_mape,
+           MIN(run_date) AS window_start, MAX(run_date) AS window_end
+    FROM tagged GROUP BY ticker, mode
+)
+SELECT ticker, mode, n, hits,
+       CAST(1.0 * hits / n AS FLOAT) AS direction_accuracy,
+       CAST(((1.0 * hits / n) + {z2} / (2.0 * n)) / (1.0 + {z2} / n)
+            - {z} * SQRT((1.0 * hits / n) * (1.0 - 1.0 * hits / n) / n + {z2} / (4.0 * n * n)) / (1.0 + {z2} / n)
+            AS FLOAT) AS wilson_low,
+       CAST(((1.0 * hits / n) + {z2} / (2.0 * n)) / (1.0 + {z2} / n)
+            + {z} * SQRT((1.0 * hits / n) * (1.0 - 1.0 * hits / n) / n + {z2} / (4.0 * n * n)) / (1.0 + {z2} / n)
+            AS FLOAT) AS wilson_high,
+       CAST(1.0 * up_hits / n AS FLOAT) AS always_up_accuracy,
+       CAST(1.0 * persist_hits / n AS FLOAT) AS persistence_accuracy,
+       CAST(next_day_mape AS FLOAT) AS next_day_mape,
+       CAST(next_monday_mape AS FLOAT) AS next_monday_mape,
+       CAST(one_month_mape AS FLOAT) AS one_month_mape,
+       window_start, window_end
+FROM agg
+"""
+
+
+def create_view_sql_0004(dialect: str) -> str:
+    window_start = "latest.d - 29" if dialect == "postgresql" else "date(latest.d, '-29 days')"
+    return VIEW_SQL_0004.format(window_start=window_start, z=Z, z2=Z * Z)
+
+
 def upgrade() -> None:
     # The old view reads snapshots: drop it before touching the table (SQLite re-checks views on ALTER).
     op.execute("DROP VIEW IF EXISTS accuracy_30d")
@@ -133,8 +190,4 @@ def downgrade() -> None:
     with op.batch_alter_table("snapshots") as b:
         b.drop_column("in_sample")
     # 0004's view comes back with 0004's own definition.
-    path = Path(__file__).with_name("0004_accuracy_30d_view.py")
-    spec = importlib.util.spec_from_file_location("ldtm_migration_0004", path)
-    v4 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(v4)
-    v4.upgrade()
+    op.execute(create_view_sql_0004(op.get_bind().dialect.name))

@@ -1,7 +1,7 @@
 """gate_decisions: which backtest each promotion-gate decision judged, so none is judged twice
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 """
 
 import sqlalchemy as sa

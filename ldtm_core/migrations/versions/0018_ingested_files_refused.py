@@ -5,7 +5,7 @@ has no newer file; the free-text `error` cannot say reliably which ticker a reas
 NULL on rows written before this revision.
 
 Revision ID: 0018
-Revises: 0014
+Revises: 0017
 """
 
 import sqlalchemy as sa

@@ -5,7 +5,7 @@ where the model was right and the baseline wrong (`*_model_only`), and the rever
 exact paired test. NULL on folds written before this revision (the gate reports them as unknown).
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0022
 """
 
 import sqlalchemy as sa

@@ -5,7 +5,7 @@ rows, cutoff, seed, the key of the fold it was warm-started from) reuses it inst
 per-row predictions the paired gate needs are kept with it. `fold_key` is NULL on rows written before.
 
 Revision ID: 0022
-Revises: 0018
+Revises: 0021
 """
 
 import sqlalchemy as sa

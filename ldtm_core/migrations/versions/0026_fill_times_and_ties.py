@@ -10,7 +10,7 @@
    counts them per fold (NULL on folds written before: unknown, scored the old way).
 
 Revision ID: 0026
-Revises: 0024
+Revises: 0025
 """
 
 import sqlalchemy as sa

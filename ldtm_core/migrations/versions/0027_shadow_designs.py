@@ -7,7 +7,7 @@ with and its timeout are stored when it starts. A shadow that started before thi
 and is concluded on the current settings, as before (the report says so).
 
 Revision ID: 0027
-Revises: 0024
+Revises: 0026
 """
 
 import sqlalchemy as sa
