@@ -149,6 +149,7 @@ OTHER_SETTINGS = (
     "LDTM_PRICE_SOURCE",
     "LDTM_AUDIT_KEY",
     "LDTM_NOTIFY_WEBHOOK_URL",
+    "LDTM_HEARTBEAT_URL",
     "LDTM_OPERATOR",
     "LDTM_SNAPSHOT_DEADLINE",
     "LDTM_SYNTHETIC_SPLITS",
@@ -284,6 +285,14 @@ SETTINGS: dict[str, Setting] = _table(
     Setting("LDTM_NEUTRAL_BAND_PCT", 0.25, "moves within +- this percent are neutral"),
     Setting("LDTM_AUDIT_KEY", None, "HMAC key of the prediction chain", "secret"),
     Setting("LDTM_NOTIFY_WEBHOOK_URL", None, "webhook of alerts (JSON POST)", "url", shown="none (log only)"),
+    Setting(
+        "LDTM_HEARTBEAT_URL",
+        None,
+        "pinged (HTTP GET) each evening the nightly lands; an outside monitor (healthchecks.io, Uptime Kuma...) "
+        "alerts when the pings stop",
+        "url",
+        shown="none",
+    ),
     Setting(
         "LDTM_OPERATOR",
         None,
@@ -460,8 +469,25 @@ def check_environment() -> None:
             _check_text(name, row)
         except ConfigError as exc:
             problems.append(str(exc))
+    problems += _placeholder_passwords()
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+# Passwords of templates and examples: a deployment still using one is refused before it serves.
+PLACEHOLDER_PASSWORDS = frozenset({"change-me", "changeme", "change_me"})
+
+
+def _placeholder_passwords() -> list[str]:
+    found = []
+    with contextlib.suppress(Exception):  # a malformed URL is named by the code that connects
+        if make_url(os.environ.get("LDTM_DATABASE_URL") or "sqlite://").password in PLACEHOLDER_PASSWORDS:
+            found.append("LDTM_DATABASE_URL")
+    found += [name for name in DEPLOYMENT_SECRETS if os.environ.get(name) in PLACEHOLDER_PASSWORDS]
+    return [
+        f"{name}: the template's placeholder password; set a real one (deploy/scripts/new_env.sh)"
+        for name in found
+    ]
 
 
 @dataclass(frozen=True)
@@ -590,6 +616,14 @@ def masked_url(url: str) -> str:
         return url
 
 
+# The settings whose values are secrets (the webhook and heartbeat URLs carry their tokens): masked in every
+# message, and compose passes them only to the containers that need them (deploy/scripts/sync_settings.py).
+SECRET_SETTINGS = tuple(
+    name
+    for name, row in SETTINGS.items()
+    if row.kind == "secret" or name in ("LDTM_NOTIFY_WEBHOOK_URL", "LDTM_HEARTBEAT_URL")
+)
+
 # The deployment's own secrets (compose passes them to the containers that need them): masked like ours.
 DEPLOYMENT_SECRETS = ("DAGSTER_PG_PASSWORD", "POSTGRES_PASSWORD")
 
@@ -599,9 +633,9 @@ def redact_secrets(text: str) -> str:
     the webhook URL) and of the deployment's passwords replaced by ***: for any message a run config could
     have filled with them (a resource's error lands in the event log, readable by whoever reaches the UI)."""
     values = []
-    for name, row in SETTINGS.items():
+    for name in SECRET_SETTINGS:
         value = os.environ.get(name)
-        if value and (row.kind == "secret" or name == "LDTM_NOTIFY_WEBHOOK_URL"):
+        if value:
             values.append(value)
             with contextlib.suppress(Exception):  # a URL's password alone too, as drivers echo it
                 values.append(make_url(value).password or "")

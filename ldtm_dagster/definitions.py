@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from dagster import Definitions
 
+from ldtm_core.config import check_environment
+
 from . import assets, checks, deployment
 from .alert_sensors import run_failure_alert, snapshots_freshness_alert
 from .gpu_pool import mark_pool_processes
+from .heartbeat import nightly_heartbeat
 from .jobs import backtests_job, nightly_job, nightly_market_job, promotion_job, retrain_job
 from .resources import resources_from_env
 from .schedules import nightly, weekly_retrain
 from .sensors import gpu_pool_sensor, nightly_after_market, promotion_gate_sensor, retrain_backtests_sensor
+
+# A bad setting (or a placeholder password) is the code location's load error, shown in the UI, before any
+# sensor, schedule or run uses it.
+check_environment()
 
 # Before any run worker or step process is started from this code location, so each inherits the marker.
 mark_pool_processes()
@@ -27,6 +34,7 @@ defs = Definitions(
         retrain_backtests_sensor,
         run_failure_alert,
         snapshots_freshness_alert,
+        nightly_heartbeat,
     ],
     resources=resources_from_env(),
     # k8s_job_executor on Kubernetes (LDTM_DEPLOYMENT=k8s), Dagster's multiprocess executor elsewhere.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Back up a running compose stack: every PostgreSQL database (Dagster's instance and the app database
 # `ldtm`, pg_dumpall) and the artifacts volume (checkpoints, exports, step outputs), into one folder.
-# Usage: deploy/scripts/backup.sh [FOLDER]   (default ./ldtm-backup-<UTC time>)
+# Usage: deploy/scripts/backup.sh [FOLDER]   (default ./ldtm-backup-<UTC time>; the folder 700, its files 600)
 # The credentials are the postgres container's own (POSTGRES_USER, set from .env at `up`), not your
 # shell's; `docker exec` without -t, so no TTY mangles the dump (compose v1's `exec` allocates one).
 # Fails (non-zero, nothing left under the final names) when pg_dumpall fails or the dump is not complete.
@@ -11,6 +11,8 @@ ARTIFACTS_VOLUME=${LDTM_ARTIFACTS_VOLUME:-ldtm_artifacts}
 TAR_IMAGE=${LDTM_TAR_IMAGE:-ldtm_user_code_image}
 out=${1:-ldtm-backup-$(date -u +%Y%m%dT%H%M%SZ)}
 fail() { echo "backup FAILED: $*" >&2; exit 1; }
+# The dump holds every table and the roles' password hashes: the owner alone reads the backup.
+umask 077
 
 [[ $(docker inspect -f '{{.State.Running}}' "$PG_CONTAINER" 2>/dev/null) == true ]] ||
     fail "the container $PG_CONTAINER is not running (start the stack: docker compose up -d, or docker-compose up -d)"
@@ -43,8 +45,11 @@ if ((created == 0 || filled == 0)); then
 fi
 mv "$dump.part" "$dump"
 
-docker run --rm --network none -v "$ARTIFACTS_VOLUME":/a:ro -v "$out":/b "$TAR_IMAGE" \
+docker run --rm --network none --user 0 -v "$ARTIFACTS_VOLUME":/a:ro -v "$out":/b "$TAR_IMAGE" \
     tar -C /a -czf /b/artifacts.tgz.part . ||
     { rm -f "$out/artifacts.tgz.part"; fail "could not archive the volume $ARTIFACTS_VOLUME"; }
 mv "$out/artifacts.tgz.part" "$out/artifacts.tgz"
+# The archive is written inside a container, under its own umask.
+chmod 600 "$out/postgres.sql.gz" "$out/artifacts.tgz"
+chmod 700 "$out"
 echo "backup in $out: postgres.sql.gz ($bytes bytes of SQL), artifacts.tgz ($(du -h "$out/artifacts.tgz" | cut -f1))"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Offline build of everything the compose stack runs, for hosts that reach no image registry (the host
 # itself needs Debian's and Python's package registries, root and debootstrap: install_prerequisites.sh):
-# the debootstrap base, the PostgreSQL stand-in, the wheelhouse for the base image's Python (linked into
+# the debootstrap base, the PostgreSQL and nginx stand-ins, the wheelhouse for the base image's Python (linked into
 # deploy/wheelhouse, the Dockerfiles' default WHEELHOUSE), then the user-code and webserver/daemon images
 # through compose. Cached under $LDTM_DEPLOY_CACHE; Docker's layer cache skips unchanged image steps.
 # Afterwards the newest builder stage of each Dockerfile is tagged (ldtm_user_code_builder:cache,
@@ -12,6 +12,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 "$(dirname "$0")/build_postgres_image.sh"
+"$(dirname "$0")/build_proxy_image.sh"
 wheelhouse=$("$(dirname "$0")/build_wheelhouse.sh")
 
 target=$REPO_ROOT/deploy/wheelhouse

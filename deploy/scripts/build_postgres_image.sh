@@ -15,22 +15,8 @@ if [[ $(image_inputs "$LDTM_POSTGRES_IMAGE") == "$inputs" ]]; then
 fi
 pg_base=ldtm-postgres-base:$base_inputs
 if ! docker image inspect "$pg_base" >/dev/null 2>&1; then
-    rootfs=$LDTM_DEPLOY_CACHE/rootfs-pg-$base_inputs
-    log "installing postgresql-15 into $rootfs"
-    rm -rf "$rootfs"
-    cp -a "$LDTM_DEPLOY_CACHE/rootfs-$base_inputs" "$rootfs"
-    cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
-    # No service starts inside the chroot.
-    printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
-    chmod 755 "$rootfs/usr/sbin/policy-rc.d"
-    chroot "$rootfs" /bin/sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends postgresql-15 && apt-get clean' \
-        >"$LDTM_DEPLOY_CACHE/postgres-apt.log" 2>&1 || { tail -20 "$LDTM_DEPLOY_CACHE/postgres-apt.log"; exit 1; }
     # The package's own cluster is not used: the entrypoint initialises $PGDATA.
-    rm -rf "$rootfs/usr/sbin/policy-rc.d" "$rootfs"/var/lib/apt/lists/* "$rootfs/etc/postgresql/15/main" \
-        "$rootfs/var/lib/postgresql/15" "$rootfs/.complete"
-    tar -C "$rootfs" -c . | docker import - "$pg_base" >/dev/null
-    rm -rf "$rootfs"
+    apt_image "$pg_base" postgresql-15 etc/postgresql/15/main var/lib/postgresql/15
 fi
 log "building $LDTM_POSTGRES_IMAGE"
 docker build -q --build-arg BASE="$pg_base" --label ldtm.inputs="$inputs" -t "$LDTM_POSTGRES_IMAGE" "$standin" >/dev/null

@@ -8,8 +8,8 @@
 # It replaces the databases of the backup (Dagster's and `ldtm`) and the artifacts volume's contents.
 # It refuses while another LDTM container is running, and refuses to replace an `ldtm` database that
 # already holds rows unless --force. The credentials are the postgres container's own (from .env);
-# the role's password is set back to that container's POSTGRES_PASSWORD after the restore (the dump
-# carries the old host's).
+# every role's password is set back to this .env's after the restore (the dump carries the old host's),
+# and each database's objects to their role (deploy/docker/initdb/02_roles.sh).
 set -euo pipefail
 PG_CONTAINER=${LDTM_PG_CONTAINER:-ldtm_postgres}
 ARTIFACTS_VOLUME=${LDTM_ARTIFACTS_VOLUME:-ldtm_artifacts}
@@ -53,17 +53,22 @@ mapfile -t databases < <(gzip -dc "$dir/postgres.sql.gz" | awk -f "$(dirname "${
 for db in "${databases[@]}"; do
     psql_pg -d postgres -v db="$db" <<<'DROP DATABASE IF EXISTS :"db" WITH (FORCE);'
 done
-# pg_dumpall writes CREATE ROLE for every role, the connecting one too, which exists here already.
-pg_user=$(docker exec "$PG_CONTAINER" printenv POSTGRES_USER)
+# pg_dumpall writes CREATE ROLE for every role, the connecting one too; those this cluster has already
+# (the superuser, and the roles its first start made from .env) are left out.
+existing=$(psql_pg -d postgres -tA -c "select rolname from pg_roles where rolname !~ '^pg_'")
 gzip -dc "$dir/postgres.sql.gz" |
-    awk -v u="$pg_user" '$0 != "CREATE ROLE " u ";" && $0 != "CREATE ROLE \"" u "\";"' |
+    awk -v roles="$existing" 'BEGIN { n = split(roles, r, "\n"); for (i = 1; i <= n; i++) skip["CREATE ROLE " r[i] ";"] = skip["CREATE ROLE \"" r[i] "\";"] = 1 }
+        !($0 in skip)' |
     psql_pg -d postgres >/dev/null ||
     fail "psql stopped on an error while restoring $dir/postgres.sql.gz (message above)"
+# The dump carries the old host's passwords: this .env's again, and each database's objects to its role.
 docker exec -i "$PG_CONTAINER" sh -c \
     'psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -v pw="$POSTGRES_PASSWORD"' \
     <<<"ALTER ROLE CURRENT_USER PASSWORD :'pw';" || fail "could not set the role's password back"
+docker exec "$PG_CONTAINER" bash /docker-entrypoint-initdb.d/02_roles.sh >/dev/null ||
+    fail "could not set the roles back (deploy/docker/initdb/02_roles.sh, message above)"
 
-docker run --rm --network none -v "$ARTIFACTS_VOLUME":/a -v "$dir":/b:ro "$TAR_IMAGE" \
+docker run --rm --network none --user 0 -v "$ARTIFACTS_VOLUME":/a -v "$dir":/b:ro "$TAR_IMAGE" \
     sh -c 'find /a -mindepth 1 -delete && tar -C /a -xzf /b/artifacts.tgz' ||
     fail "could not unpack artifacts.tgz into the volume $ARTIFACTS_VOLUME"
 echo "restored $(printf '"%s" ' "${databases[@]}")and the volume $ARTIFACTS_VOLUME from $dir; now: docker compose up -d (or docker-compose up -d)"

@@ -3,11 +3,14 @@
 Starts dockerd when none answers (and stops it at the end), builds the images offline
 (deploy/scripts/build_images.sh: debootstrap base, wheelhouse, PostgreSQL stand-in; the wheelhouse with
 a host Python of another version than the image's where one is installed), then follows the recipe of
-docs/operations.md, "A host with no image registry", as written: env.example plus the documented `.env`
-lines (and only the test's own password, ports, universe and profile), then the documented `up`. All
-five services must report healthy. Then, through the webserver's GraphQL API:
+docs/operations.md, "A host with no image registry", as written: new_env.sh plus the documented `.env`
+lines (and only the test's own ports, universe and profile), then the documented `up`. All seven
+services must report healthy. Then, through the proxy and the webserver's GraphQL API:
   1. prices -> features, a checkpoints backfill, the promotion sensor's gate runs, one nightly evening
   2. rows in the compose PostgreSQL, checkpoints in the artifacts volume, the dashboard's leaderboard
+  S. docs/operations.md's Security claims: 401 without the password, secrets only where needed, no
+     Docker socket in the webserver and "Terminate" through the socket proxy, a run config reading a
+     secret fails without showing it and is not retried
   3. docker kill of a run container mid-checkpoints: run monitoring fails the run, its `gpu` slots are
      freed, run_retries' automatic retry (ALL_STEPS) trains the remaining tickers only
   4. compose down + up: instance, app tables and artifacts survive; a second nightly works
@@ -20,12 +23,12 @@ Not collected by pytest (it takes minutes): run by the venv python from the repo
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import glob
 import json
 import os
 import re
-import secrets
 import shlex
 import shutil
 import socket
@@ -33,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -45,7 +49,15 @@ REPO = Path(__file__).resolve().parents[2]
 PROJECT = os.environ.get("LDTM_DEPLOY_PROJECT", "ldtm_deploy_test")
 CACHE = Path(os.environ.get("LDTM_DEPLOY_CACHE", "/var/cache/ldtm-deploy"))
 LOCATION, REPOSITORY = "ldtm", "__repository__"
-SERVICES = ["ldtm_postgres", "ldtm_user_code", "ldtm_webserver", "ldtm_daemon", "ldtm_dashboard"]
+SERVICES = [
+    "ldtm_postgres",
+    "ldtm_user_code",
+    "ldtm_webserver",
+    "ldtm_daemon",
+    "ldtm_dashboard",
+    "ldtm_proxy",
+    "ldtm_docker_proxy",
+]
 NETWORK, ARTIFACTS = "ldtm_network", "ldtm_artifacts"
 TICKERS = load_universe("demo")
 # Tickers that got a model from the backfill: the demo universe's late listing (FER) may have too few
@@ -58,6 +70,21 @@ RANGE = {"dagster/asset_partition_range_start": TICKERS[0], "dagster/asset_parti
 GPU_TAGS = {"ldtm/gpu": "true"}
 RUN_TIMEOUT = 900  # one run, container start included, on a 2-core box shared with other work
 T0 = time.time()
+
+
+def basic_auth(user: str, password: str) -> dict:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def status_of(url: str, headers: dict | None = None, data: bytes | None = None) -> int:
+    """The HTTP status of one request (an error status is an answer here, not a failure)."""
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, data=data, headers=headers or {}), timeout=10
+        ) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def log(msg: str) -> None:
@@ -115,8 +142,8 @@ def documented_offline_recipe() -> tuple[list[str], list[str]]:
     section = text.split(OFFLINE_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     block = section.split("```", 2)[1]
     lines = [line.split("  #", 1)[0].strip() for line in block.splitlines()]
-    if "cp deploy/docker/env.example .env" not in lines:
-        raise DeployTestFailure("the offline recipe does not start .env from deploy/docker/env.example")
+    if "deploy/scripts/new_env.sh" not in lines:
+        raise DeployTestFailure("the offline recipe does not make .env with deploy/scripts/new_env.sh")
     heredoc = re.search(r"^cat >> \.env <<'EOF'\n(.*?)^EOF$", block, re.S | re.M)
     if not heredoc:
         raise DeployTestFailure("the offline recipe has no `cat >> .env <<'EOF'` block")
@@ -225,12 +252,14 @@ class Stack:
         self.env_file, self.web_port, self.dash_port = env_file, web_port, dash_port
         self.compose = [*compose_cmd(), "--env-file", str(env_file), "-p", PROJECT]
         self.url = f"http://127.0.0.1:{web_port}/graphql"
-        self.client = DagsterGraphQLClient("127.0.0.1", port_number=web_port)
         self.env = dict(
             line.split("=", 1)
             for line in env_file.read_text().splitlines()
             if "=" in line and not line.lstrip().startswith("#")
         )
+        # Every request goes through ldtm_proxy, with the password of .env.
+        self.auth = basic_auth(self.env["LDTM_UI_USER"], self.env["LDTM_UI_PASSWORD"])
+        self.client = DagsterGraphQLClient("127.0.0.1", port_number=web_port, headers=self.auth)
 
     def up(self, *args: str) -> None:
         args = args or ("-d",)
@@ -296,14 +325,14 @@ class Stack:
         log("stack healthy")
 
     def http(self, url: str) -> str:
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=self.auth), timeout=10) as r:
             return r.read().decode()
 
     def gql(self, query: str, **variables) -> dict:
         req = urllib.request.Request(
             self.url,
             data=json.dumps({"query": query, "variables": variables}).encode(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **self.auth},
         )
         with urllib.request.urlopen(req, timeout=60) as r:
             body = json.loads(r.read())
@@ -425,7 +454,7 @@ class Stack:
     def psql(self, sql: str, db: str = "ldtm", **params) -> str:
         """One statement through psql in the postgres container; values are bound as psql variables
         (:'name' in the SQL), never formatted into it."""
-        user = self.env["DAGSTER_PG_USERNAME"]
+        user = self.env["LDTM_PG_ADMIN_USER"]  # the superuser: the test reads what no role of the stack may
         cmd = [
             "docker",
             "exec",
@@ -616,6 +645,153 @@ def dashboard_leaderboard(stack: Stack) -> list:
         )
     log(f"dashboard leaderboard: {board['shown']}")
     return board["shown"]
+
+
+def container_env(name: str) -> dict:
+    out = sh(["docker", "inspect", "-f", "{{json .Config.Env}}", name])
+    return dict(item.split("=", 1) for item in json.loads(out))
+
+
+def step_security(stack: Stack) -> None:
+    """docs/operations.md, Security, claim by claim: no request without the password reaches the UI or
+    the dashboard; each secret is in no container that does not need it; the webserver has no Docker
+    socket and its proxy passes nothing but what "Terminate" needs, which works; a run config that reads
+    a secret into a resource field fails without showing it, and is not retried."""
+    ui, dash = f"http://127.0.0.1:{stack.web_port}", f"http://127.0.0.1:{stack.dash_port}"
+    wrong = basic_auth(stack.env["LDTM_UI_USER"], stack.env["LDTM_UI_PASSWORD"] + "x")
+    query = json.dumps({"query": "{ version }"}).encode()
+    for url, data in (
+        (f"{ui}/", None),
+        (f"{ui}/graphql", query),
+        (f"{dash}/", None),
+        (f"{dash}/_stcore/health", None),
+    ):
+        for headers in ({}, wrong):
+            got = status_of(url, {"Content-Type": "application/json", **headers}, data)
+            if got != 401:
+                raise DeployTestFailure(
+                    f"{url} answered {got} to a request {'with a wrong' if headers else 'without a'} password"
+                )
+        if status_of(url, {"Content-Type": "application/json", **stack.auth}, data) != 200:
+            raise DeployTestFailure(f"{url} refused the right password")
+    log("the UI and the dashboard refuse requests without the password (401), answer with it")
+
+    secrets_of = {k: v for k, v in stack.env.items() if k.endswith(("_PASSWORD", "_KEY"))}
+    database = {k for k in secrets_of if k.startswith(("LDTM_PG_", "DAGSTER_PG_"))}
+    may_hold = {
+        "ldtm_postgres": database,
+        "ldtm_migrate": {"LDTM_PG_OWNER_PASSWORD"},
+        "ldtm_user_code": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY"},
+        "ldtm_daemon": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY"},
+        "ldtm_webserver": {"DAGSTER_PG_PASSWORD"},
+        "ldtm_dashboard": {"LDTM_PG_READER_PASSWORD"},
+        "ldtm_proxy": {"LDTM_UI_PASSWORD"},
+        "ldtm_docker_proxy": set(),
+    }
+    if set(secrets_of) != set().union(*may_hold.values()):
+        raise DeployTestFailure(f"new_env.sh made {sorted(secrets_of)}, not the secrets the stack has")
+    for name, allowed in may_hold.items():
+        text = json.dumps(container_env(name))
+        held = {k for k, v in secrets_of.items() if v in text}
+        if held - allowed:
+            raise DeployTestFailure(f"{name} holds {sorted(held - allowed)} in its environment")
+    log("each secret is only in the environment of the containers that need it")
+
+    # The roles: the dashboard's reads, the application's writes but never deletes a published evening.
+    def as_service(container: str, sql: str) -> str:
+        probe = (
+            "import os, sqlalchemy\n"
+            "e = sqlalchemy.create_engine(os.environ['LDTM_DATABASE_URL'])\n"
+            "try:\n"
+            f" with e.begin() as c: c.exec_driver_sql({sql!r})\n"
+            " print('allowed')\n"
+            "except sqlalchemy.exc.ProgrammingError as x:\n"
+            " print('denied' if 'permission denied' in str(x) or 'must be owner' in str(x) else x)"
+        )
+        return sh(["docker", "exec", container, "python", "-c", probe]).strip().splitlines()[-1]
+
+    checks = [
+        ("ldtm_dashboard", "SELECT count(*) FROM snapshots", "allowed"),
+        ("ldtm_dashboard", "UPDATE model_registry SET status = status", "denied"),
+        ("ldtm_dashboard", "CREATE TABLE t (x int)", "denied"),
+        ("ldtm_user_code", "UPDATE model_registry SET status = status", "allowed"),
+        ("ldtm_user_code", "DELETE FROM snapshots", "denied"),
+        ("ldtm_user_code", "UPDATE snapshots SET row_hash = row_hash", "denied"),
+        ("ldtm_user_code", "DROP TABLE snapshots", "denied"),
+    ]
+    for container, sql, expected in checks:
+        got = as_service(container, sql)
+        if got != expected:
+            raise DeployTestFailure(f"{container}: `{sql}` {got}, expected {expected}")
+    if stack.count("select count(*) from snapshots") == 0:
+        raise DeployTestFailure("no snapshots to protect: the role checks need the nightly's rows")
+    log("the dashboard's role only reads; the app's writes rows but cannot delete or rewrite snapshots")
+
+    mounts = sh(["docker", "inspect", "-f", "{{json .Mounts}}", "ldtm_webserver"])
+    if "docker.sock" in mounts:
+        raise DeployTestFailure("the webserver mounts the Docker socket")
+    probe = (
+        "import urllib.request, urllib.error\n"
+        "try:\n urllib.request.urlopen('http://ldtm_docker_proxy:2375/containers/json', timeout=10); print(200)\n"
+        "except urllib.error.HTTPError as e:\n print(e.code)"
+    )
+    listed = sh(["docker", "exec", "ldtm_webserver", "python3", "-c", probe]).strip()
+    if listed != "403":
+        raise DeployTestFailure(f"the webserver listed containers through ldtm_docker_proxy: {listed}")
+    log("the webserver has no Docker socket; through ldtm_docker_proxy it cannot list containers (403)")
+
+    # "Terminate" in the UI: the webserver stops the run's container through the socket proxy.
+    run_id = stack.launch("retrain_job", {**RANGE, **GPU_TAGS}, assets=["checkpoints"])
+    wait("the run to terminate to have its container", 600, lambda: stack.container_of(run_id), interval=2)
+    wait("it to start", 600, lambda: stack.run(run_id)["status"] == "STARTED", interval=2)
+    out = stack.gql(
+        "mutation($id: String!) { terminateRun(runId: $id) { __typename"
+        " ... on TerminateRunFailure { message } ... on PythonError { message } } }",
+        id=run_id,
+    )["terminateRun"]
+    if out["__typename"] != "TerminateRunSuccess":
+        raise DeployTestFailure(f"terminateRun: {out}")
+    stack.wait_run(run_id, expect="CANCELED", seconds=300)
+    cid = stack.container_of(run_id)
+    if sh(["docker", "inspect", "-f", "{{.State.Running}}", cid]).strip() != "false":
+        raise DeployTestFailure(f"the terminated run's container {cid[:12]} still runs")
+    log(f"terminated run {run_id[:8]} from the UI: CANCELED, its container stopped")
+
+    users = {
+        name: sh(["docker", "exec", name, "id", "-u"]).strip() for name in SERVICES if name != "ldtm_postgres"
+    }
+    users["a run"] = sh(["docker", "inspect", "-f", "{{.Config.User}}", cid]).strip()
+    expected = {name: "10001" for name in ("ldtm_user_code", "ldtm_webserver", "ldtm_dashboard")}
+    expected |= {"ldtm_daemon": "0", "ldtm_docker_proxy": "0", "ldtm_proxy": "65534", "a run": "ldtm"}
+    if users != expected:
+        raise DeployTestFailure(f"the services run as {users}, expected {expected}")
+    log("only the daemon and the socket proxy run as root (the socket); the rest as ldtm or nobody")
+
+    # The probe's exfiltration: a run config filling a resource field from a secret's variable.
+    key = stack.env["LDTM_AUDIT_KEY"]
+    leak = stack.launch(
+        "nightly_market_job",
+        {**RANGE, "ldtm/evening": EVENING_1.isoformat()},
+        run_config={"resources": {"database": {"config": {"url": {"env": "LDTM_AUDIT_KEY"}}}}},
+    )
+    stack.wait_run(leak, expect="FAILURE")
+    events = stack.gql(
+        "query($id: ID!) { logsForRun(runId: $id, limit: 1000) { ... on EventConnection { events {"
+        " __typename ... on MessageEvent { message } ... on ErrorEvent { error { message stack"
+        " cause { message } } } } } } }",
+        id=leak,
+    )
+    if key in json.dumps(events):
+        raise DeployTestFailure(f"run {leak[:8]}'s event log shows LDTM_AUDIT_KEY")
+    if key in sh(["docker", "logs", stack.container_of(leak)], check=False):
+        raise DeployTestFailure(f"run {leak[:8]}'s container log shows LDTM_AUDIT_KEY")
+    time.sleep(45)  # run_retries would have queued its retry within a few daemon ticks
+    tags = {t["key"]: t["value"] for t in stack.run(leak)["tags"]}
+    if "dagster/auto_retry_run_id" in tags:
+        raise DeployTestFailure(f"run {leak[:8]} failed for its config, and was retried")
+    log(
+        f"a run config reading LDTM_AUDIT_KEY into a resource failed ({leak[:8]}) without showing it, no retry"
+    )
 
 
 def step_3_kill(stack: Stack) -> None:
@@ -857,14 +1033,14 @@ def main() -> int:
     env_file = Path(tempfile.mkdtemp(prefix="ldtm-deploy-")) / "test.env"
     web_port, dash_port = free_port(), free_port()
     env_lines, up_args = documented_offline_recipe()
-    # The documented recipe: env.example, then its `.env` lines; after them only what this test must own
-    # (a fresh password per run, free ports, the demo universe and profile, synthetic prices).
+    # The documented recipe: new_env.sh (env.example with fresh random secrets), then its `.env` lines;
+    # after them only what this test must own (free ports, the demo universe and profile, synthetic prices).
+    sh([str(REPO / "deploy/scripts/new_env.sh"), str(env_file)])
     env_file.write_text(
-        (REPO / "deploy/docker/env.example").read_text()
+        env_file.read_text()
         + "\n".join(
             [
                 *env_lines,
-                f"DAGSTER_PG_PASSWORD={secrets.token_hex(16)}",
                 "LDTM_UNIVERSE=demo",
                 "LDTM_PROFILE=demo",
                 "LDTM_PRICE_SOURCE=synthetic",
@@ -916,6 +1092,7 @@ def main() -> int:
         report_images()
         stack.up(*up_args)
         step_1_2(stack)
+        step_security(stack)
         step_3_kill(stack)
         step_4_restart(stack)
         step_5_backup_restore(stack)

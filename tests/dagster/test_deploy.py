@@ -30,24 +30,60 @@ def _dockerfile(service: dict):
 
 
 def test_compose_has_the_deploy_docker_layout():
-    assert {"ldtm_postgres", "ldtm_user_code", "ldtm_webserver", "ldtm_daemon", "ldtm_dashboard"} == set(
-        SERVICES
-    )
+    assert {
+        "ldtm_postgres",
+        "ldtm_user_code",
+        "ldtm_webserver",
+        "ldtm_daemon",
+        "ldtm_dashboard",
+        "ldtm_proxy",
+        "ldtm_docker_proxy",
+        "ldtm_migrate",
+    } == set(SERVICES)
     assert "healthcheck" in SERVICES["ldtm_postgres"]
     dashboard = SERVICES["ldtm_dashboard"]
     assert dashboard["command"][:2] == ["ldtm", "dashboard"]  # Streamlit flags after it
     port = dashboard["command"][dashboard["command"].index("--server.port") + 1]
-    assert dashboard["ports"] == [
+    # Published only through the proxy, on the same port number.
+    assert "ports" not in dashboard and dashboard["expose"] == [port]
+    assert (
         f"${{LDTM_BIND_ADDRESS:-127.0.0.1}}:${{LDTM_DASHBOARD_PORT:-{port}}}:{port}"
-    ]
+        in (SERVICES["ldtm_proxy"]["ports"])
+    )
     assert dashboard["image"] == SERVICES["ldtm_user_code"]["image"]
     assert dashboard["depends_on"]["ldtm_postgres"]["condition"] == "service_healthy"
-    assert (
-        dashboard["environment"]["LDTM_DATABASE_URL"]
-        == SERVICES["ldtm_user_code"]["environment"]["LDTM_DATABASE_URL"]
-    )
+    # One role per use of the app database: the owner migrates, the app writes, the dashboard reads.
+    urls = {
+        name: s["environment"].get("LDTM_DATABASE_URL")
+        for name, s in SERVICES.items()
+        if s.get("environment")
+    }
+    role = {
+        name: re.match(r"postgresql\+psycopg2://(\w+):", url).group(1) for name, url in urls.items() if url
+    }
+    assert role == {
+        "ldtm_migrate": "ldtm_owner",
+        "ldtm_user_code": "ldtm_app",
+        "ldtm_daemon": "ldtm_app",
+        "ldtm_dashboard": "ldtm_reader",
+    }
+    assert all(url.endswith("@ldtm_postgres:5432/ldtm") for url in urls.values() if url)
+    # The owner migrates and grants before anything that uses the database starts.
+    migrate = (REPO / "deploy/docker/migrate.sh").read_text()
+    assert SERVICES["ldtm_migrate"]["entrypoint"] == ["/bin/sh", "/opt/ldtm/migrate.sh"]
+    assert "./deploy/docker/migrate.sh:/opt/ldtm/migrate.sh:ro" in SERVICES["ldtm_migrate"]["volumes"]
+    assert "sh -c 'ldtm db upgrade && ldtm db grant --app ldtm_app --reader ldtm_reader'" in migrate
+    for name in ("ldtm_user_code", "ldtm_dashboard"):
+        assert SERVICES[name]["depends_on"]["ldtm_migrate"]["condition"] == "service_completed_successfully"
+    # Only the daemon launches runs; the webserver's "Terminate" goes through the socket proxy.
+    with_socket = {
+        name
+        for name, service in SERVICES.items()
+        if "/var/run/docker.sock:/var/run/docker.sock" in service.get("volumes", [])
+    }
+    assert with_socket == {"ldtm_daemon", "ldtm_docker_proxy"}
+    assert SERVICES["ldtm_webserver"]["environment"]["DOCKER_HOST"] == "tcp://ldtm_docker_proxy:2375"
     for name in ("ldtm_webserver", "ldtm_daemon"):
-        assert "/var/run/docker.sock:/var/run/docker.sock" in SERVICES[name]["volumes"]
         assert SERVICES[name]["depends_on"]["ldtm_postgres"]["condition"] == "service_healthy"
 
 
@@ -57,10 +93,11 @@ def test_every_image_is_built_here_or_is_the_postgres_image():
         if "build" in service:
             assert _dockerfile(service).is_file(), name
         elif service["image"] not in built:
-            # Public default, replaceable by a local stand-in (deploy/scripts/build_postgres_image.sh).
-            assert re.fullmatch(r"\$\{LDTM_POSTGRES_IMAGE:-postgres:\d+\}", service["image"]), (
-                f"{name} uses an image nobody builds"
-            )
+            # Public defaults, replaceable by local stand-ins (build_postgres_image.sh, build_proxy_image.sh).
+            assert re.fullmatch(
+                r"\$\{LDTM_POSTGRES_IMAGE:-postgres:\d+\}|\$\{LDTM_PROXY_IMAGE:-nginx:[\d.]+\}",
+                service["image"],
+            ), f"{name} uses an image nobody builds"
     assert (
         SERVICES["ldtm_user_code"]["environment"]["DAGSTER_CURRENT_IMAGE"]
         == SERVICES["ldtm_user_code"]["image"]
@@ -190,8 +227,11 @@ def test_every_variable_is_provided_and_no_credentials_are_written_down():
         for v in yaml.safe_load(docker_yaml)["run_launcher"]["config"]["env_vars"]
         if "=" not in v
     }
-    for name in ("ldtm_user_code", "ldtm_webserver", "ldtm_daemon"):
+    # The daemon launches the runs; the code server evaluates sensors in the same instance.
+    for name in ("ldtm_user_code", "ldtm_daemon"):
         assert needed <= set(SERVICES[name]["environment"]), name
+    instance_only = set(re.findall(r"\{env: (\w+)\}", docker_yaml))
+    assert instance_only <= set(SERVICES["ldtm_webserver"]["environment"])
     assert ".env" in (REPO / ".gitignore").read_text().split()
 
 
