@@ -767,6 +767,23 @@ def step_security(stack: Stack) -> None:
         raise DeployTestFailure(f"the services run as {users}, expected {expected}")
     log("only the daemon and the socket proxy run as root (the socket); the rest as ldtm or nobody")
 
+    # A crash of the daemon (the nightly's schedule, every sensor): its restart policy brings it back.
+    pid = sh(["docker", "inspect", "-f", "{{.State.Pid}}", "ldtm_daemon"]).strip()
+    restarts = int(sh(["docker", "inspect", "-f", "{{.RestartCount}}", "ldtm_daemon"]).strip())
+    sh(["kill", "-9", pid])
+    wait(
+        "the crashed daemon restarted by its policy",
+        120,
+        lambda: (
+            int(sh(["docker", "inspect", "-f", "{{.RestartCount}}", "ldtm_daemon"]).strip()) > restarts
+            and sh(["docker", "inspect", "-f", "{{.State.Running}}", "ldtm_daemon"]).strip() == "true"
+        ),
+        interval=2,
+        failing="ldtm_daemon",
+    )
+    wait("its daemons healthy again", 300, stack.daemons_healthy, interval=5, failing="ldtm_daemon")
+    log("a daemon killed with SIGKILL came back by itself (restart: unless-stopped) and is healthy")
+
     # The probe's exfiltration: a run config filling a resource field from a secret's variable.
     key = stack.env["LDTM_AUDIT_KEY"]
     leak = stack.launch(
@@ -971,6 +988,10 @@ def step_5_backup_restore(stack: Stack) -> None:
     try:
         out = sh(["deploy/scripts/backup.sh", str(folder)], timeout=600)
         log(out.strip())
+        # The dump holds every table and the roles' password hashes: the owner alone reads it.
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (folder, *folder.iterdir())}
+        if modes != {folder.name: "0o700", "postgres.sql.gz": "0o600", "artifacts.tgz": "0o600"}:
+            raise DeployTestFailure(f"the backup's modes are {modes}")
         log("compose down -v: the PostgreSQL and artifacts volumes are destroyed")
         stack.down(volumes=True)
         if sh(["docker", "volume", "ls", "-q", "--filter", f"name={ARTIFACTS}"]).split():
