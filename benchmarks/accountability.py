@@ -35,10 +35,8 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core.accountability import registry  # noqa: E402
 from ldtm_core.accountability.chain import row_hash, write_rows  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
-from ldtm_core.accountability.registry import register_candidate, serving_models  # noqa: E402
 from ldtm_core.accountability.snapshots import classify_direction, predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
@@ -49,10 +47,12 @@ from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.horizons import HORIZONS, NAMES  # noqa: E402
+from ldtm_core.learning import registry  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from ldtm_core.learning.inference import clear_model_cache  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
 from ldtm_core.learning.price_windows import window_from_frame  # noqa: E402
+from ldtm_core.learning.registry import register_candidate, serving_models  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.schema import prices, snapshots  # noqa: E402
 

@@ -44,10 +44,10 @@ import pandas as pd  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 from ldtm_core.accountability import notify, shadow  # noqa: E402
+from ldtm_core.accountability.backtest_pool import backtest_candidate  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
 from ldtm_core.accountability.gate import GateThresholds, run_gate  # noqa: E402
 from ldtm_core.accountability.leaderboard import wilson_interval  # noqa: E402
-from ldtm_core.accountability.registry import SHADOW, get_model, register_candidate  # noqa: E402
 from ldtm_core.accountability.snapshots import predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E402
@@ -58,9 +58,9 @@ from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.errors import InputError, LDTMError  # noqa: E402
 from ldtm_core.learning.backtest import DEFAULT_FOLDS  # noqa: E402
-from ldtm_core.learning.backtest_pool import backtest_candidate  # noqa: E402
 from ldtm_core.learning.model import get_profile  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
+from ldtm_core.learning.registry import SHADOW, get_model, register_candidate  # noqa: E402
 from ldtm_core.learning.training import train_ticker  # noqa: E402
 from ldtm_core.learning.warm_start import DEFAULT_WARM_START  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402

@@ -32,7 +32,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core.accountability.registry import register_candidate  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
@@ -49,6 +48,7 @@ from ldtm_core.learning.precision import (  # noqa: E402
     describe_cpu,
     no_bf16_kernels,
 )
+from ldtm_core.learning.registry import register_candidate  # noqa: E402
 from ldtm_core.learning.split import purged_split  # noqa: E402
 from ldtm_core.learning.training_loop import EpochLoop, fit, make_optimizer  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402

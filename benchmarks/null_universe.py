@@ -46,17 +46,13 @@ from ldtm_core.accountability import (  # noqa: E402
     shadow,
 )
 from ldtm_core.accountability.gate import GateThresholds, evaluate  # noqa: E402
-from ldtm_core.accountability.shadow_design import (  # noqa: E402
-    DEFAULT_MARGIN_POINTS,
-    DEFAULT_POWER,
-    ShadowDesign,
-    sessions_for_power,
-)
+from ldtm_core.accountability.shadow_design import DEFAULT_MARGIN_POINTS, DEFAULT_POWER, ShadowDesign  # noqa: E402
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.schema import model_registry, snapshots  # noqa: E402
+from ldtm_core.shadow_power import sessions_for_power  # noqa: E402
 
 YEAR = 2025  # the evenings judged; the quarters before it feed the first backtests
 FOLDS = 3  # DEFAULT_FOLDS: the backtest's quarters per judgement (~189 rows)

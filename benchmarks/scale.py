@@ -53,11 +53,10 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core.accountability import audit, audit_anchor, decay, registry  # noqa: E402
+from ldtm_core.accountability import audit, audit_anchor, decay  # noqa: E402
 from ldtm_core.accountability.chain import CHAIN_VERSION, chain_heads, row_hash  # noqa: E402
 from ldtm_core.accountability.fillback import fillback  # noqa: E402
 from ldtm_core.accountability.leaderboard import leaderboard  # noqa: E402
-from ldtm_core.accountability.registry import register_candidate, serving_models  # noqa: E402
 from ldtm_core.accountability.snapshots import predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
@@ -65,9 +64,11 @@ from ldtm_core.data.feature_store import build_features  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.db import get_engine, is_postgres  # noqa: E402
+from ldtm_core.learning import registry  # noqa: E402
 from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402
 from ldtm_core.learning.inference import clear_model_cache  # noqa: E402
 from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
+from ldtm_core.learning.registry import register_candidate, serving_models  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.schema import run_log, snapshots  # noqa: E402
 

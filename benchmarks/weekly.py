@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from ldtm_core.accountability.backtest_pool import backtest_many  # noqa: E402
 from ldtm_core.accountability.gate import run_gate  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E402
@@ -46,7 +47,6 @@ from ldtm_core.data.ingest import ingest_synthetic  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.backtest import DEFAULT_FOLDS  # noqa: E402
 from ldtm_core.learning.backtest import DEFAULT_WARM_START as BACKTEST_WARM  # noqa: E402
-from ldtm_core.learning.backtest_pool import backtest_many  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint  # noqa: E402
 from ldtm_core.learning.gpu_slots import current_plan  # noqa: E402
 from ldtm_core.learning.model import get_profile  # noqa: E402

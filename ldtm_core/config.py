@@ -100,7 +100,7 @@ NUMERIC_SETTINGS: dict[str, NumberSetting] = {
     "LDTM_DECAY_HOLD_SESSIONS": NumberSetting(int, 1, 1e5, "a whole number of sessions"),
     # Evenings a gate-passed challenger predicts beside the champion before the live comparison (0: none).
     "LDTM_SHADOW_SESSIONS": NumberSetting(int, 0, 1e4, "a whole number of sessions (0: promote at once)"),
-    # The drop the shadow evenings must detect, and with what probability (shadow_design.py, issue 27).
+    # The drop the shadow evenings must detect, and with what probability (shadow_power.py, issue 27).
     "LDTM_SHADOW_MARGIN": NumberSetting(
         float, 0, 100, "percentage points (20 for 60 % vs 40 %)", low_open=True
     ),
@@ -501,7 +501,7 @@ class Settings:
     backtest_reuse: bool = True
     # >0: a challenger that passes the gate serves in shadow for this many filled evenings (shadow.py).
     shadow_sessions: int = 0
-    # The drop (points) those evenings are sized to detect and the power promised at it (shadow_design).
+    # The drop (points) those evenings are sized to detect and the power promised at it (shadow_power).
     shadow_margin_points: float = 20.0
     shadow_power: float = 0.8
     extra: dict = field(default_factory=dict)
@@ -533,7 +533,7 @@ class Settings:
         if power >= 1:
             raise ConfigError(f"LDTM_SHADOW_POWER={power:g}: no finite shadow has power 1 (0.8 is usual)")
         if shadow_sessions > 0:
-            from ldtm_core.accountability.shadow_design import check_design
+            from ldtm_core.shadow_power import check_design
 
             # A shadow too short for the power it states would promote a worse model (issue 27).
             why = check_design(shadow_sessions, margin, power)

@@ -29,7 +29,7 @@ from sqlalchemy import (
     text,
 )
 
-from ldtm_core.data.features import FEATURE_NAMES
+from ldtm_core.feature_names import FEATURE_NAMES
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY, HORIZONS, Horizon
 
 metadata = MetaData()
@@ -235,7 +235,7 @@ backtest_folds = Table(
     Column("mean_abs_pct_error", Float, nullable=False),
     Column("leakage_rows", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    # Discordant rows vs always-up for the exact skill test (ldtm_core.accountability.skill); NULL before revision 0013.
+    # Discordant rows vs always-up for the exact skill test (ldtm_core.scoring.skill); NULL before revision 0013.
     Column("model_only_hits", Integer),
     Column("up_only_hits", Integer),
     # What produced the folds: the full model config's signature and the price range it read.
@@ -246,7 +246,7 @@ backtest_folds = Table(
     # rather than refitted; NULL before revision 0022.
     Column("fold_key", String(64)),
     Column("reused", Boolean),
-    # Baselines on the fold's rows (ldtm_core.accountability.baselines): hits and discordant rows vs the
+    # Baselines on the fold's rows (ldtm_core.scoring.baselines): hits and discordant rows vs the
     # model, for the exact paired test; NULL before revision 0020.
     Column("persistence_hits", Integer),
     Column("persistence_model_only", Integer),

@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 from sqlalchemy import insert, update
 
-from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
+from ldtm_core.learning.registry import register_candidate
 from ldtm_core.schema import backtest_folds, model_registry
 
 
@@ -65,7 +65,7 @@ def add_backtest(engine, model_id, folds, ticker="AAPL", backtest_id=None, cfg=N
     optionally followed by (model_only_hits, up_only_hits), the discordant rows of the skill test.
     cfg: the config the backtest ran (default: the model's own, as `ldtm backtest` without --profile).
     """
-    from ldtm_core.accountability.registry import config_signature, get_model
+    from ldtm_core.learning.registry import config_signature, get_model
 
     signature = config_signature(cfg or get_model(engine, model_id).config)
     bid = backtest_id or str(uuid.uuid4())

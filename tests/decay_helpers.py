@@ -10,7 +10,8 @@ import pandas as pd
 from accountability_helpers import add_backtest, make_model
 from sqlalchemy import insert
 
-from ldtm_core.accountability import cusum, registry
+from ldtm_core.accountability import cusum
+from ldtm_core.learning import registry
 from ldtm_core.schema import gate_decisions, snapshots
 
 # 250 backtest rows at 60 %, always-up 52 %: discordant 60 won by the model vs 40 by always-up.

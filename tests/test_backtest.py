@@ -179,8 +179,8 @@ def test_backtest_before_any_training_is_refused_and_writes_no_folds(engine, db_
 
 def test_backtest_records_its_config_and_data_range_and_the_gate_checks_it(engine, world, stub_fit):
     from ldtm_core.accountability.gate import GateThresholds, run_gate
-    from ldtm_core.accountability.registry import config_signature
     from ldtm_core.errors import InputError as GateRefused
+    from ldtm_core.learning.registry import config_signature
 
     s, df, mid = world
     other = get_profile("demo", max_epochs=7, patience=1)  # what `--profile`/`--set` would pass
@@ -266,7 +266,7 @@ def test_backtest_many_runs_each_candidate_in_its_own_worker_process(engine, db_
     """The weekly loop's backtests run within the slot plan like training: one single-threaded worker
     per slot, outcomes in the order asked, a ticker without a candidate or with too little history
     reported as such while the others are backtested."""
-    from ldtm_core.learning.backtest_pool import backtest_many
+    from ldtm_core.accountability.backtest_pool import backtest_many
     from ldtm_core.learning.gpu_slots import SlotPlan
 
     s = make_settings(tmp_path, db_url)
@@ -303,7 +303,7 @@ def test_cli_backtest_many_tickers(engine, world, ldtm_env, stub_fit):
 
 def test_backtest_scores_persistence_and_the_trailing_majority_on_its_rows(engine, world, stub_fit):
     """Issue 21: every fold stores persistence and the no-hindsight trailing majority on the same rows."""
-    from ldtm_core.accountability import baselines
+    from ldtm_core.scoring import baselines
 
     s, df, _ = world
     res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=20)

@@ -131,7 +131,7 @@ def test_the_edges_that_remain_valid(clean_env):
 
 
 def _history(engine, ticker):
-    from ldtm_core.accountability import registry
+    from ldtm_core.learning import registry
 
     return [(e.model_id, e.from_status, e.to_status) for e in registry.history(engine, ticker)]
 
@@ -139,7 +139,7 @@ def _history(engine, ticker):
 def test_promoting_the_active_model_again_says_nothing_changed(ldtm_env, tmp_path):
     from accountability_helpers import make_model, make_settings
 
-    from ldtm_core.accountability import registry
+    from ldtm_core.learning import registry
     from ldtm_core.migrate import upgrade
 
     engine = upgrade(ldtm_env["url"])
@@ -172,7 +172,7 @@ def test_decay_of_a_ticker_without_a_model_says_so_not_no_decay(ldtm_env):
 def test_decay_names_the_requested_ticker_it_did_not_check(ldtm_env, tmp_path):
     from accountability_helpers import make_model, make_settings
 
-    from ldtm_core.accountability import registry
+    from ldtm_core.learning import registry
     from ldtm_core.migrate import upgrade
 
     engine = upgrade(ldtm_env["url"])
@@ -187,7 +187,7 @@ def test_predict_without_tickers_predicts_only_the_universe(ldtm_env, tmp_path):
     from accountability_helpers import ingest, make_model, make_settings
     from sqlalchemy import select
 
-    from ldtm_core.accountability import registry
+    from ldtm_core.learning import registry
     from ldtm_core.migrate import upgrade
     from ldtm_core.schema import snapshots
 
@@ -257,7 +257,7 @@ def test_ctrl_c_exits_130_with_a_line_saying_what_was_kept(ldtm_env, monkeypatch
 def test_ctrl_c_inside_promote_leaves_no_orphan_versioned_checkpoint(engine, db_url, tmp_path, monkeypatch):
     from accountability_helpers import make_model, make_settings
 
-    from ldtm_core.accountability import registry
+    from ldtm_core.learning import registry
 
     s = make_settings(tmp_path, db_url)
     a = make_model(engine, s, "AAPL", seed=1)

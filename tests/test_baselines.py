@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from ldtm_core.accountability import baselines
-from ldtm_core.accountability.baselines import TREND_SESSIONS, Paired, score, trailing_majority
+from ldtm_core.scoring import baselines
+from ldtm_core.scoring.baselines import TREND_SESSIONS, Paired, score, trailing_majority
 
 
 def test_trailing_majority_uses_only_the_last_sessions_up_to_the_row():

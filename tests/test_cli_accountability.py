@@ -97,7 +97,7 @@ def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(ldtm_env, 
 
     settings = make_settings(tmp_path, ldtm_env["url"])
     ingest(engine, ["TSLA"], start="2023-01-03", end="2024-06-28")
-    from ldtm_core.accountability.registry import promote
+    from ldtm_core.learning.registry import promote
 
     # Its data reaches every target; promoted, so its rows are gated (candidates' are hidden apart).
     promote(engine, make_model(engine, settings, "TSLA", trained_on=dt.date(2024, 6, 28)), "test", settings)

@@ -19,7 +19,6 @@ from sqlalchemy import select
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.leaderboard import leaderboard
-from ldtm_core.accountability.registry import promote
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.corporate_actions import load_actions
@@ -30,6 +29,7 @@ from ldtm_core.data.prices import load_prices
 from ldtm_core.data.sources.base import PriceSource, SourceAnswer
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.horizons import NAMES
+from ldtm_core.learning.registry import promote
 from ldtm_core.schema import prices, snapshots
 
 EVENTS = {

@@ -20,7 +20,6 @@ from sqlalchemy.exc import ProgrammingError
 from typer.testing import CliRunner
 
 from ldtm_core import db_roles
-from ldtm_core.accountability import registry
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.chain import AUDIT_KEY_ENV
 from ldtm_core.accountability.fillback import fillback
@@ -33,6 +32,7 @@ from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.db import get_engine
 from ldtm_core.errors import ConfigError, InputError
 from ldtm_core.horizons import HORIZONS
+from ldtm_core.learning import registry
 from ldtm_core.migrate import upgrade
 from ldtm_core.schema import metadata, prices, run_log, snapshots
 

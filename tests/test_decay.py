@@ -234,7 +234,7 @@ def test_a_model_promoted_after_its_shadow_evenings_keeps_the_promise_of_its_gat
 
     from sqlalchemy import insert
 
-    from ldtm_core.accountability import registry
+    from ldtm_core.learning import registry
     from ldtm_core.schema import gate_decisions
 
     settings = make_settings(tmp_path, db_url)

@@ -12,7 +12,6 @@ import torch
 from sqlalchemy import select, text
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import registry
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.gate import GateThresholds, run_gate
 from ldtm_core.accountability.leaderboard import leaderboard
@@ -22,7 +21,7 @@ from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
-from ldtm_core.learning import training
+from ldtm_core.learning import registry, training
 from ldtm_core.learning.backtest import run_backtest
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import snapshots

@@ -14,9 +14,10 @@ from sqlalchemy import insert, select, update
 from typer.testing import CliRunner
 
 from ldtm_core.accountability import champion_challenger as cc
-from ldtm_core.accountability import gate, registry, shadow
+from ldtm_core.accountability import gate, shadow
 from ldtm_core.accountability.gate import GateThresholds, run_gate
 from ldtm_core.cli import app
+from ldtm_core.learning import registry
 from ldtm_core.schema import backtest_folds, corporate_actions, gate_decisions, snapshots
 
 PASSING = [(60, 0.70, 0.50, 1.0, 0, 20, 8), (60, 0.70, 0.50, 1.0, 0, 20, 8)]  # 84 of 120, beats both

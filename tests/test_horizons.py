@@ -22,11 +22,11 @@ from sqlalchemy import text
 
 from ldtm_core import horizons
 from ldtm_core.accountability import chain
-from ldtm_core.accountability.registry import config_signature
 from ldtm_core.data.calendar import target_dates
 from ldtm_core.db import get_engine
 from ldtm_core.learning import fold_cache
 from ldtm_core.learning.model import ModelConfig
+from ldtm_core.learning.registry import config_signature
 from ldtm_core.migrate import alembic_config, upgrade
 
 ROOT = Path(__file__).resolve().parents[1]

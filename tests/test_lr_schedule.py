@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from ldtm_core.accountability.registry import config_signature
 from ldtm_core.data.samples import build_samples
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.errors import InputError
 from ldtm_core.learning import training_loop
 from ldtm_core.learning.model import LEGACY_VALUES, ModelConfig, get_profile
+from ldtm_core.learning.registry import config_signature
 from ldtm_core.learning.split import purged_split
 from ldtm_core.learning.training import parse_overrides
 

@@ -12,11 +12,11 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
+from ldtm_core.learning.registry import register_candidate
 from ldtm_core.schema import model_registry, run_log, snapshots
 
 RUN_DATE = dt.date(2024, 6, 28)

@@ -11,10 +11,10 @@ from sqlalchemy import select, text, update
 from sqlalchemy.exc import IntegrityError
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import registry
 from ldtm_core.cli import app
 from ldtm_core.db import get_engine
 from ldtm_core.errors import CheckpointError, InputError, NotFoundError
+from ldtm_core.learning import registry
 from ldtm_core.learning.checkpoints import sha256_file
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import model_registry

@@ -8,13 +8,14 @@ import pytest
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 from sqlalchemy import update
 
-from ldtm_core.accountability import registry, reports
+from ldtm_core.accountability import reports
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.gate import run_gate
 from ldtm_core.accountability.replay import predict_range
-from ldtm_core.accountability.skill import discordant_counts
 from ldtm_core.errors import InputError
+from ldtm_core.learning import registry
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring.skill import discordant_counts
 
 TICKERS = ["AAPL", "NVDA"]
 START, END = dt.date(2024, 5, 1), dt.date(2024, 6, 14)

@@ -15,7 +15,7 @@ from scipy.stats import binomtest, wilcoxon
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import registry, shadow
+from ldtm_core.accountability import shadow
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.board_reads import recent_next_day
 from ldtm_core.accountability.fillback import fillback
@@ -25,6 +25,7 @@ from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ti
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import ERROR_ONLY
+from ldtm_core.learning import registry
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import gate_decisions, snapshots
@@ -259,9 +260,9 @@ def test_gate_pass_goes_to_shadow_and_a_newer_shadow_replaces_it(engine, s, cham
 def test_a_shadow_too_short_for_its_stated_power_is_refused(monkeypatch):
     """N evenings must reach LDTM_SHADOW_POWER at LDTM_SHADOW_MARGIN (exact binomial power, issue 27):
     5 evenings can never retire (0.5**5 > 0.025), and the refusal says what N the power needs."""
-    from ldtm_core.accountability.shadow_design import sessions_for_power
     from ldtm_core.config import Settings
     from ldtm_core.errors import ConfigError
+    from ldtm_core.shadow_power import sessions_for_power
 
     need = sessions_for_power(20, 0.8)
     for n in (1, 5, need - 1):

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from scipy.stats import binom, binomtest
 
+from ldtm_core import shadow_power
 from ldtm_core.accountability import shadow, shadow_design
 
 REPS = 600
@@ -47,20 +48,20 @@ def _retire_rate(n: int, pc: float, ps: float, rng, same_errors: bool = True) ->
 @pytest.mark.parametrize(("pc", "ps"), [(0.5, 0.5), (0.55, 0.45), (0.60, 0.40)])
 def test_stated_power_matches_a_simulation_through_compare(pc, ps):
     n = 107  # the default design: the fewest evenings with power 0.8 at a 20-point drop
-    assert shadow_design.sessions_for_power(20, 0.8) == n
-    stated = shadow_design.exact_power(n, pc, ps)
+    assert shadow_power.sessions_for_power(20, 0.8) == n
+    stated = shadow_power.exact_power(n, pc, ps)
     simulated = _retire_rate(n, pc, ps, np.random.default_rng(int(pc * 100)))
     se = math.sqrt(max(stated * (1 - stated), 0.01) / REPS)
     assert abs(simulated - stated) < 4 * se, (pc, ps, stated, simulated)
     if pc == ps:
-        assert stated <= shadow_design.ALPHA / shadow_design.TESTS  # the direction test's exact size
+        assert stated <= shadow_power.ALPHA / shadow_power.TESTS  # the direction test's exact size
     elif pc == 0.60:
         assert stated >= 0.8
 
 
 def test_equal_models_are_retired_at_most_alpha_with_both_tests():
     rate = _retire_rate(60, 0.52, 0.52, np.random.default_rng(7), same_errors=False)
-    assert rate <= shadow_design.ALPHA + 4 * math.sqrt(0.05 * 0.95 / REPS)
+    assert rate <= shadow_power.ALPHA + 4 * math.sqrt(0.05 * 0.95 / REPS)
 
 
 def test_exact_power_is_the_binomial_sum_scipy_gives():
@@ -71,10 +72,10 @@ def test_exact_power_is_the_binomial_sum_scipy_gives():
         for x in range(d + 1):
             if d and binomtest(x, d, 0.5, alternative="greater").pvalue <= alpha:
                 total += binom.pmf(d, n, r) * binom.pmf(x, d, q)
-    assert shadow_design.exact_power(n, pc, ps, alpha) == pytest.approx(total, abs=1e-12)
+    assert shadow_power.exact_power(n, pc, ps, alpha) == pytest.approx(total, abs=1e-12)
     # 5 evenings can never reach p <= 0.025 (0.5**5 = 0.031): power 0 whatever the drop.
-    assert shadow_design.exact_power(5, 1.0, 0.0) == 0.0
-    assert shadow_design.exact_power(6, 1.0, 0.0) == pytest.approx(1.0)
+    assert shadow_power.exact_power(5, 1.0, 0.0) == 0.0
+    assert shadow_power.exact_power(6, 1.0, 0.0) == pytest.approx(1.0)
 
 
 def test_the_design_says_what_it_detects_and_refuses_what_it_cannot():
@@ -83,20 +84,20 @@ def test_the_design_says_what_it_detects_and_refuses_what_it_cannot():
     assert "a 5-point drop (52.5 % vs 47.5 %) with probability" in text
     assert f"a 20-point drop (60 % vs 40 %) with probability {design.detects()[20.0]:.2f}" in text
     assert design.max_evenings == 2 * 107 + 10
-    why = shadow_design.check_design(20, 20, 0.8)
+    why = shadow_power.check_design(20, 20, 0.8)
     assert why.startswith("20 shadow evenings detect a 20-point drop") and "at least 107" in why
-    assert shadow_design.check_design(107, 20, 0.8) is None
-    assert shadow_design.check_design(0, 20, 0.8) is None  # no shadow: nothing to size
+    assert shadow_power.check_design(107, 20, 0.8) is None
+    assert shadow_power.check_design(0, 20, 0.8) is None  # no shadow: nothing to size
 
 
 def test_correlated_models_disagree_less_and_the_paired_test_gains_power():
-    independent = shadow_design.exact_power(107, 0.6, 0.4)
+    independent = shadow_power.exact_power(107, 0.6, 0.4)
     # independent hits disagree on 52 % of evenings; stated explicitly, the same figure
-    assert shadow_design.exact_power(107, 0.6, 0.4, discordant=0.52) == pytest.approx(independent)
+    assert shadow_power.exact_power(107, 0.6, 0.4, discordant=0.52) == pytest.approx(independent)
     # The same 5-point gap on 20 % discordant evenings (vs ~50 % for independent hits): more one-sided,
     # more power; the independent figure the design states is the conservative one.
-    assert shadow_design.exact_power(107, 0.55, 0.50, discordant=0.2) > shadow_design.exact_power(
+    assert shadow_power.exact_power(107, 0.55, 0.50, discordant=0.2) > shadow_power.exact_power(
         107, 0.55, 0.50
     )
     with pytest.raises(ValueError, match="discordant share"):
-        shadow_design.exact_power(50, 0.9, 0.1, discordant=0.2)
+        shadow_power.exact_power(50, 0.9, 0.1, discordant=0.2)

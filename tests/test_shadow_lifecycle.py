@@ -11,9 +11,10 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, update
 
-from ldtm_core.accountability import registry, shadow
+from ldtm_core.accountability import shadow
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
+from ldtm_core.learning import registry
 from ldtm_core.schema import gate_decisions, model_registry
 
 EVENINGS = [dt.date(2024, 6, d) for d in (17, 18, 20, 21, 24, 25)]  # 19 June: Juneteenth

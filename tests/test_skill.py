@@ -1,4 +1,4 @@
-"""The exact one-sided test of "the model is right more often than always-up" (ldtm_core.accountability.skill)."""
+"""The exact one-sided test of "the model is right more often than always-up" (ldtm_core.scoring.skill)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from ldtm_core.accountability.skill import (
+from ldtm_core.learning.backtest import skill_test
+from ldtm_core.scoring.skill import (
     SkillTest,
     discordant_counts,
     format_p_value,
     pooled,
     sign_test_p_value,
 )
-from ldtm_core.learning.backtest import skill_test
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from accountability_helpers import ingest, make_model, make_settings
 from calendar_oracle import next_monday_session, next_session
 from sqlalchemy import event, select, text
 
-from ldtm_core.accountability import registry
 from ldtm_core.accountability import snapshots as snapshots_mod
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.chain import canonical
@@ -25,6 +24,7 @@ from ldtm_core.data.samples import build_samples
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
+from ldtm_core.learning import registry
 from ldtm_core.learning.inference import batched_forward
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.learning.price_windows import features_batch

@@ -10,7 +10,6 @@ import pytest
 from accountability_helpers import make_model, make_settings
 from sqlalchemy import select, text
 
-from ldtm_core.accountability import baselines
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.chain import AUDIT_KEY_ENV
 from ldtm_core.accountability.fillback import fillback
@@ -21,6 +20,7 @@ from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning import backtest as bt
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds, snapshots
+from ldtm_core.scoring import baselines
 
 CFG = get_profile("demo", max_epochs=2, patience=1)
 

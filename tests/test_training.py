@@ -226,7 +226,7 @@ def test_failure_leaves_no_file_and_no_row(sqlite_url, tmp_path, two_years, monk
     def refuse(*a, **k):
         raise RuntimeError("registry unavailable")
 
-    monkeypatch.setattr("ldtm_core.accountability.registry.register_candidate", refuse)
+    monkeypatch.setattr("ldtm_core.learning.registry.register_candidate", refuse)
     out = train_ticker(engine, settings, "AAPL", demo_cfg(), "demo")
     assert out.status == "failed" and "registry unavailable" in out.reason
     assert _registry_rows(engine) == []
@@ -296,7 +296,7 @@ def test_worker_devices_follow_the_plan():
 def test_warm_start_fine_tunes_the_active_model_only_when_the_architecture_matches(
     db_url, tmp_path, two_years
 ):
-    from ldtm_core.accountability.registry import promote
+    from ldtm_core.learning.registry import promote
 
     engine = get_engine(db_url)
     ingest_frame(engine, two_years, "synthetic")

@@ -17,8 +17,8 @@ import pandas as pd
 from sqlalchemy import Date, Engine, bindparam, func, select, text
 
 from ldtm_core import accuracy_views
-from ldtm_core.accountability.registry import SHADOW
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
+from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import snapshots
 
 # Days a window's newest date is searched below the newest filled one (the evenings after it may be

@@ -38,7 +38,7 @@ import pandas as pd
 from arch.bootstrap import SPA
 from statsmodels.stats.multitest import multipletests
 
-from ldtm_core.accountability.skill import SkillTest, format_p_value
+from ldtm_core.scoring.skill import SkillTest, format_p_value
 
 ALPHA = 0.05  # the q (and the universe p) the board calls evidence
 BASELINES = ("always_up", "persistence")

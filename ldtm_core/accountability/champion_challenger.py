@@ -36,20 +36,20 @@ import torch
 from scipy.stats import binomtest
 from sqlalchemy import Engine, select
 
-from ldtm_core.accountability import baselines
 from ldtm_core.accountability.gate_policy import Criterion, GateThresholds
 from ldtm_core.accountability.paired import PairedComparison, compare, mcnemar_p
-from ldtm_core.accountability.registry import ModelRecord, active_model, config_signature
-from ldtm_core.accountability.skill import SkillTest, format_p_value
 from ldtm_core.config import Settings
 from ldtm_core.data.feature_store import prices_and_features
 from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import fold_cache
-from ldtm_core.learning.backtest import DEFAULT_WARM_START, _predict, run_backtest
+from ldtm_core.learning.backtest import DEFAULT_WARM_START, predict_prices, run_backtest
 from ldtm_core.learning.model import LDTM, ModelConfig
+from ldtm_core.learning.registry import ModelRecord, active_model, config_signature
 from ldtm_core.schema import backtest_fold_results, corporate_actions
+from ldtm_core.scoring import baselines
+from ldtm_core.scoring.skill import SkillTest, format_p_value
 
 CONFIGS = "paired backtest of configs"
 REFRESH = "stale vs refreshed"
@@ -430,7 +430,7 @@ def _refresh(engine, settings, candidate, champion, folds, thresholds) -> Compar
         model.load_state_dict(fold_cache.load_weights(stale.weights))
         model.eval()
         with torch.no_grad():
-            old = _predict(model, samples.subset(_index(samples, dates)))
+            old = predict_prices(model, samples.subset(_index(samples, dates)))
         parts.append((int(f["fold"]), dates, refreshed, old))
     out.paired = _pair(samples, parts, ("refreshed", "stale"))
     out.decision, out.criteria = decide(REFRESH, out.paired, thresholds)

@@ -49,9 +49,9 @@ from ldtm_core.accountability.decay_record import (
     published_record,
 )
 from ldtm_core.accountability.drift import FeatureDrift
-from ldtm_core.accountability.registry import ModelRecord, serving_models
 from ldtm_core.config import env_number
 from ldtm_core.errors import InputError
+from ldtm_core.learning.registry import ModelRecord, serving_models
 
 __all__ = ["Promise", "drift_of", "promise_of"]  # read through this module by older callers
 

@@ -24,8 +24,8 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.drift import FeatureDrift, feature_drift, model_inputs
-from ldtm_core.accountability.registry import SHADOW, ModelRecord, config_signature, list_models
 from ldtm_core.accountability.shadow import SHADOW_DECISION_PREFIX
+from ldtm_core.learning.registry import SHADOW, ModelRecord, config_signature, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
 
 RECORD_COLUMNS = ["run_date", "model_id", "hit", "up"]
@@ -150,7 +150,7 @@ def published_record(engine: Engine, ticker: str, mode: str = "all") -> pd.DataF
 
 
 def models_by_id(engine: Engine, ids) -> dict[int, ModelRecord]:
-    from ldtm_core.accountability.registry import _COLS
+    from ldtm_core.learning.registry import _COLS
 
     ids = sorted({int(i) for i in ids})
     if not ids:

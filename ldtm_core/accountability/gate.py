@@ -18,7 +18,7 @@ same recipe on the same stored folds) is judged once, so next week's retrain is 
 Seed criteria (overridable by env or arguments): folds >= 2, pooled next-day direction
 accuracy >= 52 %, pooled mean |pct error| <= 5 %, leakage rows = 0, and optionally accuracy above
 always-up by a margin or a p-value at most `max_p_value` in the exact test of "the model beats always-up"
-(ldtm_core.accountability.skill). Every report states the accuracy beside always-up on the same folds, with that p-value.
+(ldtm_core.scoring.skill). Every report states the accuracy beside always-up on the same folds, with that p-value.
 Pass -> registry.promote. Fail -> the model stays candidate and a notification lists each failing
 criterion with its value and threshold. Every decision is recorded with the backtest it judged
 (`gate_decisions`); a backtest already judged is refused (`AlreadyJudgedError`) unless forced, so a
@@ -33,13 +33,7 @@ import json
 
 from sqlalchemy import Connection, Engine, insert, select
 
-from ldtm_core.accountability import (
-    baselines,
-    champion_challenger,
-    gate_ledger,
-    notify,
-    shadow,
-)
+from ldtm_core.accountability import champion_challenger, gate_ledger, notify, shadow
 from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
     DEFAULT_MIN_FOLD_ROWS,
     DEFAULT_MIN_ROWS,
@@ -50,7 +44,11 @@ from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: 
     _fmt,
 )
 from ldtm_core.accountability.gate_report import HELD, GateReport  # noqa: F401  (re-exported)
-from ldtm_core.accountability.registry import (
+from ldtm_core.config import Settings
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.db import run_in_transaction
+from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.learning.registry import (
     _conn,
     active_model,
     config_signature,
@@ -59,12 +57,9 @@ from ldtm_core.accountability.registry import (
     newest_candidate,
     record_event,
 )
-from ldtm_core.accountability.skill import SkillTest, pooled
-from ldtm_core.config import Settings
-from ldtm_core.data.universe import validate_ticker
-from ldtm_core.db import run_in_transaction
-from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.schema import backtest_folds, gate_decisions
+from ldtm_core.scoring import baselines
+from ldtm_core.scoring.skill import SkillTest, pooled
 
 
 class AlreadyJudgedError(InputError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ldtm_core.accountability.champion_challenger import ABSOLUTE, Comparison
 from ldtm_core.accountability.paired import HORIZON_LABELS
-from ldtm_core.accountability.skill import format_p_value
+from ldtm_core.scoring.skill import format_p_value
 
 
 def markdown(report) -> str:

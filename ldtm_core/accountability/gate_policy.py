@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ldtm_core.accountability.skill import format_p_value
 from ldtm_core.config import env_number, env_text
 from ldtm_core.errors import ConfigError, InputError
+from ldtm_core.scoring.skill import format_p_value
 
 POLICIES = ("evidence", "seed")
 # Criteria of the minimum evidence: failing one of them makes the decision "insufficient evidence".

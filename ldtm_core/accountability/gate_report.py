@@ -7,11 +7,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 
-from ldtm_core.accountability import baselines, gate_ledger, gate_markdown, notify
+from ldtm_core.accountability import gate_ledger, gate_markdown, notify
 from ldtm_core.accountability.champion_challenger import Comparison
 from ldtm_core.accountability.gate_policy import Criterion
-from ldtm_core.accountability.registry import PromoteResult
-from ldtm_core.accountability.skill import SkillTest
+from ldtm_core.learning.registry import PromoteResult
+from ldtm_core.scoring import baselines
+from ldtm_core.scoring.skill import SkillTest
 
 HELD = "held by shadow"  # passed, but a running shadow holds the ticker: the candidate waits
 

@@ -44,11 +44,11 @@ from ldtm_core.accountability.board_reads import (
     scored_rows,
 )
 from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
-from ldtm_core.accountability.registry import SHADOW, serving_models
-from ldtm_core.accountability.skill import SkillTest, format_p_value
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
+from ldtm_core.learning.registry import SHADOW, serving_models
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring.skill import SkillTest, format_p_value
 
 MODES = ("all", "live", "replay")
 # The board's per-horizon columns (accuracy_views): the direction horizon's mean |pct error|, then each

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from ldtm_core.accountability.gate import latest_reports
 from ldtm_core.accountability.gate_policy import Criterion
-from ldtm_core.accountability.registry import serving_models
+from ldtm_core.learning.registry import serving_models
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ from scipy.stats import binomtest, wilcoxon
 from scipy.stats import t as student_t
 from statsmodels.stats.multitest import multipletests
 
-from ldtm_core.accountability import baselines
-from ldtm_core.accountability.baselines import Paired
-from ldtm_core.accountability.skill import format_p_value
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
 from ldtm_core.horizons import SHORT_NAMES
+from ldtm_core.scoring import baselines
+from ldtm_core.scoring.baselines import Paired
+from ldtm_core.scoring.skill import format_p_value
 
 # Error tests are keyed by each horizon's short name (stored in gate reports).
 HORIZONS = SHORT_NAMES

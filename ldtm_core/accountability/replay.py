@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Engine
 
-from ldtm_core.accountability.registry import serving_models
 from ldtm_core.accountability.snapshots import PredictResult, predict
 from ldtm_core.config import Settings
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.learning.registry import serving_models
 
 
 def predict_range(

@@ -18,11 +18,11 @@ from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.gate import GateThresholds, evaluate, newest_backtest
 from ldtm_core.accountability.gate import _fmt as format_criterion
-from ldtm_core.accountability.registry import SHADOW, history, list_models
-from ldtm_core.accountability.skill import SkillTest, discordant_counts
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.horizons import NAMES as HORIZONS
+from ldtm_core.learning.registry import SHADOW, history, list_models
 from ldtm_core.schema import registry_events, run_log, snapshots
+from ldtm_core.scoring.skill import SkillTest, discordant_counts
 
 ROLLING_DAYS = 30
 

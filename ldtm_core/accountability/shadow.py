@@ -39,7 +39,19 @@ import pandas as pd
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from ldtm_core.accountability import notify
-from ldtm_core.accountability.registry import (
+from ldtm_core.accountability.shadow_compare import (  # noqa: F401 - re-exported: callers read them here
+    RULE,
+    SIGNIFICANCE,
+    ShadowComparison,
+    compare,
+    paired_evenings,
+)
+from ldtm_core.accountability.shadow_design import ShadowDesign
+from ldtm_core.config import Settings
+from ldtm_core.data.universe import validate_ticker
+from ldtm_core.db import run_in_transaction
+from ldtm_core.errors import InputError, LDTMError, NotFoundError
+from ldtm_core.learning.registry import (
     SHADOW,
     Guard,
     ModelRecord,
@@ -54,19 +66,8 @@ from ldtm_core.accountability.registry import (
     record_event,
     shadow_models,
 )
-from ldtm_core.accountability.shadow_compare import (  # noqa: F401 - re-exported: callers read them here
-    RULE,
-    SIGNIFICANCE,
-    ShadowComparison,
-    compare,
-    paired_evenings,
-)
-from ldtm_core.accountability.shadow_design import TESTS, ShadowDesign  # noqa: F401 - ShadowDesign too
-from ldtm_core.config import Settings
-from ldtm_core.data.universe import validate_ticker
-from ldtm_core.db import run_in_transaction
-from ldtm_core.errors import InputError, LDTMError, NotFoundError
 from ldtm_core.schema import gate_decisions, model_registry, registry_events, shadow_designs, snapshots
+from ldtm_core.shadow_power import TESTS
 
 # gate_decisions rows of shadow conclusions: backtest_id is this prefix + the shadow model id (no folds).
 SHADOW_DECISION_PREFIX = "shadow-"

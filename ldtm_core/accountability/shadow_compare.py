@@ -1,7 +1,7 @@
 """The paired live record of a shadow and its statistics (pure once read): per evening the published row
 of the champion the shadow started beside and the shadow's own row, both filled and out of sample; the
 exact McNemar test on the direction discordants and the Wilcoxon test on next-day |error|, each at
-alpha / 2 (accountability.shadow_design says what N evenings can detect)."""
+alpha / 2 (shadow_power says what N evenings can detect)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.paired import error_test, mcnemar_p
-from ldtm_core.accountability.registry import SHADOW
-from ldtm_core.accountability.shadow_design import ALPHA, TESTS
-from ldtm_core.accountability.skill import format_p_value
 from ldtm_core.horizons import DIRECTION, HORIZONS
+from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring.skill import format_p_value
+from ldtm_core.shadow_power import ALPHA, TESTS
 
 SIGNIFICANCE = ALPHA / TESTS  # each test's p at or below which the shadow is retired (Bonferroni)
 RULE = (

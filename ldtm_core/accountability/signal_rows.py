@@ -23,12 +23,12 @@ from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.fillback import HORIZONS
 from ldtm_core.accountability.leaderboard import MODES
-from ldtm_core.accountability.registry import SHADOW
 from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
 from ldtm_core.data.feature_store import copy_out
 from ldtm_core.db import is_postgres
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
+from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import prices, snapshots
 
 # Sessions each horizon spans (next Monday: 1 to 5): the HAC lag of an overlapping series is h - 1.

@@ -33,7 +33,6 @@ from sqlalchemy import Engine, and_, select
 
 from ldtm_core.accountability import runlog
 from ldtm_core.accountability.chain import write_rows_anchored
-from ldtm_core.accountability.registry import SHADOW, ModelRecord, serving_models, shadow_models
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
@@ -53,6 +52,7 @@ from ldtm_core.learning.price_windows import (
     normalised_window,
     start_for,
 )
+from ldtm_core.learning.registry import SHADOW, ModelRecord, serving_models, shadow_models
 from ldtm_core.schema import model_registry, prices, snapshots
 
 DIRECTIONS = ("bullish", "neutral", "bearish")

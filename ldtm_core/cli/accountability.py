@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import (
+from ldtm_core.cli.common import (
     app,
     console,
     err_console,
@@ -126,8 +126,8 @@ def predict_cmd(
 def _universe_with_models(engine, cfg) -> list[str]:
     """Without --tickers: the tickers of LDTM_UNIVERSE that have a model (not every model's ticker); the
     models outside the universe are named once."""
-    from ldtm_core.accountability.registry import serving_models
     from ldtm_core.data.universe import load_universe
+    from ldtm_core.learning.registry import serving_models
 
     universe = load_universe(cfg.universe)
     models = serving_models(engine)
@@ -325,7 +325,7 @@ def leaderboard_cmd(
     ):
         if note:
             console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
-    from ldtm_core.accountability.registry import shadow_models
+    from ldtm_core.learning.registry import shadow_models
 
     if shadow:
         from ldtm_core.accountability.shadow import side_by_side
@@ -399,7 +399,7 @@ def print_leaderboard(df, mode: str = "all") -> None:
 
 def _p_q(p, q) -> str:
     """Each ticker's own p and, in brackets, its BH q over the board (what the label reads)."""
-    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.scoring.skill import format_p_value
 
     return f"{format_p_value(p)} ({format_p_value(q)})"
 

@@ -8,7 +8,7 @@ import sys
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import (
+from ldtm_core.cli.common import (
     app,
     console,
     err_console,
@@ -62,10 +62,10 @@ def backtest_cmd(
     ),
 ) -> None:
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
-    from ldtm_core.accountability.skill import format_p_value
     from ldtm_core.data.universe import validate_ticker
     from ldtm_core.learning.backtest import DEFAULT_WARM_START, run_backtest
     from ldtm_core.learning.model import get_profile
+    from ldtm_core.scoring.skill import format_p_value
 
     if (ticker is None) == (tickers is None):
         raise InputError("give exactly one of --ticker T (one backtest, every fold) or --tickers T1,T2|all")
@@ -128,7 +128,7 @@ def backtest_cmd(
         console.print(f"the model {paired.verdict()}", highlight=False, soft_wrap=True)
     if res.tuning_note:
         err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
-    from ldtm_core.accountability.registry import config_signature, get_model
+    from ldtm_core.learning.registry import config_signature, get_model
 
     own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (
         res.config_signature
@@ -143,10 +143,10 @@ def _backtest_many(
     tickers: str, folds: int, workers: int | None, warm_start: bool, reuse: bool | None = None
 ) -> None:
     """`ldtm backtest --tickers ...`: every ticker's newest candidate, progress, one summary row each."""
-    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.accountability.backtest_pool import backtest_many
     from ldtm_core.data.universe import load_universe, resolve_tickers
-    from ldtm_core.learning.backtest_pool import backtest_many
     from ldtm_core.progress import progress
+    from ldtm_core.scoring.skill import format_p_value
 
     cfg = settings()
     selection = None if tickers.strip().lower() == "all" else tickers

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from ldtm_core.cli import app, handle_errors
+from ldtm_core.cli.common import app, handle_errors
 
 # Offline by default: no usage statistics sent anywhere; and a reader's dashboard: the toolbar shows the
 # viewer's options only (no Deploy button, rerun or clear cache). A flag the user passes wins.

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ldtm_core.accountability.refill import refill_after_ingest
-from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db, parse_date, settings
 from ldtm_core.config import masked_url
 from ldtm_core.data.sources import ENV_SOURCE, SPEC_HELP
 from ldtm_core.data.universe import load_universe, resolve_tickers

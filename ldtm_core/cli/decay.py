@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db
+from ldtm_core.cli.common import app, console, fmt_num, fmt_pct, handle_errors, open_db
 from ldtm_core.errors import NotFoundError
 
 
@@ -93,7 +93,7 @@ def decay_cmd(
 
 def _without_model(engine, report, tickers: list[str] | None) -> dict[str, str]:
     """{ticker: why} for requested tickers the check did not cover, neither active nor ungated."""
-    from ldtm_core.accountability.registry import list_models
+    from ldtm_core.learning.registry import list_models
 
     covered = {t.ticker for t in report.tickers} | set(report.without_active)
     out = {}

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ldtm_core.cli import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db, parse_date, settings
 from ldtm_core.cli.data import _select_tickers
 from ldtm_core.config import masked_url
 from ldtm_core.data.universe import load_universe, validate_ticker

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ldtm_core.cli import fmt_num, fmt_pct
+from ldtm_core.cli.common import fmt_num, fmt_pct
 
 
 def comparison_table(report) -> Table:
@@ -43,7 +43,7 @@ def comparison_table(report) -> Table:
 
 def comparison_lines(report) -> list[str]:
     from ldtm_core.accountability.paired import HORIZON_LABELS
-    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.scoring.skill import format_p_value
 
     c = report.comparison
     p = c.paired
@@ -73,8 +73,8 @@ def comparison_lines(report) -> list[str]:
 
 def baselines_table(report) -> Table:
     """The model beside each baseline on the same rows, with the exact paired test (issue 21)."""
-    from ldtm_core.accountability.baselines import BASELINES, LABELS
-    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.scoring.baselines import BASELINES, LABELS
+    from ldtm_core.scoring.skill import format_p_value
 
     table = Table(
         "on the same rows",

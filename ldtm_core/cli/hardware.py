@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import app, console, handle_errors
+from ldtm_core.cli.common import app, console, handle_errors
 from ldtm_core.errors import InputError
 
 gpu_app = typer.Typer(help="GPU slots derived from free VRAM.", no_args_is_help=True)

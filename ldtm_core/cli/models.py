@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ldtm_core.cli import (
+from ldtm_core.cli.common import (
     app,
     console,
     err_console,

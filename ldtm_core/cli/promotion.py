@@ -9,7 +9,7 @@ import sys
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import (
+from ldtm_core.cli.common import (
     app,
     console,
     err_console,
@@ -28,7 +28,7 @@ app.add_typer(registry_app, name="registry")
 @handle_errors
 def registry_list(ticker: str = typer.Option(None, "--ticker", help="Only this ticker")) -> None:
     """Every registered model with status and version."""
-    from ldtm_core.accountability.registry import list_models
+    from ldtm_core.learning.registry import list_models
 
     table = Table(
         "id", "ticker", "status", "version", "profile", "trained on", "val loss", title="model registry"
@@ -50,8 +50,8 @@ def registry_list(ticker: str = typer.Option(None, "--ticker", help="Only this t
 @handle_errors
 def registry_history(ticker: str = typer.Argument(..., help="Ticker")) -> None:
     """Every registry transition of a ticker: time, model, from, to, reason."""
-    from ldtm_core.accountability.registry import history
     from ldtm_core.data.universe import validate_ticker
+    from ldtm_core.learning.registry import history
 
     events = history(open_db(), validate_ticker(ticker))
     table = Table("at", "model", "from", "to", "reason", title=f"{ticker}: {len(events)} events")
@@ -102,8 +102,8 @@ def registry_promote(
     by: str = typer.Option(None, "--by", help=BY_HELP),
 ) -> None:
     """Promote a candidate by hand, over the gate's decision (a deliberate override, logged)."""
-    from ldtm_core.accountability.registry import get_model, promote
     from ldtm_core.data.universe import validate_ticker
+    from ldtm_core.learning.registry import get_model, promote
 
     ticker = validate_ticker(ticker)
     if not reason.strip():
@@ -143,8 +143,8 @@ def registry_rollback(
     by: str = typer.Option(None, "--by", help=BY_HELP),
 ) -> None:
     """Retire the active model and reactivate the one active before it (or --to MODEL_ID)."""
-    from ldtm_core.accountability.registry import rollback
     from ldtm_core.data.universe import validate_ticker
+    from ldtm_core.learning.registry import rollback
 
     who = operator_name(by)
     engine = open_db()
@@ -276,7 +276,7 @@ def gate_cmd(
             )
             return
         if p.shadow:  # LDTM_SHADOW_SESSIONS > 0 and a champion serving: live evenings decide
-            from ldtm_core.accountability.registry import active_model
+            from ldtm_core.learning.registry import active_model
 
             champion = active_model(open_db(cfg), report.ticker)
             console.print(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db, settings
+from ldtm_core.cli.common import app, console, fmt_num, fmt_pct, handle_errors, open_db, settings
 from ldtm_core.errors import InputError
 
 shadow_app = typer.Typer(
@@ -18,7 +18,7 @@ app.add_typer(shadow_app, name="shadow")
 def print_side_by_side(df) -> None:
     """Champion vs shadow per ticker on the same filled evenings (also `ldtm leaderboard --shadow`)."""
     from ldtm_core.accountability.shadow import RULE
-    from ldtm_core.accountability.skill import format_p_value
+    from ldtm_core.scoring.skill import format_p_value
 
     if df.empty:
         console.print("no model in shadow")

@@ -7,7 +7,7 @@ import math
 import typer
 from rich.table import Table
 
-from ldtm_core.cli import app, console, fmt_num, fmt_pct, handle_errors, open_db, parse_date
+from ldtm_core.cli.common import app, console, fmt_num, fmt_pct, handle_errors, open_db, parse_date
 
 SHORT = {
     "long bullish / short bearish": "long/short",

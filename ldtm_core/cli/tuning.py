@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ldtm_core.cli import app, console, handle_errors, open_db, settings
+from ldtm_core.cli.common import app, console, handle_errors, open_db, settings
 from ldtm_core.errors import InputError
 
 tune_app = typer.Typer(
@@ -69,7 +69,7 @@ def tune_cmd(
     except KeyboardInterrupt:
         # Optuna records the trial that Ctrl-C stopped as FAIL before re-raising: say so, not "not recorded".
         which = f"trial #{interrupted.number}" if interrupted.number is not None else "the trial in progress"
-        from ldtm_core.cli import err_console
+        from ldtm_core.cli.common import err_console
 
         err_console.print(
             f"[bold yellow]interrupted:[/] `ldtm tune` stopped by Ctrl-C. The trials finished before are kept "

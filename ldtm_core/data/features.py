@@ -6,19 +6,8 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
-FEATURE_NAMES: tuple[str, ...] = (
-    "open",
-    "high",
-    "low",
-    "close",
-    "volume",
-    "log_return_1d",
-    "log_return_5d",
-    "rsi_14",
-    "close_sma_5",
-    "close_sma_10",
-    "close_sma_20",
-)
+from ldtm_core.feature_names import FEATURE_NAMES
+
 CLOSE_INDEX = FEATURE_NAMES.index("close")
 RSI_PERIOD = 14
 SMA_PERIODS = (5, 10, 20)

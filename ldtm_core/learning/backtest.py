@@ -22,10 +22,6 @@ import pandas as pd
 import torch
 from sqlalchemy import Engine, insert, select
 
-from ldtm_core.accountability import baselines
-from ldtm_core.accountability.baselines import baseline_columns
-from ldtm_core.accountability.registry import config_signature, get_model, newest_candidate
-from ldtm_core.accountability.skill import SkillTest, discordant_counts, pooled
 from ldtm_core.config import Settings
 from ldtm_core.data.feature_store import prices_and_features
 from ldtm_core.data.samples import SampleSet, build_samples
@@ -37,7 +33,11 @@ from ldtm_core.learning import fold_cache, split, training_loop
 # The fold geometry lives beside: tuning and the benchmarks read it from here.
 from ldtm_core.learning.fold_calendar import FOLD_PERIOD, FoldSpan, covered_live, fold_spans  # noqa: F401
 from ldtm_core.learning.model import ModelConfig
+from ldtm_core.learning.registry import config_signature, get_model, newest_candidate
 from ldtm_core.schema import backtest_folds, model_registry
+from ldtm_core.scoring import baselines
+from ldtm_core.scoring.baselines import baseline_columns
+from ldtm_core.scoring.skill import SkillTest, discordant_counts, pooled
 
 DEFAULT_TEST_SESSIONS = 63  # about a quarter of sessions: what one fold tests by default (a whole quarter)
 DEFAULT_FOLDS = 3
@@ -65,7 +65,7 @@ class FoldResult:
     leakage_rows: int
     n_train: int
     n_val: int
-    model_only_hits: int = 0  # discordant rows vs always-up (ldtm_core.accountability.skill)
+    model_only_hits: int = 0  # discordant rows vs always-up (ldtm_core.scoring.skill)
     up_only_hits: int = 0
     epochs: int = 0
     best_epoch: int = 0
@@ -76,7 +76,7 @@ class FoldResult:
     fold_key: str = ""  # its stored outcome in backtest_fold_results (ldtm_core.learning.fold_cache)
     reused: bool = False  # taken from the store rather than refitted
     ties: int = 0  # of the n test rows: a zero next-day move, scored by nobody (out of every accuracy)
-    # Persistence and the trailing-majority baseline on the same rows (accountability.baselines).
+    # Persistence and the trailing-majority baseline on the same rows (scoring.baselines).
     baselines: dict = field(default_factory=dict)
 
     @property
@@ -246,7 +246,7 @@ def tuning_seen(engine: Engine, model_id: int, cfg: ModelConfig) -> TuningSeen |
 
 
 @torch.no_grad()
-def _predict(model, samples: SampleSet) -> np.ndarray:
+def predict_prices(model, samples: SampleSet) -> np.ndarray:
     """[n, H] predicted prices (one column per horizon) of every row of `samples`."""
     y = np.concatenate(
         [model(torch.from_numpy(samples.x[i : i + 4096])).numpy() for i in range(0, len(samples), 4096)]
@@ -363,7 +363,7 @@ def run_backtest(
                 threads=threads,
                 init_state=init_state,
             )
-            preds = _predict(fit.model, samples.subset(test_idx))
+            preds = predict_prices(fit.model, samples.subset(test_idx))
             epochs, best_epoch, val_loss, fit_s = fit.epochs, fit.best_epoch, fit.val_loss, fit.duration_s
             # What the key now stores is what is scored (an existing row with intact weights is kept).
             preds = fold_cache.store(

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from ldtm_core.accountability.registry import ModelRecord
 from ldtm_core.errors import CheckpointError
 from ldtm_core.learning.checkpoints import Weights, load_weights, sha256_file
 from ldtm_core.learning.model import LDTM
+from ldtm_core.learning.registry import ModelRecord
 
 
 def _tensors(model: LDTM | Weights) -> Mapping[str, torch.Tensor]:

@@ -114,8 +114,8 @@ def train_ticker(
     `provenance` (e.g. the study and trial a tuned config came from) is recorded in the row's metrics.
     `warm_start` fine-tunes the ticker's active model when its architecture matches `cfg`.
     """
-    from ldtm_core.accountability.registry import register_candidate
     from ldtm_core.data.feature_store import prices_and_features
+    from ldtm_core.learning.registry import register_candidate
 
     t0 = time.perf_counter()
     written: Path | None = None

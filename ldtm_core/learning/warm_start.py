@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ldtm_core.accountability.registry import active_model
 from ldtm_core.errors import LDTMError
 from ldtm_core.learning.checkpoints import load_checkpoint
 from ldtm_core.learning.model import ModelConfig
+from ldtm_core.learning.registry import active_model
 
 # Chosen from the warm-vs-cold measurement: faster, but a worse validation loss, so off by default.
 DEFAULT_WARM_START = False

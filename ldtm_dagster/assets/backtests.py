@@ -31,9 +31,9 @@ from dagster import (
     op,
 )
 
+from ldtm_core.accountability.backtest_pool import backtest_candidate
 from ldtm_core.learning import resume
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START
-from ldtm_core.learning.backtest_pool import backtest_candidate
 from ldtm_core.progress import run_line
 
 from ..chunk_fanout import chunk_outputs, plan_chunks, run_chunk, run_started_at, summarise_chunks

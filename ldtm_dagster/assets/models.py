@@ -6,8 +6,8 @@ Both are partitioned by ticker and accept multi-partition (single-run) backfills
 
 from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, MetadataValue, asset
 
-from ldtm_core.accountability import gate, registry
-from ldtm_core.learning import export
+from ldtm_core.accountability import gate
+from ldtm_core.learning import export, registry
 
 from ..metadata import records_table
 from ..partition_steps import for_each_partition

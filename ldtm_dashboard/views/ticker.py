@@ -15,8 +15,8 @@ from ldtm_core.accountability.reports import (
     ticker_skill,
     tickers_with_snapshots,
 )
-from ldtm_core.accountability.skill import format_p_value
 from ldtm_core.horizons import HORIZONS
+from ldtm_core.scoring.skill import format_p_value
 from ldtm_dashboard.charts import (
     cohort_chart,
     predicted_vs_actual_chart,

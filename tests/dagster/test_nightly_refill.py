@@ -18,9 +18,9 @@ from dagster import AssetKey
 from ldtm_dagster_helpers import tiny_resources
 from sqlalchemy import select, text
 
-from ldtm_core.accountability.registry import promote
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
+from ldtm_core.learning.registry import promote
 from ldtm_core.schema import snapshots
 from ldtm_dagster import defs
 from ldtm_dagster.partitions import EVENING_TAG

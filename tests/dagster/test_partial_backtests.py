@@ -16,7 +16,7 @@ from dagster import (
 from ldtm_dagster_helpers import TICKERS
 from sqlalchemy import delete, select, update
 
-from ldtm_core.accountability import registry
+from ldtm_core.learning import registry
 from ldtm_core.schema import backtest_folds, features, prices
 from ldtm_dagster import assets
 from ldtm_dagster.alert_sensors import run_failure_alert

@@ -64,7 +64,7 @@ def test_checkpoints_asset_trains_each_ticker_with_its_tuned_settings(tmp_path):
     from dagster import AssetSelection, instance_for_test
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-    from ldtm_core.accountability.registry import newest_candidate
+    from ldtm_core.learning.registry import newest_candidate
     from ldtm_dagster.assets import checkpoints, features, prices
     from ldtm_dagster.resources import TrainingProfile
 

@@ -13,16 +13,16 @@ from pathlib import Path
 import torch
 from sqlalchemy import func, select, text
 
-from ldtm_core.accountability import registry
 from ldtm_core.accountability.fillback import fillback as run_fillback
-from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.accountability.snapshots import predict as snapshots_predict
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
+from ldtm_core.learning import registry
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
+from ldtm_core.learning.registry import register_candidate
 from ldtm_core.migrate import upgrade
 from ldtm_core.schema import metadata, snapshots
 

@@ -18,8 +18,8 @@ from rel_helpers import (
     table_counts,
 )
 
-from ldtm_core.accountability import registry
 from ldtm_core.db import get_engine
+from ldtm_core.learning import registry
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 

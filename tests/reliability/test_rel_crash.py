@@ -23,13 +23,13 @@ from rel_helpers import (
 )
 from sqlalchemy import func, select
 
-from ldtm_core.accountability import registry
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
+from ldtm_core.learning import registry
 from ldtm_core.learning.checkpoints import TEMP_PREFIX, load_checkpoint, sha256_file
 from ldtm_core.schema import model_registry, run_log, snapshots
 
@@ -158,7 +158,7 @@ def test_fillback_killed_rerun_fills_the_rest_once_with_clean_run_values(
 PROMOTE = (
     "from ldtm_core.config import Settings\n"
     "from ldtm_core.db import get_engine\n"
-    "from ldtm_core.accountability.registry import promote\n"
+    "from ldtm_core.learning.registry import promote\n"
     "s = Settings.from_env()\n"
     "promote(get_engine(s.database_url), {mid}, 'crash test', s)\n"
 )

@@ -8,7 +8,6 @@ import pytest
 from rel_helpers import RUN_DATE, build_world, table_counts
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import registry
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.gate import run_gate
 from ldtm_core.accountability.snapshots import predict
@@ -19,6 +18,7 @@ from ldtm_core.data.prices import load_prices
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import get_engine
 from ldtm_core.errors import InputError
+from ldtm_core.learning import registry
 from ldtm_core.learning.backtest import run_backtest
 from ldtm_core.learning.model import get_profile
 from ldtm_core.learning.training import train_ticker

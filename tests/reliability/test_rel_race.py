@@ -24,12 +24,12 @@ from rel_helpers import (
     wait_paused,
 )
 
-from ldtm_core.accountability import registry
 from ldtm_core.accountability.audit import verify
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.gate import GateThresholds, run_gate
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.db import get_engine
+from ldtm_core.learning import registry
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.postgres]
 

@@ -19,10 +19,8 @@ from rel_helpers import make_settings
 from sqlalchemy import func, select
 from statsmodels.stats.proportion import proportion_confint
 
-from ldtm_core.accountability import registry
 from ldtm_core.accountability.fillback import fillback
 from ldtm_core.accountability.leaderboard import leaderboard
-from ldtm_core.accountability.registry import register_candidate
 from ldtm_core.accountability.snapshots import predict
 from ldtm_core.data.calendar import session_array
 from ldtm_core.data.ingest import ingest_frame
@@ -30,8 +28,10 @@ from ldtm_core.data.synthetic_market import generate
 from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
 from ldtm_core.horizons import NAMES
+from ldtm_core.learning import registry
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
+from ldtm_core.learning.registry import register_candidate
 from ldtm_core.schema import prices, snapshots
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(600)]

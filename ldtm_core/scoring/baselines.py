@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ldtm_core.accountability.skill import format_p_value, sign_test_p_value
+from ldtm_core.scoring.skill import format_p_value, sign_test_p_value
 
 TREND_SESSIONS = 21  # one trading month; odd, so a month without flat days never ties
 SIGNIFICANCE = 0.05  # the p-value at which a report says "beats"

@@ -13,12 +13,12 @@ from functools import partial
 from sqlalchemy.engine import Engine
 
 from ldtm_core.accountability.champion_challenger import prepare_champion
-from ldtm_core.accountability.registry import newest_candidate
 from ldtm_core.config import Settings, mask_secrets
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, LDTMError
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START, BacktestResult, run_backtest
 from ldtm_core.learning.gpu_slots import SlotPlan
+from ldtm_core.learning.registry import newest_candidate
 from ldtm_core.learning.ticker_pool import map_tickers
 
 
