@@ -112,7 +112,7 @@ def run_failure_alert(context: RunFailureSensorContext) -> None:
 def snapshots_freshness_alert(
     context: SensorEvaluationContext, store: ArtifactStore, database: AppDatabase
 ) -> SkipReason:
-    """After the deadline (LDTM_SNAPSHOT_DEADLINE, default 21:00 New York), alert once per session
+    """After the deadline (LDTM_SNAPSHOT_DEADLINE, New York time; its default is the row in config.SETTINGS), alert once per session
     that has no snapshot row. The cursor is the last session alerted for."""
     freshness = operator_alerts.snapshot_freshness(database.engine(store), calendar.now())
     if not freshness.stale:

@@ -257,3 +257,22 @@ def test_a_ticker_refused_by_the_gate_is_named_with_its_reason(ldtm_env, engine,
     assert "direction_accuracy = 40.00% (needs >= 52.00%)" in row.reason
     out = " ".join(CliRunner().invoke(app, ["leaderboard"]).output.split())
     assert "No production model" in out and "NOPE" in out and "direction_accuracy = 40.00%" in out
+
+
+def test_the_verdict_counts_the_tests_of_the_baselines_the_board_scores(monkeypatch):
+    """The BH family is every (ticker, baseline) test (board_stats.BASELINES): the verdict's count follows
+    that tuple, not a number written beside it (issue 39)."""
+    from ldtm_core.accountability.leaderboard import verdict
+
+    board = pd.DataFrame(
+        {
+            "ticker": ["AAA", "BBB", "CCC"],
+            "stale": [False, False, False],
+            "direction_accuracy": [0.4, 0.4, 0.4],
+            "always_up_accuracy": [0.6, 0.6, 0.6],
+            "beats_always_up": [False, False, False],
+        }
+    )
+    assert "over the 6 (ticker, baseline) one-sided exact tests" in verdict(board)
+    monkeypatch.setattr(board_stats, "BASELINES", (*board_stats.BASELINES, "trend"))
+    assert "over the 9 (ticker, baseline) one-sided exact tests" in verdict(board)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import pandas as pd
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
+from rich.table import Table
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -120,3 +122,53 @@ def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(ldtm_env, 
     )
     assert "with in-sample replays" in by_model and "nothing to score" not in by_model
     assert re.search(rf"TSLA \S+ \W+ {hidden} \W", by_model), by_model
+
+
+def _printed_board_header(monkeypatch, columns) -> list[str]:
+    """The header of the table `ldtm leaderboard` prints, for a one-row board with these columns."""
+    from ldtm_core.cli import accountability as cli
+
+    row = {c: 1 for c in columns} | {"ticker": "AAA", "gated": True, "stale": False}
+    row |= {"window_start": dt.date(2024, 5, 1), "window_end": dt.date(2024, 5, 31), "last_filled": None}
+    row |= {"beats_always_up": False, "beats_persistence": False, "direction_accuracy": 0.5}
+    row |= {"always_up_accuracy": 0.5}
+    printed = []
+    monkeypatch.setattr(cli.console, "print", lambda *a, **k: printed.extend(a))
+    cli.print_leaderboard(pd.DataFrame([row]))
+    (table,) = [p for p in printed if isinstance(p, Table)]
+    return [str(c.header) for c in table.columns]
+
+
+def test_the_board_table_columns_are_the_display_columns(monkeypatch):
+    """`ldtm leaderboard` prints DISPLAY_COLUMNS (issue 39): one cell per display column or joined group
+    of them, in DISPLAY_COLUMNS' order; the window is in the title, "gated" beside the ticker."""
+    from ldtm_core.accountability import leaderboard as lb
+    from ldtm_core.cli.accountability import board_cells
+    from ldtm_core.horizons import DIRECTION, ERROR_ONLY
+
+    cells = board_cells()
+    assert _printed_board_header(monkeypatch, lb.DISPLAY_COLUMNS) == [c.label for c in cells]
+    assert [c.label for c in cells] == [
+        "ticker",
+        "n",
+        "dir acc",
+        "95% Wilson",
+        "always-up",
+        "persistence",
+        "model/up only",
+        "p (q) vs up",
+        "beats up",
+        "p (q) vs persist.",
+        f"|err| {DIRECTION.abbr}",
+        *(f"|err| {h.abbr} (n, dates)" for h in ERROR_ONLY),
+    ]
+    shown = [c for cell in cells for c in cell.columns]
+    assert sorted(shown + ["window_start", "window_end"]) == sorted(lb.DISPLAY_COLUMNS)
+
+
+def test_the_board_table_follows_a_change_of_the_display_columns(monkeypatch):
+    from ldtm_core.accountability import leaderboard as lb
+
+    every = list(lb.DISPLAY_COLUMNS)
+    monkeypatch.setattr(lb, "DISPLAY_COLUMNS", ["ticker", "beats_always_up", "n", "window_start"])
+    assert _printed_board_header(monkeypatch, every) == ["ticker", "beats up", "n"]

@@ -21,3 +21,17 @@ def test_a_deadline_with_an_offset_or_no_time_is_refused_by_name(monkeypatch, ra
 def test_a_new_york_time_of_day_is_read(monkeypatch):
     monkeypatch.setenv("LDTM_SNAPSHOT_DEADLINE", "20:30")
     assert deadline_from_env() == dt.time(20, 30)
+
+
+def test_the_default_deadline_is_the_settings_row(monkeypatch):
+    """One home (issue 39): unset, the deadline is LDTM_SNAPSHOT_DEADLINE's row default in config.SETTINGS,
+    and changing that row changes it."""
+    import dataclasses
+
+    from ldtm_core import config
+
+    monkeypatch.delenv("LDTM_SNAPSHOT_DEADLINE", raising=False)
+    row = config.SETTINGS["LDTM_SNAPSHOT_DEADLINE"]
+    assert deadline_from_env() == dt.time.fromisoformat(row.default)
+    monkeypatch.setitem(config.SETTINGS, row.name, dataclasses.replace(row, default="19:45"))
+    assert deadline_from_env() == dt.time(19, 45)

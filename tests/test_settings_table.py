@@ -184,7 +184,6 @@ def test_the_operations_table_lists_exactly_the_user_settings_with_their_default
 
 
 def test_the_table_defaults_are_the_ones_the_code_uses():
-    from ldtm_core.accountability import operator_alerts as alerts
     from ldtm_core.accountability import signals
     from ldtm_core.accountability.decay import DecaySettings
     from ldtm_core.accountability.gate import GateThresholds
@@ -235,7 +234,6 @@ def test_the_table_defaults_are_the_ones_the_code_uses():
     assert d["LDTM_MAX_DAILY_MOVE_PCT"] == price_moves.DEFAULT_MAX_MOVE_PCT
     assert d["LDTM_SIGNAL_COST_BP"] == signals.DEFAULT_COST_BP
     assert d["LDTM_MAX_GAP_SESSIONS"] == price_gaps.DEFAULT_MAX_GAP_SESSIONS
-    assert d["LDTM_SNAPSHOT_DEADLINE"] == alerts.DEFAULT_DEADLINE
     assert d["LDTM_PRICE_SOURCE"] == sources.DEFAULT_SOURCE
     assert (
         d["LDTM_K8S_STEP_CPU"],

@@ -73,7 +73,9 @@ COLUMNS = [
 ]
 
 # What a reader sees of one board row, in order: the one list the dashboard shows and the CLI follows
-# (the CLI joins some of these into one cell: the Wilson bounds, "p (q)", "|err| (n, dates)").
+# (cli.accountability.board_cells: its columns come from this list, in this order; it joins some into
+# one cell: "gated" beside the ticker, the Wilson bounds, "model/up only", "p (q)", "|err| (n, dates)";
+# the window is in its title).
 DISPLAY_COLUMNS = [
     "ticker",
     "gated",
@@ -490,7 +492,7 @@ def _verdict(df: pd.DataFrame) -> str:
     # market always-up is below a coin: each such model is named with its p and q, one below 50 % says so.
     beat = int(df["beats_always_up"].sum())
     ahead = df[(df["direction_accuracy"] > df["always_up_accuracy"]) & ~df["beats_always_up"]]
-    tests = 2 * len(df)
+    tests = len(board_stats.BASELINES) * len(df)  # the BH family: board_stats.label_board's
     rule = (
         f"BH q <= {SIGNIFICANCE:g} over the {tests} (ticker, baseline) one-sided exact tests of this board, "
         f"controlling the false-label rate at {SIGNIFICANCE:.0%}"

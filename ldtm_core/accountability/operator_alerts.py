@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, func, select
 
 from ldtm_core.accountability import notify
-from ldtm_core.config import env_text, mask_secrets, redact_secrets
+from ldtm_core.config import mask_secrets, redact_secrets, setting
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, latest_session_on_or_before
 from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
 
-DEFAULT_DEADLINE = "21:00"
-ENV_DEADLINE = "LDTM_SNAPSHOT_DEADLINE"
+ENV_DEADLINE = "LDTM_SNAPSHOT_DEADLINE"  # its default: the row in config.SETTINGS (its one home)
 _EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_][\w]*\.)+[A-Z]\w*: ")
 _CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^/\s:@]*:)[^@\s/]*@", re.I)
 
@@ -77,7 +76,7 @@ def notify_run_failure(payload: dict, webhook_url: str | None) -> notify.NotifyR
 
 
 def deadline_from_env() -> dt.time:
-    raw = env_text(ENV_DEADLINE, DEFAULT_DEADLINE)
+    raw = setting(ENV_DEADLINE)  # the settings row's default when unset or empty
     try:
         deadline = dt.time.fromisoformat(raw)
     except ValueError:

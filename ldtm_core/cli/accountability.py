@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -341,56 +344,117 @@ def leaderboard_cmd(
         )
 
 
-def print_leaderboard(df, mode: str = "all") -> None:
-    """The leaderboard as a table plus the plain verdict (also used by the Dagster demo)."""
-    from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
+@dataclass(frozen=True)
+class BoardCell:
+    """One column of the CLI's board: the display columns it shows (several joined into one cell where
+    they read as one figure) and how a row reads there."""
+
+    label: str
+    columns: tuple[str, ...]
+    render: Callable[[Any, Any], str]  # (row, the board's columns) -> the cell
+
+
+# Display columns the table shows outside its cells: the window in the title.
+TITLE_COLUMNS = ("window_start", "window_end")
+
+
+def _ticker_cell(r, columns) -> str:
+    name = f"{r.ticker} {r.model_version}" if "model_version" in columns else r.ticker
+    if "gated" in columns and not r.gated:
+        name += " [magenta](ungated)[/]"
+    if "model_version" not in columns and r.stale:
+        name += f" [yellow](stale, last filled {r.last_filled or 'never'})[/]"
+    return name
+
+
+def board_cells() -> list[BoardCell]:
+    """The CLI board's columns, in the order of leaderboard.DISPLAY_COLUMNS (the one list the dashboard
+    shows too): a cell comes where the first of its display columns is; a display column with no cell
+    here (and not in the title) is an error, so a new display column is never silently left out."""
+    from ldtm_core.accountability import leaderboard
     from ldtm_core.horizons import DIRECTION, ERROR_ONLY
+
+    cells = [
+        BoardCell("ticker", ("ticker", "gated"), _ticker_cell),
+        BoardCell("n", ("n",), lambda r, _: str(r.n)),
+        BoardCell("dir acc", ("direction_accuracy",), lambda r, _: fmt_pct(r.direction_accuracy)),
+        BoardCell(
+            "95% Wilson",
+            ("wilson_low", "wilson_high"),
+            lambda r, _: f"{fmt_pct(r.wilson_low)}–{fmt_pct(r.wilson_high)}",
+        ),
+        BoardCell("always-up", ("always_up_accuracy",), lambda r, _: fmt_pct(r.always_up_accuracy)),
+        BoardCell(
+            "persistence",
+            ("persistence_accuracy", "persistence_n"),
+            lambda r, _: _with_n(fmt_pct(r.persistence_accuracy), r.persistence_n, r.n),
+        ),
+        BoardCell(
+            "model/up only",
+            ("model_only", "up_only"),
+            lambda r, _: f"{_count(getattr(r, 'model_only', None))}/{_count(getattr(r, 'up_only', None))}",
+        ),
+        BoardCell(
+            "p (q) vs up",
+            ("skill_p_value", "q_vs_always_up"),
+            lambda r, _: _p_q(r.skill_p_value, getattr(r, "q_vs_always_up", None)),
+        ),
+        BoardCell(
+            "beats up", ("beats_always_up",), lambda r, _: "yes" if r.beats_always_up else "[red]no[/]"
+        ),
+        BoardCell(
+            "p (q) vs persist.",
+            ("persistence_p_value", "q_vs_persistence", "beats_persistence"),
+            lambda r, _: (
+                _p_q(r.persistence_p_value, getattr(r, "q_vs_persistence", None))
+                + (" beats" if getattr(r, "beats_persistence", False) else "")
+            ),
+        ),
+        BoardCell(
+            f"|err| {DIRECTION.abbr}",
+            (f"{DIRECTION.name}_mape",),
+            lambda r, _: fmt_num(getattr(r, f"{DIRECTION.name}_mape")),
+        ),
+        *(
+            BoardCell(
+                f"|err| {h.abbr} (n, dates)",
+                (f"{h.name}_mape", f"{h.name}_n", f"{h.name}_dates"),
+                lambda r, _, h=h: _with_dates(
+                    fmt_num(getattr(r, f"{h.name}_mape")),
+                    getattr(r, f"{h.name}_n"),
+                    getattr(r, f"{h.name}_dates", None),
+                ),
+            )
+            for h in ERROR_ONLY
+        ),
+    ]
+    home = {c: cell for cell in cells for c in cell.columns}
+    ordered: list[BoardCell] = []
+    for column in leaderboard.DISPLAY_COLUMNS:
+        if column in TITLE_COLUMNS:
+            continue
+        if column not in home:  # a programming error: the new display column needs its cell
+            raise KeyError(f"display column {column!r} has no cell in the CLI's board (cli.accountability)")
+        if home[column] not in ordered:
+            ordered.append(home[column])
+    return ordered
+
+
+def print_leaderboard(df, mode: str = "all") -> None:
+    """The leaderboard as a table plus the plain verdict (also used by the Dagster demo); its columns are
+    leaderboard.DISPLAY_COLUMNS' (board_cells)."""
+    from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
         title += f", {df['window_start'].min()} .. {df['window_end'].max()}"
-    table = Table(
-        "ticker",
-        "n",
-        "dir acc",
-        "95% Wilson",
-        "always-up",
-        "persistence",
-        "beats up",
-        "p (q) vs up",
-        "p (q) vs persist.",
-        f"|err| {DIRECTION.abbr}",
-        *(f"|err| {h.abbr} (n, dates)" for h in ERROR_ONLY),
-        title=title,
-    )
-    table.columns[0].no_wrap = True  # a ticker (and its model version) stays on one line; figures wrap
+    cells = board_cells()
+    table = Table(*(cell.label for cell in cells), title=title)
+    for column, cell in zip(table.columns, cells, strict=True):
+        column.no_wrap = cell.label == "ticker"  # a ticker (and its model version) on one line; figures wrap
+    columns = df.columns
     for r in df.itertuples(index=False):
-        name = f"{r.ticker} {r.model_version}" if "model_version" in df.columns else r.ticker
-        if "gated" in df.columns and not r.gated:
-            name += " [magenta](ungated)[/]"
-        if "model_version" not in df.columns and r.stale:
-            name += f" [yellow](stale, last filled {r.last_filled or 'never'})[/]"
-        table.add_row(
-            name,
-            str(r.n),
-            fmt_pct(r.direction_accuracy),
-            f"{fmt_pct(r.wilson_low)}–{fmt_pct(r.wilson_high)}",
-            fmt_pct(r.always_up_accuracy),
-            _with_n(fmt_pct(r.persistence_accuracy), r.persistence_n, r.n),
-            "yes" if r.beats_always_up else "[red]no[/]",
-            _p_q(r.skill_p_value, getattr(r, "q_vs_always_up", None)),
-            _p_q(r.persistence_p_value, getattr(r, "q_vs_persistence", None))
-            + (" beats" if getattr(r, "beats_persistence", False) else ""),
-            fmt_num(getattr(r, f"{DIRECTION.name}_mape")),
-            *(
-                _with_dates(
-                    fmt_num(getattr(r, f"{h.name}_mape")),
-                    getattr(r, f"{h.name}_n"),
-                    getattr(r, f"{h.name}_dates", None),
-                )
-                for h in ERROR_ONLY
-            ),
-        )
+        table.add_row(*(cell.render(r, columns) for cell in cells))
     console.print(table)
     if "gated" in df.columns and not df["gated"].all():
         console.print(UNGATED_LEGEND, highlight=False, soft_wrap=True)
@@ -402,6 +466,11 @@ def _p_q(p, q) -> str:
     from ldtm_core.scoring.skill import format_p_value
 
     return f"{format_p_value(p)} ({format_p_value(q)})"
+
+
+def _count(v) -> str:
+    """A count, or a dash where the row has none."""
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
 
 
 def _with_dates(value: str, n: int, dates: int | None) -> str:
