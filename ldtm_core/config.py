@@ -22,6 +22,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
@@ -614,6 +615,16 @@ def masked_url(url: str) -> str:
             scheme, rest = url.split("://", 1)
             return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
         return url
+
+
+def url_origin(url: str) -> str:
+    """Scheme, host and port of a webhook-style URL, the rest (path, query: where its token lives) as ***."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a malformed port: nothing of it is safe to show
+        return "***"
+    return f"{parts.scheme}://{parts.hostname}{port}/***" if parts.scheme and parts.hostname else "***"
 
 
 # The settings whose values are secrets (the webhook and heartbeat URLs carry their tokens): masked in every

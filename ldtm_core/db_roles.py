@@ -132,19 +132,10 @@ def require_postgres(engine: Engine) -> None:
         )
 
 
-def head_revision() -> str | None:
-    """The newest migration revision this code knows."""
-    from alembic.script import ScriptDirectory
-
-    from ldtm_core.migrate import alembic_config
-
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
-
-
 def require_head(url: str) -> str:
     """The database's revision when it is the newest; a ConfigError saying to upgrade first otherwise."""
     from ldtm_core.config import masked_url
-    from ldtm_core.migrate import current_revision
+    from ldtm_core.migrate import current_revision, head_revision
 
     now, head = current_revision(url), head_revision()
     if now != head:

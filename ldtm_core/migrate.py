@@ -138,6 +138,13 @@ def upgrade(url: str, revision: str = "head") -> Engine:
     return _under_the_migration_lock(url, lambda conn, cfg: command.upgrade(cfg, revision))
 
 
+def head_revision() -> str | None:
+    """The newest revision the shipped migrations define."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
 def current_revision(url: str) -> str | None:
     from alembic.runtime.migration import MigrationContext
 

@@ -15,7 +15,7 @@ import urllib.request
 
 from dagster import DagsterRunStatus, DefaultSensorStatus, RunStatusSensorContext, run_status_sensor
 
-from ldtm_core.config import redact_secrets, setting
+from ldtm_core.config import redact_secrets, setting, url_origin
 
 from .jobs import nightly_job
 from .partitions import EVENING_TAG
@@ -31,17 +31,6 @@ def ping_url(url: str, evening: str | None) -> str:
     if not evening:
         return url
     return f"{url}{'&' if '?' in url else '?'}{urllib.parse.urlencode({'evening': evening})}"
-
-
-def masked(url: str) -> str:
-    """Scheme and host of `url`, the rest (path, query: where tokens live) as ***."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "***"
-    return f"{parts.scheme}://{host}{port}/***" if parts.scheme and host else "***"
 
 
 def ping(url: str, attempts: int = PING_ATTEMPTS, timeout: float = PING_TIMEOUT_S) -> str | None:
@@ -84,7 +73,7 @@ def nightly_heartbeat(context: RunStatusSensorContext) -> None:
         return
     evening = _evening(context)
     error = ping(ping_url(url, evening))
-    where = masked(url)
+    where = url_origin(url)
     if error is None:
         context.log.info(f"heartbeat sent to {where} for evening {evening or '(none)'} (run {run.run_id})")
     else:

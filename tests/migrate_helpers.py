@@ -18,12 +18,6 @@ from ldtm_core.migrate import alembic_config
 OLDER = "0026"
 
 
-def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
-
-
 def pending_after(revision: str) -> int:
     """How many revisions `ldtm db upgrade` applies to a store at `revision`."""
     from alembic.script import ScriptDirectory

@@ -14,16 +14,8 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from ldtm_core.db import get_engine
-from ldtm_core.migrate import alembic_config, current_revision
+from ldtm_core.migrate import current_revision, head_revision
 from ldtm_core.schema import metadata
-
-
-def head_revision() -> str:
-    """The newest revision the shipped migrations define."""
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
-
 
 REPO = Path(__file__).resolve().parents[1]
 # Each process imports first, then waits for the same instant, so the migrations really overlap.

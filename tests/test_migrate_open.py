@@ -6,13 +6,13 @@ release can still open it."""
 from __future__ import annotations
 
 import pytest
-from migrate_helpers import OLDER, fresh_database, head_revision, pending_after, revision_of
+from migrate_helpers import OLDER, fresh_database, pending_after, revision_of
 from sqlalchemy import inspect
 from typer.testing import CliRunner
 
 from ldtm_core.cli import app
 from ldtm_core.db import DatabaseError, get_engine
-from ldtm_core.migrate import upgrade
+from ldtm_core.migrate import head_revision, upgrade
 from ldtm_core.schema import metadata
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -21,11 +21,11 @@ import json
 import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
-from migrate_helpers import fresh_database, head_revision, revision_of
+from migrate_helpers import fresh_database, revision_of
 from sqlalchemy import text
 
 from ldtm_core.db import get_engine
-from ldtm_core.migrate import alembic_config, upgrade
+from ldtm_core.migrate import alembic_config, head_revision, upgrade
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

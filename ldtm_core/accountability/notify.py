@@ -11,7 +11,8 @@ import logging
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+
+from ldtm_core.config import url_origin
 
 log = logging.getLogger("ldtm.notify")
 
@@ -22,11 +23,6 @@ class NotifyResult:
     posted: bool
     status: int | None = None
     error: str | None = None
-
-
-def _where(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}/…"
 
 
 def send(
@@ -53,5 +49,5 @@ def send(
             if isinstance(exc, ValueError)
             else getattr(exc, "reason", None) or type(exc).__name__
         )
-        log.warning("notification webhook %s failed: %s", _where(webhook_url), reason)
+        log.warning("notification webhook %s failed: %s", url_origin(webhook_url), reason)
         return NotifyResult(logged=True, posted=False, status=getattr(exc, "code", None), error=str(reason))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from dagster import DagsterEventType, Failure, materialize
 from ldtm_dagster_helpers import tiny_resources
-from migrate_helpers import OLDER, fresh_database, head_revision, revision_of
+from migrate_helpers import OLDER, fresh_database, revision_of
 
-from ldtm_core.migrate import upgrade
+from ldtm_core.migrate import head_revision, upgrade
 from ldtm_dagster import assets
 from ldtm_dagster.demo import ALL_ASSETS
 from ldtm_dagster.resources import AppDatabase, ArtifactStore

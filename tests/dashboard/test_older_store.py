@@ -5,10 +5,10 @@ database is created at the newest revision, so a fresh home still shows its empt
 from __future__ import annotations
 
 import pytest
-from migrate_helpers import OLDER, fresh_database, head_revision, revision_of
+from migrate_helpers import OLDER, fresh_database, revision_of
 from streamlit.testing.v1 import AppTest
 
-from ldtm_core.migrate import upgrade
+from ldtm_core.migrate import head_revision, upgrade
 from ldtm_dashboard import APP
 
 PAGES = APP.parent / "views"
