@@ -40,6 +40,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
 from dagster_graphql import DagsterGraphQLClient
 
 from ldtm_core.data import calendar
@@ -49,14 +50,11 @@ REPO = Path(__file__).resolve().parents[2]
 PROJECT = os.environ.get("LDTM_DEPLOY_PROJECT", "ldtm_deploy_test")
 CACHE = Path(os.environ.get("LDTM_DEPLOY_CACHE", "/var/cache/ldtm-deploy"))
 LOCATION, REPOSITORY = "ldtm", "__repository__"
+# The long-running services, as the compose file names them (ldtm_migrate runs once at each `up`).
 SERVICES = [
-    "ldtm_postgres",
-    "ldtm_user_code",
-    "ldtm_webserver",
-    "ldtm_daemon",
-    "ldtm_dashboard",
-    "ldtm_proxy",
-    "ldtm_docker_proxy",
+    name
+    for name, service in yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"].items()
+    if service.get("restart") != "no"
 ]
 NETWORK, ARTIFACTS = "ldtm_network", "ldtm_artifacts"
 TICKERS = load_universe("demo")
