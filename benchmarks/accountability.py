@@ -35,9 +35,9 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core.accountability.chain import row_hash, write_rows  # noqa: E402
-from ldtm_core.accountability.fillback import fillback  # noqa: E402
-from ldtm_core.accountability.snapshots import classify_direction, predict  # noqa: E402
+from ldtm_core.accountability.ledger.chain import row_hash, write_rows  # noqa: E402
+from ldtm_core.accountability.ledger.fillback import fillback  # noqa: E402
+from ldtm_core.accountability.ledger.snapshots import classify_direction, predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402

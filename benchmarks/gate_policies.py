@@ -43,12 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from ldtm_core.accountability import notify, shadow  # noqa: E402
-from ldtm_core.accountability.backtest_pool import backtest_candidate  # noqa: E402
-from ldtm_core.accountability.fillback import fillback  # noqa: E402
-from ldtm_core.accountability.gate import GateThresholds, run_gate  # noqa: E402
-from ldtm_core.accountability.leaderboard import wilson_interval  # noqa: E402
-from ldtm_core.accountability.snapshots import predict  # noqa: E402
+from ldtm_core.accountability.alerts import notify
+from ldtm_core.accountability.board.leaderboard import wilson_interval  # noqa: E402
+from ldtm_core.accountability.gate.backtest_pool import backtest_candidate  # noqa: E402
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate  # noqa: E402
+from ldtm_core.accountability.ledger.fillback import fillback  # noqa: E402
+from ldtm_core.accountability.ledger.snapshots import predict  # noqa: E402
+from ldtm_core.accountability.shadow import shadow
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E402
 from ldtm_core.data.feature_store import build_features  # noqa: E402

@@ -37,21 +37,19 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
-from ldtm_core.accountability import (  # noqa: E402
-    champion_challenger,
-    decay,
-    gate_ledger,
-    leaderboard,
-    paired,
-    shadow,
-)
-from ldtm_core.accountability.gate import GateThresholds, evaluate  # noqa: E402
-from ldtm_core.accountability.shadow_design import DEFAULT_MARGIN_POINTS, DEFAULT_POWER, ShadowDesign  # noqa: E402
+from ldtm_core.accountability.board import leaderboard
+from ldtm_core.accountability.decay import decay
+from ldtm_core.accountability.gate import champion_challenger
+from ldtm_core.accountability.gate import ledger as gate_ledger
+from ldtm_core.accountability.gate.gate import GateThresholds, evaluate
+from ldtm_core.accountability.shadow import shadow
+from ldtm_core.accountability.shadow.design import DEFAULT_MARGIN_POINTS, DEFAULT_POWER, ShadowDesign  # noqa: E402
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.schema import model_registry, snapshots  # noqa: E402
+from ldtm_core.scoring import paired
 from ldtm_core.shadow_power import sessions_for_power  # noqa: E402
 
 YEAR = 2025  # the evenings judged; the quarters before it feed the first backtests

@@ -53,11 +53,12 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core.accountability import audit, audit_anchor, decay  # noqa: E402
-from ldtm_core.accountability.chain import CHAIN_VERSION, chain_heads, row_hash  # noqa: E402
-from ldtm_core.accountability.fillback import fillback  # noqa: E402
-from ldtm_core.accountability.leaderboard import leaderboard  # noqa: E402
-from ldtm_core.accountability.snapshots import predict  # noqa: E402
+from ldtm_core.accountability.board.leaderboard import leaderboard  # noqa: E402
+from ldtm_core.accountability.decay import decay
+from ldtm_core.accountability.ledger import audit, audit_anchor
+from ldtm_core.accountability.ledger.chain import CHAIN_VERSION, chain_heads, row_hash  # noqa: E402
+from ldtm_core.accountability.ledger.fillback import fillback  # noqa: E402
+from ldtm_core.accountability.ledger.snapshots import predict  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.feature_store import build_features  # noqa: E402

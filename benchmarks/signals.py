@@ -34,10 +34,10 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldtm_core.accountability.fillback import fillback  # noqa: E402
-from ldtm_core.accountability.signal_rows import benchmark_returns, load_rows  # noqa: E402
-from ldtm_core.accountability.signal_stats import recipes_tried  # noqa: E402
-from ldtm_core.accountability.signals import report_from_rows, signal_report  # noqa: E402
+from ldtm_core.accountability.ledger.fillback import fillback  # noqa: E402
+from ldtm_core.accountability.signals.rows import benchmark_returns, load_rows  # noqa: E402
+from ldtm_core.accountability.signals.signals import report_from_rows, signal_report  # noqa: E402
+from ldtm_core.accountability.signals.stats import recipes_tried  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402

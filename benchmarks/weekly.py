@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from ldtm_core.accountability.backtest_pool import backtest_many  # noqa: E402
-from ldtm_core.accountability.gate import run_gate  # noqa: E402
+from ldtm_core.accountability.gate.backtest_pool import backtest_many  # noqa: E402
+from ldtm_core.accountability.gate.gate import run_gate  # noqa: E402
 from ldtm_core.config import Settings  # noqa: E402
 from ldtm_core.data.calendar import calendar_bounds, sessions_between  # noqa: E402
 from ldtm_core.data.ingest import ingest_synthetic  # noqa: E402

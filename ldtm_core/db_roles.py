@@ -35,7 +35,7 @@ from ldtm_core.horizons import DIRECTION, HORIZONS
 
 SCHEMA = "public"
 
-# The columns fillback (accountability.fillback._fill, _fill_rebased) and refill (refill._rewrite) set on
+# The columns fillback (accountability.ledger.fillback._fill, _fill_rebased) and refill (refill._rewrite) set on
 # a published snapshot: each horizon's answer, its error and fill time, the direction's outcome and the
 # row's last fill time. No column of the prediction or of its hash (chain.canonical) is among them.
 SNAPSHOT_FILL_COLUMNS: tuple[str, ...] = (

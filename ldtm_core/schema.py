@@ -198,7 +198,7 @@ snapshots = Table(
 )
 
 # Every re-fill of a filled actual (a revised bar, a corporate action recorded after the fill): the old
-# value stays visible here, written in the same transaction as the new one (accountability.refill).
+# value stays visible here, written in the same transaction as the new one (accountability.ledger.refill).
 fill_revisions = Table(
     "fill_revisions",
     metadata,

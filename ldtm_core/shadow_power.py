@@ -1,7 +1,7 @@
 """The exact binomial power of the shadow's direction test, and the check of a stated design (issue 27).
 
 Pure math, in the base because `config.Settings.from_env` refuses a shadow too short for the power it
-states (`check_design`); `accountability/shadow_design.py` builds the stored design on it.
+states (`check_design`); `accountability/shadow/design.py` builds the stored design on it.
 
 The shadow's direction test is the exact one-sided McNemar test: only evenings where exactly one of
 champion and shadow was right (discordant) carry evidence, and with equal models each is a fair coin.

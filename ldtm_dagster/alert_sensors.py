@@ -23,7 +23,7 @@ from dagster._core.storage.tags import (
 )
 from dagster._utils.tags import get_boolean_tag_value
 
-from ldtm_core.accountability import operator_alerts
+from ldtm_core.accountability.alerts import operator_alerts
 from ldtm_core.config import setting
 from ldtm_core.data import calendar
 

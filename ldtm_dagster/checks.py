@@ -14,7 +14,7 @@ the bar arrives fills it in; this check names the stale tickers and why, up fron
 `leaderboard_decay` warns (never blocks: a decaying model still predicts until an operator rolls it back
 or a retrain replaces it) and names each ticker whose published production record (across model changes,
 each row against the promise of the model that made it) fell below what was promised
-(ldtm_core.accountability.decay), with the drift of its features beside it. Each alarm episode (an
+(ldtm_core.accountability.decay.decay), with the drift of its features beside it. Each alarm episode (an
 unbroken stretch in WARN, named by its first evening) is posted to the notification webhook once: the
 keys already alarmed are kept in the check's own metadata and read back from its recent evaluations.
 """
@@ -30,7 +30,7 @@ from dagster import (
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from ldtm_core.accountability import decay
+from ldtm_core.accountability.decay import decay
 from ldtm_core.config import setting
 from ldtm_core.data.freshness import freshness
 from ldtm_core.data.price_moves import large_moves, threshold_from_env

@@ -154,7 +154,7 @@ def run_demo(
         [assets.fillbacks, assets.leaderboard, assets.signal_performance],
     )
 
-    from ldtm_core.accountability.leaderboard import leaderboard
+    from ldtm_core.accountability.board.leaderboard import leaderboard
 
     return leaderboard(resources["database"].engine(store), mode="all")
 
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome_sessions=args.outcome_sessions,
         )
     print_leaderboard(table)
-    from ldtm_core.accountability.leaderboard import ungated_note
+    from ldtm_core.accountability.board.leaderboard import ungated_note
 
     note = ungated_note(resources["database"].engine(resources["store"]))
     if note:  # tickers whose candidate the gate held: not on the production board

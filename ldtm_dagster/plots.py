@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from sqlalchemy import Engine  # noqa: E402
 
-from ldtm_core.accountability.board_reads import recent_next_day  # noqa: E402
+from ldtm_core.accountability.board.reads import recent_next_day  # noqa: E402
 
 from .metadata import png_markdown  # noqa: E402
 

@@ -18,7 +18,7 @@ from dagster import (
     sensor,
 )
 
-from ldtm_core.accountability import gate
+from ldtm_core.accountability.gate import gate
 
 from . import deployment
 from .gpu_pool import pool_limit, sync_pool_limit

@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # headless: code servers and run workers have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ldtm_core.accountability.signals import SignalReport  # noqa: E402
+from ldtm_core.accountability.signals.signals import SignalReport  # noqa: E402
 
 from .metadata import png_markdown  # noqa: E402
 

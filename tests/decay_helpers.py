@@ -10,7 +10,7 @@ import pandas as pd
 from accountability_helpers import add_backtest, make_model
 from sqlalchemy import insert
 
-from ldtm_core.accountability import cusum
+from ldtm_core.accountability.decay import cusum
 from ldtm_core.learning import registry
 from ldtm_core.schema import gate_decisions, snapshots
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import insert
 
-from ldtm_core.accountability.fillback import fillback
+from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.horizons import HORIZONS

@@ -13,10 +13,10 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text, update
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.audit import HASHED_COLUMNS, verify
-from ldtm_core.accountability.chain import AUDIT_KEY_ENV, IN_SAMPLE, parse_heads, row_hash
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.audit import HASHED_COLUMNS, verify
+from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, IN_SAMPLE, parse_heads, row_hash
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES
@@ -116,7 +116,7 @@ V2_EDITS = {
 def test_rows_written_under_chain_version_1_still_verify(engine, db_url, tmp_path, monkeypatch):
     """Rows written before version 2 keep their hashes; new rows of the same chain are written v2, and
     relabelling a v2 row as v1 (to escape the fields v2 covers) is caught."""
-    from ldtm_core.accountability import chain
+    from ldtm_core.accountability.ledger import chain
 
     monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
     settings = make_settings(tmp_path, db_url)

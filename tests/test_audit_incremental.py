@@ -15,10 +15,10 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text, update
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.chain import AUDIT_KEY_ENV, row_hash
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, row_hash
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.schema import run_log, snapshots
 

@@ -178,7 +178,7 @@ def test_backtest_before_any_training_is_refused_and_writes_no_folds(engine, db_
 
 
 def test_backtest_records_its_config_and_data_range_and_the_gate_checks_it(engine, world, stub_fit):
-    from ldtm_core.accountability.gate import GateThresholds, run_gate
+    from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
     from ldtm_core.errors import InputError as GateRefused
     from ldtm_core.learning.registry import config_signature
 
@@ -266,7 +266,7 @@ def test_backtest_many_runs_each_candidate_in_its_own_worker_process(engine, db_
     """The weekly loop's backtests run within the slot plan like training: one single-threaded worker
     per slot, outcomes in the order asked, a ticker without a candidate or with too little history
     reported as such while the others are backtested."""
-    from ldtm_core.accountability.backtest_pool import backtest_many
+    from ldtm_core.accountability.gate.backtest_pool import backtest_many
     from ldtm_core.learning.gpu_slots import SlotPlan
 
     s = make_settings(tmp_path, db_url)

@@ -304,7 +304,7 @@ def test_gate_policies(bench):
 def test_gate_policies_without_arch(bench, monkeypatch):
     # The board imports arch.bootstrap (a runtime dependency) when the benchmark imports it; import it
     # first, so the test does not depend on another test having done so in this worker.
-    import ldtm_core.accountability.leaderboard  # noqa: F401
+    import ldtm_core.accountability.board.leaderboard  # noqa: F401
 
     monkeypatch.setitem(sys.modules, "arch", None)  # import arch -> ImportError, as when not installed
     with pytest.raises(SystemExit, match=r"--real needs the PyPI package `arch`.*pip install"):

@@ -20,12 +20,12 @@ import pytest
 from accountability_helpers import registry_row
 from sqlalchemy import event, insert, text, update
 
-from ldtm_core.accountability import board_reads
-from ldtm_core.accountability import leaderboard as board
-from ldtm_core.accountability.board_stats import HISTORY_DAYS
+from ldtm_core.accountability.board import leaderboard as board
+from ldtm_core.accountability.board import reads as board_reads
 from ldtm_core.db import get_engine
 from ldtm_core.migrate import upgrade
 from ldtm_core.schema import model_registry, snapshots
+from ldtm_core.scoring.board_stats import HISTORY_DAYS
 
 LATEST = dt.date(2025, 6, 27)
 RECENT = 130  # evenings back from LATEST: the windows, the SPA's history and some margin

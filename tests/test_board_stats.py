@@ -20,12 +20,12 @@ from statsmodels.stats.multitest import multipletests
 from test_leaderboard import _activate, _model, _row
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import board_stats
-from ldtm_core.accountability.gate import run_gate
-from ldtm_core.accountability.leaderboard import leaderboard, universe
-from ldtm_core.accountability.no_champion import without_champion
+from ldtm_core.accountability.board.leaderboard import leaderboard, universe
+from ldtm_core.accountability.board.no_champion import without_champion
+from ldtm_core.accountability.gate.gate import run_gate
 from ldtm_core.cli import app
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring import board_stats
 
 FIRST = dt.date(2024, 1, 1)
 
@@ -262,7 +262,7 @@ def test_a_ticker_refused_by_the_gate_is_named_with_its_reason(ldtm_env, engine,
 def test_the_verdict_counts_the_tests_of_the_baselines_the_board_scores(monkeypatch):
     """The BH family is every (ticker, baseline) test (board_stats.BASELINES): the verdict's count follows
     that tuple, not a number written beside it (issue 39)."""
-    from ldtm_core.accountability.leaderboard import verdict
+    from ldtm_core.accountability.board.leaderboard import verdict
 
     board = pd.DataFrame(
         {

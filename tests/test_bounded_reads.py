@@ -14,7 +14,7 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import event, insert, text
 
-from ldtm_core.accountability.chain import chain_heads
+from ldtm_core.accountability.ledger.chain import chain_heads
 from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.db import is_postgres
 from ldtm_core.schema import snapshots

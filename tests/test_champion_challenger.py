@@ -14,10 +14,9 @@ from scipy.stats import binomtest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import champion_challenger as cc
-from ldtm_core.accountability import gate
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.paired import compare, dm_test, holm, mcnemar_p
+from ldtm_core.accountability.gate import champion_challenger as cc
+from ldtm_core.accountability.gate import gate
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
 from ldtm_core.cli import app
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.ingest import ingest_frame
@@ -25,6 +24,7 @@ from ldtm_core.learning import registry
 from ldtm_core.learning.backtest import run_backtest
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_fold_results, gate_decisions
+from ldtm_core.scoring.paired import compare, dm_test, holm, mcnemar_p
 from ldtm_core.scoring.skill import SkillTest
 
 # --- pure: the paired tests ----------------------------------------------------------------------
@@ -264,7 +264,7 @@ def test_better_config_is_promoted_reusing_the_champions_folds_then_same_recipe_
     assert [d["evidence"] for d in payloads] == [cc.CONFIGS, cc.CONFIGS, again.evidence, cc.REFRESH]
     # The trials ledger: the two recipes judged on these folds (the refresh judged under force is the
     # same recipe and evidence as the champion's promotion: counted once).
-    from ldtm_core.accountability import gate_ledger
+    from ldtm_core.accountability.gate import ledger as gate_ledger
 
     rows = gate_ledger.ledger(engine, "AAPL")
     assert [(r["kind"], r["decision"]) for r in rows] == [
@@ -285,7 +285,7 @@ def test_better_config_is_promoted_reusing_the_champions_folds_then_same_recipe_
 def test_the_backtest_phase_fits_the_champions_side_so_the_gate_only_reads_it(engine, tmp_path, db_url):
     """`backtests` (backtest_candidate, within the slot plan) backtests the champion's other recipe on
     the candidate's folds right after the candidate's; the gate then refits nothing."""
-    from ldtm_core.accountability.backtest_pool import backtest_candidate
+    from ldtm_core.accountability.gate.backtest_pool import backtest_candidate
 
     s = make_settings(tmp_path, db_url)
     ingest_frame(engine, _zigzag(), "synthetic")

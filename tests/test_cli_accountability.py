@@ -64,7 +64,7 @@ def test_predict_range_starting_before_the_data_quotes_the_earliest_close(one_mo
     assert "latest close" not in msg
     assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0
     # The core says the same for one evening (the Dagster path has no CLI pre-check).
-    from ldtm_core.accountability.snapshots import predict
+    from ldtm_core.accountability.ledger.snapshots import predict
     from ldtm_core.errors import InputError
 
     with pytest.raises(
@@ -95,7 +95,7 @@ def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(ldtm_env, 
     """The first-use loop: replay evenings the model trained on, fill back, read the board."""
     import datetime as dt
 
-    from ldtm_core.accountability.leaderboard import leaderboard
+    from ldtm_core.accountability.board.leaderboard import leaderboard
 
     settings = make_settings(tmp_path, ldtm_env["url"])
     ingest(engine, ["TSLA"], start="2023-01-03", end="2024-06-28")
@@ -142,7 +142,7 @@ def _printed_board_header(monkeypatch, columns) -> list[str]:
 def test_the_board_table_columns_are_the_display_columns(monkeypatch):
     """`ldtm leaderboard` prints DISPLAY_COLUMNS (issue 39): one cell per display column or joined group
     of them, in DISPLAY_COLUMNS' order; the window is in the title, "gated" beside the ticker."""
-    from ldtm_core.accountability import leaderboard as lb
+    from ldtm_core.accountability.board import leaderboard as lb
     from ldtm_core.cli.accountability import board_cells
     from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 
@@ -167,7 +167,7 @@ def test_the_board_table_columns_are_the_display_columns(monkeypatch):
 
 
 def test_the_board_table_follows_a_change_of_the_display_columns(monkeypatch):
-    from ldtm_core.accountability import leaderboard as lb
+    from ldtm_core.accountability.board import leaderboard as lb
 
     every = list(lb.DISPLAY_COLUMNS)
     monkeypatch.setattr(lb, "DISPLAY_COLUMNS", ["ticker", "beats_always_up", "n", "window_start"])

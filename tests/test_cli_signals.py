@@ -7,8 +7,8 @@ import pytest
 from signals_helpers import seed_market
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.signal_rows import RowChoice
-from ldtm_core.accountability.signals import explain, signal_report
+from ldtm_core.accountability.signals.rows import RowChoice
+from ldtm_core.accountability.signals.signals import explain, signal_report
 from ldtm_core.cli import app
 
 runner = CliRunner()

@@ -233,7 +233,7 @@ def test_every_ldtm_setting_the_code_reads_is_classified():
 
 
 def test_gate_settings_are_percent_like_the_gate_options(monkeypatch):
-    from ldtm_core.accountability.gate import GateThresholds
+    from ldtm_core.accountability.gate.gate import GateThresholds
 
     monkeypatch.setenv("LDTM_GATE_MIN_ACCURACY", "52")
     monkeypatch.setenv("LDTM_GATE_MAX_ERROR_PCT", "5")

@@ -16,10 +16,10 @@ import pytest
 from accountability_helpers import make_model, make_settings
 from sqlalchemy import select
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.leaderboard import leaderboard
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.board.leaderboard import leaderboard
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.corporate_actions import load_actions
 from ldtm_core.data.feature_store import corporate_actions_applied

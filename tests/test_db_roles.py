@@ -20,12 +20,12 @@ from sqlalchemy.exc import ProgrammingError
 from typer.testing import CliRunner
 
 from ldtm_core import db_roles
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.chain import AUDIT_KEY_ENV
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.refill import refill
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.refill import refill
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app as cli
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame

@@ -12,8 +12,8 @@ import pytest
 from accountability_helpers import ingest, make_settings
 from decay_helpers import arl, evenings, expected_alarms, first_alarm, planted_model, planted_record
 
-from ldtm_core.accountability import cusum, decay, drift
-from ldtm_core.accountability.decay import DecaySettings, Promise
+from ldtm_core.accountability.decay import cusum, decay, drift
+from ldtm_core.accountability.decay.decay import DecaySettings, Promise
 
 TICKERS, SESSIONS, SEED = 200, 1000, 20211
 

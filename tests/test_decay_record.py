@@ -13,8 +13,8 @@ from accountability_helpers import add_backtest, ingest, make_model, make_settin
 from decay_helpers import arl, evenings, snapshot_row
 from sqlalchemy import insert
 
-from ldtm_core.accountability import cusum, decay
-from ldtm_core.accountability.decay import DecaySettings, Promise
+from ldtm_core.accountability.decay import cusum, decay
+from ldtm_core.accountability.decay.decay import DecaySettings, Promise
 from ldtm_core.learning import registry
 from ldtm_core.schema import gate_decisions, snapshots
 

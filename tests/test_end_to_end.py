@@ -12,10 +12,10 @@ import torch
 from sqlalchemy import select, text
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.leaderboard import leaderboard
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.board.leaderboard import leaderboard
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame

@@ -11,8 +11,8 @@ import torch
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select, text
 
-from ldtm_core.accountability import snapshots as snapshots_mod
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger import snapshots as snapshots_mod
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data import feature_store as fs
 from ldtm_core.data.features import WARMUP_ROWS, compute_features
 from ldtm_core.data.prices import load_ticker_prices

@@ -10,9 +10,9 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import event, select, text
 
-from ldtm_core.accountability.audit import HASHED_COLUMNS, verify
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.audit import HASHED_COLUMNS, verify
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.horizons import NAMES

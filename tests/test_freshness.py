@@ -8,7 +8,7 @@ import pandas as pd
 from accountability_helpers import make_model, make_settings
 from sqlalchemy import func, select
 
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.freshness import freshness
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate

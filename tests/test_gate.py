@@ -12,9 +12,9 @@ import pytest
 from accountability_helpers import add_backtest, make_model, make_settings
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import gate
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.notify import send
+from ldtm_core.accountability.alerts.notify import send
+from ldtm_core.accountability.gate import gate
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
 from ldtm_core.cli import app
 from ldtm_core.errors import ConfigError, InputError, NotFoundError
 from ldtm_core.learning import registry

@@ -13,9 +13,10 @@ from accountability_helpers import add_backtest, ingest, make_model, make_settin
 from sqlalchemy import insert, select, update
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import champion_challenger as cc
-from ldtm_core.accountability import gate, shadow
-from ldtm_core.accountability.gate import GateThresholds, run_gate
+from ldtm_core.accountability.gate import champion_challenger as cc
+from ldtm_core.accountability.gate import gate
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
+from ldtm_core.accountability.shadow import shadow
 from ldtm_core.cli import app
 from ldtm_core.learning import registry
 from ldtm_core.schema import backtest_folds, corporate_actions, gate_decisions, snapshots
@@ -149,8 +150,8 @@ def test_a_split_recorded_after_the_backtest_is_refused_not_mixed(engine, tmp_pa
 def test_a_ticker_the_gate_leaves_without_a_champion_is_still_predicted_ungated(engine, tmp_path, db_url):
     """Issue 27: the stricter first deployment refuses a coin; the nightly still writes the ticker's
     predictions from its candidate, marked ungated and out of production figures."""
-    from ldtm_core.accountability.leaderboard import leaderboard, ungated_note
-    from ldtm_core.accountability.snapshots import predict
+    from ldtm_core.accountability.board.leaderboard import leaderboard, ungated_note
+    from ldtm_core.accountability.ledger.snapshots import predict
 
     s = make_settings(tmp_path, db_url)
     ingest(engine, ["AAPL"])

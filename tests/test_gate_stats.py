@@ -16,12 +16,13 @@ from scipy.stats import binomtest
 from scipy.stats import t as student_t
 from sqlalchemy import update
 
-from ldtm_core.accountability import gate_ledger, gate_sim
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.paired import dm_error_test, dm_test, hac_lag, long_run_variance
+from ldtm_core.accountability.gate import ledger as gate_ledger
+from ldtm_core.accountability.gate import sim as gate_sim
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
 from ldtm_core.learning import registry
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds
+from ldtm_core.scoring.paired import dm_error_test, dm_test, hac_lag, long_run_variance
 
 # --- Diebold-Mariano ---------------------------------------------------------------------------------
 

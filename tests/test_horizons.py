@@ -21,7 +21,7 @@ from alembic import command
 from sqlalchemy import text
 
 from ldtm_core import horizons
-from ldtm_core.accountability import chain
+from ldtm_core.accountability.ledger import chain
 from ldtm_core.data.calendar import target_dates
 from ldtm_core.db import get_engine
 from ldtm_core.learning import fold_cache

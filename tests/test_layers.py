@@ -3,6 +3,9 @@
 The layers, lowest first: the base (`ldtm_core/*.py`: config, db, schema, errors, horizons, migrate, ...),
 `data/` (prices in, features out), `scoring/` (pure scoring functions: the skill test, the baselines),
 `learning/` (models and their registry), `accountability/` (predictions, scores, promotion), then `cli/`.
+`accountability/` is rooms, not flat modules, lowest first: `alerts/` (the webhook), `ledger/` (snapshots,
+the chain, audit, fillback, refill, run log), `shadow/`, `gate/`, `board/`, `decay/`, `signals/`; a room
+imports only the rooms before it.
 A layer imports only the layers below it: the base nothing of the packages, `data/` nothing of scores,
 predictions or models, `scoring/` only the base and `data/`, `learning/` nothing of `accountability/`.
 The core never imports the shell or the dashboard, and no module of the core takes part in an import
@@ -185,6 +188,31 @@ def test_accountability_never_imports_the_command_line():
     _refuse(_violations(_package_files("ldtm_core/accountability"), ("ldtm_core.cli",)))
 
 
+ROOMS = ("alerts", "ledger", "shadow", "gate", "board", "decay", "signals")
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["ldtm_core", "accountability"] and len(parts) > 3 else None
+
+
+def test_accountability_is_rooms_not_flat_modules():
+    flat = [p.name for p in (CORE / "accountability").glob("*.py") if p.name != "__init__.py"]
+    assert not flat, f"modules directly in accountability/ (put each in its room): {flat}"
+    rooms = sorted(p.name for p in (CORE / "accountability").iterdir() if (p / "__init__.py").exists())
+    assert rooms == sorted(ROOMS)
+
+
+def test_a_room_imports_only_the_rooms_before_it():
+    bad = []
+    for module, targets in _import_graph().items():
+        if (room := _room(module)) is None:
+            continue
+        allowed = ROOMS[: ROOMS.index(room) + 1]
+        bad += [f"{module} -> {t}" for t in sorted(targets) if (_room(t) or room) not in allowed]
+    assert not bad, "imports of a later room:\n" + "\n".join(bad)
+
+
 def test_no_import_cycle_in_the_core():
     cycles = [" -> ".join(cycle) for cycle in _cycles(_import_graph())]
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
@@ -192,8 +220,8 @@ def test_no_import_cycle_in_the_core():
 
 def test_the_checker_sees_a_function_level_import(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from ldtm_core.accountability.refill import refill\n")
-    assert "ldtm_core.accountability.refill" in _imports(module)
+    module.write_text("def f():\n    from ldtm_core.accountability.ledger.refill import refill\n")
+    assert "ldtm_core.accountability.ledger.refill" in _imports(module)
 
 
 def test_the_checker_finds_a_cycle():

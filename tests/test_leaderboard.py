@@ -11,8 +11,8 @@ from accountability_helpers import registry_row
 from scipy.stats import binomtest
 from sqlalchemy import insert, update
 
-from ldtm_core.accountability.board_reads import recent_next_day
-from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, verdict
+from ldtm_core.accountability.board.leaderboard import leaderboard, leaderboard_by_model, verdict
+from ldtm_core.accountability.board.reads import recent_next_day
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS, NAMES
 from ldtm_core.schema import model_registry, snapshots
@@ -351,7 +351,7 @@ def _replayed_evenings(engine, ticker: str, evenings: int = 100) -> list[dict]:
     import numpy as np
     from accountability_helpers import ingest
 
-    from ldtm_core.accountability.fillback import fillback
+    from ldtm_core.accountability.ledger.fillback import fillback
     from ldtm_core.data.calendar import target_dates
 
     df = ingest(engine, [ticker], start="2023-06-01", end="2024-06-28")

@@ -11,8 +11,8 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import operator_alerts
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.alerts import operator_alerts
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.data import calendar
 from ldtm_core.data.price_fetch import fetch_prices

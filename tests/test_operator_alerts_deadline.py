@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from ldtm_core.accountability.operator_alerts import deadline_from_env
+from ldtm_core.accountability.alerts.operator_alerts import deadline_from_env
 from ldtm_core.errors import InputError
 
 

@@ -12,7 +12,7 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
@@ -126,7 +126,7 @@ def test_train_refuses_fixed_vocabulary_overrides_before_touching_anything(
 
 def test_an_interrupted_predict_leaves_a_run_log_message_that_says_so(engine, db_url, tmp_path, monkeypatch):
     """Ctrl-C (KeyboardInterrupt, whose text is empty) must not leave 'failed' with an empty message."""
-    from ldtm_core.accountability import snapshots as snapshots_module
+    from ldtm_core.accountability.ledger import snapshots as snapshots_module
 
     settings = make_settings(tmp_path, db_url)
     ingest(engine, ["AAPL"])

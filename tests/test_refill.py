@@ -7,11 +7,11 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text, update
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.chain import AUDIT_KEY_ENV, row_hash
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.refill import refill, refill_after_ingest
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, row_hash
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.refill import refill, refill_after_ingest
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate

@@ -9,7 +9,7 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.replay import predict_range
+from ldtm_core.accountability.ledger.replay import predict_range
 from ldtm_core.cli import app
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.errors import InputError

@@ -1,4 +1,4 @@
-"""ldtm_core.accountability.reports: the dashboard's read functions against hand computations on a small seeded DB."""
+"""ldtm_core.accountability.board.reports: the dashboard's read functions against hand computations on a small seeded DB."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 from sqlalchemy import update
 
-from ldtm_core.accountability import reports
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import run_gate
-from ldtm_core.accountability.replay import predict_range
+from ldtm_core.accountability.board import reports
+from ldtm_core.accountability.gate.gate import run_gate
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.replay import predict_range
 from ldtm_core.errors import InputError
 from ldtm_core.learning import registry
 from ldtm_core.schema import snapshots

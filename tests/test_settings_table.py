@@ -184,9 +184,9 @@ def test_the_operations_table_lists_exactly_the_user_settings_with_their_default
 
 
 def test_the_table_defaults_are_the_ones_the_code_uses():
-    from ldtm_core.accountability import signals
-    from ldtm_core.accountability.decay import DecaySettings
-    from ldtm_core.accountability.gate import GateThresholds
+    from ldtm_core.accountability.decay.decay import DecaySettings
+    from ldtm_core.accountability.gate.gate import GateThresholds
+    from ldtm_core.accountability.signals import signals
     from ldtm_core.data import price_gaps, price_moves, sources
     from ldtm_core.data.sources.ib import IBSource
     from ldtm_core.learning import gpu_slots
@@ -284,7 +284,7 @@ def test_a_bad_source_setting_is_one_error_naming_it(monkeypatch):
     "var, value, read",
     [
         ("LDTM_MAX_DAILY_MOVE_PCT", "forty", "ldtm_core.data.price_moves:threshold_from_env"),
-        ("LDTM_SIGNAL_COST_BP", "five", "ldtm_core.accountability.signals:cost_bp_from_env"),
+        ("LDTM_SIGNAL_COST_BP", "five", "ldtm_core.accountability.signals.signals:cost_bp_from_env"),
     ],
 )
 def test_modules_check_their_numbers_through_config(monkeypatch, var, value, read):

@@ -15,14 +15,14 @@ from scipy.stats import binomtest, wilcoxon
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from ldtm_core.accountability import shadow
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.board_reads import recent_next_day
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model
-from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ticker_predictions
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.board.leaderboard import leaderboard, leaderboard_by_model
+from ldtm_core.accountability.board.reads import recent_next_day
+from ldtm_core.accountability.board.reports import evening_cohorts, latest_evening, ticker_predictions
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
+from ldtm_core.accountability.shadow import shadow
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import ERROR_ONLY
 from ldtm_core.learning import registry

@@ -13,7 +13,8 @@ import pytest
 from scipy.stats import binom, binomtest
 
 from ldtm_core import shadow_power
-from ldtm_core.accountability import shadow, shadow_design
+from ldtm_core.accountability.shadow import design as shadow_design
+from ldtm_core.accountability.shadow import shadow
 
 REPS = 600
 

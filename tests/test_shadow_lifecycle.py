@@ -11,9 +11,9 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, update
 
-from ldtm_core.accountability import shadow
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
+from ldtm_core.accountability.shadow import shadow
 from ldtm_core.learning import registry
 from ldtm_core.schema import gate_decisions, model_registry
 

@@ -13,11 +13,12 @@ import pytest
 from signals_helpers import register, rows_for, seed_market, write
 from sqlalchemy import select
 
-from ldtm_core.accountability import signal_ic, signal_stats
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.signal_portfolios import simulate
-from ldtm_core.accountability.signal_rows import RowChoice, Rows, load_rows, with_returns
-from ldtm_core.accountability.signals import explain, signal_report
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.signals import ic as signal_ic
+from ldtm_core.accountability.signals import stats as signal_stats
+from ldtm_core.accountability.signals.portfolios import simulate
+from ldtm_core.accountability.signals.rows import RowChoice, Rows, load_rows, with_returns
+from ldtm_core.accountability.signals.signals import explain, signal_report
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES

@@ -1,4 +1,4 @@
-"""The hand-written rank IC and quintile returns (accountability.signal_ic) against alphalens-reloaded's own
+"""The hand-written rank IC and quintile returns (accountability.signals.ic) against alphalens-reloaded's own
 figures on the same predicted and realised returns (alphalens is a dev-only dependency: it computes forward
 returns from a price matrix and pulls IPython and seaborn, so it does not run in the nightly)."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ldtm_core.accountability import signal_ic
-from ldtm_core.accountability.signal_rows import with_returns
+from ldtm_core.accountability.signals import ic as signal_ic
+from ldtm_core.accountability.signals.rows import with_returns
 from ldtm_core.horizons import NAMES
 
 al_perf = pytest.importorskip("alphalens.performance")
@@ -67,7 +67,7 @@ def test_quintile_labels_and_mean_returns_equal_alphalens():
 def test_return_figures_match_empyrical():
     """Annual return and volatility, Sharpe, Sortino (hand-written in signal_stats) against empyrical's;
     the drawdown matches when the series starts with a gain (empyrical ignores the starting capital)."""
-    from ldtm_core.accountability import signal_stats
+    from ldtm_core.accountability.signals import stats as signal_stats
 
     empyrical = pytest.importorskip("empyrical")
     rng = np.random.default_rng(3)

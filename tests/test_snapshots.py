@@ -14,10 +14,10 @@ from accountability_helpers import ingest, make_model, make_settings
 from calendar_oracle import next_monday_session, next_session
 from sqlalchemy import event, select, text
 
-from ldtm_core.accountability import snapshots as snapshots_mod
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.chain import canonical
-from ldtm_core.accountability.snapshots import classify_direction, predict
+from ldtm_core.accountability.ledger import snapshots as snapshots_mod
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.chain import canonical
+from ldtm_core.accountability.ledger.snapshots import classify_direction, predict
 from ldtm_core.data.calendar import sessions_after
 from ldtm_core.data.features import compute_features
 from ldtm_core.data.samples import build_samples
@@ -330,8 +330,8 @@ def test_predict_input_equals_the_training_sample(engine, db_url, tmp_path, monk
 def test_in_sample_replays_are_flagged_and_left_off_the_leaderboard(engine, db_url, tmp_path):
     """A model whose data cutoff is 2024-06-21 replays 06-18..06-24: the evenings whose next-day target
     is on or before the cutoff are in-sample; 06-21 (target 06-24) and later are out of sample."""
-    from ldtm_core.accountability.fillback import fillback
-    from ldtm_core.accountability.leaderboard import leaderboard
+    from ldtm_core.accountability.board.leaderboard import leaderboard
+    from ldtm_core.accountability.ledger.fillback import fillback
 
     settings = make_settings(tmp_path, db_url)
     ingest(engine, ["AAPL"])

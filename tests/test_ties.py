@@ -10,11 +10,11 @@ import pytest
 from accountability_helpers import make_model, make_settings
 from sqlalchemy import select, text
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.chain import AUDIT_KEY_ENV
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.refill import refill
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.refill import refill
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning import backtest as bt
@@ -149,7 +149,7 @@ def test_pooled_baselines_from_stored_folds_use_the_scored_rows(n_ties):
 
 
 def test_the_ticker_report_scores_no_tie():
-    from ldtm_core.accountability.reports import rolling_accuracy, scored, ticker_skill
+    from ldtm_core.accountability.board.reports import rolling_accuracy, scored, ticker_skill
 
     preds = pd.DataFrame(
         {
@@ -171,7 +171,7 @@ def test_the_decay_record_scores_no_tie(engine, db_url, tmp_path):
     from decay_helpers import evenings, planted_model, snapshot_row
     from sqlalchemy import insert
 
-    from ldtm_core.accountability import decay_record
+    from ldtm_core.accountability.decay import record as decay_record
 
     settings = make_settings(tmp_path, db_url)
     model_id = planted_model(engine, settings, "AAPL")

@@ -285,7 +285,7 @@ def test_a_backtest_with_more_folds_than_the_study_counts_the_test_rows_the_stud
     8 folds starts earlier, inside the dates the trials used: those test rows are leakage (issue 20 item 5)."""
     import datetime as dt
 
-    from ldtm_core.accountability.gate import run_gate
+    from ldtm_core.accountability.gate.gate import run_gate
     from ldtm_core.schema import prices
 
     ingest(engine, ["AAPL"], start=START, end=END)

@@ -9,11 +9,11 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.board_reads import recent_next_day
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model, ungated_note
-from ldtm_core.accountability.reports import evening_cohorts, latest_evening, ticker_predictions
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.board.leaderboard import leaderboard, leaderboard_by_model, ungated_note
+from ldtm_core.accountability.board.reads import recent_next_day
+from ldtm_core.accountability.board.reports import evening_cohorts, latest_evening, ticker_predictions
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.learning import registry
 
 EVENINGS = [dt.date(2024, 6, 18), dt.date(2024, 6, 20), dt.date(2024, 6, 21), dt.date(2024, 6, 24)]

@@ -614,7 +614,7 @@ def step_1_2(stack: Stack) -> None:
 DASHBOARD_PROBE = """
 import json
 from streamlit.testing.v1 import AppTest
-from ldtm_core.accountability.leaderboard import leaderboard
+from ldtm_core.accountability.board.leaderboard import leaderboard
 from ldtm_dashboard import APP
 from ldtm_dashboard.data import engine
 at = AppTest.from_file(str(APP.parent / "views" / "leaderboard.py"), default_timeout=240)

@@ -59,7 +59,7 @@ def predict_cmd(
     end: str = typer.Option(None, "--end", help="Last session of the --start range (inclusive)"),
 ) -> None:
     """Predict every horizon per ticker and record hash-chained snapshot rows (rerun = no-op)."""
-    from ldtm_core.accountability.snapshots import predict
+    from ldtm_core.accountability.ledger.snapshots import predict
     from ldtm_core.config import NUMERIC_SETTINGS, check_number
     from ldtm_core.errors import InputError
 
@@ -70,7 +70,7 @@ def predict_cmd(
     if start is not None or end is not None:
         if start is None or end is None or run_date is not None:
             raise InputError("--start and --end go together, and not with --run-date")
-        from ldtm_core.accountability.replay import predict_range
+        from ldtm_core.accountability.ledger.replay import predict_range
         from ldtm_core.data.calendar import sessions_between
         from ldtm_core.progress import progress
 
@@ -204,8 +204,8 @@ def fillback_cmd(
 
     First, as the nightly does, actuals made stale by a revised bar inside the overlap window or by a late
     corporate action are re-filled (each logged in fill_revisions with its old value and reason)."""
-    from ldtm_core.accountability.fillback import fillback
-    from ldtm_core.accountability.refill import refill
+    from ldtm_core.accountability.ledger.fillback import fillback
+    from ldtm_core.accountability.ledger.refill import refill
 
     cfg = settings()
     engine = open_db(cfg)
@@ -287,15 +287,15 @@ def leaderboard_cmd(
     Each evening counts once per ticker: its first recorded prediction (what was published). The
     next-day figures cover the 30 days ending at the newest filled evening; the next-Monday and one-month
     errors the 30 days ending at their own newest filled target date, with their counts in brackets."""
-    from ldtm_core.accountability.board_stats import LABEL_RULE
-    from ldtm_core.accountability.leaderboard import (
+    from ldtm_core.accountability.board.leaderboard import (
         in_sample_note,
         leaderboard,
         leaderboard_by_model,
         ungated_note,
         universe,
     )
-    from ldtm_core.accountability.no_champion import without_champion
+    from ldtm_core.accountability.board.no_champion import without_champion
+    from ldtm_core.scoring.board_stats import LABEL_RULE
 
     engine = open_db()
     label = ", with ".join(
@@ -331,7 +331,7 @@ def leaderboard_cmd(
     from ldtm_core.learning.registry import shadow_models
 
     if shadow:
-        from ldtm_core.accountability.shadow import side_by_side
+        from ldtm_core.accountability.shadow.shadow import side_by_side
         from ldtm_core.cli.shadow import print_side_by_side
 
         print_side_by_side(side_by_side(engine, settings()))
@@ -371,7 +371,7 @@ def board_cells() -> list[BoardCell]:
     """The CLI board's columns, in the order of leaderboard.DISPLAY_COLUMNS (the one list the dashboard
     shows too): a cell comes where the first of its display columns is; a display column with no cell
     here (and not in the title) is an error, so a new display column is never silently left out."""
-    from ldtm_core.accountability import leaderboard
+    from ldtm_core.accountability.board import leaderboard
     from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 
     cells = [
@@ -443,7 +443,7 @@ def board_cells() -> list[BoardCell]:
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo); its columns are
     leaderboard.DISPLAY_COLUMNS' (board_cells)."""
-    from ldtm_core.accountability.leaderboard import UNGATED_LEGEND, verdict
+    from ldtm_core.accountability.board.leaderboard import UNGATED_LEGEND, verdict
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
@@ -499,7 +499,7 @@ def audit_verify(
     """Recompute every ticker's hash chain, compare it with the recorded chain heads and re-derive every
     filled actual from prices; exit 1 and list each problem if any. A passing audit of all tickers
     records the chain heads it verified (run_log, kind 'audit'): `--incremental` starts from there."""
-    from ldtm_core.accountability.audit import verify
+    from ldtm_core.accountability.ledger.audit import verify
 
     mode = "incremental" if incremental else "full"
     report = verify(open_db(), _tickers(tickers), mode=mode, record=True)

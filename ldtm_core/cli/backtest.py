@@ -143,7 +143,7 @@ def _backtest_many(
     tickers: str, folds: int, workers: int | None, warm_start: bool, reuse: bool | None = None
 ) -> None:
     """`ldtm backtest --tickers ...`: every ticker's newest candidate, progress, one summary row each."""
-    from ldtm_core.accountability.backtest_pool import backtest_many
+    from ldtm_core.accountability.gate.backtest_pool import backtest_many
     from ldtm_core.data.universe import load_universe, resolve_tickers
     from ldtm_core.progress import progress
     from ldtm_core.scoring.skill import format_p_value

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ldtm_core.accountability.refill import refill_after_ingest
+from ldtm_core.accountability.ledger.refill import refill_after_ingest
 from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db, parse_date, settings
 from ldtm_core.config import masked_url
 from ldtm_core.data.sources import ENV_SOURCE, SPEC_HELP

@@ -29,7 +29,7 @@ def decay_cmd(
     """CUSUM decay check of every ticker with an active model, on its published record across model
     changes, and PSI feature drift since the recipe's data cutoff (what the `leaderboard_decay`
     Dagster check reports each night; docs/operations.md says what to do on an alarm)."""
-    from ldtm_core.accountability.decay import DecaySettings, check, notify_decay
+    from ldtm_core.accountability.decay.decay import DecaySettings, check, notify_decay
     from ldtm_core.config import Settings
     from ldtm_core.data.universe import parse_ticker_list
 

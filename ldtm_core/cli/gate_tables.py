@@ -11,7 +11,7 @@ from ldtm_core.cli.common import fmt_num, fmt_pct
 def comparison_table(report) -> Table:
     """Both sides on the shared rows (issue 21): accuracy and |error| per horizon, beside always-up and
     persistence on the same rows."""
-    from ldtm_core.accountability.paired import HORIZON_LABELS
+    from ldtm_core.scoring.paired import HORIZON_LABELS
 
     c = report.comparison
     p = c.paired
@@ -42,7 +42,7 @@ def comparison_table(report) -> Table:
 
 
 def comparison_lines(report) -> list[str]:
-    from ldtm_core.accountability.paired import HORIZON_LABELS
+    from ldtm_core.scoring.paired import HORIZON_LABELS
     from ldtm_core.scoring.skill import format_p_value
 
     c = report.comparison

@@ -81,7 +81,7 @@ def operator_name(given: str | None) -> str:
 
 
 def notify_override(event: str, who: str, ticker: str, model_id: int, reason: str) -> None:
-    from ldtm_core.accountability import notify
+    from ldtm_core.accountability.alerts import notify
 
     payload = {"event": event, "by": who, "ticker": ticker, "model_id": model_id, "reason": reason}
     notify.send(
@@ -155,7 +155,7 @@ def registry_rollback(
         f"retired {res.retired_model_id if res.retired_model_id is not None else 'nothing'}"
     )
     # A shadow was compared with the model just rolled back: end it now rather than re-point it (issue 28).
-    from ldtm_core.accountability.shadow import conclude
+    from ldtm_core.accountability.shadow.shadow import conclude
 
     ended = conclude(engine, settings(), res.ticker)
     if ended is not None and ended.comparison.ended:
@@ -211,7 +211,7 @@ def gate_cmd(
 ) -> None:
     """Judge a candidate on its newest backtest, paired with the champion on the same rows: promote on
     pass; exit 1 and notify on fail."""
-    from ldtm_core.accountability.gate import GateThresholds, run_gate
+    from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
     from ldtm_core.data.universe import validate_ticker
 
     thresholds = GateThresholds.from_env(
@@ -248,7 +248,7 @@ def gate_cmd(
     table = Table(
         "criterion", "value", "threshold", "ok", title=f"gate {report.ticker} model {report.model_id}"
     )
-    from ldtm_core.accountability.gate import _fmt
+    from ldtm_core.accountability.gate.gate import _fmt
 
     for c in report.criteria:
         table.add_row(

@@ -17,7 +17,7 @@ app.add_typer(shadow_app, name="shadow")
 
 def print_side_by_side(df) -> None:
     """Champion vs shadow per ticker on the same filled evenings (also `ldtm leaderboard --shadow`)."""
-    from ldtm_core.accountability.shadow import RULE
+    from ldtm_core.accountability.shadow.shadow import RULE
     from ldtm_core.scoring.skill import format_p_value
 
     if df.empty:
@@ -65,7 +65,7 @@ def print_side_by_side(df) -> None:
 @handle_errors
 def shadow_status() -> None:
     """Every model in shadow beside its champion: paired evenings so far, figures, pending decision."""
-    from ldtm_core.accountability.shadow import design_for, side_by_side
+    from ldtm_core.accountability.shadow.shadow import design_for, side_by_side
 
     cfg = settings()
     print_side_by_side(side_by_side(open_db(cfg), cfg))
@@ -77,7 +77,7 @@ def shadow_status() -> None:
 @handle_errors
 def shadow_conclude(ticker: str = typer.Option(None, "--ticker", help="Only this ticker")) -> None:
     """Promote or retire each shadow that has its filled evenings (what the nightly does after fillback)."""
-    from ldtm_core.accountability.shadow import conclude, conclude_all
+    from ldtm_core.accountability.shadow.shadow import conclude, conclude_all
 
     cfg = settings()
     engine = open_db(cfg)
@@ -103,7 +103,7 @@ def shadow_end(
 ) -> None:
     """End a shadow early by hand, whatever its live record says so far (logged with that record).
     Exactly one of --promote and --retire."""
-    from ldtm_core.accountability.shadow import end_shadow
+    from ldtm_core.accountability.shadow.shadow import end_shadow
 
     if promote == retire:  # both (a flag pair let the last one win) or neither
         raise InputError("shadow end: give exactly one of --promote and --retire")

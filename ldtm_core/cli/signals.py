@@ -49,8 +49,8 @@ def signals_cmd(
 ) -> None:
     """Rank IC per horizon, quintile returns and paper portfolios (long bullish / short bearish,
     long-only bullish) net of costs against the equal-weight universe, from the published rows."""
-    from ldtm_core.accountability.signal_rows import RowChoice
-    from ldtm_core.accountability.signals import explain, signal_report
+    from ldtm_core.accountability.signals.rows import RowChoice
+    from ldtm_core.accountability.signals.signals import explain, signal_report
 
     choice = RowChoice(
         mode,

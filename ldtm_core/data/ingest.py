@@ -34,7 +34,7 @@ class IngestResult:
     rows: int
     written: int  # rows inserted or changed
     # Tickers that got a corporate action recorded: the caller re-fills their actuals (the data layer
-    # knows nothing of predictions; accountability.refill.refill_after_ingest does it).
+    # knows nothing of predictions; accountability.ledger.refill.refill_after_ingest does it).
     action_tickers: list[str] = field(default_factory=list)
     # Holes longer than LDTM_MAX_GAP_SESSIONS next to what was stored (features restart after them).
     gaps: list[PriceGap] = field(default_factory=list)

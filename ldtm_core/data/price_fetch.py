@@ -97,7 +97,7 @@ class FetchReport:
     @property
     def action_tickers(self) -> list[str]:
         """Tickers that got a corporate action recorded: the caller re-fills their actuals
-        (accountability.refill.refill_after_ingest; the data layer knows nothing of predictions)."""
+        (accountability.ledger.refill.refill_after_ingest; the data layer knows nothing of predictions)."""
         return sorted(o.ticker for o in self.outcomes.values() if o.actions)
 
     @property

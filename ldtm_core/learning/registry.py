@@ -1,7 +1,7 @@
 """The model registry: candidate -> active -> retired, every transition recorded (SPEC §10).
 
 With LDTM_SHADOW_SESSIONS > 0 a candidate that passes the gate goes candidate -> shadow first, and
-from there -> active or -> retired on its live record (accountability.shadow).
+from there -> active or -> retired on its live record (accountability.shadow.shadow).
 
 At most one active model per ticker is guaranteed by a partial unique index, not by this code.
 """

@@ -18,11 +18,13 @@ from dagster import (
     asset,
 )
 
-from ldtm_core.accountability import audit, board_stats, chain, fillback, refill, shadow
-from ldtm_core.accountability import leaderboard as board
-from ldtm_core.accountability import snapshots as snaps
-from ldtm_core.accountability.no_champion import without_champion
+from ldtm_core.accountability.board import leaderboard as board
+from ldtm_core.accountability.board.no_champion import without_champion
+from ldtm_core.accountability.ledger import audit, chain, fillback, refill
+from ldtm_core.accountability.ledger import snapshots as snaps
+from ldtm_core.accountability.shadow import shadow
 from ldtm_core.data.calendar import is_session
+from ldtm_core.scoring import board_stats
 
 from ..deployment import gpu_step_tags
 from ..gpu_pool import GPU_POOL
@@ -244,10 +246,10 @@ def fillbacks(
     """Actual prices filled into snapshot rows whose target dates have closed (predictions untouched).
 
     First the actuals made stale by a revised bar inside the overlap window or a late corporate action are
-    re-filled (ldtm_core.accountability.refill; each logged in fill_revisions with its old value).
+    re-filled (ldtm_core.accountability.ledger.refill; each logged in fill_revisions with its old value).
     Then each shadow model whose paired filled evenings reach the N stored when it started is promoted
     or retired on its live record against the champion, and one whose checkpoint no longer loads, whose
-    champion stopped serving or that timed out is ended (ldtm_core.accountability.shadow)."""
+    champion stopped serving or that timed out is ended (ldtm_core.accountability.shadow.shadow)."""
     engine = database.engine(store)
     with failing_as("fillbacks"):
         redone = refill.refill(engine, automatic=True)

@@ -31,7 +31,7 @@ from dagster import (
     op,
 )
 
-from ldtm_core.accountability.backtest_pool import backtest_candidate
+from ldtm_core.accountability.gate.backtest_pool import backtest_candidate
 from ldtm_core.learning import resume
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START
 from ldtm_core.progress import run_line

@@ -19,7 +19,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from ldtm_core.accountability.refill import refill_after_ingest
+from ldtm_core.accountability.ledger.refill import refill_after_ingest
 from ldtm_core.data import feature_store, ingest
 from ldtm_core.data.calendar import is_session, latest_closed_session, latest_session_on_or_before
 from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, fetch_prices

@@ -6,7 +6,7 @@ Both are partitioned by ticker and accept multi-partition (single-run) backfills
 
 from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, MetadataValue, asset
 
-from ldtm_core.accountability import gate
+from ldtm_core.accountability.gate import gate
 from ldtm_core.learning import export, registry
 
 from ..metadata import records_table

@@ -2,7 +2,7 @@
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-from ldtm_core.accountability.signals import signal_report
+from ldtm_core.accountability.signals.signals import signal_report
 
 from ..metadata import records_table
 from ..partition_steps import failing_as
@@ -17,7 +17,7 @@ def signal_performance(
 ) -> MaterializeResult:
     """Rank IC, quintile returns and paper portfolios (long bullish / short bearish, long-only bullish,
     net of LDTM_SIGNAL_COST_BP) against the equal-weight universe, from the published production rows
-    (ldtm_core.accountability.signals; `ldtm signals` prints the same report)."""
+    (ldtm_core.accountability.signals.signals; `ldtm signals` prints the same report)."""
     engine = database.engine(store)
     with failing_as("signal_performance"):
         report = signal_report(engine)

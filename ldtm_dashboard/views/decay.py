@@ -5,7 +5,7 @@ drift of its features (PSI) beside it. The same figures as the `leaderboard_deca
 import pandas as pd
 import streamlit as st
 
-from ldtm_core.accountability.decay import TABLE_COLUMNS, DecaySettings, check
+from ldtm_core.accountability.decay.decay import TABLE_COLUMNS, DecaySettings, check
 from ldtm_dashboard.data import database_caption, engine
 
 PCT = st.column_config.NumberColumn

@@ -4,8 +4,7 @@
 import pandas as pd
 import streamlit as st
 
-from ldtm_core.accountability.board_stats import LABEL_RULE
-from ldtm_core.accountability.leaderboard import (
+from ldtm_core.accountability.board.leaderboard import (
     DISPLAY_COLUMNS,
     MODES,
     SIGNIFICANCE,
@@ -16,11 +15,12 @@ from ldtm_core.accountability.leaderboard import (
     universe,
     verdict,
 )
-from ldtm_core.accountability.no_champion import without_champion
-from ldtm_core.accountability.shadow import RULE as SHADOW_RULE
-from ldtm_core.accountability.shadow import side_by_side
+from ldtm_core.accountability.board.no_champion import without_champion
+from ldtm_core.accountability.shadow.shadow import RULE as SHADOW_RULE
+from ldtm_core.accountability.shadow.shadow import side_by_side
 from ldtm_core.config import Settings
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
+from ldtm_core.scoring.board_stats import LABEL_RULE
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine, first_evening_hint
 

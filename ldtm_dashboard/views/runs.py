@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ldtm_core.accountability.reports import audit_status, latest_evening, pending_fillback, recent_runs
+from ldtm_core.accountability.board.reports import audit_status, latest_evening, pending_fillback, recent_runs
 from ldtm_dashboard.data import database_caption, engine, first_evening_hint
 
 st.title("Runs")

@@ -1,14 +1,14 @@
 """Signals: what trading the published signals would have earned (issue 30). The same report as
-`ldtm signals` and the `signal_performance` asset (ldtm_core.accountability.signals)."""
+`ldtm signals` and the `signal_performance` asset (ldtm_core.accountability.signals.signals)."""
 
 import datetime as dt
 import math
 
 import streamlit as st
 
-from ldtm_core.accountability.signal_ic import HORIZONS
-from ldtm_core.accountability.signal_rows import MODES, RowChoice
-from ldtm_core.accountability.signals import cost_bp_from_env, explain, signal_report
+from ldtm_core.accountability.signals.ic import HORIZONS
+from ldtm_core.accountability.signals.rows import MODES, RowChoice
+from ldtm_core.accountability.signals.signals import cost_bp_from_env, explain, signal_report
 from ldtm_core.errors import LDTMError
 from ldtm_dashboard.data import database_caption, engine
 from ldtm_dashboard.signal_charts import drawdown_chart, equity_chart, ic_chart, quintile_chart

@@ -2,8 +2,7 @@
 
 import streamlit as st
 
-from ldtm_core.accountability.gate import latest_reports
-from ldtm_core.accountability.reports import (
+from ldtm_core.accountability.board.reports import (
     counted_predictions,
     evening_cohorts,
     last_gate_report,
@@ -15,6 +14,7 @@ from ldtm_core.accountability.reports import (
     ticker_skill,
     tickers_with_snapshots,
 )
+from ldtm_core.accountability.gate.gate import latest_reports
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.scoring.skill import format_p_value
 from ldtm_dashboard.charts import (

@@ -7,7 +7,7 @@ import json
 from dagster import build_run_status_sensor_context, build_sensor_context, materialize
 from ldtm_dagster_helpers import tiny_resources
 
-from ldtm_core.accountability import operator_alerts
+from ldtm_core.accountability.alerts import operator_alerts
 from ldtm_dagster.alert_sensors import run_failure_alert, snapshots_freshness_alert
 from ldtm_dagster.assets import prices
 

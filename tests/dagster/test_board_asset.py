@@ -8,7 +8,7 @@ from dagster import materialize
 from ldtm_dagster_helpers import tiny_resources
 from test_board_stats import _board_rows
 
-from ldtm_core.accountability.gate import run_gate
+from ldtm_core.accountability.gate.gate import run_gate
 from ldtm_core.db import get_engine
 from ldtm_dagster import assets
 

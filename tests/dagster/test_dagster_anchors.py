@@ -13,7 +13,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from ldtm_dagster_helpers import tiny_resources
 from sqlalchemy import select, text, update
 
-from ldtm_core.accountability.chain import AUDIT_KEY_ENV, row_hash
+from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, row_hash
 from ldtm_core.db import get_engine
 from ldtm_core.schema import run_log, snapshots
 from ldtm_dagster import assets

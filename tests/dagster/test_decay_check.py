@@ -64,7 +64,7 @@ def _two_chart_episode():
     evening i + hold while the second still holds it. Returns (hits, ups, i, j)."""
     from decay_helpers import PROMISE, evenings
 
-    from ldtm_core.accountability.decay import DecaySettings, Promise, charts_for
+    from ldtm_core.accountability.decay.decay import DecaySettings, Promise, charts_for
 
     n, acc, up_rate, err, leak, mo, uo = PROMISE
     promise = Promise("b", "gate decision", n, acc, up_rate, mo, uo)

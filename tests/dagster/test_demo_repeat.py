@@ -7,8 +7,8 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from ldtm_dagster_helpers import repo_instance_config, tiny_resources
 from sqlalchemy import func, select
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.leaderboard import leaderboard, leaderboard_by_model
+from ldtm_core.accountability.board.leaderboard import leaderboard, leaderboard_by_model
+from ldtm_core.accountability.ledger.audit import verify
 from ldtm_core.db import get_engine
 from ldtm_core.schema import snapshots
 from ldtm_dagster.demo import run_demo

@@ -13,7 +13,7 @@ from dagster import AssetKey, materialize
 from ldtm_dagster_helpers import TICKERS, tiny_resources
 from sqlalchemy import func, select
 
-from ldtm_core.accountability import operator_alerts
+from ldtm_core.accountability.alerts import operator_alerts
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine
 from ldtm_core.schema import ingested_files, snapshots

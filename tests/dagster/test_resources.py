@@ -130,7 +130,7 @@ def test_a_secret_read_into_a_resource_field_never_reaches_its_error(monkeypatch
 
 
 def test_the_run_failure_webhook_text_masks_every_secret(monkeypatch):
-    from ldtm_core.accountability.operator_alerts import scrub
+    from ldtm_core.accountability.alerts.operator_alerts import scrub
 
     monkeypatch.setenv("LDTM_AUDIT_KEY", SECRET)
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "pg-Pass-4471")

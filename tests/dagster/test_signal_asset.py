@@ -8,7 +8,7 @@ from dagster import AssetKey, materialize
 from ldtm_dagster_helpers import tiny_resources
 from signals_helpers import seed_market
 
-from ldtm_core.accountability.signals import signal_report
+from ldtm_core.accountability.signals.signals import signal_report
 from ldtm_core.db import get_engine
 from ldtm_dagster import assets, defs
 

@@ -6,9 +6,9 @@ import datetime as dt
 
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
 
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.replay import predict_range
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.replay import predict_range
 from ldtm_core.db import get_engine
 
 TICKERS = ["AAPL", "NVDA"]

@@ -8,7 +8,7 @@ from accountability_helpers import ingest, make_settings
 from decay_helpers import planted_model, planted_record
 from streamlit.testing.v1 import AppTest
 
-from ldtm_core.accountability.decay import DecaySettings, check
+from ldtm_core.accountability.decay.decay import DecaySettings, check
 from ldtm_core.db import get_engine
 from ldtm_dashboard import APP
 

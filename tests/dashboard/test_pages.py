@@ -8,8 +8,8 @@ import pytest
 from dashboard_helpers import FIRST_EVENING, LAST_EVENING, TICKERS, seed
 from streamlit.testing.v1 import AppTest
 
-from ldtm_core.accountability.leaderboard import leaderboard
-from ldtm_core.accountability.reports import recent_runs, ticker_predictions
+from ldtm_core.accountability.board.leaderboard import leaderboard
+from ldtm_core.accountability.board.reports import recent_runs, ticker_predictions
 from ldtm_core.horizons import HORIZONS
 from ldtm_dashboard import APP
 

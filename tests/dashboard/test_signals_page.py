@@ -7,7 +7,7 @@ import pytest
 from signals_helpers import seed_market
 from streamlit.testing.v1 import AppTest
 
-from ldtm_core.accountability.signals import signal_report
+from ldtm_core.accountability.signals.signals import signal_report
 from ldtm_core.db import get_engine
 from ldtm_dashboard import APP
 

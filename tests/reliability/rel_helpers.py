@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from sqlalchemy import func, select, text
 
-from ldtm_core.accountability.fillback import fillback as run_fillback
-from ldtm_core.accountability.snapshots import predict as snapshots_predict
+from ldtm_core.accountability.ledger.fillback import fillback as run_fillback
+from ldtm_core.accountability.ledger.snapshots import predict as snapshots_predict
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate

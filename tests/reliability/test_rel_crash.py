@@ -23,9 +23,9 @@ from rel_helpers import (
 )
 from sqlalchemy import func, select
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.db import get_engine

@@ -8,9 +8,9 @@ import pytest
 from rel_helpers import RUN_DATE, build_world, table_counts
 from typer.testing import CliRunner
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.gate import run_gate
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.gate.gate import run_gate
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_synthetic

@@ -21,8 +21,8 @@ from rel_helpers import (
 )
 from sqlalchemy import select
 
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.db import get_engine
 from ldtm_core.schema import run_log
 

@@ -24,10 +24,10 @@ from rel_helpers import (
     wait_paused,
 )
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import GateThresholds, run_gate
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.db import get_engine
 from ldtm_core.learning import registry
 

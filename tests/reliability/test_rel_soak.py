@@ -19,9 +19,9 @@ from rel_helpers import make_settings
 from sqlalchemy import func, select
 from statsmodels.stats.proportion import proportion_confint
 
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.leaderboard import leaderboard
-from ldtm_core.accountability.snapshots import predict
+from ldtm_core.accountability.board.leaderboard import leaderboard
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.calendar import session_array
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate

@@ -14,12 +14,12 @@ import numpy as np
 from scipy.signal import lfilter
 from scipy.stats import wilcoxon
 
-from ldtm_core.accountability import champion_challenger as cc
-from ldtm_core.accountability.gate import evaluate
-from ldtm_core.accountability.gate_policy import GateThresholds
-from ldtm_core.accountability.paired import HORIZONS, dm_error_test, holm, mcnemar_p
+from ldtm_core.accountability.gate import champion_challenger as cc
+from ldtm_core.accountability.gate.gate import evaluate
+from ldtm_core.accountability.gate.policy import GateThresholds
 from ldtm_core.horizons import DIRECTION
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
+from ldtm_core.scoring.paired import HORIZONS, dm_error_test, holm, mcnemar_p
 
 
 def _folds(rng, folds: int, rows: int, up_rate: float, accuracy: float) -> list[dict]:

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from ldtm_core.accountability.drift import FeatureDrift, feature_drift, model_inputs
-from ldtm_core.accountability.shadow import SHADOW_DECISION_PREFIX
+from ldtm_core.accountability.decay.drift import FeatureDrift, feature_drift, model_inputs
+from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
 from ldtm_core.learning.registry import SHADOW, ModelRecord, config_signature, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
 

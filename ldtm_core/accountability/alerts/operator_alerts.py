@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select
 
-from ldtm_core.accountability import notify
+from ldtm_core.accountability.alerts import notify
 from ldtm_core.config import mask_secrets, redact_secrets, setting
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, latest_session_on_or_before
 from ldtm_core.errors import InputError

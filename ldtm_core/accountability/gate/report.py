@@ -7,9 +7,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 
-from ldtm_core.accountability import gate_ledger, gate_markdown, notify
-from ldtm_core.accountability.champion_challenger import Comparison
-from ldtm_core.accountability.gate_policy import Criterion
+from ldtm_core.accountability.alerts import notify
+from ldtm_core.accountability.gate import ledger as gate_ledger
+from ldtm_core.accountability.gate import markdown as gate_markdown
+from ldtm_core.accountability.gate.champion_challenger import Comparison
+from ldtm_core.accountability.gate.policy import Criterion
 from ldtm_core.learning.registry import PromoteResult
 from ldtm_core.scoring import baselines
 from ldtm_core.scoring.skill import SkillTest

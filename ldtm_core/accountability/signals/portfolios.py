@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ldtm_core.accountability.signal_ic import grid
+from ldtm_core.accountability.signals.ic import grid
 
 PORTFOLIOS = ("long_short", "long_only")
 LABELS = {

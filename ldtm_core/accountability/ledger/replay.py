@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Engine
 
-from ldtm_core.accountability.snapshots import PredictResult, predict
+from ldtm_core.accountability.ledger.snapshots import PredictResult, predict
 from ldtm_core.config import Settings
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.prices import earliest_price_date, latest_price_date

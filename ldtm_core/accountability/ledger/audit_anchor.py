@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 from sqlalchemy import Connection, Engine, func, select
 
-from ldtm_core.accountability import runlog
+from ldtm_core.accountability.ledger import runlog
 from ldtm_core.schema import run_log, snapshots
 
 KIND = "audit"

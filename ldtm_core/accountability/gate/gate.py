@@ -33,8 +33,10 @@ import json
 
 from sqlalchemy import Connection, Engine, insert, select
 
-from ldtm_core.accountability import champion_challenger, gate_ledger, notify, shadow
-from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
+from ldtm_core.accountability.alerts import notify
+from ldtm_core.accountability.gate import champion_challenger
+from ldtm_core.accountability.gate import ledger as gate_ledger
+from ldtm_core.accountability.gate.policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
     DEFAULT_MIN_FOLD_ROWS,
     DEFAULT_MIN_ROWS,
     EVIDENCE_CRITERIA,
@@ -43,7 +45,8 @@ from ldtm_core.accountability.gate_policy import (  # noqa: F401  (re-exported: 
     GateThresholds,
     _fmt,
 )
-from ldtm_core.accountability.gate_report import HELD, GateReport  # noqa: F401  (re-exported)
+from ldtm_core.accountability.gate.report import HELD, GateReport  # noqa: F401  (re-exported)
+from ldtm_core.accountability.shadow import shadow
 from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction

@@ -36,8 +36,7 @@ import torch
 from scipy.stats import binomtest
 from sqlalchemy import Engine, select
 
-from ldtm_core.accountability.gate_policy import Criterion, GateThresholds
-from ldtm_core.accountability.paired import PairedComparison, compare, mcnemar_p
+from ldtm_core.accountability.gate.policy import Criterion, GateThresholds
 from ldtm_core.config import Settings
 from ldtm_core.data.feature_store import prices_and_features
 from ldtm_core.data.samples import SampleSet, build_samples
@@ -49,6 +48,7 @@ from ldtm_core.learning.model import LDTM, ModelConfig
 from ldtm_core.learning.registry import ModelRecord, active_model, config_signature
 from ldtm_core.schema import backtest_fold_results, corporate_actions
 from ldtm_core.scoring import baselines
+from ldtm_core.scoring.paired import PairedComparison, compare, mcnemar_p
 from ldtm_core.scoring.skill import SkillTest, format_p_value
 
 CONFIGS = "paired backtest of configs"

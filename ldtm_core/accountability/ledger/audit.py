@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, or_, select
 
-from ldtm_core.accountability import audit_anchor
-from ldtm_core.accountability.chain import (
+from ldtm_core.accountability.ledger import audit_anchor
+from ldtm_core.accountability.ledger.chain import (
     HASHED_COLUMNS,
     HASHED_V2,
     IN_SAMPLE,
@@ -39,9 +39,9 @@ from ldtm_core.accountability.chain import (
     load_anchors,
     row_hash,
 )
-from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
-from ldtm_core.accountability.refill import StaleActual, find_stale, revisions
-from ldtm_core.accountability.target_prices import target_prices
+from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
+from ldtm_core.accountability.ledger.refill import StaleActual, find_stale, revisions
+from ldtm_core.accountability.ledger.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError

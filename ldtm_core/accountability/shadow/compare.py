@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from ldtm_core.accountability.paired import error_test, mcnemar_p
 from ldtm_core.horizons import DIRECTION, HORIZONS
 from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring.paired import error_test, mcnemar_p
 from ldtm_core.scoring.skill import format_p_value
 from ldtm_core.shadow_power import ALPHA, TESTS
 

@@ -31,8 +31,8 @@ import pandas as pd
 import torch
 from sqlalchemy import Engine, and_, select
 
-from ldtm_core.accountability import runlog
-from ldtm_core.accountability.chain import write_rows_anchored
+from ldtm_core.accountability.ledger import runlog
+from ldtm_core.accountability.ledger.chain import write_rows_anchored
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates

@@ -38,15 +38,15 @@ from dataclasses import dataclass
 import pandas as pd
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
-from ldtm_core.accountability import notify
-from ldtm_core.accountability.shadow_compare import (  # noqa: F401 - re-exported: callers read them here
+from ldtm_core.accountability.alerts import notify
+from ldtm_core.accountability.shadow.compare import (  # noqa: F401 - re-exported: callers read them here
     RULE,
     SIGNIFICANCE,
     ShadowComparison,
     compare,
     paired_evenings,
 )
-from ldtm_core.accountability.shadow_design import ShadowDesign
+from ldtm_core.accountability.shadow.design import ShadowDesign
 from ldtm_core.config import Settings
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction

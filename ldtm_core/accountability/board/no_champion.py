@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import Engine
 
-from ldtm_core.accountability.gate import latest_reports
-from ldtm_core.accountability.gate_policy import Criterion
+from ldtm_core.accountability.gate.gate import latest_reports
+from ldtm_core.accountability.gate.policy import Criterion
 from ldtm_core.learning.registry import serving_models
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from ldtm_core.accountability.audit import verify
-from ldtm_core.accountability.fillback import fillback
-from ldtm_core.accountability.gate import GateThresholds, evaluate, newest_backtest
-from ldtm_core.accountability.gate import _fmt as format_criterion
+from ldtm_core.accountability.gate.gate import GateThresholds, evaluate, newest_backtest
+from ldtm_core.accountability.gate.gate import _fmt as format_criterion
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.horizons import NAMES as HORIZONS
 from ldtm_core.learning.registry import SHADOW, history, list_models

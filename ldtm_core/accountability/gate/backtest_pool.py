@@ -12,7 +12,7 @@ from functools import partial
 
 from sqlalchemy.engine import Engine
 
-from ldtm_core.accountability.champion_challenger import prepare_champion
+from ldtm_core.accountability.gate.champion_challenger import prepare_champion
 from ldtm_core.config import Settings, mask_secrets
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, LDTMError

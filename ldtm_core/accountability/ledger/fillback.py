@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import Engine, and_, case, exists, func, null, or_, select, update
 
-from ldtm_core.accountability.target_prices import target_prices
+from ldtm_core.accountability.ledger.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
 from ldtm_core.db import is_postgres, run_in_transaction, write_lock
 from ldtm_core.faults import pause_point

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 from sqlalchemy import Connection, Engine, and_, exists, func, insert, or_, select, update
 
-from ldtm_core.accountability.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
-from ldtm_core.accountability.target_prices import target_prices
+from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
+from ldtm_core.accountability.ledger.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor
 from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, sessions_before
 from ldtm_core.db import run_in_transaction, write_lock

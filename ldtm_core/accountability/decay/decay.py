@@ -9,7 +9,7 @@ Per ticker with an active model, every night:
   within the ~5 evenings a weekly champion serves: it could never fire).
 - The promise: per row, the pooled next-day direction accuracy of the backtest the gate passed the model
   that wrote it on (`decay_record.promises_of`); rows of a model with no promise are not judged.
-- Chart 1, accuracy: a Bernoulli CUSUM (ldtm_core.accountability.cusum) on the nightly direction hits,
+- Chart 1, accuracy: a Bernoulli CUSUM (ldtm_core.accountability.decay.cusum) on the nightly direction hits,
   each row in control at its model's promised accuracy p0 and out of control at p0 - delta, each step in
   units of its own design's threshold (`cusum.run_normalised`: with one promise throughout this is the
   exactly designed chart; with promises changing weekly the false-alarm rate stays near the design,
@@ -39,8 +39,10 @@ from functools import lru_cache
 import numpy as np
 from sqlalchemy import Engine
 
-from ldtm_core.accountability import cusum, notify
-from ldtm_core.accountability.decay_record import (
+from ldtm_core.accountability.alerts import notify
+from ldtm_core.accountability.decay import cusum
+from ldtm_core.accountability.decay.drift import FeatureDrift
+from ldtm_core.accountability.decay.record import (
     Promise,
     drift_of,
     models_by_id,
@@ -48,7 +50,6 @@ from ldtm_core.accountability.decay_record import (
     promises_of,
     published_record,
 )
-from ldtm_core.accountability.drift import FeatureDrift
 from ldtm_core.config import env_number
 from ldtm_core.errors import InputError
 from ldtm_core.learning.registry import ModelRecord, serving_models

@@ -4,8 +4,8 @@ with its evidence and rule (issue 21)."""
 
 from __future__ import annotations
 
-from ldtm_core.accountability.champion_challenger import ABSOLUTE, Comparison
-from ldtm_core.accountability.paired import HORIZON_LABELS
+from ldtm_core.accountability.gate.champion_challenger import ABSOLUTE, Comparison
+from ldtm_core.scoring.paired import HORIZON_LABELS
 from ldtm_core.scoring.skill import format_p_value
 
 

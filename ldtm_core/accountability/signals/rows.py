@@ -1,6 +1,6 @@
 """Signal performance, part 1: which rows, and their predicted and realised returns (SPEC §15).
 
-The board's rule (accountability.leaderboard, the views of migrations 0017/0021/0024): one row per
+The board's rule (accountability.board.leaderboard, the views of migrations 0017/0021/0024): one row per
 (ticker, evening), the first one recorded among the non-shadow rows, i.e. what was published; then
 in-sample replays and ungated evenings (a candidate predicted) are dropped unless asked for, and the mode
 (live / replay) is chosen. `shadow=True` is a what-if: on evenings a shadow model predicted, its row takes
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from ldtm_core.accountability.fillback import HORIZONS
-from ldtm_core.accountability.leaderboard import MODES
+from ldtm_core.accountability.board.leaderboard import MODES
+from ldtm_core.accountability.ledger.fillback import HORIZONS
 from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
 from ldtm_core.data.feature_store import copy_out
 from ldtm_core.db import is_postgres

@@ -34,8 +34,7 @@ import math
 import pandas as pd
 from sqlalchemy import Engine, func, not_, select
 
-from ldtm_core.accountability import board_stats
-from ldtm_core.accountability.board_reads import (
+from ldtm_core.accountability.board.reads import (
     Bounds,
     as_date,
     newest_filled_run_dates,
@@ -43,11 +42,12 @@ from ldtm_core.accountability.board_reads import (
     read_view,
     scored_rows,
 )
-from ldtm_core.accountability.board_stats import ALPHA, UniverseTest
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.learning.registry import SHADOW, serving_models
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring import board_stats
+from ldtm_core.scoring.board_stats import ALPHA, UniverseTest
 from ldtm_core.scoring.skill import SkillTest, format_p_value
 
 MODES = ("all", "live", "replay")

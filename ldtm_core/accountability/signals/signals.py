@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine
 
-from ldtm_core.accountability import signal_ic, signal_stats
-from ldtm_core.accountability.signal_portfolios import LABELS, PORTFOLIOS, Portfolio, simulate
-from ldtm_core.accountability.signal_rows import (
+from ldtm_core.accountability.signals import ic as signal_ic
+from ldtm_core.accountability.signals import stats as signal_stats
+from ldtm_core.accountability.signals.portfolios import LABELS, PORTFOLIOS, Portfolio, simulate
+from ldtm_core.accountability.signals.rows import (
     PRODUCTION,
     RowChoice,
     Rows,
@@ -26,7 +27,7 @@ from ldtm_core.accountability.signal_rows import (
     benchmark_returns,
     load_rows,
 )
-from ldtm_core.accountability.signal_stats import Trials
+from ldtm_core.accountability.signals.stats import Trials
 from ldtm_core.config import NUMERIC_SETTINGS, env_number
 from ldtm_core.errors import InputError
 

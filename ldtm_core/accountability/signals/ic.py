@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from ldtm_core.accountability.fillback import HORIZONS
-from ldtm_core.accountability.signal_rows import HORIZON_SESSIONS, as_dates
+from ldtm_core.accountability.ledger.fillback import HORIZONS
+from ldtm_core.accountability.signals.rows import HORIZON_SESSIONS, as_dates
 
 QUANTILES = 5
 MIN_NAMES_IC = 3  # a rank correlation of two names is always +-1

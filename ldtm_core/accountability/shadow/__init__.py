@@ -1,0 +1,1 @@
+"""ldtm_core.accountability.shadow.shadow."""
