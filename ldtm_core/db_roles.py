@@ -1,4 +1,4 @@
-"""Least-privilege PostgreSQL roles (issue 38): the one home of the privilege policy.
+"""Least-privilege PostgreSQL roles: the one home of the privilege policy.
 
 Three roles share the app database. The owner runs `ldtm db upgrade` and owns every table; the
 application role (Dagster's runs, the `ldtm` commands) reads and writes rows but runs no DDL; the reader

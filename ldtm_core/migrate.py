@@ -1,4 +1,4 @@
-"""The application database's Alembic revisions: migrations run from `ldtm db upgrade` alone (issue 38).
+"""The application database's Alembic revisions: migrations run from `ldtm db upgrade` alone.
 
 Every other entry point (each `ldtm` command, the Dagster `database` resource, the dashboard) calls
 `open_database`: an empty database is created at the newest revision (first use, the demo), one at the

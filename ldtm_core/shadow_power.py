@@ -1,4 +1,4 @@
-"""The exact binomial power of the shadow's direction test, and the check of a stated design (issue 27).
+"""The exact binomial power of the shadow's direction test, and the check of a stated design.
 
 Pure math, in the base because `config.Settings.from_env` refuses a shadow too short for the power it
 states (`check_design`); `accountability/shadow/design.py` builds the stored design on it.
@@ -13,7 +13,7 @@ with r the chance that an evening is discordant, q the chance that a discordant 
 champion's way, and c_d the smallest count whose one-sided exact p (Binomial(d, 1/2)) is <= alpha: no
 normal approximation, the same test `shadow.compare` runs (`paired.mcnemar_p`).
 
-The stated difference ("margin", in points) is the one the brief of issue 27 names: a champion right on
+The stated difference ("margin", in points) means: a champion right on
 (50 + m/2) % of evenings and a shadow right on (50 - m/2) %, each evening's two hits independent. Then
 r = pc (1 - ps) + ps (1 - pc) and q = pc (1 - ps) / r: 55/45 is m = 10 (r 0.505, q 0.599), 60/40 is
 m = 20 (r 0.52, q 0.692). Two models that agree more often than independent ones (the usual case for

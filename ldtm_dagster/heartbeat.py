@@ -1,4 +1,4 @@
-"""A dead man's switch for the nightly (issue 38): each successful `nightly_job` run pings
+"""A dead man's switch for the nightly: each successful `nightly_job` run pings
 LDTM_HEARTBEAT_URL with one HTTP GET, and an outside monitor (healthchecks.io, Uptime Kuma...) alerts
 when the pings stop. The in-product alerts (alert_sensors.py) run in the daemon: with the daemon or the
 host down they are silent, and only a monitor elsewhere notices the missing evening.

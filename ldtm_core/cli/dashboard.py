@@ -44,7 +44,7 @@ def dashboard_cmd(ctx: typer.Context) -> None:
     from ldtm_core.config import Settings
 
     Settings.from_env()  # every setting checked before the server starts: a bad one is one error here,
-    # not an exception box on a page later (issue 38 D6)
+    # not an exception box on a page later
     command = dashboard_command(list(ctx.args))
     sys.stdout.flush()
     # Become Streamlit (no child process): a signal to `ldtm dashboard` (Ctrl-C, `docker stop`, a

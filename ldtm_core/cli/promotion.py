@@ -154,7 +154,7 @@ def registry_rollback(
         f"{res.ticker}: model {res.reactivated_model_id} ({res.version}) active again; "
         f"retired {res.retired_model_id if res.retired_model_id is not None else 'nothing'}"
     )
-    # A shadow was compared with the model just rolled back: end it now rather than re-point it (issue 28).
+    # A shadow was compared with the model just rolled back: end it now rather than re-point it.
     from ldtm_core.accountability.shadow.shadow import conclude
 
     ended = conclude(engine, settings(), res.ticker)

@@ -1,4 +1,4 @@
-"""Shadow models (issue 21): the live champion-vs-shadow record, its conclusion, and ending one by hand."""
+"""Shadow models: the live champion-vs-shadow record, its conclusion, and ending one by hand."""
 
 from __future__ import annotations
 

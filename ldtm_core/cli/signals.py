@@ -1,4 +1,4 @@
-"""`ldtm signals`: what trading the published signals would have earned (issue 30, SPEC §15)."""
+"""`ldtm signals`: what trading the published signals would have earned (SPEC §15)."""
 
 from __future__ import annotations
 

@@ -190,8 +190,8 @@ def _materialized_anchors(
     by its evening, newest first back to the newest one whose chain checks passed (`chain_verified`) once
     every ticker of the last verified audit (`verified`; None: no audit passed yet, read them all) has an
     anchor. Every later evening is compared against its own record, so a rewrite flagged once does not
-    become the baseline (issue 20); the heads of a verified evening cover every row before them through
-    the hash chain, as the audit's own verified heads do, so the older ones add nothing (issue 31: the
+    become the baseline; the heads of a verified evening cover every row before them through
+    the hash chain, as the audit's own verified heads do, so the older ones add nothing (the
     read no longer grows with the evenings stored). Materializations written before `chain_verified`
     existed count as unverified (the first run after the upgrade reads them all)."""
     out: dict[str, list[chain.Anchor]] = {}
@@ -301,7 +301,7 @@ def leaderboard(
     rows = table.to_dict("records")
     metadata = {
         "verdict": board.verdict(table),
-        # What the label controls (issue 27): BH over every (ticker, baseline) test of this board.
+        # What the label controls: BH over every (ticker, baseline) test of this board.
         "label_controls": board_stats.LABEL_RULE,
         # The universe's one answer: does any model beat its baseline after the search over the tickers?
         "universe": answer.describe(),

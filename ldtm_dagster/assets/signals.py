@@ -1,4 +1,4 @@
-"""Signal performance (issue 30): what trading the published signals would have earned, every evening."""
+"""Signal performance: what trading the published signals would have earned, every evening."""
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 

@@ -1,4 +1,4 @@
-"""A Bernoulli CUSUM for a drop in a hit rate (decay alerts, issue 21), with its threshold designed from
+"""A Bernoulli CUSUM for a drop in a hit rate (decay alerts), with its threshold designed from
 an exact Markov-chain average run length.
 
 Each session gives one Bernoulli outcome: a hit (the model's next-day direction was right) or a miss.

@@ -1,4 +1,4 @@
-"""Decay alerts (issues 21, 27): is each ticker's production record still delivering what was promised?
+"""Decay alerts: is each ticker's production record still delivering what was promised?
 
 Per ticker with an active model, every night:
 
@@ -24,7 +24,7 @@ Per ticker with an active model, every night:
 - A signal = a chart's statistic reaches its threshold; the chart restarts at 0 (the ARL0 counts these).
   Decaying = a chart signalled within the newest `hold` evenings of the record. An alarm episode is a
   stretch of evenings in WARN without a break, whichever chart signals; it is named by its first
-  evening (`alarm_key`) and notified once (issue 28 item 9).
+  evening (`alarm_key`) and notified once.
 - Feature drift beside it (`decay_record.drift_of`): PSI of the 11 model inputs, the last
   `psi_sessions` sessions after the recipe's data cutoff against everything up to it.
 """

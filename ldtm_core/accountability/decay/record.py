@@ -1,4 +1,4 @@
-"""What the decay monitor reads (issue 27): a ticker's published production record across model changes,
+"""What the decay monitor reads: a ticker's published production record across model changes,
 the promise of each model that made a row of it, and the feature drift since the recipe's data cutoff.
 
 - The record: per evening the published row (the first non-shadow row of the evening, in id order) when

@@ -1,4 +1,4 @@
-"""How many shadow evenings a live comparison needs, from exact binomial power (issue 27): the design a
+"""How many shadow evenings a live comparison needs, from exact binomial power: the design a
 shadow stores when it starts (`ShadowDesign`), its timeout, and what it can detect.
 
 The power itself (the exact one-sided McNemar test's, for a stated margin) is `ldtm_core.shadow_power`,

@@ -1,4 +1,4 @@
-"""Shadow evenings (issue 21): a challenger that passed the gate earns promotion on live evenings.
+"""Shadow evenings: a challenger that passed the gate earns promotion on live evenings.
 
 With LDTM_SHADOW_SESSIONS = N > 0 and an active champion, the gate's pass puts the candidate in
 registry status `shadow` instead of promoting it (`promote_or_shadow`; no champion, or N = 0:
@@ -6,9 +6,9 @@ promoted at once, as before). Every nightly then predicts with both (snapshots.p
 shadow's row is chained like any other, marked `model_status = 'shadow'`, never published and
 left out of every production figure; fillback fills it like any row.
 
-The design (issue 27, `shadow_design`): N follows from exact binomial power for a stated margin
+The design (`shadow_design`): N follows from exact binomial power for a stated margin
 (LDTM_SHADOW_MARGIN points, LDTM_SHADOW_POWER), a setting that cannot reach it is refused, and the
-design is stored when the shadow starts (`shadow_designs`, issue 28 item 8): changing the settings
+design is stored when the shadow starts (`shadow_designs`): changing the settings
 during a shadow changes nothing.
 
 The live comparison pairs, per evening, the published row of the champion the shadow started beside
@@ -22,7 +22,7 @@ sample. After N such evenings `conclude`:
 The shadow is retired (the champion stays) when either p <= alpha / 2 (Bonferroni: equal models are
 retired at most alpha of the time); otherwise, not shown to be worse, it is promoted.
 
-A shadow cannot hold its ticker forever (issue 28 item 8): it ends, retired with the reason, when its
+A shadow cannot hold its ticker forever: it ends, retired with the reason, when its
 checkpoint no longer loads, when the champion it is compared with stopped serving (a rollback), or
 when it has not collected its N paired evenings after `max_evenings` published evenings. Each decision,
 with its figures, goes into the registry events, a `gate_decisions` row (backtest_id `shadow-<model
@@ -219,7 +219,7 @@ _LEGACY_START = re.compile(r"in shadow beside champion model \d+ \(.*?\) for (\d
 
 def _legacy_sessions(conn_or_engine, shadow_id: int) -> int | None:
     """The evenings a shadow started before revision 0027 needs, as its entry event recorded them: the
-    bar it started with, not today's setting (issue 38 D5: an upgrade made one need 1 instead of 6)."""
+    bar it started with, not today's setting (an upgrade made one need 1 instead of 6)."""
     with _connect(conn_or_engine) as conn:
         reason = conn.execute(
             select(registry_events.c.reason)
@@ -383,7 +383,7 @@ def checkpoint_problem(rec: ModelRecord) -> str | None:
 
 def conclude(engine: Engine, settings: Settings, ticker: str) -> ShadowOutcome | None:
     """Act on `ticker`'s shadow once its paired evenings reach the requirement (else only report); end
-    it, retired with the reason, when it can no longer reach them (issue 28 item 8)."""
+    it, retired with the reason, when it can no longer reach them."""
     cmp = comparison(engine, settings, validate_ticker(ticker))
     if cmp is None:
         return None

@@ -1,4 +1,4 @@
-"""Signal performance (issue 30, SPEC §15): what trading the published signals would have earned.
+"""Signal performance (SPEC §15): what trading the published signals would have earned.
 
 Ties the parts together: signal_rows (which rows, their returns, the benchmark), signal_ic (rank IC and
 quintiles), signal_portfolios (the paper books), signal_stats (Sharpe and friends, PSR, DSR). Everything
