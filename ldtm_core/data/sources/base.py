@@ -77,7 +77,9 @@ class SourceAnswer:
 class PriceSource(ABC):
     """Daily OHLCV for tickers over [start, end] (both inclusive, exchange dates)."""
 
-    name: str = "source"
+    name: str = "source"  # how LDTM_PRICE_SOURCE names it; a module of this package with a named
+    # source is found by `make_source` with no other edit
+    argument: str | None = None  # e.g. "<dir>" for `files:<dir>`; None: the spec is the name alone
     # False for sources whose answer does not depend on the range asked (a folder of dropped files):
     # the caller then asks once instead of once per start date.
     incremental: bool = True
@@ -101,6 +103,12 @@ class PriceSource(ABC):
 
     def describe(self) -> str:
         return self.name
+
+    @classmethod
+    def from_spec(cls, arg: str, *, seed: int) -> PriceSource:
+        """The source a spec's argument names (`arg` is "" for a source that takes none), its other
+        settings from the environment."""
+        return cls()
 
 
 def with_retries(

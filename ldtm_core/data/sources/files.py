@@ -84,7 +84,14 @@ def last_refusals(engine: Engine) -> dict[str, tuple[str, str, str]]:
 
 class FilesSource(PriceSource):
     name = "files"
+    argument = "<dir>"
     incremental = False  # a dropped file is ingested whole, whatever range is asked
+
+    @classmethod
+    def from_spec(cls, arg: str, *, seed: int) -> FilesSource:
+        if not arg.strip():
+            raise InputError("price source 'files': give the folder, e.g. files:/data/drop")
+        return cls(arg.strip())
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory).expanduser()

@@ -111,6 +111,10 @@ class IBSource(PriceSource):
         self._client_factory, self._contract_factory = client_factory, contract_factory
 
     @classmethod
+    def from_spec(cls, arg: str, *, seed: int) -> IBSource:
+        return cls.from_env()
+
+    @classmethod
     def from_env(cls) -> IBSource:
         try:
             return cls(

@@ -26,6 +26,10 @@ class SyntheticSource(PriceSource):
         self.seed = seed
         self.splits = parse_splits(setting(ENV_SPLITS)) if splits is None else splits
 
+    @classmethod
+    def from_spec(cls, arg: str, *, seed: int) -> SyntheticSource:
+        return cls(seed=seed)
+
     def describe(self) -> str:
         return f"synthetic seed={self.seed}"
 

@@ -168,6 +168,10 @@ class YFinanceSource(PriceSource):
         self._download = download
 
     @classmethod
+    def from_spec(cls, arg: str, *, seed: int) -> YFinanceSource:
+        return cls.from_env()
+
+    @classmethod
     def from_env(cls) -> YFinanceSource:
         return cls(
             auto_adjust=_flag("LDTM_YFINANCE_AUTO_ADJUST", False),
