@@ -56,7 +56,7 @@ LEVERED = {"QQQ": 1.0, "TQQQ": 3.0, "SQQQ": -3.0}
 # 1/2 + arcsin(corr)/pi, corr = (1 - rho) sd(x) / sd(move) = 0.71 at rho = 0: a 75 % ceiling for a
 # predictor that knew the anchor, and no drift (always-up near 50 %). A model sees the deviation in its
 # inputs (close vs its 5/10/20-day means, RSI, the window's min-max position). Calibrated on the `demo`
-# profile's walk-forward backtest (docs/operations.md, "SYNEDGE"): 69-74 % next-day direction vs
+# profile's walk-forward backtest (docs/reading-the-figures.md, "SYNEDGE"): 69-74 % next-day direction vs
 # always-up ~50 %, exact one-sided p < 0.001 on the demo's 2 folds at its seed 0.
 PLANTED = {"SYNEDGE": {"rho": 0.0, "sigma": 0.015, "anchor_vol": 0.0005}}
 

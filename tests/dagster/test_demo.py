@@ -32,7 +32,7 @@ def test_the_demos_instance_holds_a_materialisation_of_every_asset(tmp_path, mon
     monkeypatch.delenv("LDTM_DATABASE_URL", raising=False)
     # One-epoch models of two coin-like tickers: the evidence gate rightly promotes neither, and this test
     # is about the instance holding every asset's metadata (a production board with its plot), so the seed
-    # policy's absolute bar decides here. The demo's own promotion on evidence: SYNEDGE, docs/operations.md.
+    # policy's absolute bar decides here. The demo's own promotion on evidence: SYNEDGE, docs/reading-the-figures.md.
     monkeypatch.setenv("LDTM_GATE_POLICY", "seed")
     args = ["--universe", "AAPL,NVDA", "--max-epochs", "1", "--replay-sessions", "3"]
     args += ["--end", "2024-06-28"]

@@ -17,7 +17,7 @@ POLICIES = ("evidence", "seed")
 # Criteria of the minimum evidence: failing one of them makes the decision "insufficient evidence".
 EVIDENCE_CRITERIA = ("rows", "fold_rows")
 # A one-sided exact test at alpha 0.05 with 80 % power needs ~1716 rows to see a 3-point edge over 50 %
-# (docs/architecture.md); no backtest of a few years reaches that, so the default floor is 100 rows,
+# (docs/reading-the-figures.md); no backtest of a few years reaches that, so the default floor is 100 rows,
 # where 80 % power needs a ~12-point edge: below it no plausible edge is distinguishable from a coin.
 DEFAULT_MIN_ROWS = 100
 # fold_spans' own smallest automatic test block: a fold of fewer rows is a hand-made `--test-sessions`.
