@@ -4,11 +4,13 @@
 `LDTM_DATABASE_URL` is any SQLAlchemy URL, `LDTM_UNIVERSE` picks the tickers.
 Secrets only ever come from the environment; `masked_url` is what logs and errors show.
 
-`SETTINGS` is the one table of settings: every `LDTM_*` variable the product reads is a row (kind,
-unit or vocabulary, default, meaning), read only through `setting` / `env_number` / `env_flag` /
-`env_text` here; docs/operations.md's settings table is checked against it (tests/test_settings_table.py).
-Every numeric `LDTM_*` setting has its unit and sane range in `NUMERIC_SETTINGS`, checked here
-(`Settings.from_env` checks all that are set, so a bad one is one ConfigError before any work).
+`SETTINGS` is the one table of settings: every `LDTM_*` variable the product reads is a row (name,
+default, meaning, and its kind: a `Number` with its type, unit and sane range, a `Flag`, a `Choice` with
+its vocabulary, `Text`, a k8s `Quantity`), read only through the accessors here (`setting`, the typed
+`setting_int` / `setting_float` / `setting_flag` / `setting_choice` / `setting_text`, and `env_number` /
+`env_flag` / `env_text` where the caller's default rules); docs/operations.md's settings table is checked
+against it (tests/test_settings_table.py). `Settings.from_env` checks every setting that is set, so a bad
+one is one ConfigError before any work.
 Percentages are typed as percents everywhere (52 means 52 %), like the CLI options.
 """
 
@@ -57,147 +59,181 @@ _MKDIR_REASONS = {
 }
 
 
-@dataclass(frozen=True)
-class NumberSetting:
-    """The unit and sane range of one numeric setting; `unit` is how the message names what to type."""
+# --- kinds: how a setting is read from the environment, checked and described ----------------------
 
-    kind: type  # int or float
+
+class Kind:
+    """The kind of a setting: `name` as the table says it (text, path, url, secret, time, quantity, number,
+    flag, choice), `describe()` its unit or vocabulary, `check` a value of it. `secret`: masked in every
+    message and passed only to the containers that need it. `blank_is_unset`: blank reads as unset (empty
+    always does)."""
+
+    name = "text"
+    secret = False
+    blank_is_unset = False
+
+    def describe(self) -> str:
+        return self.name
+
+    def check(self, value, label: str):
+        """`value` (a string from the environment, or a value given another way) as this kind, or a
+        ConfigError naming `label`."""
+        return value
+
+
+@dataclass(frozen=True)
+class Text(Kind):
+    """Free text, read as typed; `name` says what it holds: text, path, url, secret or time."""
+
+    name: str = "text"
+    secret: bool = False
+
+
+# A Kubernetes resource quantity: 1, 0.5, 500m, 2Gi, 512M.
+K8S_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+@dataclass(frozen=True)
+class Quantity(Kind):
+    """A Kubernetes resource quantity (K8S_QUANTITY), kept as typed."""
+
+    name = "quantity"
+
+    def check(self, value, label: str):
+        if not K8S_QUANTITY.match(str(value).strip()):
+            raise ConfigError(f"{label}={value!r}: expected a Kubernetes quantity such as 1, 500m, 2Gi")
+        return value
+
+
+# Flags: one vocabulary (case-insensitive), anything else a ConfigError.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Flag(Kind):
+    """On or off: TRUE_WORDS or FALSE_WORDS in any case."""
+
+    name = "flag"
+    blank_is_unset = True
+
+    def describe(self) -> str:
+        return "a flag: 1/0, true/false, yes/no, on/off"
+
+    def check(self, value, label: str) -> bool:
+        if isinstance(value, bool):
+            return value
+        word = value.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+        raise ConfigError(
+            f"{label}={value.strip()!r} is not a boolean (expected 1/0, true/false, yes/no or on/off)"
+        )
+
+
+@dataclass(frozen=True)
+class Choice(Kind):
+    """One of `choices`, given in any case, read as the table spells it."""
+
+    choices: tuple[str, ...]
+    name = "choice"
+
+    def describe(self) -> str:
+        return " | ".join(self.choices)
+
+    def check(self, value, label: str) -> str:
+        found = next((c for c in self.choices if c.lower() == value.strip().lower()), None)
+        if found is None:
+            raise ConfigError(f"{label}={value!r}: expected one of {', '.join(self.choices)}")
+        return found
+
+
+@dataclass(frozen=True)
+class Number(Kind):
+    """A number of `type` (int or float) within its sane range; `unit` is how messages name what to type."""
+
+    type: type  # int or float
     low: float
     high: float
     unit: str
     low_open: bool = False  # `low` itself is refused
     high_open: bool = False  # `high` itself is refused
+    refuse_fraction: bool = False  # a percent: 0 < value < 1 is refused as a fraction typed for it
+    name = "number"
+    blank_is_unset = True
 
     def expected(self) -> str:
         low = f"above {_num(self.low)}" if self.low_open else f"from {_num(self.low)}"
         high = f"below {_num(self.high)}" if self.high_open else f"to {_num(self.high)}"
         return f"expected {self.unit}, {low} {'and ' if self.high_open else ''}{high}"
 
+    def describe(self) -> str:
+        return self.expected().removeprefix("expected ")
+
+    def check(self, value, label: str) -> int | float:
+        shown = repr(value.strip()) if isinstance(value, str) else repr(value)
+        try:
+            number = self.type(value.strip()) if isinstance(value, str) else value
+        except ValueError:
+            what = "a whole number" if self.type is int else "a number"
+            raise ConfigError(f"{label}={shown} is not {what}: {self.expected()}") from None
+        if self.type is int and isinstance(number, float) and not number.is_integer():
+            raise ConfigError(f"{label}={shown} is not a whole number: {self.expected()}")
+        if not math.isfinite(number):
+            raise ConfigError(f"{label}={shown} is not a finite number: {self.expected()}")
+        number = self.type(number)
+        low_ok = number > self.low if self.low_open else number >= self.low
+        high_ok = number < self.high if self.high_open else number <= self.high
+        if not (low_ok and high_ok):
+            raise ConfigError(f"{label}={shown} is out of range: {self.expected()}")
+        if self.refuse_fraction and 0 < number < 1:
+            raise ConfigError(
+                f"{label}={shown} looks like a fraction: {self.expected()}; 0 switches the criterion off"
+            )
+        return number
+
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-MIN_DECAY_ARL0 = 20  # sessions: about a trading month
-
-NUMERIC_SETTINGS: dict[str, NumberSetting] = {
-    "LDTM_NEUTRAL_BAND_PCT": NumberSetting(float, 0, 100, "a percent (0.25 for 0.25 %)"),
-    "LDTM_GATE_MIN_FOLDS": NumberSetting(int, 1, 1000, "a whole number of folds"),
-    "LDTM_GATE_MIN_ACCURACY": NumberSetting(float, 0, 100, "a percent (52 for 52 %)"),
-    "LDTM_GATE_MAX_ERROR_PCT": NumberSetting(float, 0, 1e6, "a percent (5 for 5 %)"),
-    "LDTM_GATE_BEAT_ALWAYS_UP": NumberSetting(
-        float, -100, 100, "percentage points of accuracy above always-up (2 for 2 points)"
-    ),
-    "LDTM_GATE_MAX_P_VALUE": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True),
-    "LDTM_GATE_MIN_ROWS": NumberSetting(int, 1, 1e7, "a whole number of backtest test rows"),
-    "LDTM_GATE_MIN_FOLD_ROWS": NumberSetting(int, 1, 1e6, "a whole number of test rows per fold"),
-    # The gate refuses alpha 1 (every challenger "significant"): (0, 1) open at both ends.
-    "LDTM_GATE_ALPHA": NumberSetting(float, 0, 1, "a probability (0.05)", low_open=True, high_open=True),
-    "LDTM_DECAY_DELTA": NumberSetting(float, 0, 100, "percentage points (10 for 10 points)", low_open=True),
-    # A stable model is in WARN on ~hold/ARL0 of nights: below a month of sessions (a quarter of nights
-    # at the default hold of 5) the alarm says nothing.
-    "LDTM_DECAY_ARL0": NumberSetting(float, MIN_DECAY_ARL0, 1e7, "sessions between false alarms per ticker"),
-    "LDTM_DECAY_PSI_SESSIONS": NumberSetting(int, 2, 1e5, "a whole number of sessions"),
-    "LDTM_DECAY_HOLD_SESSIONS": NumberSetting(int, 1, 1e5, "a whole number of sessions"),
-    # Evenings a gate-passed challenger predicts beside the champion before the live comparison (0: none).
-    "LDTM_SHADOW_SESSIONS": NumberSetting(int, 0, 1e4, "a whole number of sessions (0: promote at once)"),
-    # The drop the shadow evenings must detect, and with what probability (shadow_power.py, issue 27).
-    "LDTM_SHADOW_MARGIN": NumberSetting(
-        float, 0, 100, "percentage points (20 for 60 % vs 40 %)", low_open=True
-    ),
-    "LDTM_SHADOW_POWER": NumberSetting(float, 0, 1, "a probability below 1 (0.8)", low_open=True),
-    # The longest hole in a ticker's bars (missing sessions) features may look back across (price_gaps).
-    "LDTM_MAX_GAP_SESSIONS": NumberSetting(int, 0, 1e5, "a whole number of sessions"),
-    # Signal performance (accountability.signals): the paper books' cost per unit of turnover.
-    "LDTM_SIGNAL_COST_BP": NumberSetting(
-        float, 0, 10_000, "basis points per unit of turnover (5 for 0.05 %)"
-    ),
-    "LDTM_MAX_DAILY_MOVE_PCT": NumberSetting(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
-    "LDTM_GPU_PER_JOB_MIB": NumberSetting(int, 1, 1e7, "a whole number of MiB"),
-    "LDTM_GPU_HEADROOM_MIB": NumberSetting(int, 0, 1e7, "a whole number of MiB"),
-    "LDTM_GPU_MAX_SLOTS": NumberSetting(int, 0, 1e5, "a whole number of slots"),
-    "LDTM_SOURCE_ATTEMPTS": NumberSetting(int, 1, 100, "a whole number of attempts"),
-    "LDTM_YFINANCE_TIMEOUT": NumberSetting(float, 0, 3600, "seconds", low_open=True),
-    "LDTM_YFINANCE_BATCH": NumberSetting(int, 1, 1000, "a whole number of tickers per request"),
-    "LDTM_IB_PORT": NumberSetting(int, 1, 65535, "a whole number (a TCP port)"),
-    "LDTM_IB_CLIENT_ID": NumberSetting(int, 0, 2**31 - 1, "a whole number (the IB API client id)"),
-    "LDTM_IB_TIMEOUT": NumberSetting(float, 0, 3600, "seconds", low_open=True),
-    "LDTM_MAX_EPOCHS": NumberSetting(int, 1, 1e5, "a whole number of epochs"),
-    "LDTM_PATIENCE": NumberSetting(int, 1, 1e5, "a whole number of epochs"),
-    "LDTM_MAX_WORKERS": NumberSetting(int, 1, 1024, "a whole number of workers"),
-    "LDTM_TEST_PAUSE_S": NumberSetting(float, 0, 1e6, "seconds", low_open=True),
-}
-# Flags: read by `env_flag` only, one vocabulary (case-insensitive), anything else a ConfigError.
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
-BOOLEAN_SETTINGS = (
-    "LDTM_BACKTEST_REUSE",  # default on
-    "LDTM_FORCE_REINGEST",  # default off
-    "LDTM_YFINANCE_AUTO_ADJUST",  # default off
-    "LDTM_BF16_PROBE",  # default on
-    "LDTM_K8S_GPU_PER_STEP",  # default on
-    "LDTM_TRAINING_MALLOC",  # default on
-)
-# The other settings the code reads (text, paths, URLs): listed so that a test can tell a new
-# numeric setting that was never given a range here.
-OTHER_SETTINGS = (
-    "LDTM_HOME",
-    "LDTM_DATABASE_URL",
-    "LDTM_UNIVERSE",
-    "LDTM_PROFILE",
-    "LDTM_GATE_POLICY",  # evidence | seed, checked by GateThresholds.from_env
-    "LDTM_AMP",
-    "LDTM_PRICE_SOURCE",
-    "LDTM_AUDIT_KEY",
-    "LDTM_NOTIFY_WEBHOOK_URL",
-    "LDTM_HEARTBEAT_URL",
-    "LDTM_OPERATOR",
-    "LDTM_SNAPSHOT_DEADLINE",
-    "LDTM_SYNTHETIC_SPLITS",
-    "LDTM_IB_HOST",
-    "LDTM_IB_WHAT_TO_SHOW",
-    "LDTM_CACHE_DIR",
-    "LDTM_TEST_PAUSE_AT",
-    "LDTM_TEST_PAUSE_DIR",
-    # Kubernetes deployment switches (ldtm_dagster/deployment.py checks them): a mode, k8s quantities.
-    "LDTM_DEPLOYMENT",
-    # Set by the code location for its own processes (gpu_slots: the pool's own VRAM).
-    "LDTM_GPU_POOL_ID",
-    "LDTM_K8S_STEP_CPU",
-    "LDTM_K8S_STEP_MEMORY",
-) + BOOLEAN_SETTINGS
+_TABLE_DEFAULT = object()  # Setting.read's default: the row's own
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One row of the settings table: the one home of a variable's default, meaning and check.
-
-    Numbers take their unit and range from NUMERIC_SETTINGS and flags their vocabulary from
-    BOOLEAN_SETTINGS; text settings with a vocabulary (`choices`) are checked where they are parsed,
-    with a message naming the variable. `shown` is the default as docs/operations.md's table writes it.
-    """
+    """One row of the settings table: the one home of a variable's kind (how it is read, checked and
+    described), default and meaning. `shown` is the default as docs/operations.md's table writes it."""
 
     name: str
     default: object  # the value when unset or empty; None: no value (off, or the caller's default decides)
     meaning: str
-    kind: str = "text"  # text | path | url | secret | time | choice | quantity (number, flag: `kind_of`)
-    choices: tuple[str, ...] = ()
+    kind: Kind
     shown: str | None = None
     internal: bool = False  # a test hook, not a user setting: not in the operations table
 
     @property
-    def kind_of(self) -> str:
-        if self.name in NUMERIC_SETTINGS:
-            return "number"
-        return "flag" if self.name in BOOLEAN_SETTINGS else self.kind
+    def choices(self) -> tuple[str, ...]:
+        return self.kind.choices if isinstance(self.kind, Choice) else ()
 
     @property
     def unit(self) -> str:
-        if self.name in NUMERIC_SETTINGS:
-            return NUMERIC_SETTINGS[self.name].expected().removeprefix("expected ")
-        if self.name in BOOLEAN_SETTINGS:
-            return "a flag: 1/0, true/false, yes/no, on/off"
-        return " | ".join(self.choices) if self.choices else self.kind
+        return self.kind.describe()
+
+    def check(self, value, label: str | None = None):
+        """`value` (from the environment, or given another way: an option) as this setting's kind, or a
+        ConfigError naming `label` (the variable unless told), the value and what was expected."""
+        return self.kind.check(value, label or self.name)
+
+    def read(self, default: object = _TABLE_DEFAULT):
+        """The setting from the environment, checked; `default` (the table's unless told) when unset or
+        empty."""
+        raw = os.environ.get(self.name)
+        if not raw or (self.kind.blank_is_unset and not raw.strip()):
+            return self.default if default is _TABLE_DEFAULT else default
+        return self.check(raw)
 
     def shown_default(self) -> str:
         if self.shown is not None:
@@ -215,125 +251,301 @@ def _table(*rows: Setting) -> dict[str, Setting]:
     return {row.name: row for row in rows}
 
 
-# THE settings table: every LDTM_* variable the product reads is a row here and is read through
-# `setting` / `env_number` / `env_flag` / `env_text` below (tests/test_settings_table.py checks the
-# code and docs/operations.md's table against it). Defaults that live in a dataclass (the gate's,
-# decay's) are the same numbers, in the setting's unit (tested).
+MIN_DECAY_ARL0 = 20  # sessions: about a trading month
+SESSIONS = "a whole number of sessions"
+PERCENT_POINTS = "percentage points"
+
+# THE settings table: every LDTM_* variable the product reads is a row here, with its kind, and is read
+# through the accessors below (tests/test_settings_table.py checks the code and docs/operations.md's
+# table against it). Defaults that live in a dataclass (the gate's, decay's) are the same numbers, in the
+# setting's unit (tested).
 SETTINGS: dict[str, Setting] = _table(
     # Where things are.
-    Setting("LDTM_HOME", "./.ldtm", "artifacts: checkpoints, exports, the default SQLite database", "path"),
+    Setting(
+        "LDTM_HOME", "./.ldtm", "artifacts: checkpoints, exports, the default SQLite database", Text("path")
+    ),
     Setting(
         "LDTM_DATABASE_URL",
         None,
         "the application database: a SQLite or PostgreSQL SQLAlchemy URL (may hold a password)",
-        "secret",
+        Text("secret", secret=True),
         shown="`sqlite:///$LDTM_HOME/ldtm.db`",
     ),
-    Setting("LDTM_UNIVERSE", "full", "the tickers: demo, full, AAPL,NVDA or a file", shown="`full`"),
+    Setting("LDTM_UNIVERSE", "full", "the tickers: demo, full, AAPL,NVDA or a file", Text(), shown="`full`"),
     Setting(
         "LDTM_PROFILE",
         "reference",
         "model profile of the checkpoints asset",
-        "choice",
-        ("reference", "reference_b32", "upgrade", "demo", "tuned"),
+        Choice(("reference", "reference_b32", "upgrade", "demo", "tuned")),
     ),
     Setting(
-        "LDTM_CACHE_DIR", None, "where the bf16 probe's answer is cached", "path", shown="`~/.cache/ldtm`"
+        "LDTM_CACHE_DIR",
+        None,
+        "where the bf16 probe's answer is cached",
+        Text("path"),
+        shown="`~/.cache/ldtm`",
     ),
     # Training overrides of the Dagster `training` resource (none: the profile's value).
-    Setting("LDTM_MAX_EPOCHS", None, "epochs cap"),
-    Setting("LDTM_PATIENCE", None, "early-stopping patience"),
-    Setting("LDTM_AMP", None, "training precision", "choice", ("auto", "fp16", "bf16", "off")),
-    Setting("LDTM_MAX_WORKERS", None, "training workers (none: the slot plan)"),
-    Setting("LDTM_BF16_PROBE", True, "measure bf16 against fp32 on this CPU before using it"),
+    Setting("LDTM_MAX_EPOCHS", None, "epochs cap", Number(int, 1, 1e5, "a whole number of epochs")),
+    Setting(
+        "LDTM_PATIENCE", None, "early-stopping patience", Number(int, 1, 1e5, "a whole number of epochs")
+    ),
+    Setting("LDTM_AMP", None, "training precision", Choice(("auto", "fp16", "bf16", "off"))),
+    Setting(
+        "LDTM_MAX_WORKERS",
+        None,
+        "training workers (none: the slot plan)",
+        Number(int, 1, 1024, "a whole number of workers"),
+    ),
+    Setting("LDTM_BF16_PROBE", True, "measure bf16 against fp32 on this CPU before using it", Flag()),
     Setting(
         "LDTM_TRAINING_MALLOC",
         True,
         "a CPU training process keeps its freed buffers (glibc mallopt) instead of mapping them anew each step",
+        Flag(),
     ),
-    Setting("LDTM_BACKTEST_REUSE", True, "backtests reuse stored fold outcomes whose key is unchanged"),
+    Setting(
+        "LDTM_BACKTEST_REUSE", True, "backtests reuse stored fold outcomes whose key is unchanged", Flag()
+    ),
     # GPU slots (SPEC §6).
-    Setting("LDTM_GPU_PER_JOB_MIB", 600, "VRAM one training job needs"),
-    Setting("LDTM_GPU_HEADROOM_MIB", 1024, "VRAM left free on every GPU"),
-    Setting("LDTM_GPU_MAX_SLOTS", None, "cap on the pool's slots"),
+    Setting(
+        "LDTM_GPU_PER_JOB_MIB",
+        600,
+        "VRAM one training job needs",
+        Number(int, 1, 1e7, "a whole number of MiB"),
+    ),
+    Setting(
+        "LDTM_GPU_HEADROOM_MIB",
+        1024,
+        "VRAM left free on every GPU",
+        Number(int, 0, 1e7, "a whole number of MiB"),
+    ),
+    Setting(
+        "LDTM_GPU_MAX_SLOTS", None, "cap on the pool's slots", Number(int, 0, 1e5, "a whole number of slots")
+    ),
     Setting(
         "LDTM_GPU_POOL_ID",
         None,
         "marks the gpu pool's own processes (their VRAM counts as the pool's)",
+        Text(),
         shown="set by the code location to `gpu@$DAGSTER_HOME`",
     ),
     # Prices.
-    Setting("LDTM_PRICE_SOURCE", "synthetic", "where bars come from: synthetic, files:<dir>, yfinance, ib"),
+    Setting(
+        "LDTM_PRICE_SOURCE", "synthetic", "where bars come from: synthetic, files:<dir>, yfinance, ib", Text()
+    ),
     Setting(
         "LDTM_SYNTHETIC_SPLITS",
         "",
         "splits planted in the synthetic market: TICKER:DATE:RATIO,...",
+        Text(),
         shown="none",
     ),
-    Setting("LDTM_FORCE_REINGEST", False, "ingest again what was refused or already ingested"),
-    Setting("LDTM_SOURCE_ATTEMPTS", 3, "attempts per request of a network source"),
-    Setting("LDTM_YFINANCE_TIMEOUT", 10.0, "HTTP timeout of one yfinance request"),
-    Setting("LDTM_YFINANCE_BATCH", 50, "tickers per yfinance request"),
-    Setting("LDTM_YFINANCE_AUTO_ADJUST", False, "store yfinance's back-adjusted OHLC instead of raw"),
-    Setting("LDTM_IB_HOST", "127.0.0.1", "IB Gateway / TWS host"),
-    Setting("LDTM_IB_PORT", 4002, "IB Gateway / TWS port (4002 paper, 4001 live)"),
-    Setting("LDTM_IB_CLIENT_ID", 17, "IB API client id, unique per connection"),
-    Setting("LDTM_IB_WHAT_TO_SHOW", "ADJUSTED_LAST", "IB bar basis", "choice", ("ADJUSTED_LAST", "TRADES")),
-    Setting("LDTM_IB_TIMEOUT", 60.0, "seconds per IB request"),
-    Setting("LDTM_MAX_DAILY_MOVE_PCT", 40.0, "a one-day close move beyond this is flagged"),
-    Setting("LDTM_MAX_GAP_SESSIONS", 5, "the longest hole in a ticker's bars features may look back across"),
+    Setting("LDTM_FORCE_REINGEST", False, "ingest again what was refused or already ingested", Flag()),
+    Setting(
+        "LDTM_SOURCE_ATTEMPTS",
+        3,
+        "attempts per request of a network source",
+        Number(int, 1, 100, "a whole number of attempts"),
+    ),
+    Setting(
+        "LDTM_YFINANCE_TIMEOUT",
+        10.0,
+        "HTTP timeout of one yfinance request",
+        Number(float, 0, 3600, "seconds", low_open=True),
+    ),
+    Setting(
+        "LDTM_YFINANCE_BATCH",
+        50,
+        "tickers per yfinance request",
+        Number(int, 1, 1000, "a whole number of tickers per request"),
+    ),
+    Setting("LDTM_YFINANCE_AUTO_ADJUST", False, "store yfinance's back-adjusted OHLC instead of raw", Flag()),
+    Setting("LDTM_IB_HOST", "127.0.0.1", "IB Gateway / TWS host", Text()),
+    Setting(
+        "LDTM_IB_PORT",
+        4002,
+        "IB Gateway / TWS port (4002 paper, 4001 live)",
+        Number(int, 1, 65535, "a whole number (a TCP port)"),
+    ),
+    Setting(
+        "LDTM_IB_CLIENT_ID",
+        17,
+        "IB API client id, unique per connection",
+        Number(int, 0, 2**31 - 1, "a whole number (the IB API client id)"),
+    ),
+    Setting("LDTM_IB_WHAT_TO_SHOW", "ADJUSTED_LAST", "IB bar basis", Choice(("ADJUSTED_LAST", "TRADES"))),
+    Setting(
+        "LDTM_IB_TIMEOUT", 60.0, "seconds per IB request", Number(float, 0, 3600, "seconds", low_open=True)
+    ),
+    Setting(
+        "LDTM_MAX_DAILY_MOVE_PCT",
+        40.0,
+        "a one-day close move beyond this is flagged",
+        Number(float, 0, 1e4, "a percent (40 for 40 %)", low_open=True),
+    ),
+    Setting(
+        "LDTM_MAX_GAP_SESSIONS",
+        5,
+        "the longest hole in a ticker's bars features may look back across",
+        Number(int, 0, 1e5, SESSIONS),
+    ),
     # Predictions, alerts.
-    Setting("LDTM_NEUTRAL_BAND_PCT", 0.25, "moves within +- this percent are neutral"),
-    Setting("LDTM_AUDIT_KEY", None, "HMAC key of the prediction chain", "secret"),
-    Setting("LDTM_NOTIFY_WEBHOOK_URL", None, "webhook of alerts (JSON POST)", "url", shown="none (log only)"),
+    Setting(
+        "LDTM_NEUTRAL_BAND_PCT",
+        0.25,
+        "moves within +- this percent are neutral",
+        Number(float, 0, 100, "a percent (0.25 for 0.25 %)"),
+    ),
+    Setting("LDTM_AUDIT_KEY", None, "HMAC key of the prediction chain", Text("secret", secret=True)),
+    Setting(
+        "LDTM_NOTIFY_WEBHOOK_URL",
+        None,
+        "webhook of alerts (JSON POST)",
+        Text("url", secret=True),  # the URL carries its token
+        shown="none (log only)",
+    ),
     Setting(
         "LDTM_HEARTBEAT_URL",
         None,
         "pinged (HTTP GET) each evening the nightly lands; an outside monitor (healthchecks.io, Uptime Kuma...) "
         "alerts when the pings stop",
-        "url",
+        Text("url", secret=True),  # the URL carries its token
         shown="none",
     ),
     Setting(
         "LDTM_OPERATOR",
         None,
         "who makes manual overrides (`registry promote`/`rollback`, `gate --force`): recorded and notified with them",
+        Text(),
         shown="the login name",
     ),
-    Setting("LDTM_SNAPSHOT_DEADLINE", "21:00", "New York time by which snapshots must exist", "time"),
+    Setting("LDTM_SNAPSHOT_DEADLINE", "21:00", "New York time by which snapshots must exist", Text("time")),
     # The gate (GateThresholds: the same defaults, stored as fractions where typed as percents).
-    Setting("LDTM_GATE_POLICY", "evidence", "the gate's policy", "choice", ("evidence", "seed")),
-    Setting("LDTM_GATE_MIN_FOLDS", 2, "backtest folds needed"),
-    Setting("LDTM_GATE_MIN_ACCURACY", 52.0, "direction accuracy needed"),
-    Setting("LDTM_GATE_MAX_ERROR_PCT", 5.0, "mean |pct error| allowed"),
-    Setting("LDTM_GATE_BEAT_ALWAYS_UP", None, "accuracy margin over always-up needed", shown="off"),
-    Setting("LDTM_GATE_MAX_P_VALUE", None, "skill test p-value needed", shown="off"),
-    Setting("LDTM_GATE_MIN_ROWS", 100, "evidence policy: test rows over all folds"),
-    Setting("LDTM_GATE_MIN_FOLD_ROWS", 10, "evidence policy: test rows in every fold"),
-    Setting("LDTM_GATE_ALPHA", 0.05, "evidence policy: significance of the paired tests"),
-    # Shadow evenings (Settings: the same defaults).
-    Setting("LDTM_SHADOW_SESSIONS", 0, "shadow evenings before the live comparison (0: promote at once)"),
-    Setting("LDTM_SHADOW_MARGIN", 20.0, "the drop the shadow evenings must detect"),
-    Setting("LDTM_SHADOW_POWER", 0.8, "the probability they must detect it with"),
-    # Decay (DecaySettings: the same defaults, delta stored as a fraction).
-    Setting("LDTM_DECAY_DELTA", 10.0, "the accuracy drop the CUSUM is tuned to"),
-    Setting("LDTM_DECAY_ARL0", 1000.0, "designed sessions between false alarms per ticker"),
-    Setting("LDTM_DECAY_PSI_SESSIONS", 63, "the recent window of the PSI"),
-    Setting("LDTM_DECAY_HOLD_SESSIONS", 5, "evenings a signal keeps the ticker in WARN"),
-    # Signal performance (signals.py).
-    Setting("LDTM_SIGNAL_COST_BP", 5.0, "the paper books' cost per unit of turnover"),
-    # Deployment (ldtm_dagster/deployment.py).
-    Setting("LDTM_DEPLOYMENT", "local", "where the code location runs", "choice", ("local", "docker", "k8s")),
-    Setting("LDTM_K8S_GPU_PER_STEP", True, "a gpu pool step's pod requests one GPU"),
-    Setting("LDTM_K8S_STEP_CPU", "1", "CPU request of a gpu pool step's pod (a k8s quantity)", "quantity"),
+    Setting("LDTM_GATE_POLICY", "evidence", "the gate's policy", Choice(("evidence", "seed"))),
     Setting(
-        "LDTM_K8S_STEP_MEMORY", "2Gi", "memory request of a gpu pool step's pod (a k8s quantity)", "quantity"
+        "LDTM_GATE_MIN_FOLDS", 2, "backtest folds needed", Number(int, 1, 1000, "a whole number of folds")
+    ),
+    Setting(
+        "LDTM_GATE_MIN_ACCURACY",
+        52.0,
+        "direction accuracy needed",
+        Number(float, 0, 100, "a percent (52 for 52 %)", refuse_fraction=True),
+    ),
+    Setting(
+        "LDTM_GATE_MAX_ERROR_PCT",
+        5.0,
+        "mean |pct error| allowed",
+        Number(float, 0, 1e6, "a percent (5 for 5 %)"),
+    ),
+    Setting(
+        "LDTM_GATE_BEAT_ALWAYS_UP",
+        None,
+        "accuracy margin over always-up needed",
+        Number(float, -100, 100, f"{PERCENT_POINTS} of accuracy above always-up (2 for 2 points)"),
+        shown="off",
+    ),
+    Setting(
+        "LDTM_GATE_MAX_P_VALUE",
+        None,
+        "skill test p-value needed",
+        Number(float, 0, 1, "a probability (0.05)", low_open=True),
+        shown="off",
+    ),
+    Setting(
+        "LDTM_GATE_MIN_ROWS",
+        100,
+        "evidence policy: test rows over all folds",
+        Number(int, 1, 1e7, "a whole number of backtest test rows"),
+    ),
+    Setting(
+        "LDTM_GATE_MIN_FOLD_ROWS",
+        10,
+        "evidence policy: test rows in every fold",
+        Number(int, 1, 1e6, "a whole number of test rows per fold"),
+    ),
+    Setting(
+        "LDTM_GATE_ALPHA",
+        0.05,
+        "evidence policy: significance of the paired tests",
+        # The gate refuses alpha 1 (every challenger "significant"): (0, 1) open at both ends.
+        Number(float, 0, 1, "a probability (0.05)", low_open=True, high_open=True),
+    ),
+    # Shadow evenings (Settings: the same defaults).
+    Setting(
+        "LDTM_SHADOW_SESSIONS",
+        0,
+        "shadow evenings before the live comparison (0: promote at once)",
+        Number(int, 0, 1e4, f"{SESSIONS} (0: promote at once)"),
+    ),
+    # The drop the shadow evenings must detect, and with what probability (shadow_power.py).
+    Setting(
+        "LDTM_SHADOW_MARGIN",
+        20.0,
+        "the drop the shadow evenings must detect",
+        Number(float, 0, 100, f"{PERCENT_POINTS} (20 for 60 % vs 40 %)", low_open=True),
+    ),
+    Setting(
+        "LDTM_SHADOW_POWER",
+        0.8,
+        "the probability they must detect it with",
+        Number(float, 0, 1, "a probability below 1 (0.8)", low_open=True),
+    ),
+    # Decay (DecaySettings: the same defaults, delta stored as a fraction).
+    Setting(
+        "LDTM_DECAY_DELTA",
+        10.0,
+        "the accuracy drop the CUSUM is tuned to",
+        Number(float, 0, 100, f"{PERCENT_POINTS} (10 for 10 points)", low_open=True),
+    ),
+    Setting(
+        "LDTM_DECAY_ARL0",
+        1000.0,
+        "designed sessions between false alarms per ticker",
+        # A stable model is in WARN on ~hold/ARL0 of nights: below a month of sessions (a quarter of
+        # nights at the default hold of 5) the alarm says nothing.
+        Number(float, MIN_DECAY_ARL0, 1e7, "sessions between false alarms per ticker"),
+    ),
+    Setting("LDTM_DECAY_PSI_SESSIONS", 63, "the recent window of the PSI", Number(int, 2, 1e5, SESSIONS)),
+    Setting(
+        "LDTM_DECAY_HOLD_SESSIONS",
+        5,
+        "evenings a signal keeps the ticker in WARN",
+        Number(int, 1, 1e5, SESSIONS),
+    ),
+    # Signal performance (accountability.signals.signals).
+    Setting(
+        "LDTM_SIGNAL_COST_BP",
+        5.0,
+        "the paper books' cost per unit of turnover",
+        Number(float, 0, 10_000, "basis points per unit of turnover (5 for 0.05 %)"),
+    ),
+    # Deployment (ldtm_dagster/deployment.py).
+    Setting("LDTM_DEPLOYMENT", "local", "where the code location runs", Choice(("local", "docker", "k8s"))),
+    Setting("LDTM_K8S_GPU_PER_STEP", True, "a gpu pool step's pod requests one GPU", Flag()),
+    Setting("LDTM_K8S_STEP_CPU", "1", "CPU request of a gpu pool step's pod (a k8s quantity)", Quantity()),
+    Setting(
+        "LDTM_K8S_STEP_MEMORY", "2Gi", "memory request of a gpu pool step's pod (a k8s quantity)", Quantity()
     ),
     # Test hooks (faults.pause_point): a process pauses at a named point so a test can kill it there.
-    Setting("LDTM_TEST_PAUSE_AT", None, "pause at this point (name#n)", internal=True),
-    Setting("LDTM_TEST_PAUSE_DIR", ".", "where the paused process signals", "path", internal=True),
-    Setting("LDTM_TEST_PAUSE_S", 300.0, "the longest pause", internal=True),
+    Setting("LDTM_TEST_PAUSE_AT", None, "pause at this point (name#n)", Text(), internal=True),
+    Setting("LDTM_TEST_PAUSE_DIR", ".", "where the paused process signals", Text("path"), internal=True),
+    Setting(
+        "LDTM_TEST_PAUSE_S",
+        300.0,
+        "the longest pause",
+        Number(float, 0, 1e6, "seconds", low_open=True),
+        internal=True,
+    ),
 )
+# Derived from the rows, for the callers that check a number given another way (an option) against a
+# setting's range: name -> its Number.
+NUMERIC_SETTINGS: dict[str, Number] = {
+    n: row.kind for n, row in SETTINGS.items() if isinstance(row.kind, Number)
+}
+
+
+# --- accessors: the only readers of LDTM_* variables ---------------------------------------------------
 
 
 def _setting(name: str) -> Setting:
@@ -341,6 +553,47 @@ def _setting(name: str) -> Setting:
         return SETTINGS[name]
     except KeyError:  # a programming error: a new variable needs its row first
         raise KeyError(f"{name} is not in config.SETTINGS: add its row to the settings table") from None
+
+
+def _typed(name: str, wanted: str, fits) -> Setting:
+    """The row of `name`, whose kind must fit the accessor (a programming error otherwise)."""
+    row = _setting(name)
+    if not fits(row.kind):
+        raise TypeError(f"{name} is a {row.kind.name} setting ({row.unit}), not {wanted}")
+    return row
+
+
+def setting(name: str):
+    """The setting `name` as its kind reads it (a checked number or flag, a choice as the table spells it,
+    the text); the table's default when unset or empty."""
+    return _setting(name).read()
+
+
+def setting_int(name: str) -> int | None:
+    """The whole-number setting `name`, checked; the table's default when unset or empty."""
+    return _typed(name, "a whole number", lambda k: isinstance(k, Number) and k.type is int).read()
+
+
+def setting_float(name: str) -> float | None:
+    """The (non-whole) number setting `name`, checked; the table's default when unset or empty."""
+    value = _typed(name, "a number", lambda k: isinstance(k, Number) and k.type is float).read()
+    return None if value is None else float(value)
+
+
+def setting_flag(name: str) -> bool:
+    """The flag `name`, checked; the table's default when unset or empty."""
+    return _typed(name, "a flag", lambda k: isinstance(k, Flag)).read()
+
+
+def setting_choice(name: str) -> str | None:
+    """The choice `name` as the table spells it, given in any case; the table's default when unset."""
+    return _typed(name, "a choice", lambda k: isinstance(k, Choice)).read()
+
+
+def setting_text(name: str) -> str | None:
+    """The text setting `name` (text, path, url, secret, time, quantity) as typed; the table's default
+    when unset or empty."""
+    return _typed(name, "text", lambda k: isinstance(k, (Text, Quantity))).read()
 
 
 def env_text(name: str, default: str | None = None) -> str | None:
@@ -355,119 +608,28 @@ def env_is_set(name: str) -> bool:
     return env_text(name) is not None
 
 
-def setting(name: str):
-    """The setting `name`: a checked number or flag, or the text; the table's default when unset or empty."""
-    row = _setting(name)
-    kind = row.kind_of
-    if kind == "number":
-        return env_number(name, row.default)
-    if kind == "flag":
-        return env_flag(name, row.default)
-    if kind == "choice":
-        return env_choice(name) or row.default
-    return env_text(name, row.default)
-
-
-# A Kubernetes resource quantity: 1, 0.5, 500m, 2Gi, 512M.
-K8S_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-
-
-def env_choice(name: str) -> str | None:
-    """A choice setting as its table spells it, whatever case it was given in; None when unset; a
-    ConfigError naming the variable and the choices otherwise."""
-    raw = env_text(name)
-    if raw is None:
-        return None
-    choices = _setting(name).choices
-    found = next((c for c in choices if c.lower() == raw.strip().lower()), None)
-    if found is None:
-        raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
-    return found
-
-
-def _check_text(name: str, row: Setting) -> None:
-    """The vocabulary of a choice and the form of a quantity, where set."""
-    if row.kind == "choice":
-        env_choice(name)
-    elif (
-        row.kind == "quantity" and (raw := env_text(name)) is not None and not K8S_QUANTITY.match(raw.strip())
-    ):
-        raise ConfigError(f"{name}={raw!r}: expected a Kubernetes quantity such as 1, 500m, 2Gi")
-
-
-def check_number(name: str, value, spec: NumberSetting | None = None) -> int | float:
-    """`value` (a string from the environment, or a number from an option) as the setting's kind,
-    or a ConfigError naming the setting, the value and the unit expected."""
-    spec = spec or NUMERIC_SETTINGS[name]
-    shown = repr(value.strip()) if isinstance(value, str) else repr(value)
-    try:
-        number = spec.kind(value.strip()) if isinstance(value, str) else value
-    except ValueError:
-        what = "a whole number" if spec.kind is int else "a number"
-        raise ConfigError(f"{name}={shown} is not {what}: {spec.expected()}") from None
-    if spec.kind is int and isinstance(number, float) and not number.is_integer():
-        raise ConfigError(f"{name}={shown} is not a whole number: {spec.expected()}")
-    if not math.isfinite(number):
-        raise ConfigError(f"{name}={shown} is not a finite number: {spec.expected()}")
-    number = spec.kind(number)
-    low_ok = number > spec.low if spec.low_open else number >= spec.low
-    high_ok = number < spec.high if spec.high_open else number <= spec.high
-    if not (low_ok and high_ok):
-        raise ConfigError(f"{name}={shown} is out of range: {spec.expected()}")
-    if name == "LDTM_GATE_MIN_ACCURACY" and 0 < number < 1:
-        # Read as a fraction before issue 20: 0.52 would now silently ask for 0.52 % accuracy.
-        raise ConfigError(
-            f"{name}={shown} looks like a fraction: {spec.expected()}; 0 switches the criterion off"
-        )
-    return number
-
-
 def env_number(name: str, default: int | float | None = None) -> int | float | None:
     """The numeric setting `name` from the environment (checked), or `default` when unset or empty."""
-    _setting(name)
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    return check_number(name, raw)
-
-
-def check_flag(name: str, value: str) -> bool:
-    """`value` read as a flag: 1/0, true/false, yes/no, on/off in any case; else a ConfigError naming it."""
-    word = value.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise ConfigError(
-        f"{name}={value.strip()!r} is not a boolean (expected 1/0, true/false, yes/no or on/off)"
-    )
+    return _typed(name, "a number", lambda k: isinstance(k, Number)).read(default)
 
 
 def env_flag(name: str, default: bool) -> bool:
     """The flag `name` from the environment (checked), or `default` when unset or empty."""
-    _setting(name)
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    return check_flag(name, raw)
+    return _typed(name, "a flag", lambda k: isinstance(k, Flag)).read(default)
+
+
+def check_number(name: str, value, spec: Number | None = None) -> int | float:
+    """`value` (a string from the environment, or a number from an option) as the setting's kind,
+    or a ConfigError naming `name`, the value and the unit expected (`spec`: another setting's)."""
+    return (spec or _typed(name, "a number", lambda k: isinstance(k, Number)).kind).check(value, name)
 
 
 def check_environment() -> None:
-    """Check every numeric setting, flag, choice and quantity that is set; one ConfigError lists each bad one."""
+    """Check every setting that is set (numbers, flags, choices, quantities); one ConfigError lists each bad one."""
     problems = []
-    for name in NUMERIC_SETTINGS:
+    for row in SETTINGS.values():
         try:
-            env_number(name)
-        except ConfigError as exc:
-            problems.append(str(exc))
-    for name in BOOLEAN_SETTINGS:
-        try:
-            env_flag(name, False)
-        except ConfigError as exc:
-            problems.append(str(exc))
-    for name, row in SETTINGS.items():
-        try:
-            _check_text(name, row)
+            row.read()
         except ConfigError as exc:
             problems.append(str(exc))
     problems += _placeholder_passwords()
@@ -509,7 +671,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         # A NaN band judges every move "neutral" into the hash-chained table: refuse it however given.
-        check_number("neutral_band_pct", self.neutral_band_pct, NUMERIC_SETTINGS["LDTM_NEUTRAL_BAND_PCT"])
+        SETTINGS["LDTM_NEUTRAL_BAND_PCT"].check(self.neutral_band_pct, "neutral_band_pct")
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -527,10 +689,10 @@ class Settings:
             url = f"sqlite:///{home / 'ldtm.db'}"
         universe = overrides.pop("universe", None) or setting("LDTM_UNIVERSE")
         check_environment()
-        band = setting("LDTM_NEUTRAL_BAND_PCT")
-        shadow_sessions = int(setting("LDTM_SHADOW_SESSIONS"))
-        margin = float(setting("LDTM_SHADOW_MARGIN"))
-        power = float(setting("LDTM_SHADOW_POWER"))
+        band = setting_float("LDTM_NEUTRAL_BAND_PCT")
+        shadow_sessions = setting_int("LDTM_SHADOW_SESSIONS")
+        margin = setting_float("LDTM_SHADOW_MARGIN")
+        power = setting_float("LDTM_SHADOW_POWER")
         if power >= 1:
             raise ConfigError(f"LDTM_SHADOW_POWER={power:g}: no finite shadow has power 1 (0.8 is usual)")
         if shadow_sessions > 0:
@@ -544,12 +706,12 @@ class Settings:
             home=home,
             database_url=url,
             universe=universe,
-            notify_webhook_url=setting("LDTM_NOTIFY_WEBHOOK_URL"),
+            notify_webhook_url=setting_text("LDTM_NOTIFY_WEBHOOK_URL"),
             neutral_band_pct=overrides.pop("neutral_band_pct", band),
             shadow_sessions=overrides.pop("shadow_sessions", shadow_sessions),
             shadow_margin_points=overrides.pop("shadow_margin_points", margin),
             shadow_power=overrides.pop("shadow_power", power),
-            backtest_reuse=overrides.pop("backtest_reuse", setting("LDTM_BACKTEST_REUSE")),
+            backtest_reuse=overrides.pop("backtest_reuse", setting_flag("LDTM_BACKTEST_REUSE")),
             **overrides,
         )
 
@@ -627,13 +789,9 @@ def url_origin(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}{port}/***" if parts.scheme and parts.hostname else "***"
 
 
-# The settings whose values are secrets (the webhook and heartbeat URLs carry their tokens): masked in every
-# message, and compose passes them only to the containers that need them (deploy/scripts/sync_settings.py).
-SECRET_SETTINGS = tuple(
-    name
-    for name, row in SETTINGS.items()
-    if row.kind == "secret" or name in ("LDTM_NOTIFY_WEBHOOK_URL", "LDTM_HEARTBEAT_URL")
-)
+# The settings whose values are secrets (their rows' kinds say so): masked in every message, and compose
+# passes them only to the containers that need them (deploy/scripts/sync_settings.py).
+SECRET_SETTINGS = tuple(name for name, row in SETTINGS.items() if row.kind.secret)
 
 # The deployment's own secrets (compose passes them to the containers that need them): masked like ours.
 DEPLOYMENT_SECRETS = ("DAGSTER_PG_PASSWORD", "POSTGRES_PASSWORD")

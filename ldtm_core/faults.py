@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from ldtm_core.config import env_text, setting
+from ldtm_core.config import env_text, setting_float, setting_text
 
 _HITS: dict[str, int] = {}
 
@@ -28,8 +28,8 @@ def pause_point(name: str) -> None:
     _HITS[name] = _HITS.get(name, 0) + 1
     if nth and _HITS[name] != int(nth):
         return
-    folder = Path(setting("LDTM_TEST_PAUSE_DIR"))
+    folder = Path(setting_text("LDTM_TEST_PAUSE_DIR"))
     (folder / f"paused-{os.getpid()}").write_text(name)
-    deadline = time.monotonic() + float(setting("LDTM_TEST_PAUSE_S"))
+    deadline = time.monotonic() + setting_float("LDTM_TEST_PAUSE_S")
     while time.monotonic() < deadline and not (folder / "release").exists():
         time.sleep(0.02)

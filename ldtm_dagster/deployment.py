@@ -18,7 +18,7 @@ the same environment, so they agree on the tags.
 
 from __future__ import annotations
 
-from ldtm_core.config import env_flag, env_text
+from ldtm_core.config import env_text, setting_flag
 from ldtm_core.errors import InputError
 from ldtm_core.learning.gpu_slots import SlotPlan
 
@@ -46,7 +46,7 @@ def is_k8s() -> bool:
 
 def gpu_per_step() -> bool:
     """Whether a `gpu` pool step's pod requests one GPU (`LDTM_K8S_GPU_PER_STEP`, default on)."""
-    return env_flag(GPU_PER_STEP_ENV, True)
+    return setting_flag(GPU_PER_STEP_ENV)
 
 
 def gpu_step_resources() -> dict:

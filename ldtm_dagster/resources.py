@@ -15,7 +15,15 @@ from dagster._core.storage.tags import MAX_RETRIES_TAG
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from ldtm_core.config import SETTINGS, Settings, env_is_set, masked_url, redact_secrets, setting
+from ldtm_core.config import (
+    SETTINGS,
+    Choice,
+    Settings,
+    env_is_set,
+    masked_url,
+    redact_secrets,
+    setting_choice,
+)
 from ldtm_core.data.universe import load_universe
 from ldtm_core.db import get_engine
 from ldtm_core.errors import LDTMError
@@ -173,8 +181,8 @@ def _env(name: str, default):
 
     Dagster reads an EnvVar itself when it builds the resource: the only LDTM_* read outside config,
     kept so that secrets stay names in the UI; `name` is a row of config.SETTINGS like any other."""
-    if env_is_set(name) and SETTINGS[name].kind == "choice":
-        return setting(name)  # a vocabulary, not a secret: as the table spells it, in any case given
+    if env_is_set(name) and isinstance(SETTINGS[name].kind, Choice):
+        return setting_choice(name)  # a vocabulary, not a secret: as the table spells it, in any case given
     if env_is_set(name):
         return (
             EnvVar.int(name) if isinstance(default, int) and not isinstance(default, bool) else EnvVar(name)

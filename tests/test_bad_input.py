@@ -67,9 +67,9 @@ def test_a_boolean_outside_the_vocabulary_is_refused_naming_the_variable(clean_e
 
 @pytest.mark.parametrize("name", BOOLEANS)
 def test_every_boolean_setting_uses_the_one_helper(clean_env, name):
-    from ldtm_core.config import BOOLEAN_SETTINGS, env_flag
+    from ldtm_core.config import SETTINGS, Flag, env_flag
 
-    assert name in BOOLEAN_SETTINGS
+    assert isinstance(SETTINGS[name].kind, Flag)
     clean_env.setenv(name, "off")
     assert env_flag(name, True) is False
     clean_env.setenv(name, "maybe")

@@ -130,12 +130,12 @@ def test_every_ldtm_name_in_the_product_is_a_row_of_the_table():
     assert named - set(SETTINGS) == set()
 
 
-def test_the_table_classifies_every_row_once():
-    """Numbers have a range, flags a vocabulary, the rest are listed: no row without one of them."""
-    assert set(SETTINGS) == set(config.NUMERIC_SETTINGS) | set(config.OTHER_SETTINGS)
-    assert set(config.NUMERIC_SETTINGS).isdisjoint(config.OTHER_SETTINGS)
+def test_every_row_carries_its_whole_kind():
+    """Each row's kind is the one place that says how it is read: numbers with a type and a range, flags,
+    choices with their vocabulary, text of a named sort; the defaults fit their kinds."""
     for row in SETTINGS.values():
-        assert row.meaning and row.kind_of in (
+        assert isinstance(row.kind, (config.Number, config.Flag, config.Choice, config.Text, config.Quantity))
+        assert row.meaning and row.kind.name in (
             "number",
             "flag",
             "text",
@@ -146,12 +146,18 @@ def test_the_table_classifies_every_row_once():
             "choice",
             "quantity",
         )
-        if row.kind_of == "number" and row.default is not None:
-            assert config.check_number(row.name, row.default) == row.default
-        if row.kind_of == "flag":
+        if isinstance(row.kind, config.Number):
+            assert row.kind.type in (int, float)
+            assert row.default is None or isinstance(row.default, row.kind.type)
+            assert row.default is None or row.check(row.default) == row.default
+        if isinstance(row.kind, config.Flag):
             assert isinstance(row.default, bool)
-        if row.choices:
-            assert row.default is None or row.default in row.choices
+        if isinstance(row.kind, config.Choice):
+            assert row.choices and (row.default is None or row.default in row.choices)
+        if isinstance(row.kind, (config.Text, config.Quantity)):
+            assert row.default is None or isinstance(row.default, str)
+    assert set(config.NUMERIC_SETTINGS) == {n for n, r in SETTINGS.items() if r.kind.name == "number"}
+    assert set(config.SECRET_SETTINGS) == {n for n, r in SETTINGS.items() if r.kind.secret}
 
 
 def _doc_table() -> dict[str, str]:
@@ -270,6 +276,31 @@ def test_the_accessors(monkeypatch):
         env_text("LDTM_NOT_A_SETTING")
 
 
+def test_the_typed_accessors_check_the_kind(monkeypatch):
+    for name in ("LDTM_IB_PORT", "LDTM_IB_TIMEOUT", "LDTM_BF16_PROBE", "LDTM_AMP", "LDTM_IB_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    assert config.setting_int("LDTM_IB_PORT") == 4002
+    monkeypatch.setenv("LDTM_IB_TIMEOUT", "30")
+    value = config.setting_float("LDTM_IB_TIMEOUT")
+    assert value == 30.0 and isinstance(value, float)
+    assert config.setting_flag("LDTM_BF16_PROBE") is True
+    monkeypatch.setenv("LDTM_AMP", "BF16")
+    assert config.setting_choice("LDTM_AMP") == "bf16"
+    assert config.setting_text("LDTM_IB_HOST") == "127.0.0.1"
+    # Reading a setting as another kind is a programming error, named with the setting's own kind.
+    for read, name in [
+        (config.setting_int, "LDTM_IB_TIMEOUT"),
+        (config.setting_float, "LDTM_IB_PORT"),
+        (config.setting_flag, "LDTM_IB_HOST"),
+        (config.setting_choice, "LDTM_BF16_PROBE"),
+        (config.setting_text, "LDTM_AMP"),
+        (config.env_number, "LDTM_IB_HOST"),
+        (config.setting_int, "LDTM_NOT_A_SETTING"),
+    ]:
+        with pytest.raises((TypeError, KeyError), match=name):
+            read(name)
+
+
 def test_a_bad_source_setting_is_one_error_naming_it(monkeypatch):
     """Read through config, a bad yfinance number is a ConfigError naming the variable and the unit
     (it was a bare ValueError from float())."""
@@ -293,6 +324,6 @@ def test_modules_check_their_numbers_through_config(monkeypatch, var, value, rea
 
     module, func = read.split(":")
     monkeypatch.setenv(var, value)
-    unit = re.escape(config.NUMERIC_SETTINGS[var].unit)
+    unit = re.escape(SETTINGS[var].kind.unit)
     with pytest.raises(ConfigError, match=f"{var}='{value}' is not a .*: expected {unit}"):
         getattr(importlib.import_module(module), func)()

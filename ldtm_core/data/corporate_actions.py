@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, Engine, select
 
-from ldtm_core.config import env_flag
+from ldtm_core.config import setting_flag
 from ldtm_core.db import upsert
 from ldtm_core.errors import InputError
 from ldtm_core.schema import corporate_actions, prices
@@ -68,7 +68,7 @@ class Action:
 
 
 def force_from_env() -> bool:
-    return env_flag(ENV_FORCE, False)
+    return setting_flag(ENV_FORCE)
 
 
 def kind_of(factor: float) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from ldtm_core.config import env_number
+from ldtm_core.config import setting_int
 from ldtm_core.data.calendar import cover, session_array
 from ldtm_core.schema import prices
 
@@ -45,7 +45,7 @@ class PriceGap:
 
 def max_gap_sessions() -> int:
     """The longest hole (in missing sessions) features may span: LDTM_MAX_GAP_SESSIONS, checked."""
-    return int(env_number(ENV_MAX_GAP, DEFAULT_MAX_GAP_SESSIONS))
+    return setting_int(ENV_MAX_GAP)
 
 
 def _days(dates) -> np.ndarray:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import Engine
 
-from ldtm_core.config import setting
+from ldtm_core.config import setting_float
 from ldtm_core.data.corporate_actions import explains, load_actions
 from ldtm_core.data.prices import load_prices
 
@@ -43,7 +43,7 @@ class LargeMove:
 
 def threshold_from_env() -> float:
     """LDTM_MAX_DAILY_MOVE_PCT, checked by config (a percent above 0)."""
-    return float(setting(ENV_MAX_MOVE))
+    return setting_float(ENV_MAX_MOVE)
 
 
 def large_moves(

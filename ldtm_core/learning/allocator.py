@@ -14,7 +14,7 @@ import ctypes
 import ctypes.util
 import functools
 
-from ldtm_core.config import env_flag
+from ldtm_core.config import setting_flag
 
 # mallopt(3) parameters (glibc's malloc.h).
 M_TRIM_THRESHOLD = -1
@@ -28,7 +28,7 @@ TRIM_THRESHOLD = 256 * 1024 * 1024
 @functools.cache
 def keep_freed_buffers() -> bool:
     """Apply the settings once per process; True where they took effect (glibc, flag on)."""
-    if not env_flag("LDTM_TRAINING_MALLOC", True):
+    if not setting_flag("LDTM_TRAINING_MALLOC"):
         return False
     name = ctypes.util.find_library("c")
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ldtm_core.config import env_flag, env_text
+from ldtm_core.config import env_text, setting_flag
 from ldtm_core.errors import InputError
 from ldtm_core.learning.model import ModelConfig
 
@@ -86,7 +86,7 @@ def _probe_cache() -> Path:
 def _cached_speedup(key: str, measure) -> float:
     """`measure()` once per key (CPU or card, torch version), kept in the probe's cache file;
     0.0 with LDTM_BF16_PROBE=0."""
-    if not env_flag("LDTM_BF16_PROBE", True):
+    if not setting_flag("LDTM_BF16_PROBE"):
         return 0.0
     path = _probe_cache()
     try:

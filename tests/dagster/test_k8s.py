@@ -361,7 +361,7 @@ def test_outside_k8s_nothing_changes(monkeypatch):
 def test_bad_settings_are_refused_by_name(monkeypatch, var, value, message):
     monkeypatch.setenv("LDTM_DEPLOYMENT", "k8s")
     monkeypatch.setenv(var, value)
-    with pytest.raises(LDTMError, match=message):  # the flag: config.env_flag's ConfigError
+    with pytest.raises(LDTMError, match=message):  # the flag: config.setting_flag's ConfigError
         deployment.gpu_step_tags()
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from ldtm_core.config import setting
+from ldtm_core.config import setting_choice, setting_float, setting_int, setting_text
 from ldtm_core.data.calendar import market_today
 from ldtm_core.data.sources.base import (
     PriceSource,
@@ -118,12 +118,12 @@ class IBSource(PriceSource):
     def from_env(cls) -> IBSource:
         try:
             return cls(
-                host=setting("LDTM_IB_HOST"),
-                port=int(setting("LDTM_IB_PORT")),
-                client_id=int(setting("LDTM_IB_CLIENT_ID")),
-                what_to_show=setting("LDTM_IB_WHAT_TO_SHOW").strip().upper(),
-                timeout=float(setting("LDTM_IB_TIMEOUT")),
-                attempts=int(setting("LDTM_SOURCE_ATTEMPTS")),
+                host=setting_text("LDTM_IB_HOST"),
+                port=setting_int("LDTM_IB_PORT"),
+                client_id=setting_int("LDTM_IB_CLIENT_ID"),
+                what_to_show=setting_choice("LDTM_IB_WHAT_TO_SHOW"),
+                timeout=setting_float("LDTM_IB_TIMEOUT"),
+                attempts=setting_int("LDTM_SOURCE_ATTEMPTS"),
             )
         except ConfigError as exc:  # the source's settings, named as such (config says which and why)
             raise InputError(f"IB source settings: {exc}") from None

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
-from ldtm_core.config import env_flag, setting
+from ldtm_core.config import env_flag, setting_float, setting_int
 from ldtm_core.data.corporate_actions import Action, dividend_factor, split_factor
 from ldtm_core.data.sources.base import PriceSource, SourceAnswer, first_line
 from ldtm_core.errors import InputError
@@ -175,9 +175,9 @@ class YFinanceSource(PriceSource):
     def from_env(cls) -> YFinanceSource:
         return cls(
             auto_adjust=_flag("LDTM_YFINANCE_AUTO_ADJUST", False),
-            timeout=float(setting("LDTM_YFINANCE_TIMEOUT")),
-            attempts=int(setting("LDTM_SOURCE_ATTEMPTS")),
-            batch_size=int(setting("LDTM_YFINANCE_BATCH")),
+            timeout=setting_float("LDTM_YFINANCE_TIMEOUT"),
+            attempts=setting_int("LDTM_SOURCE_ATTEMPTS"),
+            batch_size=setting_int("LDTM_YFINANCE_BATCH"),
         )
 
     def describe(self) -> str:
