@@ -17,6 +17,7 @@ Percentages are typed as percents everywhere (52 means 52 %), like the CLI optio
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import errno
 import math
 import os
@@ -420,6 +421,12 @@ SETTINGS: dict[str, Setting] = _table(
         Text(),
         shown="the login name",
     ),
+    Setting(
+        "LDTM_NIGHTLY_TIME",
+        "18:15",
+        "New York time the nightly schedule starts, after the close",
+        Text("time"),
+    ),
     Setting("LDTM_SNAPSHOT_DEADLINE", "21:00", "New York time by which snapshots must exist", Text("time")),
     # The gate (GateThresholds: the same defaults, stored as fractions where typed as percents).
     Setting("LDTM_GATE_POLICY", "evidence", "the gate's policy", Choice(("evidence", "seed"))),
@@ -594,6 +601,19 @@ def setting_text(name: str) -> str | None:
     """The text setting `name` (text, path, url, secret, time, quantity) as typed; the table's default
     when unset or empty."""
     return _typed(name, "text", lambda k: isinstance(k, (Text, Quantity))).read()
+
+
+def setting_time(name: str) -> dt.time:
+    """The time-of-day setting `name`: a New York wall-clock time (HH:MM), no offset; the table's default
+    when unset or empty."""
+    raw = _typed(name, "a time of day", lambda k: isinstance(k, Text) and k.name == "time").read()
+    try:
+        value = dt.time.fromisoformat(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a time of day (HH:MM, New York)") from None
+    if value.tzinfo is not None:  # compared with New York wall-clock times: an offset has no meaning
+        raise ConfigError(f"{name}={raw!r}: give a New York time of day without an offset (HH:MM)")
+    return value
 
 
 def env_text(name: str, default: str | None = None) -> str | None:

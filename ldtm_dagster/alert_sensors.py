@@ -1,6 +1,6 @@
 """Alerting sensors: every failed run, and missing snapshots at the evening deadline, go to the
 notification webhook (LDTM_NOTIFY_WEBHOOK_URL, the same one as gate failures). Nobody watches a
-console at 18:15.
+console at night.
 
 One alert per logical failure: a failed run that run_retries will re-execute (Dagster's
 `dagster/will_retry` tag) is not posted; its retry's failure is, naming the retry and the first run."""

@@ -3,9 +3,9 @@
 The ticker partitions are read from `LDTM_UNIVERSE` when the code location loads (103 keys for
 `full`, 6 for `demo`); change the variable and reload the location to change them.
 
-Evening partitions follow the nightly cron (weekdays 18:15 America/New_York). `end_offset=1`
-makes an evening's partition exist from 18:15 that evening, so the nightly tick targets the
-evening that just closed. Weekday holidays are partitions too: the snapshots asset records
+Evening partitions follow the nightly cron (weekdays at LDTM_NIGHTLY_TIME, 18:15 America/New_York
+by default). `end_offset=1` makes an evening's partition exist from that time that evening, so the
+nightly tick targets the evening that just closed. Weekday holidays are partitions too: the snapshots asset records
 "no session" for them and writes nothing.
 """
 
@@ -20,13 +20,29 @@ from dagster._core.storage.tags import (
     PARTITION_NAME_TAG,
 )
 
-from ldtm_core.config import setting
+from ldtm_core.config import setting, setting_time
 from ldtm_core.data import calendar
 from ldtm_core.data.universe import load_universe
 from ldtm_core.errors import ConfigError, InputError
 
-NIGHTLY_CRON = "15 18 * * 1-5"
 MARKET_TZ = "America/New_York"
+MARKET_CLOSE = dt.time(16, 0)
+
+
+def nightly_time() -> dt.time:
+    """LDTM_NIGHTLY_TIME, checked: after the close (a run before it would fetch an unfinished day), on a
+    whole minute (a cron's step), and before LDTM_SNAPSHOT_DEADLINE (or every evening would alert)."""
+    at, deadline = setting_time("LDTM_NIGHTLY_TIME"), setting_time("LDTM_SNAPSHOT_DEADLINE")
+    if not MARKET_CLOSE < at < deadline or at.second or at.microsecond:
+        raise ConfigError(
+            f"LDTM_NIGHTLY_TIME={at:%H:%M:%S}: give a whole minute after the {MARKET_CLOSE:%H:%M} close and "
+            f"before LDTM_SNAPSHOT_DEADLINE={deadline:%H:%M} (New York time)"
+        )
+    return at
+
+
+NIGHTLY_TIME = nightly_time()
+NIGHTLY_CRON = f"{NIGHTLY_TIME.minute} {NIGHTLY_TIME.hour} * * 1-5"
 # The evening a nightly market run (prices -> features) is for; its `prices` step fetches up to it and
 # sensors.nightly_after_market launches that evening's nightly_job.
 EVENING_TAG = "ldtm/evening"
@@ -102,7 +118,7 @@ def check_evening_keys(run_tags: dict, keys: list[str]) -> None:
             why = "not a date (YYYY-MM-DD)"
         raise Failure(
             f"{key!r} is not an evening partition (weekday evenings from {EVENINGS_START} up to the latest "
-            f"18:15 New York): {why}; nothing was predicted",
+            f"{NIGHTLY_TIME:%H:%M} New York): {why}; nothing was predicted",
             allow_retries=False,
         )
     for key in keys:

@@ -25,7 +25,7 @@ def _all_tickers_tags() -> dict:
     default_status=DefaultScheduleStatus.RUNNING,
 )
 def nightly(context: ScheduleEvaluationContext) -> RunRequest:
-    """Weekdays 18:15 New York: prices (from the source LDTM_PRICE_SOURCE names, ldtm_core.data.sources,
+    """Weekdays at LDTM_NIGHTLY_TIME (18:15 New York by default): prices (from the source LDTM_PRICE_SOURCE names, ldtm_core.data.sources,
     up to that evening), then the features of every ticker as ONE run, tagged with the evening that
     just closed; its success launches that evening's `nightly_job` (snapshots onwards)."""
     evening = context.scheduled_execution_time.astimezone(ZoneInfo(MARKET_TZ)).date().isoformat()

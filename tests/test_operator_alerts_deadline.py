@@ -8,13 +8,13 @@ import datetime as dt
 import pytest
 
 from ldtm_core.accountability.alerts.operator_alerts import deadline_from_env
-from ldtm_core.errors import InputError
+from ldtm_core.errors import ConfigError
 
 
 @pytest.mark.parametrize("raw", ["21:00+05:00", "21:00Z", "9pm", "25:00"])
 def test_a_deadline_with_an_offset_or_no_time_is_refused_by_name(monkeypatch, raw):
     monkeypatch.setenv("LDTM_SNAPSHOT_DEADLINE", raw)
-    with pytest.raises(InputError, match="LDTM_SNAPSHOT_DEADLINE"):
+    with pytest.raises(ConfigError, match="LDTM_SNAPSHOT_DEADLINE"):
         deadline_from_env()
 
 

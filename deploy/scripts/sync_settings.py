@@ -8,7 +8,7 @@ settings table (ldtm_core/config.py, SETTINGS):
   into every run container.
 
 Not listed: what compose sets itself per service (LDTM_HOME, LDTM_DATABASE_URL, LDTM_DEPLOYMENT), what
-the code location sets (LDTM_GPU_POOL_ID), and the test hooks. tests/test_deploy_settings.py runs --check.
+the code location sets (LDTM_GPU_POOL_ID), and the test hooks. tests/dagster/test_deploy_security.py runs --check.
 
     .venv/bin/python deploy/scripts/sync_settings.py [--check]
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from zoneinfo import ZoneInfo
 
+import pytest
 from dagster import build_schedule_context
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
@@ -63,3 +64,28 @@ def test_weekly_retrain_is_one_range_run_over_every_ticker(dagster_instance):
     # A new key each week, so the daemon never drops a week as a duplicate.
     [next_week] = _requests(weekly_retrain, saturday + dt.timedelta(days=7), dagster_instance)
     assert next_week.run_key != request.run_key
+
+
+def test_the_nightly_time_is_a_setting():
+    """LDTM_NIGHTLY_TIME moves the schedule and the evening partitions together (read when the code
+    location loads, as the universe is)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "from ldtm_dagster.partitions import evening_partitions; from ldtm_dagster.schedules import nightly; "
+        "print(nightly.cron_schedule, evening_partitions.cron_schedule)"
+    )
+    env = {**__import__("os").environ, "LDTM_NIGHTLY_TIME": "17:45"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["45", "17", "*", "*", "1-5"] * 2
+
+
+@pytest.mark.parametrize("raw", ["15:30", "21:30", "17:45:30", "17:45+01:00", "6pm"])
+def test_a_nightly_time_before_the_close_after_the_deadline_or_not_a_time_is_refused(monkeypatch, raw):
+    from ldtm_core.errors import ConfigError
+    from ldtm_dagster.partitions import nightly_time
+
+    monkeypatch.setenv("LDTM_NIGHTLY_TIME", raw)
+    with pytest.raises(ConfigError, match="LDTM_NIGHTLY_TIME"):
+        nightly_time()

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, func, select
 
 from ldtm_core.accountability.alerts import notify
-from ldtm_core.config import mask_secrets, redact_secrets, setting
+from ldtm_core.config import mask_secrets, redact_secrets, setting_time
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, latest_session_on_or_before
-from ldtm_core.errors import InputError
 from ldtm_core.schema import snapshots
 
 ENV_DEADLINE = "LDTM_SNAPSHOT_DEADLINE"  # its default: the row in config.SETTINGS (its one home)
@@ -76,14 +75,7 @@ def notify_run_failure(payload: dict, webhook_url: str | None) -> notify.NotifyR
 
 
 def deadline_from_env() -> dt.time:
-    raw = setting(ENV_DEADLINE)  # the settings row's default when unset or empty
-    try:
-        deadline = dt.time.fromisoformat(raw)
-    except ValueError:
-        raise InputError(f"{ENV_DEADLINE}={raw!r} is not a time of day (HH:MM, New York)") from None
-    if deadline.tzinfo is not None:  # compared with New York wall-clock times: an offset has no meaning
-        raise InputError(f"{ENV_DEADLINE}={raw!r}: give a New York time of day without an offset (HH:MM)")
-    return deadline
+    return setting_time(ENV_DEADLINE)  # the settings row's default when unset or empty
 
 
 def due_session(now: dt.datetime, deadline: dt.time) -> dt.date:
