@@ -370,3 +370,11 @@ def test_scale(bench):
     ):
         assert re.search(rf"\| {re.escape(step)} \| {NUMBER} s \|", out), step
     assert "| exp. tickers | exp. years |" in out
+
+
+def test_batched_forward(bench):
+    out = bench("batched_forward", "--models", "3", "--repeat", "1", "--profiles", "demo")
+    assert "3 models, median of 1" in out
+    assert re.search(rf"\| demo \| batched \| {NUMBER} \| 1\.00x \|", out)
+    assert re.search(rf"\| demo \| func_loop \| {NUMBER} \| {NUMBER}x \| ", out)
+    assert "| demo | func_vmap |" in out

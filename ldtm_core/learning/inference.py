@@ -1,4 +1,4 @@
-"""Inference for many tickers at once: the batched LSTM forward and the verified model cache.
+"""Inference for many tickers at once: the batched forward and the verified model cache.
 
 `batched_forward` runs M same-architecture models in one pass; `load_verified_model` loads a
 checkpoint once per process and re-checks the file against the registry on every use.
@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ldtm_core.errors import CheckpointError
+from ldtm_core.learning.cells import recurrence
 from ldtm_core.learning.checkpoints import Weights, load_weights, sha256_file
 from ldtm_core.learning.model import LDTM
 from ldtm_core.learning.registry import ModelRecord
@@ -21,43 +22,30 @@ def _tensors(model: LDTM | Weights) -> Mapping[str, torch.Tensor]:
     return model.tensors if isinstance(model, Weights) else dict(model.named_parameters())
 
 
+# LDTM's recurrent module (model.LDTM.lstm): its kind in `cells.CELLS` and its state_dict prefix.
+CELL = "lstm"
+
+
 @torch.no_grad()
 def batched_forward(models: Sequence[LDTM | Weights], x: torch.Tensor) -> torch.Tensor:
     """Run M same-architecture models, model i on x[i] ([M, W, F] -> [M, horizons]), in one pass.
 
-    The weights are stacked and the LSTM recurrence runs as batched matrix products, so 103 tickers cost
-    one pass of W steps instead of 103 module calls. Eval-mode semantics (no dropout); exact up to
+    The weights are stacked and the recurrence runs as batched matrix products (`cells`), so 103 tickers
+    cost one pass of W steps instead of 103 module calls. Eval-mode semantics (no dropout); exact up to
     float rounding, checked against the modules in the tests. Runs where x is (a CPU or a card).
     """
-    m = len(models)
-    if m == 0:
+    if len(models) == 0:
         return torch.empty(0, 0)
     cfg = models[0].cfg
-    dev = x.device
-    params = [{k: v.to(dev) for k, v in _tensors(md).items()} for md in models]
-    h_size = cfg.hidden_size
-    inp = x.to(torch.float32)  # [M, W, I]
-    for layer in range(cfg.num_layers):
-        w_ih = torch.stack([p[f"lstm.weight_ih_l{layer}"] for p in params])  # [M, 4H, I]
-        w_hh = torch.stack([p[f"lstm.weight_hh_l{layer}"] for p in params])  # [M, 4H, H]
-        bias = torch.stack(
-            [p[f"lstm.bias_ih_l{layer}"] + p[f"lstm.bias_hh_l{layer}"] for p in params]
-        )  # [M, 4H]
-        gx = torch.bmm(inp, w_ih.transpose(1, 2)) + bias[:, None, :]  # [M, W, 4H]
-        h = torch.zeros(m, h_size, device=dev)
-        c = torch.zeros(m, h_size, device=dev)
-        w_hh_t = w_hh.transpose(1, 2)
-        outs = []
-        for t in range(inp.shape[1]):
-            gates = gx[:, t, :] + torch.bmm(h[:, None, :], w_hh_t)[:, 0, :]
-            i, f, g, o = gates.chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            outs.append(h)
-        inp = torch.stack(outs, dim=1)
-    last = inp[:, -1, :]  # [M, H]
+    params = [{k: v.to(x.device) for k, v in _tensors(md).items()} for md in models]
+    h = recurrence(CELL, params, x.to(torch.float32), cfg.num_layers, prefix=f"{CELL}.")
+    return _heads(params, h[:, -1, :], len(cfg.horizons))
+
+
+def _heads(params: Sequence[Mapping[str, torch.Tensor]], last: torch.Tensor, horizons: int) -> torch.Tensor:
+    """Each model's horizon heads (model.Head) on its last hidden state: [M, H] -> [M, horizons]."""
     preds = []
-    for k in range(len(cfg.horizons)):
+    for k in range(horizons):
         l1, l2 = f"heads.{k}.net.0", f"heads.{k}.net.3"  # the Linear layers around ReLU and Dropout
         w1 = torch.stack([p[f"{l1}.weight"] for p in params])
         z = torch.bmm(last[:, None, :], w1.transpose(1, 2))[:, 0, :]
