@@ -1,12 +1,13 @@
-"""The names of the 11 daily features of SPEC §3, in the order of the model's inputs.
+"""The reference recipe's daily features (SPEC §3), in the order of its model inputs.
 
-In the base (like `horizons.py`) because two layers need them: `schema.py` names the `features` table's
-columns after them, and `data/features.py` computes them.
+In the base (like `horizons.py`) because two layers need them: `schema.py` stores exactly these as the
+`features` table's columns, and `data/features.py` registers how each is computed (its `FEATURES`
+registry may hold more; a model records the names it was trained on).
 """
 
 from __future__ import annotations
 
-FEATURE_NAMES: tuple[str, ...] = (
+REFERENCE_FEATURES: tuple[str, ...] = (
     "open",
     "high",
     "low",

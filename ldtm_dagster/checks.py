@@ -142,7 +142,7 @@ def _alarmed_before(context: AssetCheckExecutionContext, key: AssetCheckKey) -> 
     asset="leaderboard",
     description="no ticker's published direction record has dropped significantly below what its models' "
     "gate reports promised, or below always-up on the same evenings (Bernoulli CUSUM; warns and names the "
-    "decaying tickers, posts each new alarm to the webhook; PSI of the 11 features beside it)",
+    "decaying tickers, posts each new alarm to the webhook; PSI of its input features beside it)",
 )
 def leaderboard_decay(
     context: AssetCheckExecutionContext, store: ArtifactStore, database: AppDatabase

@@ -1,4 +1,4 @@
-"""The 11 daily features: order, warm-up, Wilder RSI by hand, SMA ratios and log returns."""
+"""The reference recipe's daily features: order, warm-up, Wilder RSI by hand, SMA ratios and log returns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ldtm_core.data.calendar import sessions_between
-from ldtm_core.data.features import FEATURE_NAMES, compute_features, wilder_rsi
+from ldtm_core.data.features import REFERENCE_FEATURES, compute_features, wilder_rsi
 
 # StockCharts' classic RSI example (Wilder smoothing), 20 closes.
 CLOSES = [44.34, 44.09, 44.15, 43.61, 44.33, 44.83, 45.10, 45.42, 45.84, 46.08,
@@ -71,7 +71,7 @@ def test_eleven_columns_in_spec_order_and_warmup_dropped():
         "open", "high", "low", "close", "volume", "log_return_1d", "log_return_5d",
         "rsi_14", "close_sma_5", "close_sma_10", "close_sma_20",
     ]  # fmt: skip
-    assert tuple(feats.columns) == FEATURE_NAMES
+    assert tuple(feats.columns) == REFERENCE_FEATURES
     # SMA-20 first exists on the 20th row (index 19): 40 rows -> 21 feature rows.
     assert len(feats) == 21
     assert feats.index[0] == px["date"].iloc[19]

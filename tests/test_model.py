@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from ldtm_core.data.features import FEATURE_NAMES
+from ldtm_core.data.features import REFERENCE_FEATURES
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.model import LDTM, PROFILES, ModelConfig, get_profile
@@ -18,7 +18,7 @@ def test_reference_has_about_227k_parameters():
     n = sum(p.numel() for p in LDTM(get_profile("reference")).parameters())
     assert abs(n - 227_000) / 227_000 <= 0.02
     # Independent count from the SPEC §5 architecture: 2-layer LSTM(11 -> 128) + three 128-64-1 heads.
-    h, i = 128, len(FEATURE_NAMES)
+    h, i = 128, len(REFERENCE_FEATURES)
     lstm = 4 * h * (i + h + 2) + 4 * h * (h + h + 2)
     heads = 3 * ((h * 64 + 64) + (64 + 1))
     assert n == lstm + heads
@@ -119,17 +119,36 @@ def test_fixed_vocabulary_fields_are_refused_by_name():
         ModelConfig(horizons=("1",))
     with pytest.raises(InputError, match="horizons must be next_day,next_monday,one_month"):
         ModelConfig(horizons=("one_month", "next_day", "next_monday"))
-    with pytest.raises(InputError, match="features is not configurable"):
+    with pytest.raises(InputError, match="close is missing"):
         get_profile("demo", features=("open",))
-    with pytest.raises(InputError, match="--set features: not configurable"):
-        parse_overrides(["features=rsi_14,made_up"])
+    with pytest.raises(InputError, match="unknown feature\\(s\\) 'made_up'; registered: open,"):
+        get_profile("demo", **parse_overrides(["features=close,rsi_14,made_up"]))
+    with pytest.raises(InputError, match="listed twice"):
+        ModelConfig(features=("close", "close"))
+    with pytest.raises(InputError, match="input_size is not configurable"):
+        get_profile("demo", input_size=12)
+    with pytest.raises(InputError, match="--set input_size: not configurable"):
+        parse_overrides(["input_size=12"])
+
+
+def test_features_are_a_config_field_from_the_registry():
+    cfg = get_profile("demo", **parse_overrides(["features=close,rsi_14,volume"]))
+    assert cfg.features == ("close", "rsi_14", "volume") and cfg.input_size == 3
+    assert cfg.to_dict()["features"] == ["close", "rsi_14", "volume"]
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.signature != get_profile("demo").signature  # other inputs, other architecture
+    # The reference recipe's tuple is left out of the stored dict: configs stored before the field keep
+    # their registry signature.
+    assert "features" not in get_profile("demo").to_dict()
 
 
 def test_configs_stored_with_the_features_list_still_load():
-    stored = {**get_profile("upgrade").to_dict(), "features": list(FEATURE_NAMES)}
+    stored = {**get_profile("upgrade").to_dict(), "features": list(REFERENCE_FEATURES)}
     assert ModelConfig.from_dict(stored) == get_profile("upgrade")
-    with pytest.raises(InputError, match="other features"):
-        ModelConfig.from_dict({**stored, "features": ["open", "made_up"]})
+    with pytest.raises(InputError, match="unknown feature"):
+        ModelConfig.from_dict({**stored, "features": ["close", "made_up"]})
+    with pytest.raises(InputError, match="input_size=11 for 2 features"):
+        ModelConfig.from_dict({**stored, "features": ["close", "open"]})
 
 
 def _layerwise_reference(model: LDTM, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -169,7 +188,7 @@ def test_fast_dropout_changes_training_only():
     fast = LDTM(get_profile("reference", fast_dropout=True))
     fast.load_state_dict(plain.state_dict())  # same parameter names: checkpoints load either way
     fast.eval()
-    x = torch.randn(4, 30, len(FEATURE_NAMES))
+    x = torch.randn(4, 30, len(REFERENCE_FEATURES))
     torch.testing.assert_close(fast(x), plain(x), atol=0, rtol=0)
     # Without dropout there is nothing to draw: the layer-wise path is not taken and training is identical.
     torch.manual_seed(0)

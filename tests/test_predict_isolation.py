@@ -108,7 +108,7 @@ def test_cli_predict_reports_the_skipped_model_and_exits_0(ldtm_env, engine, tmp
     [
         ("horizons=1", "unknown horizon(s) '1'"),
         ("horizons=next_day", "horizons must be next_day,next_monday,one_month"),
-        ("features=foo,bar", "features: not configurable"),
+        ("features=close,foo", "unknown feature(s) 'foo'; registered:"),
     ],
 )
 def test_train_refuses_fixed_vocabulary_overrides_before_touching_anything(

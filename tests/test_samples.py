@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ldtm_core.data.calendar import sessions_after, sessions_between
-from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features
+from ldtm_core.data.features import CLOSE_INDEX, REFERENCE_FEATURES, WARMUP_ROWS, compute_features
 from ldtm_core.data.samples import build_samples, denormalise, normalise_targets
 from ldtm_core.data.synthetic_market import generate
 from ldtm_core.horizons import HORIZONS
@@ -145,7 +145,7 @@ def test_targets_are_the_closes_of_the_target_dates():
 def test_window_length_is_configurable(window):
     px = generate(["NVDA"], "2022-01-01", "2023-06-30", seed=1)
     s = build_samples(px, window)
-    assert s.x.shape == (len(px) - WARMUP_ROWS - window + 1, window, 11)
+    assert s.x.shape == (len(px) - WARMUP_ROWS - window + 1, window, len(REFERENCE_FEATURES))
     assert s.dates[0] == np.datetime64(px["date"].iloc[WARMUP_ROWS + window - 1], "D")
 
 

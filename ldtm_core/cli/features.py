@@ -14,10 +14,28 @@ from ldtm_core.config import masked_url
 from ldtm_core.data.universe import load_universe, validate_ticker
 from ldtm_core.errors import InputError, NotFoundError
 
-features_app = typer.Typer(help="The stored features (11 per ticker and session).", no_args_is_help=True)
+features_app = typer.Typer(
+    help="The feature registry and the stored features (the reference recipe's, per ticker and session).",
+    no_args_is_help=True,
+)
 app.add_typer(features_app, name="features")
 
 SHOW_DEFAULT_ROWS = 20
+
+
+@features_app.command("list")
+@handle_errors
+def features_list() -> None:
+    """The registered features (any of them can be a model's: `--set features=A,B,...`), their warm-up,
+    and whether the store holds them (the reference recipe's) or readers compute them from prices."""
+    from ldtm_core.data.features import FEATURES
+    from ldtm_core.schema import FEATURE_COLUMNS
+
+    table = Table("feature", "warm-up sessions", "source", title="registered features")
+    for name, feature in FEATURES.items():
+        source = "stored (reference recipe)" if name in FEATURE_COLUMNS else "computed from prices on read"
+        table.add_row(name, str(feature.warmup), source)
+    console.print(table)
 
 
 @features_app.command("build")

@@ -1,11 +1,13 @@
 """Windows, per-window min-max normalisation and the targets of SPEC §4 (one column per horizon of
 `ldtm_core.horizons.HORIZONS`, H of them), as precomputed arrays.
 
-Everything is vectorised: one ticker's twenty years become `[N, W, 11]` float32 in one pass.
+Everything is vectorised: one ticker's twenty years become `[N, W, F]` float32 in one pass (F: the
+model's features).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +15,7 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ldtm_core.data.calendar import ONE_MONTH_SESSIONS, target_dates
-from ldtm_core.data.features import CLOSE_INDEX, compute_features
+from ldtm_core.data.features import compute_features
 from ldtm_core.data.price_gaps import segment_ids
 from ldtm_core.horizons import HORIZONS
 
@@ -85,13 +87,24 @@ def build_samples(
     window: int = 30,
     month_sessions: int = ONE_MONTH_SESSIONS,
     features: pd.DataFrame | None = None,
+    names: Sequence[str] | None = None,
 ) -> SampleSet:
     """All samples of one ticker from its price frame (date, open, high, low, close, volume).
 
-    `features`: the ticker's feature frame when the caller has it already (the feature store's read);
-    computed from `prices` otherwise. Targets always come from `prices`.
+    `names`: the model's features, in input order (default: the columns of `features`, or the reference
+    recipe's). `features`: the ticker's feature frame when the caller has it already (the feature store's
+    read); computed from `prices` otherwise. Targets always come from `prices`, scaled by the window's
+    range of the `close` feature, which every feature tuple therefore holds.
     """
-    feats = compute_features(prices) if features is None else features
+    if features is None:
+        feats = compute_features(prices) if names is None else compute_features(prices, names=names)
+    else:
+        feats = features if names is None else features[list(names)]
+    if "close" not in feats.columns:
+        raise ValueError(
+            f"features {', '.join(feats.columns)} hold no close: targets are scaled by its range"
+        )
+    close_index = list(feats.columns).index("close")
     values = feats.to_numpy(dtype=np.float64)
     dates = feats.index.to_numpy().astype("datetime64[D]")
     n_feat = values.shape[1]
@@ -122,11 +135,11 @@ def build_samples(
     if not keep.all():
         windows = windows[keep]
     x, lo, hi = normalise_windows(windows)
-    close_min, close_max = lo[:, CLOSE_INDEX], hi[:, CLOSE_INDEX]
+    close_min, close_max = lo[:, close_index], hi[:, close_index]
     sample_dates = dates[window - 1 :][keep]
-    close = values[window - 1 :, CLOSE_INDEX][keep]
+    close = values[window - 1 :, close_index][keep]
     # The close before the sample date: the previous bar, which a kept window always holds (window >= 2).
-    prev_close = np.concatenate([[np.nan], values[:-1, CLOSE_INDEX]])[window - 1 :][keep]
+    prev_close = np.concatenate([[np.nan], values[:-1, close_index]])[window - 1 :][keep]
     px_close = px["close"].to_numpy(dtype=np.float64)
     t_dates = np.stack(list(target_dates(sample_dates, month_sessions).values()), axis=1)
     pos = np.searchsorted(px_dates, t_dates)

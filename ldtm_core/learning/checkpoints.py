@@ -1,6 +1,7 @@
 """Checkpoints are data, never code (SPEC §5).
 
-A checkpoint holds the state_dict, the full config, the feature names, the architecture signature,
+A checkpoint holds the state_dict, the full config, the names of the features it was trained on (the
+config's; a config stored without them means the reference recipe's), the architecture signature,
 trained_on_date, val_loss and metrics. It is written to a temp file in the same directory and renamed
 into place (atomic), its sha256 is returned for the registry, and it is loaded only with
 `torch.load(..., weights_only=True)` — a file carrying pickled code is refused.
@@ -18,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from ldtm_core.data.features import FEATURE_NAMES
 from ldtm_core.errors import CheckpointError
 from ldtm_core.faults import pause_point
 from ldtm_core.learning.model import LDTM, ModelConfig
@@ -72,7 +72,7 @@ def checkpoint_payload(
         "ticker": ticker,
         "state_dict": state,
         "config": cfg.to_dict(),
-        "feature_names": list(FEATURE_NAMES),
+        "feature_names": list(cfg.features),
         "architecture": cfg.architecture,
         "signature": cfg.signature,
         "trained_on_date": trained_on_date.isoformat(),
@@ -195,10 +195,8 @@ def _load(path: Path | str, expected_sha256: str | None, ticker: str | None, mod
         )
     try:
         cfg = ModelConfig.from_dict(payload["config"])
-        if tuple(payload["feature_names"]) != tuple(FEATURE_NAMES) or cfg.signature != payload["signature"]:
-            raise CheckpointError(
-                f"{who} was trained on other features or architecture than this code builds"
-            )
+        if tuple(payload["feature_names"]) != cfg.features or cfg.signature != payload["signature"]:
+            raise CheckpointError(f"{who} records other features or architecture than its config")
         if ticker is not None and payload["ticker"] != ticker:
             raise CheckpointError(f"{who} belongs to ticker {payload['ticker']}")
         if not module and _fits(cfg, payload["state_dict"]):

@@ -1,7 +1,8 @@
 """ONNX export (SPEC §11): opset 17, dynamic batch axis, checked, and verified against PyTorch.
 
 The file is only written once onnx.checker and onnxruntime agree with PyTorch within 1e-4 on
-random windows at several batch sizes; it is written atomically (temp file + rename).
+random windows at several batch sizes; it is written atomically (temp file + rename). Its metadata
+(`ldtm.features`) names the model's features in the order of the input's last axis.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ldtm_core.learning.checkpoints import Checkpoint, load_checkpoint, write_at
 TOLERANCE = 1e-4
 CHECK_BATCH_SIZES = (1, 7, 64)
 INPUT_NAME, OUTPUT_NAME = "x", "y"
+FEATURES_KEY = "ldtm.features"  # metadata: the input's columns, comma-separated
 
 
 class ExportError(LDTMError):
@@ -32,6 +34,7 @@ class ExportResult:
     max_abs_diff: float
     opset: int
     sha256: str = ""
+    features: tuple[str, ...] = ()
 
 
 def to_onnx_bytes(model: torch.nn.Module, window: int, n_features: int, opset: int = 17) -> bytes:
@@ -53,6 +56,15 @@ def to_onnx_bytes(model: torch.nn.Module, window: int, n_features: int, opset: i
             dynamo=False,
         )
     return buffer.getvalue()
+
+
+def with_features(onnx_bytes: bytes, features: tuple[str, ...]) -> bytes:
+    """The graph with the names of its input columns in its metadata (FEATURES_KEY)."""
+    import onnx
+
+    graph = onnx.load_from_string(onnx_bytes)
+    onnx.helper.set_model_props(graph, {FEATURES_KEY: ",".join(features)})
+    return graph.SerializeToString()
 
 
 def verify(
@@ -126,7 +138,7 @@ def export_onnx(
         else load_checkpoint(checkpoint_or_path)
     )
     model, cfg = ckpt.model.eval(), ckpt.config
-    data = to_onnx_bytes(model, cfg.window, cfg.input_size, opset)
+    data = with_features(to_onnx_bytes(model, cfg.window, cfg.input_size, opset), cfg.features)
     diff = verify(data, model, cfg.window, cfg.input_size)
     if not diff <= TOLERANCE:
         raise ExportError(
@@ -137,4 +149,4 @@ def export_onnx(
         sha = write_atomic(out, data)
     except OSError as exc:
         raise ExportError(f"cannot write {out}: {exc.strerror or exc}; nothing written") from None
-    return ExportResult(path=out, max_abs_diff=diff, opset=opset, sha256=sha)
+    return ExportResult(path=out, max_abs_diff=diff, opset=opset, sha256=sha, features=cfg.features)

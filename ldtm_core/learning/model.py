@@ -7,20 +7,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 from torch import nn
 
-from ldtm_core.data.features import FEATURE_NAMES
+from ldtm_core.data.features import FEATURES, REFERENCE_FEATURES, unknown_features
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES as HORIZONS
 
 LR_SCHEDULES = ("cosine", "cosine_expected", "plateau")
 
 # Field -> the value configs stored before the field existed trained with (see ModelConfig.to_dict);
-# lr_decay_epochs means nothing to their cosine schedule, so its default stands for them too.
-LEGACY_VALUES: dict[str, object] = {"lr_schedule": "cosine", "lr_decay_epochs": 15, "fast_dropout": False}
+# lr_decay_epochs means nothing to their cosine schedule, so its default stands for them too. A config
+# stored without `features` was trained on the reference recipe's.
+LEGACY_VALUES: dict[str, object] = {
+    "lr_schedule": "cosine",
+    "lr_decay_epochs": 15,
+    "fast_dropout": False,
+    "features": REFERENCE_FEATURES,
+}
 
 
 @dataclass(frozen=True)
@@ -30,12 +36,14 @@ class ModelConfig:
     The defaults are the recipe every config stored before issue 31 trained with (batch 32, lr 1e-3,
     patience 5, torch's dropout); the `reference` profile below trains faster (REFERENCE).
 
-    The inputs are always the 11 features of SPEC §3 (FEATURE_NAMES) and the heads always the horizons
-    of `ldtm_core.horizons`, because every snapshot row records all of them; `horizons` is kept as a field so that a
-    value outside that vocabulary is refused by name instead of training a model predict cannot use.
+    The inputs are `features`, names from the registry (`data.features.FEATURES`) in input order, the
+    reference recipe's by default; `input_size` follows from them. The heads are always the horizons of
+    `ldtm_core.horizons`, because every snapshot row records all of them; `horizons` is kept as a field so
+    that a value outside that vocabulary is refused by name instead of training a model predict cannot use.
     """
 
-    input_size: int = len(FEATURE_NAMES)
+    features: tuple[str, ...] = REFERENCE_FEATURES
+    input_size: int = field(init=False)  # len(features): stored configs carry it, nobody sets it
     hidden_size: int = 128
     num_layers: int = 2
     dropout: float = 0.2
@@ -70,6 +78,9 @@ class ModelConfig:
     seed: int = 0
 
     def __post_init__(self):
+        object.__setattr__(self, "features", tuple(self.features))
+        object.__setattr__(self, "input_size", len(self.features))
+        self._check_features()
         checks = {
             "hidden_size": self.hidden_size >= 1,
             "num_layers": self.num_layers >= 1,
@@ -85,7 +96,6 @@ class ModelConfig:
             "amp": self.amp in ("auto", "fp16", "bf16", "off"),
             "lr_schedule": self.lr_schedule in LR_SCHEDULES,
             "lr_decay_epochs": self.lr_decay_epochs >= 1,
-            "input_size": self.input_size == len(FEATURE_NAMES),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -98,6 +108,24 @@ class ModelConfig:
                 f"horizons must be {','.join(HORIZONS)} (every snapshot records all of them)"
             )
 
+    def _check_features(self) -> None:
+        unknown = unknown_features(self.features)
+        problems = [
+            (
+                unknown,
+                f"unknown feature(s) {', '.join(map(repr, unknown))}; registered: {', '.join(FEATURES)}",
+            ),
+            (len(set(self.features)) != len(self.features), "a feature is listed twice"),
+            (
+                "close" not in self.features,
+                "close is missing (targets are scaled by the window's close range)",
+            ),
+        ]
+        for failed, what in problems:
+            if failed:
+                shown = ",".join(self.features) or "(none)"
+                raise InputError(f"invalid model config: features={shown}: {what}")
+
     @property
     def architecture(self) -> dict:
         """What a checkpoint's weights depend on; a change here means a new version major."""
@@ -107,7 +135,7 @@ class ModelConfig:
             "window": self.window,
             "input_size": self.input_size,
             "head_hidden": self.head_hidden,
-            "features": list(FEATURE_NAMES),
+            "features": list(self.features),
             "horizons": list(self.horizons),
         }
 
@@ -118,26 +146,34 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["horizons"] = list(self.horizons)
         # Fields added after configs were first stored are left out at the value every older config
         # trained with, so those configs keep their registry signature (and their stored folds).
         for name, legacy in LEGACY_VALUES.items():
             if d[name] == legacy:
                 del d[name]
+        d["horizons"] = list(self.horizons)
+        if "features" in d:
+            d["features"] = list(self.features)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
         d = dict(d)
-        # Configs stored before `features` was removed carry it; only the fixed list is consistent.
-        if "features" in d and tuple(d.pop("features")) != FEATURE_NAMES:
-            raise InputError("model config lists other features than the 11 this code builds")
+        # Stored configs carry input_size; it must agree with their features.
+        stored_size = d.pop("input_size", None)
         _refuse_unknown(d)
-        if "horizons" in d:
-            d["horizons"] = tuple(d["horizons"])
+        for name in ("horizons", "features"):
+            if name in d:
+                d[name] = tuple(d[name])
         # Absent means stored before the field existed (or left out by to_dict): the legacy value,
         # not today's default, which may differ.
-        return cls(**{**LEGACY_VALUES, **d})
+        cfg = cls(**{**LEGACY_VALUES, **d})
+        if stored_size is not None and stored_size != cfg.input_size:
+            raise InputError(
+                f"invalid model config: input_size={stored_size!r} for {cfg.input_size} features "
+                f"({', '.join(cfg.features)})"
+            )
+        return cfg
 
 
 # The seed's production model (~229K parameters), trained with the faster recipe measured in issue 31
@@ -170,11 +206,8 @@ PROFILES: dict[str, ModelConfig] = {
 
 
 def _refuse_unknown(values: dict) -> None:
-    if "features" in values:
-        raise InputError(
-            "features is not configurable: the model always uses the 11 features of SPEC §3 "
-            f"({', '.join(FEATURE_NAMES)})"
-        )
+    if "input_size" in values:
+        raise InputError("input_size is not configurable: it is the number of features (set features)")
     unknown = set(values) - {f.name for f in fields(ModelConfig)}
     if unknown:
         raise InputError(f"unknown model config field(s): {', '.join(sorted(unknown))}")

@@ -1,13 +1,14 @@
 """Price windows for inference: one SQL read of every ticker's recent prices, then the model inputs.
 
-Tickers with a long enough gap-free history go through the vectorised feature pass together; short
-or irregular histories through the per-ticker pandas path. Either way a window is normalised exactly
-as in training (samples.normalise_windows).
+Tickers with a long enough gap-free history go through the vectorised feature pass together (one pass
+per feature tuple: each model's own); short or irregular histories through the per-ticker pandas path.
+Either way a window is normalised exactly as in training (samples.normalise_windows).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,13 @@ from sqlalchemy import Engine, select
 from ldtm_core.data.calendar import cover, session_array
 from ldtm_core.data.corporate_actions import adjust_arrays, load_actions
 from ldtm_core.data.feature_store.bulk_read import copy_out
-from ldtm_core.data.features import CLOSE_INDEX, WARMUP_ROWS, compute_features, feature_array
+from ldtm_core.data.features import (
+    CLOSE_INDEX,
+    REFERENCE_FEATURES,
+    compute_features,
+    feature_array,
+    warmup_rows,
+)
 from ldtm_core.data.price_gaps import PriceGap, find_gaps
 from ldtm_core.data.samples import normalise_windows
 from ldtm_core.db import is_postgres
@@ -36,34 +43,51 @@ def start_for(run_date: dt.date, rows_needed: int) -> dt.date:
     return pd.Timestamp(s[max(0, i - rows_needed - 10)]).date()
 
 
-def features_batch(o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Features of T aligned, gap-free series at once: [T, L] -> [T, L - WARMUP_ROWS, 11]."""
-    return feature_array(o, h, lo, c, v)[:, WARMUP_ROWS:, :]
+def features_batch(
+    o: np.ndarray,
+    h: np.ndarray,
+    lo: np.ndarray,
+    c: np.ndarray,
+    v: np.ndarray,
+    names: Sequence[str] = REFERENCE_FEATURES,
+) -> np.ndarray:
+    """Features `names` of T aligned, gap-free series at once: [T, L] -> [T, L - warm-up, len(names)]."""
+    return feature_array(o, h, lo, c, v, names=names)[:, warmup_rows(names) :, :]
 
 
-def normalised_window(values: np.ndarray) -> tuple[np.ndarray, float, float]:
+def normalised_window(values: np.ndarray, close_index: int = CLOSE_INDEX) -> tuple[np.ndarray, float, float]:
+    """A [W, F] window normalised as in training, and the range of its close column (`close_index`: where
+    close is among the model's features; the reference recipe's by default)."""
     x, lo, hi = normalise_windows(values[None, :, :])
-    return x[0], float(lo[0, CLOSE_INDEX]), float(hi[0, CLOSE_INDEX])
+    return x[0], float(lo[0, close_index]), float(hi[0, close_index])
 
 
-def _short_reason(ticker: str, n_rows: int, run_date: dt.date, window: int) -> str:
+def _short_reason(ticker: str, n_rows: int, run_date: dt.date, window: int, warmup: int) -> str:
     return (
-        f"{ticker} has {n_rows} price rows up to {run_date}; the window needs {window + WARMUP_ROWS} "
-        f"({window} feature rows after {WARMUP_ROWS} warm-up rows)"
+        f"{ticker} has {n_rows} price rows up to {run_date}; the window needs {window + warmup} "
+        f"({window} feature rows after {warmup} warm-up rows)"
     )
 
 
-def window_from_frame(ticker: str, frame: pd.DataFrame, run_date: dt.date, window: int) -> tuple | str:
-    """(x, close_min, close_max, close, prev_close) for the window ending at run_date, or a skip reason.
+def window_from_frame(
+    ticker: str,
+    frame: pd.DataFrame,
+    run_date: dt.date,
+    window: int,
+    names: Sequence[str] = REFERENCE_FEATURES,
+) -> tuple | str:
+    """(x, close_min, close_max, close, prev_close) for the window of features `names` ending at run_date,
+    or a skip reason.
 
     The per-ticker path (pandas compute_features): used for short histories and rows with gaps.
     """
     if frame.empty or frame["date"].iloc[-1] != run_date:
         return f"no price for {ticker} on {run_date}"
-    feats = compute_features(frame)
+    names = tuple(names)
+    feats = compute_features(frame, names=names)
     if len(feats) < window:
-        return _short_reason(ticker, len(frame), run_date, window)
-    x, lo, hi = normalised_window(feats.to_numpy(dtype=np.float64)[-window:])
+        return _short_reason(ticker, len(frame), run_date, window, warmup_rows(names))
+    x, lo, hi = normalised_window(feats.to_numpy(dtype=np.float64)[-window:], names.index("close"))
     closes = frame["close"].to_numpy(dtype=np.float64)
     prev = float(closes[-2]) if len(closes) >= 2 else None
     return x, lo, hi, float(closes[-1]), prev
@@ -137,13 +161,27 @@ def _since_last_gap(ticker: str, a: dict) -> tuple[dict, PriceGap | None]:
 
 
 def build_windows(
-    arrays: dict[str, dict], wanted: dict[str, int], run_date: dt.date, need_rows: int
+    arrays: dict[str, dict],
+    wanted: dict[str, int],
+    run_date: dt.date,
+    need_rows: int,
+    features: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[dict[str, tuple], dict[str, str]]:
-    """Windows for {ticker: window}: tickers with `need_rows` gap-free rows go through features_batch
-    together; the rest through the per-ticker path. Returns ({ticker: window tuple}, {ticker: reason})."""
+    """Windows for {ticker: window} of each ticker's model's `features` (default: the reference recipe's):
+    tickers with `need_rows` gap-free rows go through features_batch together, one pass per feature tuple;
+    the rest through the per-ticker path. Returns ({ticker: window tuple}, {ticker: reason})."""
     day = np.datetime64(run_date, "D")
-    out, skipped, batch = {}, {}, []
+    out, skipped = {}, {}
+    batches: dict[tuple[str, ...], list[str]] = {}
     arrays = dict(arrays)
+    names_of = {t: tuple((features or {}).get(t, REFERENCE_FEATURES)) for t in wanted}
+
+    def per_ticker(t: str, window: int) -> None:
+        a = arrays[t]
+        frame = pd.DataFrame({"date": pd.to_datetime(a["date"]).date, **{f: a[f] for f in PRICE_FIELDS}})
+        res = window_from_frame(t, frame, run_date, window, names_of[t])
+        (skipped if isinstance(res, str) else out)[t] = res
+
     for t, window in wanted.items():
         a = arrays.get(t)
         if a is None or a["date"][-1] != day:
@@ -151,33 +189,25 @@ def build_windows(
             continue
         a, gap = _since_last_gap(t, a)
         arrays[t] = a
-        if gap is not None and len(a["date"]) < window + WARMUP_ROWS:
+        warmup = warmup_rows(names_of[t])
+        if gap is not None and len(a["date"]) < window + warmup:
             skipped[t] = (
-                f"{_short_reason(t, len(a['date']), run_date, window)}: features restart after the price "
-                f"gap of {gap.sessions} sessions between {gap.before} and {gap.after}"
+                f"{_short_reason(t, len(a['date']), run_date, window, warmup)}: features restart after the "
+                f"price gap of {gap.sessions} sessions between {gap.before} and {gap.after}"
             )
-        elif len(a["date"]) >= need_rows:
-            batch.append(t)
+        elif len(a["date"]) >= need_rows >= window + warmup:
+            batches.setdefault(names_of[t], []).append(t)
         else:
-            frame = pd.DataFrame({"date": pd.to_datetime(a["date"]).date, **{f: a[f] for f in PRICE_FIELDS}})
-            res = window_from_frame(t, frame, run_date, window)
-            (skipped if isinstance(res, str) else out)[t] = res
-    if batch:
+            per_ticker(t, window)
+    for names, batch in batches.items():
         stacked = {f: np.stack([arrays[t][f][-need_rows:] for t in batch]) for f in PRICE_FIELDS}
-        feats = features_batch(*(stacked[f] for f in PRICE_FIELDS))
+        feats = features_batch(*(stacked[f] for f in PRICE_FIELDS), names=names)
         for i, t in enumerate(batch):
             w = wanted[t]
             values = feats[i, -w:]
             if not np.isfinite(values).all():  # a bad price: let the per-ticker path judge it
-                frame = pd.DataFrame(
-                    {
-                        "date": pd.to_datetime(arrays[t]["date"]).date,
-                        **{f: arrays[t][f] for f in PRICE_FIELDS},
-                    }
-                )
-                res = window_from_frame(t, frame, run_date, w)
-                (skipped if isinstance(res, str) else out)[t] = res
+                per_ticker(t, w)
                 continue
-            x, lo, hi = normalised_window(values)
+            x, lo, hi = normalised_window(values, names.index("close"))
             out[t] = (x, lo, hi, float(stacked["close"][i, -1]), float(stacked["close"][i, -2]))
     return out, skipped

@@ -39,9 +39,9 @@ def parse_overrides(pairs: list[str] | None) -> dict:
         if "=" not in pair:
             raise InputError(f"--set {pair!r}: expected key=value")
         key, raw = (s.strip() for s in pair.split("=", 1))
-        if key == "features":
+        if key == "input_size":
             raise InputError(
-                f"--set {key}: not configurable; the model always uses the 11 features of SPEC §3"
+                f"--set {key}: not configurable; it is the number of features (--set features=...)"
             )
         if key not in types:
             raise InputError(f"--set {key}: unknown model config field; known: {', '.join(types)}")
@@ -121,7 +121,7 @@ def train_ticker(
     written: Path | None = None
     try:
         ticker = validate_ticker(ticker)
-        prices, feats = prices_and_features(engine, ticker, end=as_of)
+        prices, feats = prices_and_features(engine, ticker, end=as_of, features=cfg.features)
         if prices.empty:
             return TrainOutcome(
                 ticker,
@@ -129,7 +129,7 @@ def train_ticker(
                 reason="no prices" + (f" up to {as_of}" if as_of else ""),
                 duration_s=time.perf_counter() - t0,
             )
-        samples = build_samples(prices, cfg.window, features=feats.frame)
+        samples = build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
         n_labeled = int(samples.labeled.sum())
         need = MIN_LABELED_SAMPLES
         if n_labeled < need:

@@ -38,6 +38,7 @@ from ldtm_core.data.prices import load_ticker_prices
 from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.feature_names import REFERENCE_FEATURES
 from ldtm_core.learning import backtest, split, training_loop
 from ldtm_core.learning.model import ModelConfig, get_profile
 from ldtm_core.learning.tuning_store import (
@@ -121,16 +122,17 @@ class TickerData:
         self.prices = load_ticker_prices(engine, ticker)
         if self.prices.empty:
             raise NotFoundError(f"no prices for {ticker}; ingest them before tuning")
-        self._samples: OrderedDict[int, SampleSet] = OrderedDict()
+        self._samples: OrderedDict[tuple[int, tuple[str, ...]], SampleSet] = OrderedDict()
 
-    def samples(self, window: int) -> SampleSet:
-        if window in self._samples:
-            self._samples.move_to_end(window)
+    def samples(self, window: int, features: tuple[str, ...] = REFERENCE_FEATURES) -> SampleSet:
+        key = (window, tuple(features))
+        if key in self._samples:
+            self._samples.move_to_end(key)
         else:
-            self._samples[window] = build_samples(self.prices, window)
+            self._samples[key] = build_samples(self.prices, window, names=key[1])
             while len(self._samples) > self.CACHE:
                 self._samples.popitem(last=False)
-        return self._samples[window]
+        return self._samples[key]
 
     def holdout(self, windows: Sequence[int], folds: int, test_sessions: int | None) -> dt.date:
         """The earliest first-fold cutoff of a backtest over any window the search may propose."""
@@ -351,7 +353,9 @@ def tune(
         trial.set_user_attr(TRIAL_CONFIG, cfg.to_dict())
         errors = []
         for i, ticker in enumerate(tickers):
-            train, val = trial_split(data[ticker].samples(cfg.window), holdout[ticker], cfg.val_fraction)
+            train, val = trial_split(
+                data[ticker].samples(cfg.window, cfg.features), holdout[ticker], cfg.val_fraction
+            )
             if len(train) < max(cfg.batch_size, 2) or len(val) == 0:
                 raise optuna.TrialPruned(
                     f"{ticker}: too little history before {holdout[ticker]} for window {cfg.window} "

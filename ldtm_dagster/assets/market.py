@@ -223,10 +223,11 @@ FEATURE_CHECKS = {
 def features(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
-    """The 11 features per (ticker, session) in the `features` table, with the fingerprint of the prices
-    they came from. Training, backtests and inference use them only while that fingerprint still
-    matches the prices; a ticker whose prices did not change is left as it is, one with only new
-    sessions gets just those rows."""
+    """The stored features (the reference recipe's) per (ticker, session) in the `features` table, with the
+    fingerprint of the prices they came from. Training, backtests and inference use them only while that
+    fingerprint still matches the prices (a model's other registered features are computed from the same
+    prices); a ticker whose prices did not change is left as it is, one with only new sessions gets just
+    those rows."""
     engine = database.engine(store)
     tickers = partition_keys(context, "features")
     with failing_as("features"):

@@ -32,7 +32,7 @@ COLUMN_CONFIG = {
     "psi_max": PCT(
         "max PSI",
         format="%.3f",
-        help="of the 11 model inputs, recent window vs up to the recipe's data cutoff",
+        help="of the model's input features, recent window vs up to the recipe's data cutoff",
     ),
     "psi_unusual": st.column_config.TextColumn(
         "PSI unusual",

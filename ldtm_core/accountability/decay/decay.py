@@ -25,7 +25,7 @@ Per ticker with an active model, every night:
   Decaying = a chart signalled within the newest `hold` evenings of the record. An alarm episode is a
   stretch of evenings in WARN without a break, whichever chart signals; it is named by its first
   evening (`alarm_key`) and notified once.
-- Feature drift beside it (`decay_record.drift_of`): PSI of the 11 model inputs, the last
+- Feature drift beside it (`decay_record.drift_of`): PSI of the model's input features, the last
   `psi_sessions` sessions after the recipe's data cutoff against everything up to it.
 """
 

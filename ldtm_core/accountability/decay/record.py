@@ -8,7 +8,7 @@ the promise of each model that made a row of it, and the feature drift since the
   (`gate_decisions` -> `backtest_folds`; a shadow's conclusion, with no folds, is not that backtest); a
   model promoted without a recorded decision falls back to its newest backtest of its own config, and the
   report says so. Each row is judged against the promise of the model that wrote it.
-- Drift: PSI of the 11 model inputs, the last `psi_sessions` sessions after the recipe's data cutoff (the
+- Drift: PSI of the model's input features, the last `psi_sessions` sessions after the recipe's data cutoff (the
   earliest data cutoff of the ticker's models with the serving model's config signature) against
   everything up to it. A weekly retrain of one recipe moves the model's own cutoff every week, which left
   fewer than the 20 sessions PSI needs after it: the recipe's is what the promise was made on.
@@ -172,7 +172,7 @@ def drift_of(engine: Engine, model: ModelRecord, sessions: int) -> FeatureDrift:
     rows up to it."""
     from ldtm_core.data.feature_store import prices_and_features
 
-    _, read = prices_and_features(engine, model.ticker)
+    _, read = prices_and_features(engine, model.ticker, features=model.config.features)
     inputs = model_inputs(read.frame, model.config.window)
     cutoff = recipe_cutoff(engine, model)
     before = np.array([d <= cutoff for d in inputs.index], dtype=bool)

@@ -78,8 +78,8 @@ def load_prices_bulk(engine: Engine, tickers: Sequence[str]) -> dict[str, pd.Dat
 def stored_arrays(
     engine: Engine, tickers: list[str], start: dt.date | None, end: dt.date | None
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{ticker: (dates datetime64[D], values [N, 11])} of stored rows within [start, end]; one read, no
-    per-ticker pandas work (inference calls this every evening for the whole universe)."""
+    """{ticker: (dates datetime64[D], values [N, len(FEATURE_COLUMNS)])} of stored rows within [start,
+    end]; one read, no per-ticker pandas work (inference calls this every evening for the whole universe)."""
     columns = ["ticker", "date", *FEATURE_COLUMNS]
     if is_postgres(engine):
         query = f"SELECT {', '.join(columns)} FROM features WHERE ticker = ANY(%(tickers)s)"  # noqa: S608 - constant column names

@@ -13,16 +13,16 @@ import pandas as pd
 from sqlalchemy import Connection, Engine
 
 from ldtm_core.data.corporate_actions import load_actions
-from ldtm_core.data.features import FEATURE_NAMES, WARMUP_ROWS
+from ldtm_core.data.features import warmup_rows
 from ldtm_core.data.price_gaps import max_gap_sessions, missing_sessions
 from ldtm_core.schema import FEATURE_COLUMNS
 
-# Stored rows are only valid for the feature code that wrote them: a change of names or warm-up
-# (bump the number for any change of a formula) makes every stored set stale.
-FEATURE_DEFINITION = f"ldtm-features-1:{','.join(FEATURE_NAMES)}:warmup={WARMUP_ROWS}"
+# Stored rows are only valid for the feature code that wrote them: a change of the stored columns or their
+# warm-up (bump the number for any change of a stored feature's formula) makes every stored set stale.
+# Registering a feature the store has no column for changes nothing here: it is computed on read.
+FEATURE_DEFINITION = f"ldtm-features-1:{','.join(FEATURE_COLUMNS)}:warmup={warmup_rows(FEATURE_COLUMNS)}"
 NO_ACTIONS = "none"
 BAR_FIELDS = ("open", "high", "low", "close", "volume")
-assert tuple(FEATURE_COLUMNS) == FEATURE_NAMES, "schema.FEATURE_COLUMNS must follow features.FEATURE_NAMES"
 
 
 @dataclass(frozen=True)
