@@ -255,8 +255,8 @@ def main() -> None:
             b.append((cold, warm))
             print(
                 f"| {t} | {cold.direction_accuracy:.3f} | {warm.direction_accuracy:.3f} | "
-                f"{cold.duration_s:.1f}/{warm.duration_s:.1f} | {[f.epochs for f in cold.folds]} | "
-                f"{[f.epochs for f in warm.folds]} | {cold.leakage_rows}/{warm.leakage_rows} |",
+                f"{cold.duration_s:.1f}/{warm.duration_s:.1f} | {[f.fit.epochs for f in cold.folds]} | "
+                f"{[f.fit.epochs for f in warm.folds]} | {cold.leakage_rows}/{warm.leakage_rows} |",
                 flush=True,
             )
         cs, ws = sum(c.duration_s for c, _ in b), sum(x.duration_s for _, x in b)

@@ -104,10 +104,10 @@ def main() -> int:
             results[label] = backtest.run_backtest(engine, settings, ticker, cfg, args.folds, mid)
             results[label].duration_s = time.perf_counter() - t1
         ref, tun = results["reference"], results["tuned"]
-        same_folds = [(f.test_start, f.test_end) for f in ref.folds] == [
-            (f.test_start, f.test_end) for f in tun.folds
+        same_folds = [(f.window.test_start, f.window.test_end) for f in ref.folds] == [
+            (f.window.test_start, f.window.test_end) for f in tun.folds
         ]
-        first_cutoff = min(ref.folds[0].cutoff, tun.folds[0].cutoff)
+        first_cutoff = min(ref.folds[0].window.cutoff, tun.folds[0].window.cutoff)
         holdout_ok = study.holdout[ticker] <= first_cutoff.isoformat()
         print(
             f"\n{ticker}: study {study.study_name}, {study.n_trials} trials ({study.n_pruned} pruned, "
@@ -119,8 +119,8 @@ def main() -> int:
         for label, r in results.items():
             acc = pooled[label]
             acc[0] += r.n
-            acc[1] += sum(f.hits for f in r.folds)
-            acc[2] += sum(f.up_hits for f in r.folds)
+            acc[1] += sum(f.scores.hits for f in r.folds)
+            acc[2] += sum(f.scores.up_hits for f in r.folds)
             acc[3] += r.mean_abs_pct_error * r.n
             rows.append(
                 {

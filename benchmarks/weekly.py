@@ -113,7 +113,8 @@ def _loop(engine, settings, tickers, args, overrides, plan, train_warm, bt_warm,
     bt_s = time.perf_counter() - t
     if not results:
         raise SystemExit(f"week {week}: no ticker could be backtested; {bt[0].ticker}: {bt[0].reason}")
-    folds = [f for r in results for f in r.folds if not f.reused] or [f for r in results for f in r.folds]
+    fits = [f.fit for r in results for f in r.folds]
+    folds = [f for f in fits if not f.reused] or fits
     print(
         f"backtest: {bt_s:.1f} s wall for {len(results)}/{len(bt)} tickers x {args.folds} folds; fit per fold median "
         f"{statistics.median(f.fit_s for f in folds):.1f} s, epochs median {statistics.median(f.epochs for f in folds)}; "

@@ -90,6 +90,7 @@ APPEND_ONLY: dict[str, AppendOnly] = {
         "the trials ledger the adjusted alpha counts: a dropped trial would inflate significance (gate_ledger)"
     ),
     "backtest_folds": AppendOnly("the backtest evidence the gate judges (learning.backtest)"),
+    "backtest_fold_baselines": AppendOnly("each fold's baselines beside the model (learning.backtest)"),
     "shadow_designs": AppendOnly("a shadow's design, fixed when it starts (shadow)"),
     "corporate_actions": AppendOnly(
         "recorded splits and dividends, kept as first recorded; fills and re-fills rebase on them "

@@ -1,8 +1,8 @@
 """The tables, as SQLAlchemy 2 Core metadata. Alembic migrations create exactly these on SQLite and PostgreSQL.
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
-backtest_folds, gate_decisions, run_log, ingested_files, features, feature_sets, corporate_actions,
-fill_revisions, and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
+backtest_folds, backtest_fold_baselines, gate_decisions, run_log, ingested_files, features, feature_sets,
+corporate_actions, fill_revisions, and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
 `_with_ungated` and `_with_in_sample_and_ungated` (created by migrations; 0021 added the ungated ones;
 0024 leaves shadow rows out of all of them).
 """
@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -29,7 +30,7 @@ from sqlalchemy import (
     text,
 )
 
-from ldtm_core.feature_names import FEATURE_NAMES
+from ldtm_core.feature_names import REFERENCE_FEATURES
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY, HORIZONS, Horizon
 
 metadata = MetaData()
@@ -179,6 +180,9 @@ snapshots = Table(
     # Which definition of the row hash this row was written under (chain.canonical): 1 = the prediction,
     # 2 = also created_at, run_id and model_status. Old rows keep 1 and verify under it.
     Column("chain_version", Integer, nullable=False, server_default=text("1")),
+    # Each board baseline's call at predict time, JSON {name: 1 / -1 / 0 / null}; hashed from chain
+    # version 3 (revision 0032; NULL before: the board scores those rows from their recorded closes).
+    Column("baseline_calls", Text),
     *(c for h in HORIZONS for c in _actual_columns(h)),
     Column("filled_at", DateTime(timezone=True)),  # the row's last fill (any horizon)
     # When each horizon's actual was written (0026): a bar revised after it is stale for that horizon only.
@@ -246,8 +250,8 @@ backtest_folds = Table(
     # rather than refitted; NULL before revision 0022.
     Column("fold_key", String(64)),
     Column("reused", Boolean),
-    # Baselines on the fold's rows (ldtm_core.scoring.baselines): hits and discordant rows vs the
-    # model, for the exact paired test; NULL before revision 0020.
+    # Baselines on the fold's rows as revision 0020 stored them; since 0031 they are rows of
+    # backtest_fold_baselines (these stay NULL on newer folds; nothing reads them).
     Column("persistence_hits", Integer),
     Column("persistence_model_only", Integer),
     Column("persistence_only", Integer),
@@ -259,6 +263,23 @@ backtest_folds = Table(
     Column("ties", Integer),
     UniqueConstraint("backtest_id", "fold", name="uq_backtest_fold"),
     Index("ix_backtest_ticker", "ticker", "model_id"),
+)
+
+# Each gate baseline but always-up (the fold row's own columns) on a fold's test rows
+# (ldtm_core.scoring.baselines): the rows it scored (ties out), its hits, and the discordant rows vs the
+# model for the exact paired test; one row per (fold, baseline), so a new baseline needs no column
+# (revision 0031, which copied the folds' persistence_* / trend_* columns of 0020 here).
+backtest_fold_baselines = Table(
+    "backtest_fold_baselines",
+    metadata,
+    Column("backtest_id", String(36), nullable=False),
+    Column("fold", Integer, nullable=False),
+    Column("baseline", String(32), nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("hits", Integer, nullable=False),
+    Column("model_only", Integer, nullable=False),  # model right, baseline wrong
+    Column("base_only", Integer, nullable=False),  # baseline right, model wrong
+    PrimaryKeyConstraint("backtest_id", "fold", "baseline", name="pk_backtest_fold_baselines"),
 )
 
 # A fold's outcome under its reuse key (ldtm_core.learning.fold_cache): the key hashes the config
@@ -341,9 +362,11 @@ ingested_files = Table(
     UniqueConstraint("path", "sha256", name="uq_ingested_files_path_sha"),
 )
 
-# The 11 features of SPEC §3 per (ticker, session), one column each, named as the feature code names them. Rows are
-# only ever replaced together with their ticker's `feature_sets` row, in one transaction.
-FEATURE_COLUMNS = FEATURE_NAMES
+# The stored features per (ticker, session): the reference recipe's (SPEC §3), one column each, named as
+# the feature registry names them. A registered feature without a column is computed from the prices on
+# read (data/feature_store), so adding one needs no migration. Rows are only ever replaced together with
+# their ticker's `feature_sets` row, in one transaction.
+FEATURE_COLUMNS = REFERENCE_FEATURES
 
 features = Table(
     "features",

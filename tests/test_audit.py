@@ -92,7 +92,7 @@ def test_backdating_or_relabelling_a_prediction_is_detected(engine, chained):
                 snapshots.c.ticker == "AAPL", snapshots.c.run_date == chained[4]
             )
         ).one()
-    assert version == 2
+    assert version >= 2
     _, restore = _restoring(engine, row_id)
     for column, sql in V2_EDITS.items():
         with engine.begin() as conn:
@@ -131,7 +131,7 @@ def test_rows_written_under_chain_version_1_still_verify(engine, db_url, tmp_pat
         predict(engine, settings, run_date=d)
     with engine.connect() as conn:
         versions = conn.execute(select(snapshots.c.chain_version).order_by(snapshots.c.id)).scalars().all()
-    assert versions == [1, 1, 2, 2]
+    assert versions == [1, 1, chain.CHAIN_VERSION, chain.CHAIN_VERSION]
     assert verify(engine).ok
     with engine.begin() as conn:  # a v1 row back-dated: not covered by v1, as before
         conn.execute(
@@ -413,3 +413,57 @@ def _rows(engine):
 
     with engine.connect() as conn:
         return pd.DataFrame(conn.execute(select(snapshots).order_by(snapshots.c.id)).mappings().all())
+
+
+def test_a_mixed_v2_v3_chain_verifies_and_a_recorded_baseline_call_is_covered(
+    engine, db_url, tmp_path, monkeypatch
+):
+    """Chain version 3 (issue 39 item 1): each board baseline's call is recorded with the prediction and
+    hashed; rows written under version 2 keep verifying beside them. Editing a recorded call is a
+    changed prediction; a call that does not follow from the row's own closes is named even when the
+    hash was computed over it."""
+    import json
+
+    from ldtm_core.accountability.ledger import chain
+
+    monkeypatch.delenv(AUDIT_KEY_ENV, raising=False)
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    dates = sorted(df["date"].unique())[-6:-2]
+    monkeypatch.setattr(chain, "CHAIN_VERSION", 2)
+    for d in dates[:2]:
+        predict(engine, settings, run_date=d)
+    monkeypatch.undo()
+    for d in dates[2:]:
+        predict(engine, settings, run_date=d)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                snapshots.c.id,
+                snapshots.c.chain_version,
+                snapshots.c.baseline_calls,
+                snapshots.c.run_date_close,
+                snapshots.c.prev_close,
+            ).order_by(snapshots.c.id)
+        ).all()
+    assert [r.chain_version for r in rows] == [2, 2, 3, 3]
+    calls = json.loads(rows[3].baseline_calls)
+    assert set(calls) == {"always_up", "persistence"} and calls["always_up"] == 1
+    assert calls["persistence"] == (1 if rows[3].run_date_close > rows[3].prev_close else -1)
+    assert verify(engine).ok
+    _, restore = _restoring(engine, rows[3].id)
+    flipped = json.dumps({**calls, "persistence": -calls["persistence"]})
+    with engine.begin() as conn:
+        conn.execute(update(snapshots).where(snapshots.c.id == rows[3].id).values(baseline_calls=flipped))
+    problems = verify(engine).problems
+    assert [p.run_date for p in problems] == [dates[3], dates[3]]
+    assert {p.what.split(":")[0] for p in problems} == {
+        "prediction changed",
+        "baseline call does not follow from the recorded closes",
+    }
+    restore()
+    assert verify(engine).ok
+    with engine.begin() as conn:  # a v2 row's unhashed calls are not its evidence: no problem, not read
+        conn.execute(update(snapshots).where(snapshots.c.id == rows[0].id).values(baseline_calls=flipped))
+    assert verify(engine).ok

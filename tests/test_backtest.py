@@ -66,33 +66,35 @@ def test_folds_purge_and_scores(engine, world, stub_fit):
     for f, (train, val) in zip(res.folds, stub_fit, strict=True):
         # Purge: nothing used for fitting has a target after the cutoff.
         for part in (train, val):
-            assert part.target_dates.max() <= np.datetime64(f.cutoff, "D")
-        assert f.test_start == next_session(f.cutoff) and f.n == 40
+            assert part.target_dates.max() <= np.datetime64(f.window.cutoff, "D")
+        assert f.window.test_start == next_session(f.window.cutoff) and f.scores.n == 40
         # Scores recomputed from the prices alone: the stub always predicts up.
-        i0 = dates.index(f.test_start)
+        i0 = dates.index(f.window.test_start)
         test_days = dates[i0 : i0 + 40]
-        assert f.test_end == test_days[-1]
+        assert f.window.test_end == test_days[-1]
         up = [closes[dates[dates.index(d) + 1]] > closes[d] for d in test_days]
-        assert f.always_up_accuracy == pytest.approx(np.mean(up))
-        assert f.direction_accuracy == pytest.approx(np.mean(up))
+        assert f.scores.always_up_accuracy == pytest.approx(np.mean(up))
+        assert f.scores.direction_accuracy == pytest.approx(np.mean(up))
         # A model that always says up never disagrees with always-up: no evidence either way.
-        assert (f.model_only_hits, f.up_only_hits) == (0, 0)
+        assert (f.scores.model_only_hits, f.scores.up_only_hits) == (0, 0)
     assert res.skill.discordant == 0 and res.skill.p_value == 1.0
-    assert res.folds[0].cutoff < res.folds[1].cutoff < res.folds[2].cutoff
+    assert res.folds[0].window.cutoff < res.folds[1].window.cutoff < res.folds[2].window.cutoff
     # Calendar folds: cutoffs are the last sessions of quarters, each fold tests the next quarter's
     # first sessions; the data ends on 2024-06-28 (Q2 not complete: no next-day answer for its last
     # session), so the newest fold tests Q1 2024 and what follows it is covered live.
-    assert [f.cutoff for f in res.folds] == [
+    assert [f.window.cutoff for f in res.folds] == [
         pd.Timestamp(d).date() for d in ("2023-06-30", "2023-09-29", "2023-12-29")
     ]
-    assert res.live == (dates[dates.index(res.folds[2].test_end) + 1], dates[-1])
+    assert res.live == (dates[dates.index(res.folds[2].window.test_end) + 1], dates[-1])
     with engine.connect() as conn:
         rows = pd.DataFrame(
             conn.execute(select(backtest_folds).order_by(backtest_folds.c.fold)).mappings().all()
         )
     assert rows["fold"].tolist() == [1, 2, 3] and set(rows["backtest_id"]) == {res.backtest_id}
     assert rows["model_id"].tolist() == [mid] * 3
-    assert rows["direction_accuracy"].tolist() == pytest.approx([f.direction_accuracy for f in res.folds])
+    assert rows["direction_accuracy"].tolist() == pytest.approx(
+        [f.scores.direction_accuracy for f in res.folds]
+    )
     assert rows["leakage_rows"].tolist() == [0, 0, 0]
     assert rows["model_only_hits"].tolist() == [0, 0, 0] and rows["up_only_hits"].tolist() == [0, 0, 0]
 
@@ -126,16 +128,17 @@ def test_a_planted_leak_is_counted(engine, world, stub_fit, monkeypatch):
     _plant_leak(monkeypatch, train_sessions=5)
     res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
     # Five more sessions of targets past the cutoff were allowed into fitting: five rows per fold.
-    assert [f.leakage_rows for f in res.folds] == [5, 5]
+    assert [f.window.leakage_rows for f in res.folds] == [5, 5]
     for f, (train, val) in zip(res.folds, stub_fit[-2:], strict=True):
         used_late = sum(
-            int((p.target_dates.max(axis=1) > np.datetime64(f.cutoff, "D")).sum()) for p in (train, val)
+            int((p.target_dates.max(axis=1) > np.datetime64(f.window.cutoff, "D")).sum())
+            for p in (train, val)
         )
         assert used_late == 5
     _plant_leak(monkeypatch, test_rows=3)
     res2 = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
-    assert [f.leakage_rows for f in res2.folds] == [3, 3]
-    assert all(f.test_start <= f.cutoff for f in res2.folds)
+    assert [f.window.leakage_rows for f in res2.folds] == [3, 3]
+    assert all(f.window.test_start <= f.window.cutoff for f in res2.folds)
 
 
 def test_real_training_runs_and_bad_input(engine, world):
@@ -144,8 +147,8 @@ def test_real_training_runs_and_bad_input(engine, world):
     res = bt.run_backtest(engine, s, "AAPL", None, folds=2, model_id=mid, test_sessions=20)
     assert len(res.folds) == 2 and res.leakage_rows == 0
     for f in res.folds:
-        assert 0 <= f.direction_accuracy <= 1 and 0 < f.mean_abs_pct_error < 50
-        assert f.n_train > 0 and f.n_val > 0
+        assert 0 <= f.scores.direction_accuracy <= 1 and 0 < f.scores.mean_abs_pct_error < 50
+        assert f.window.n_train > 0 and f.window.n_val > 0
     with pytest.raises(InputError, match="cannot hold"):
         bt.run_backtest(engine, s, "AAPL", CFG, folds=50, test_sessions=40)
     with pytest.raises(InputError, match="folds"):
@@ -221,13 +224,13 @@ def test_warm_folds_start_from_the_previous_fold_and_stay_leak_free(engine, worl
     s, _, _ = world
     torch.set_num_threads(1)
     res = bt.run_backtest(engine, s, "AAPL", CFG, folds=3, test_sessions=30, warm_start=True)
-    assert [f.warm_start for f in res.folds] == [False, True, True]
+    assert [f.fit.warm_start for f in res.folds] == [False, True, True]
     assert recording_fit[0][0] is None  # fold 1 is always cold
     for (init, _), (_, prev_best) in zip(recording_fit[1:], recording_fit[:-1], strict=True):
         assert all(torch.equal(init[k], prev_best[k]) for k in prev_best)
-    assert res.leakage_rows == 0 and [f.leakage_rows for f in res.folds] == [0, 0, 0]
+    assert res.leakage_rows == 0 and [f.window.leakage_rows for f in res.folds] == [0, 0, 0]
     cold = bt.run_backtest(engine, s, "AAPL", CFG, folds=3, test_sessions=30, warm_start=False)
-    assert [f.warm_start for f in cold.folds] == [False, False, False] and cold.leakage_rows == 0
+    assert [f.fit.warm_start for f in cold.folds] == [False, False, False] and cold.leakage_rows == 0
 
 
 def _start_fold_one_from(monkeypatch, trained_through):
@@ -246,14 +249,14 @@ def test_fold_one_starting_from_weights_that_saw_the_future_is_counted(engine, w
     res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
     samples = bt.build_samples(df.drop(columns="ticker", errors="ignore"), CFG.window)
     # Every labeled row the starting weights saw whose targets lie past fold 1's cutoff is a leak.
-    cutoff = np.datetime64(res.folds[0].cutoff, "D")
+    cutoff = np.datetime64(res.folds[0].window.cutoff, "D")
     labeled = samples.labeled
     expected = int((labeled & (samples.target_dates.max(axis=1) > cutoff)).sum())
-    assert res.folds[0].leakage_rows == expected > 0
+    assert res.folds[0].window.leakage_rows == expected > 0
     # Weights trained only on rows whose targets end before fold 1's cutoff are not a leak.
-    _start_fold_one_from(monkeypatch, res.folds[0].train_end - pd.Timedelta(days=60))
+    _start_fold_one_from(monkeypatch, res.folds[0].window.train_end - pd.Timedelta(days=60))
     clean = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=30)
-    assert clean.folds[0].leakage_rows == 0
+    assert clean.folds[0].window.leakage_rows == 0
 
 
 def test_fold_one_starts_cold_by_default(engine, world, recording_fit):
@@ -303,20 +306,29 @@ def test_cli_backtest_many_tickers(engine, world, ldtm_env, stub_fit):
 
 def test_backtest_scores_persistence_and_the_trailing_majority_on_its_rows(engine, world, stub_fit):
     """Issue 21: every fold stores persistence and the no-hindsight trailing majority on the same rows."""
+    from ldtm_core.accountability.gate.gate import with_fold_baselines
     from ldtm_core.scoring import baselines
 
     s, df, _ = world
     res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=20)
-    with engine.connect() as conn:
-        rows = [
-            dict(r) for r in conn.execute(select(backtest_folds).order_by(backtest_folds.c.fold)).mappings()
-        ]
+    with engine.connect() as conn:  # each fold with its backtest_fold_baselines rows, as the gate reads them
+        rows = with_fold_baselines(
+            conn,
+            [
+                dict(r)
+                for r in conn.execute(select(backtest_folds).order_by(backtest_folds.c.fold)).mappings()
+            ],
+        )
+    for row in rows:  # revision 0031: the baselines are rows of their own table, no longer columns
+        assert row["trend_hits"] is None and set(row["baselines"]) == {"persistence", "trend"}
+        row["trend_hits"] = row["baselines"]["trend"]["hits"]
+        row["persistence_only"] = row["baselines"]["persistence"]["base_only"]
     closes = df.set_index("date")["close"]
     dates = list(closes.index)
     for f, row in zip(res.folds, rows, strict=True):
-        assert row["trend_hits"] == f.baselines["trend"].hits and row["persistence_only"] is not None
+        assert row["trend_hits"] == f.scores.baselines["trend"].hits and row["persistence_only"] is not None
         # Recomputed by hand from the price column: the trend of each test row's last 21 moves.
-        test = [d for d in dates if f.test_start <= d <= f.test_end]
+        test = [d for d in dates if f.window.test_start <= d <= f.window.test_end]
         ups = 0
         for d in test:
             i = dates.index(d)
@@ -326,8 +338,8 @@ def test_backtest_scores_persistence_and_the_trailing_majority_on_its_rows(engin
         assert row["trend_hits"] == ups
         # Hits minus baseline hits = model-only minus baseline-only rows, for every baseline.
         for name in ("always_up", "persistence", "trend"):
-            b = f.baselines[name]
-            assert f.hits - b.hits == b.model_only - b.base_only, name
+            b = f.scores.baselines[name]
+            assert f.scores.hits - b.hits == b.model_only - b.base_only, name
     pooled = baselines.pooled(rows)
     assert pooled["trend"].hits == sum(r["trend_hits"] for r in rows)
-    assert pooled["always_up"].hits == sum(f.up_hits for f in res.folds)
+    assert pooled["always_up"].hits == sum(f.scores.up_hits for f in res.folds)

@@ -260,9 +260,12 @@ def test_a_ticker_refused_by_the_gate_is_named_with_its_reason(ldtm_env, engine,
 
 
 def test_the_verdict_counts_the_tests_of_the_baselines_the_board_scores(monkeypatch):
-    """The BH family is every (ticker, baseline) test (board_stats.BASELINES): the verdict's count follows
-    that tuple, not a number written beside it (issue 39)."""
+    """The BH family is every (ticker, board baseline) test (scoring.baselines' registry): the verdict's
+    count follows the registry, not a number written beside it (issue 39)."""
+    import dataclasses
+
     from ldtm_core.accountability.board.leaderboard import verdict
+    from ldtm_core.scoring import baselines
 
     board = pd.DataFrame(
         {
@@ -274,5 +277,6 @@ def test_the_verdict_counts_the_tests_of_the_baselines_the_board_scores(monkeypa
         }
     )
     assert "over the 6 (ticker, baseline) one-sided exact tests" in verdict(board)
-    monkeypatch.setattr(board_stats, "BASELINES", (*board_stats.BASELINES, "trend"))
+    trend = dataclasses.replace(baselines.by_name("trend"), on_board=True)
+    monkeypatch.setattr(baselines, "REGISTRY", (*baselines.REGISTRY[:2], trend))
     assert "over the 9 (ticker, baseline) one-sided exact tests" in verdict(board)

@@ -60,8 +60,12 @@ def _planted(n=200, challenger_acc=0.70, champion_acc=0.55, seed=3):
 def test_paired_counts_and_p_values_on_planted_rows():
     ch, cm, actual, close, ch_right, cm_right = _planted()
     prev = close - 0.1
-    trend = np.ones(len(close))
-    p = compare(ch, cm, actual, close, prev, trend, fold=np.repeat([1, 2], 100))
+    calls = {
+        "always_up": np.ones(len(close)),
+        "persistence": np.sign(close - prev),
+        "trend": np.ones(len(close)),
+    }
+    p = compare(ch, cm, actual, close, calls, fold=np.repeat([1, 2], 100))
     assert (p.challenger_hits, p.champion_hits) == (ch_right.sum(), cm_right.sum())
     assert (
         p.challenger_only == (ch_right & ~cm_right).sum() and p.champion_only == (~ch_right & cm_right).sum()
@@ -294,7 +298,9 @@ def test_the_backtest_phase_fits_the_champions_side_so_the_gate_only_reads_it(en
     outcome = backtest_candidate(engine, "AAPL", None, 1, settings=s, folds=2)
     assert outcome.status == "ok" and outcome.result.model_id == cand
     assert outcome.champion.refit_folds == 2 and outcome.row()["champion_folds_refit"] == 2
-    assert [f.cutoff for f in outcome.champion.folds] == [f.cutoff for f in outcome.result.folds]
+    assert [f.window.cutoff for f in outcome.champion.folds] == [
+        f.window.cutoff for f in outcome.result.folds
+    ]
     stored = _fold_results(engine)
     report = run_gate(engine, s, "AAPL")
     c = report.comparison

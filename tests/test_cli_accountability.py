@@ -141,7 +141,8 @@ def _printed_board_header(monkeypatch, columns) -> list[str]:
 
 def test_the_board_table_columns_are_the_display_columns(monkeypatch):
     """`ldtm leaderboard` prints DISPLAY_COLUMNS (issue 39): one cell per display column or joined group
-    of them, in DISPLAY_COLUMNS' order; the window is in the title, "gated" beside the ticker."""
+    of them, in DISPLAY_COLUMNS' order; the window is in the title, "gated" beside the ticker. Each board
+    baseline (scoring.baselines) adds its accuracy, then model/baseline-only counts, p (q) and the label."""
     from ldtm_core.accountability.board import leaderboard as lb
     from ldtm_core.cli.accountability import board_cells
     from ldtm_core.horizons import DIRECTION, ERROR_ONLY
@@ -158,7 +159,9 @@ def test_the_board_table_columns_are_the_display_columns(monkeypatch):
         "model/up only",
         "p (q) vs up",
         "beats up",
+        "model/persist. only",
         "p (q) vs persist.",
+        "beats persist.",
         f"|err| {DIRECTION.abbr}",
         *(f"|err| {h.abbr} (n, dates)" for h in ERROR_ONLY),
     ]
@@ -170,5 +173,5 @@ def test_the_board_table_follows_a_change_of_the_display_columns(monkeypatch):
     from ldtm_core.accountability.board import leaderboard as lb
 
     every = list(lb.DISPLAY_COLUMNS)
-    monkeypatch.setattr(lb, "DISPLAY_COLUMNS", ["ticker", "beats_always_up", "n", "window_start"])
+    monkeypatch.setattr(lb, "display_columns", lambda: ["ticker", "beats_always_up", "n", "window_start"])
     assert _printed_board_header(monkeypatch, every) == ["ticker", "beats up", "n"]

@@ -48,9 +48,10 @@ def _run(engine, s, cfg=CFG, **kw):
 
 def _figures(res) -> list[dict]:
     """Everything a fold reports except how it was obtained (wall time, reused or not)."""
-    return [
-        {k: v for k, v in dataclasses.asdict(f).items() if k not in ("fit_s", "reused")} for f in res.folds
+    unobtained = [
+        dataclasses.replace(f, fit=dataclasses.replace(f.fit, fit_s=0.0, reused=False)) for f in res.folds
     ]
+    return [dataclasses.asdict(f) for f in unobtained]
 
 
 def test_nothing_changed_refits_nothing_and_reuse_equals_refit(engine, world, fits):
@@ -68,19 +69,21 @@ def test_nothing_changed_refits_nothing_and_reuse_equals_refit(engine, world, fi
             select(backtest_folds.c.backtest_id, backtest_folds.c.reused, backtest_folds.c.fold_key)
         ).all()
     assert sorted(r.reused for r in rows if r.backtest_id == again.backtest_id) == [True] * FOLDS
-    assert {r.fold_key for r in rows} == {f.fold_key for f in first.folds}
+    assert {r.fold_key for r in rows} == {f.fit.fold_key for f in first.folds}
     # The per-row predictions a paired gate reads: one per test row, on the fold's test dates.
-    dates, pred = fold_cache.stored_predictions(engine, first.folds[1].fold_key)
+    dates, pred = fold_cache.stored_predictions(engine, first.folds[1].fit.fold_key)
     assert pred.shape == (TEST_SESSIONS, 3) and np.isfinite(pred).all()
-    assert dates[0] == np.datetime64(first.folds[1].test_start) and dates[-1] == np.datetime64(
-        first.folds[1].test_end
+    assert dates[0] == np.datetime64(first.folds[1].window.test_start) and dates[-1] == np.datetime64(
+        first.folds[1].window.test_end
     )
 
 
 def test_a_revised_bar_in_fold_2_refits_fold_2_and_the_folds_warm_started_after_it(engine, world, fits):
     first = _run(engine, world, warm_start=True)
     f2 = first.folds[1]
-    revised = f2.test_start + (f2.test_end - f2.test_start) / 2  # inside fold 2's test rows
+    revised = (
+        f2.window.test_start + (f2.window.test_end - f2.window.test_start) / 2
+    )  # inside fold 2's test rows
     with engine.begin() as conn:
         day = conn.execute(
             select(prices.c.date).where(prices.c.date >= revised).order_by(prices.c.date)
@@ -96,13 +99,15 @@ def test_a_revised_bar_in_fold_2_refits_fold_2_and_the_folds_warm_started_after_
                 adj_close=prices.c.adj_close * 1.03,
             )
         )
-    assert f2.test_start < day.date < f2.test_end
+    assert f2.window.test_start < day.date < f2.window.test_end
     fits.clear()
     second = _run(engine, world, warm_start=True)
-    assert [f.reused for f in second.folds] == [True, False, False]
+    assert [f.fit.reused for f in second.folds] == [True, False, False]
     assert len(fits) == 2  # fold 2 (its rows changed) and fold 3 (trained on them, started from fold 2)
-    assert second.folds[0].fold_key == first.folds[0].fold_key
-    assert [f.fold_key != g.fold_key for f, g in zip(first.folds[1:], second.folds[1:], strict=True)] == [
+    assert second.folds[0].fit.fold_key == first.folds[0].fit.fold_key
+    assert [
+        f.fit.fold_key != g.fit.fold_key for f, g in zip(first.folds[1:], second.folds[1:], strict=True)
+    ] == [
         True,
         True,
     ]
@@ -117,14 +122,14 @@ def test_a_completed_quarter_refits_only_its_new_fold_with_cold_folds_and_every_
     chained = dataclasses.replace(CFG, seed=CFG.seed + 1)  # its own keys: no cold fold of `cold` to find
     cold = _run(engine, world)  # the default
     warm = _run(engine, world, chained, warm_start=True)
-    assert [f.warm_start for f in cold.folds] == [False] * FOLDS
-    assert [f.warm_start for f in warm.folds] == [False, True, True]
+    assert [f.fit.warm_start for f in cold.folds] == [False] * FOLDS
+    assert [f.fit.warm_start for f in warm.folds] == [False, True, True]
     ingest(engine, ["AAPL"], start="2022-06-01", end="2024-07-03")  # Q2 2024 completes
     fits.clear()
     cold_next = _run(engine, world)
-    assert [f.test_start.month for f in cold_next.folds] == [10, 1, 4]  # Q4 2023, Q1 and Q2 2024
-    assert [f.reused for f in cold_next.folds] == [True, True, False] and len(fits) == 1
-    assert [f.fold_key for f in cold_next.folds[:2]] == [f.fold_key for f in cold.folds[1:]]
+    assert [f.window.test_start.month for f in cold_next.folds] == [10, 1, 4]  # Q4 2023, Q1 and Q2 2024
+    assert [f.fit.reused for f in cold_next.folds] == [True, True, False] and len(fits) == 1
+    assert [f.fit.fold_key for f in cold_next.folds[:2]] == [f.fit.fold_key for f in cold.folds[1:]]
     fits.clear()
     warm_next = _run(engine, world, chained, warm_start=True)
     assert warm_next.reused_folds == 0 and len(fits) == FOLDS

@@ -92,11 +92,11 @@ def test_prune_refit_load_through_the_backtest(engine, db_url, tmp_path):
     again = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=10)
     assert again.reused_folds == 0  # no weights: refitted
     for fold in again.folds:
-        got = fold_cache.load(engine, s, fold.fold_key)
+        got = fold_cache.load(engine, s, fold.fit.fold_key)
         assert got.weights is not None
     third = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, test_sessions=10)
     assert third.reused_folds == 2
-    assert [f.hits for f in third.folds] == [f.hits for f in first.folds]
+    assert [f.scores.hits for f in third.folds] == [f.scores.hits for f in first.folds]
 
 
 def _key(runtime):

@@ -354,24 +354,23 @@ def test_policy_and_minimum_evidence_from_the_environment_and_the_cli(engine, s,
 def test_every_gate_report_states_the_baselines_on_the_same_rows_with_p_values(engine, s):
     """Issue 21: the decision with its rule, the rows, the model beside always-up, persistence and the
     trailing majority, and a p-value beside every "beats"."""
-    from sqlalchemy import update
+    from sqlalchemy import insert
 
-    from ldtm_core.schema import backtest_folds
+    from ldtm_core.schema import backtest_fold_baselines
 
     mid = make_model(engine, s, "AAPL")
     bid = add_backtest(engine, mid, [(60, 0.55, 0.50, 1.0, 0, 9, 6)] * 2)
     with engine.begin() as conn:  # per fold: persistence 30 hits (12 vs 9 disagreements), trend 36 (6 vs 9)
         conn.execute(
-            update(backtest_folds)
-            .where(backtest_folds.c.backtest_id == bid)
-            .values(
-                persistence_hits=30,
-                persistence_model_only=12,
-                persistence_only=9,
-                trend_hits=36,
-                trend_model_only=6,
-                trend_only=9,
-            )
+            insert(backtest_fold_baselines),
+            [
+                {"backtest_id": bid, "fold": fold, "baseline": name, "n": 60, **figures}
+                for fold in (1, 2)
+                for name, figures in (
+                    ("persistence", {"hits": 30, "model_only": 12, "base_only": 9}),
+                    ("trend", {"hits": 36, "model_only": 6, "base_only": 9}),
+                )
+            ],
         )
     report = run_gate(engine, s, "AAPL")
     # 66 of 120 rows beat neither a coin (p = 0.16) nor always-up (18 vs 12, p = 0.18) beyond noise: a

@@ -171,3 +171,96 @@ def test_db_upgrade_says_what_it_changes_and_dry_run_changes_nothing(tmp_path):
     assert head != "0026" and f"at revision {head}" in real.output
     again = runner.invoke(app, ["db", "upgrade", "--dry-run"], env=env)
     assert "already at the newest revision" in again.output
+
+
+# The newest revision of the release before the fold baselines became rows of their own (0031).
+RELEASED = "0030"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_db_upgrade_keeps_the_folds_baselines_of_a_store_written_by_the_current_release(
+    tmp_path, backend, request
+):
+    """Issue 39 item 1: a store whose folds hold persistence_* / trend_* columns (revision 0020, as the
+    current release writes them) reads the same baseline figures after `ldtm db upgrade` moves them
+    into backtest_fold_baselines; a fold that predates them stays unknown, never zero."""
+    import datetime as dt
+
+    from migrate_helpers import fresh_database
+    from sqlalchemy import MetaData, Table
+    from typer.testing import CliRunner
+
+    from ldtm_core.accountability.gate.gate import newest_backtest
+    from ldtm_core.cli import app
+    from ldtm_core.migrate import upgrade
+    from ldtm_core.scoring import baselines
+
+    with fresh_database(backend, tmp_path, request) as url:
+        engine = upgrade(url, RELEASED)
+        fold = {
+            "backtest_id": "bt-released",
+            "model_id": None,
+            "ticker": "AAPL",
+            "cutoff": dt.date(2024, 1, 2),
+            "train_start": dt.date(2023, 1, 3),
+            "train_end": dt.date(2023, 12, 29),
+            "test_start": dt.date(2024, 1, 3),
+            "test_end": dt.date(2024, 2, 1),
+            "n": 22,
+            "direction_accuracy": 0.6,
+            "always_up_accuracy": 0.5,
+            "mean_abs_pct_error": 1.0,
+            "leakage_rows": 0,
+            "created_at": dt.datetime(2024, 2, 2, tzinfo=dt.UTC),
+            "model_only_hits": 5,
+            "up_only_hits": 3,
+            "ties": 2,
+        }
+        released = {
+            "persistence_hits": 9,
+            "persistence_model_only": 6,
+            "persistence_only": 3,
+            "trend_hits": 11,
+            "trend_model_only": 4,
+            "trend_only": 3,
+        }
+        rows = [
+            {**fold, "fold": 1, **released},
+            {**fold, "fold": 2, **released, "trend_hits": 12, "trend_only": 4},
+            {**fold, "backtest_id": "bt-older", "fold": 1, **dict.fromkeys(released)},  # before 0020
+        ]
+        folds = Table("backtest_folds", MetaData(), autoload_with=engine)  # as the released schema has it
+        with engine.begin() as conn:
+            conn.execute(folds.insert(), rows)
+        env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
+        out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
+        assert out.exit_code == 0, out.output
+        assert current_revision(url) == head_revision()
+        engine = get_engine(url)
+        with engine.connect() as conn:
+            stored = conn.execute(
+                text(
+                    "SELECT fold, baseline, n, hits, model_only, base_only FROM backtest_fold_baselines ORDER BY 1, 2"
+                )
+            ).all()
+        assert [tuple(r) for r in stored] == [
+            (1, "persistence", 20, 9, 6, 3),
+            (1, "trend", 20, 11, 4, 3),
+            (2, "persistence", 20, 9, 6, 3),
+            (2, "trend", 20, 12, 4, 4),
+        ]
+        with engine.connect() as conn:
+            from ldtm_core.accountability.gate.gate import with_fold_baselines
+
+            read = with_fold_baselines(
+                conn,
+                [dict(r) for r in conn.execute(text("SELECT * FROM backtest_folds ORDER BY id")).mappings()],
+            )
+        got = baselines.pooled(read[:2])
+        assert got["persistence"] == baselines.Paired("persistence", 40, 18, 12, 6)
+        assert got["trend"] == baselines.Paired("trend", 40, 23, 8, 7)
+        assert got["always_up"] == baselines.Paired("always_up", 40, 20, 10, 6)
+        older = baselines.from_fold(read[2])
+        assert older["persistence"] is None and older["trend"] is None
+        assert newest_backtest(engine, 0) is None  # the readers run on the upgraded store
+        get_engine.cache_clear()

@@ -40,7 +40,8 @@ def test_baselines_leave_ties_out():
     prev = np.array([100.0, 99.0, 100.0])
     actual = np.array([100.0, 101.0, 101.0])  # a tie; then up after an up day, up after a flat day
     model_right = np.array([True, False, True])
-    got = baselines.score(model_right, actual, close, prev, np.ones(3))
+    calls = baselines.calls(close, prev, np.arange(3))
+    got = baselines.score(model_right, actual, close, calls)
     assert got["always_up"].n == 2 and got["always_up"].hits == 2
     # Persistence: right after the up day; a flat day calls no move, so a move is its miss.
     assert got["persistence"].n == 2 and got["persistence"].hits == 1
@@ -61,10 +62,10 @@ def test_a_constant_price_ticker_scores_no_direction(engine, db_url, tmp_path):
     res = bt.run_backtest(engine, settings, "AAPL", CFG, folds=2, test_sessions=10)
     for f in res.folds:
         # n stays the fold's test rows; all 10 are ties, scored by nobody.
-        assert (f.n, f.ties, f.hits, f.up_hits) == (10, 10, 0, 0)
-        assert f.always_up_accuracy == 0.0 and f.baselines["always_up"].n == 0
-        assert f.baselines["persistence"].hits == 0 and f.baselines["persistence"].n == 0
-        assert (f.model_only_hits, f.up_only_hits) == (0, 0)
+        assert (f.scores.n, f.scores.ties, f.scores.hits, f.scores.up_hits) == (10, 10, 0, 0)
+        assert f.scores.always_up_accuracy == 0.0 and f.scores.baselines["always_up"].n == 0
+        assert f.scores.baselines["persistence"].hits == 0 and f.scores.baselines["persistence"].n == 0
+        assert (f.scores.model_only_hits, f.scores.up_only_hits) == (0, 0)
     assert res.skill.p_value == 1.0
     with engine.connect() as conn:
         rows = conn.execute(select(backtest_folds.c.n, backtest_folds.c.ties)).all()
@@ -136,16 +137,12 @@ def test_pooled_baselines_from_stored_folds_use_the_scored_rows(n_ties):
         "always_up_accuracy": 4 / 7,
         "model_only_hits": 1,
         "up_only_hits": 2,
-        "persistence_hits": 3,
-        "persistence_model_only": 1,
-        "persistence_only": 0,
-        "trend_hits": 5,
-        "trend_model_only": 0,
-        "trend_only": 1,
+        "baselines": {"trend": {"n": 7, "hits": 5, "model_only": 0, "base_only": 1}},
         "ties": n_ties,
     }
     got = baselines.from_fold(fold)
     assert got["always_up"].n == 7 and got["always_up"].hits == 4
+    assert got["trend"].n == 7 and got["trend"].hits == 5
 
 
 def test_the_ticker_report_scores_no_tie():
@@ -204,7 +201,7 @@ def test_with_many_ties_the_always_up_test_keeps_its_false_rate_and_finds_a_plan
             call = np.where((rng.random(n) < edge) & (truth != 0), truth, call)
             pred = close + 0.5 * call
             right = np.sign(pred - close) == truth
-            got = baselines.score(right, actual, close, close, np.ones(n))["always_up"]
+            got = baselines.score(right, actual, close, {"always_up": np.ones(n)})["always_up"]
             skill = bt.skill_test(pred, actual, close)
             assert (skill.model_only, skill.up_only) == (got.model_only, got.base_only)
             assert got.n == int((truth != 0).sum())

@@ -107,7 +107,7 @@ def test_no_trial_sees_a_date_on_or_after_the_backtests_first_cutoff(
         # A backtest needs a candidate of the same settings (the gate trusts only its own config's folds).
         model_id = training.train_ticker(engine, settings, "AAPL", cfg, "reference").model_id
         result_bt = bt.run_backtest(engine, settings, "AAPL", cfg, folds=3, model_id=model_id)
-        cutoff = np.datetime64(result_bt.folds[0].cutoff, "D")
+        cutoff = np.datetime64(result_bt.folds[0].window.cutoff, "D")
         for part in (train, val):
             assert len(part) > 0
             assert part.dates.max() < cutoff
@@ -307,12 +307,14 @@ def test_a_backtest_with_more_folds_than_the_study_counts_the_test_rows_the_stud
         engine, settings, "AAPL", chosen.cfg, "tuned", provenance=chosen.provenance
     ).model_id
     same = bt.run_backtest(engine, settings, "AAPL", folds=3, model_id=model_id)
-    assert same.leakage_rows == 0 and same.folds[0].cutoff >= last
+    assert same.leakage_rows == 0 and same.folds[0].window.cutoff >= last
     more = bt.run_backtest(engine, settings, "AAPL", folds=8, model_id=model_id)
-    assert more.folds[0].cutoff < last
+    assert more.folds[0].window.cutoff < last
     for f in more.folds:  # every test row dated on or before the study's last date was seen by it
-        assert f.leakage_rows == sum(f.test_start <= d <= min(f.test_end, last) for d in dates), f
-    assert more.leakage_rows > 0 and more.folds[-1].leakage_rows == 0
+        assert f.window.leakage_rows == sum(
+            f.window.test_start <= d <= min(f.window.test_end, last) for d in dates
+        ), f
+    assert more.leakage_rows > 0 and more.folds[-1].window.leakage_rows == 0
     assert "tuning study ldtm:AAPL" in more.tuning_note and "tuned for 3 folds" in more.tuning_note
     assert "leakage_rows" in {c.name for c in run_gate(engine, settings, "AAPL", model_id=model_id).failing}
 

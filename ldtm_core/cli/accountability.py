@@ -60,12 +60,12 @@ def predict_cmd(
 ) -> None:
     """Predict every horizon per ticker and record hash-chained snapshot rows (rerun = no-op)."""
     from ldtm_core.accountability.ledger.snapshots import predict
-    from ldtm_core.config import NUMERIC_SETTINGS, check_number
+    from ldtm_core.config import SETTINGS
     from ldtm_core.errors import InputError
 
     cfg = settings()
     if neutral_band is not None:
-        check_number("neutral band --neutral-band", neutral_band, NUMERIC_SETTINGS["LDTM_NEUTRAL_BAND_PCT"])
+        SETTINGS["LDTM_NEUTRAL_BAND_PCT"].check(neutral_band, "neutral band --neutral-band")
     chosen = _tickers(tickers)
     if start is not None or end is not None:
         if start is None or end is None or run_date is not None:
@@ -282,7 +282,7 @@ def leaderboard_cmd(
         False, "--shadow", help="Also show each champion beside its shadow model on the same evenings"
     ),
 ) -> None:
-    """30-day accuracy per ticker with Wilson interval, errors, and the always-up/persistence baselines.
+    """30-day accuracy per ticker with Wilson interval, errors, and the board's baselines.
 
     Each evening counts once per ticker: its first recorded prediction (what was published). The
     next-day figures cover the 30 days ending at the newest filled evening; the next-Monday and one-month
@@ -295,7 +295,7 @@ def leaderboard_cmd(
         universe,
     )
     from ldtm_core.accountability.board.no_champion import without_champion
-    from ldtm_core.scoring.board_stats import LABEL_RULE
+    from ldtm_core.scoring.board_stats import label_rule
 
     engine = open_db()
     label = ", with ".join(
@@ -305,13 +305,14 @@ def leaderboard_cmd(
     )
     flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
     if by_model:
-        print_leaderboard(leaderboard_by_model(engine, mode, **flags), f"{label}, by model")
+        board = leaderboard_by_model(engine, mode, **flags)
+        print_leaderboard(board, f"{label}, by model")
     else:
         board = leaderboard(engine, mode, **flags)
         print_leaderboard(board, label)
         # The universe's one answer (Hansen's SPA over the tickers), then what the label controls.
         console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
-    console.print(f"[dim]{LABEL_RULE}[/]", highlight=False, soft_wrap=True)
+    console.print(f"[dim]{label_rule(board)}[/]", highlight=False, soft_wrap=True)
     missing = without_champion(engine)
     if missing:
         console.print(
@@ -368,11 +369,12 @@ def _ticker_cell(r, columns) -> str:
 
 
 def board_cells() -> list[BoardCell]:
-    """The CLI board's columns, in the order of leaderboard.DISPLAY_COLUMNS (the one list the dashboard
+    """The CLI board's columns, in the order of leaderboard.display_columns() (the one list the dashboard
     shows too): a cell comes where the first of its display columns is; a display column with no cell
     here (and not in the title) is an error, so a new display column is never silently left out."""
     from ldtm_core.accountability.board import leaderboard
     from ldtm_core.horizons import DIRECTION, ERROR_ONLY
+    from ldtm_core.scoring.baselines import board_baselines
 
     cells = [
         BoardCell("ticker", ("ticker", "gated"), _ticker_cell),
@@ -383,32 +385,41 @@ def board_cells() -> list[BoardCell]:
             ("wilson_low", "wilson_high"),
             lambda r, _: f"{fmt_pct(r.wilson_low)}–{fmt_pct(r.wilson_high)}",
         ),
-        BoardCell("always-up", ("always_up_accuracy",), lambda r, _: fmt_pct(r.always_up_accuracy)),
-        BoardCell(
-            "persistence",
-            ("persistence_accuracy", "persistence_n"),
-            lambda r, _: _with_n(fmt_pct(r.persistence_accuracy), r.persistence_n, r.n),
+        # Each board baseline (scoring.baselines): its accuracy (with its own n where that differs),
+        # then its exact test: model-only / baseline-only counts, p (BH q), the label.
+        *(
+            BoardCell(
+                b.label,
+                (b.column("accuracy"), b.column("n")),
+                lambda r, _, b=b: _with_n(
+                    fmt_pct(getattr(r, b.column("accuracy"))), getattr(r, b.column("n")), r.n
+                ),
+            )
+            for b in board_baselines()
         ),
-        BoardCell(
-            "model/up only",
-            ("model_only", "up_only"),
-            lambda r, _: f"{_count(getattr(r, 'model_only', None))}/{_count(getattr(r, 'up_only', None))}",
-        ),
-        BoardCell(
-            "p (q) vs up",
-            ("skill_p_value", "q_vs_always_up"),
-            lambda r, _: _p_q(r.skill_p_value, getattr(r, "q_vs_always_up", None)),
-        ),
-        BoardCell(
-            "beats up", ("beats_always_up",), lambda r, _: "yes" if r.beats_always_up else "[red]no[/]"
-        ),
-        BoardCell(
-            "p (q) vs persist.",
-            ("persistence_p_value", "q_vs_persistence", "beats_persistence"),
-            lambda r, _: (
-                _p_q(r.persistence_p_value, getattr(r, "q_vs_persistence", None))
-                + (" beats" if getattr(r, "beats_persistence", False) else "")
-            ),
+        *(
+            cell
+            for b in board_baselines()
+            for cell in (
+                BoardCell(
+                    f"model/{b.short} only",
+                    (b.column("model_only"), b.column("base_only")),
+                    lambda r, _, b=b: (
+                        f"{_count(getattr(r, b.column('model_only'), None))}/"
+                        f"{_count(getattr(r, b.column('base_only'), None))}"
+                    ),
+                ),
+                BoardCell(
+                    f"p (q) vs {b.short}",
+                    (b.column("p"), b.column("q")),
+                    lambda r, _, b=b: _p_q(getattr(r, b.column("p")), getattr(r, b.column("q"), None)),
+                ),
+                BoardCell(
+                    f"beats {b.short}",
+                    (b.column("beats"),),
+                    lambda r, _, b=b: "yes" if getattr(r, b.column("beats")) else "[red]no[/]",
+                ),
+            )
         ),
         BoardCell(
             f"|err| {DIRECTION.abbr}",
@@ -430,7 +441,7 @@ def board_cells() -> list[BoardCell]:
     ]
     home = {c: cell for cell in cells for c in cell.columns}
     ordered: list[BoardCell] = []
-    for column in leaderboard.DISPLAY_COLUMNS:
+    for column in leaderboard.display_columns():
         if column in TITLE_COLUMNS:
             continue
         if column not in home:  # a programming error: the new display column needs its cell
@@ -442,7 +453,7 @@ def board_cells() -> list[BoardCell]:
 
 def print_leaderboard(df, mode: str = "all") -> None:
     """The leaderboard as a table plus the plain verdict (also used by the Dagster demo); its columns are
-    leaderboard.DISPLAY_COLUMNS' (board_cells)."""
+    leaderboard.display_columns()' (board_cells)."""
     from ldtm_core.accountability.board.leaderboard import UNGATED_LEGEND, verdict
 
     title = f"accuracy_30d ({mode})"

@@ -102,18 +102,19 @@ def backtest_cmd(
         title=f"backtest {res.backtest_id}",
     )
     for f in res.folds:
+        w, sc = f.window, f.scores
         table.add_row(
             str(f.fold),
-            str(f.cutoff),
-            f"{f.train_start}..{f.train_end}",
-            f"{f.test_start}..{f.test_end}",
-            str(f.n),
-            fmt_pct(f.direction_accuracy),
-            fmt_pct(f.always_up_accuracy),
-            f"{f.model_only_hits}/{f.up_only_hits}",
-            format_p_value(f.skill.p_value),
-            fmt_num(f.mean_abs_pct_error),
-            str(f.leakage_rows),
+            str(w.cutoff),
+            f"{w.train_start}..{w.train_end}",
+            f"{w.test_start}..{w.test_end}",
+            str(sc.n),
+            fmt_pct(sc.direction_accuracy),
+            fmt_pct(sc.always_up_accuracy),
+            f"{sc.model_only_hits}/{sc.up_only_hits}",
+            format_p_value(sc.skill.p_value),
+            fmt_num(sc.mean_abs_pct_error),
+            str(w.leakage_rows),
         )
     console.print(table)
     console.print(

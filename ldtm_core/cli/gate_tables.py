@@ -1,4 +1,4 @@
-"""How `ldtm gate` shows a gate report: the baselines on the same rows and the paired comparison with
+"""How `ldtm gate` shows a gate report: the baselines (scoring.baselines) on the same rows and the paired comparison with
 the champion (issue 21), each with its counts and p-values."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from ldtm_core.cli.common import fmt_num, fmt_pct
 
 
 def comparison_table(report) -> Table:
-    """Both sides on the shared rows (issue 21): accuracy and |error| per horizon, beside always-up and
-    persistence on the same rows."""
+    """Both sides on the shared rows (issue 21): accuracy and |error| per horizon, beside each gate
+    baseline (scoring.baselines) on the same rows."""
+    from ldtm_core.scoring.baselines import gate_baselines
     from ldtm_core.scoring.paired import HORIZON_LABELS
 
     c = report.comparison
@@ -20,23 +21,21 @@ def comparison_table(report) -> Table:
         table.add_column("paired comparison")
         table.add_row(c.note or "no shared rows")
         return table
-    up, pers = p.baselines.get("always_up"), p.baselines.get("persistence")
-    for col in (f"on the same {p.n} rows", p.challenger, p.champion, "always-up", "persistence"):
+    which = gate_baselines()
+    for col in (f"on the same {p.n} rows", p.challenger, p.champion, *(b.label for b in which)):
         table.add_column(col)
     table.add_row(
         "direction accuracy",
         fmt_pct(p.challenger_accuracy),
         fmt_pct(p.champion_accuracy),
-        fmt_pct(up.accuracy) if up else "",
-        fmt_pct(pers.accuracy) if pers else "",
+        *(fmt_pct(got.accuracy) if (got := p.baselines.get(b.name)) else "" for b in which),
     )
     for e in p.errors:
         table.add_row(
             f"mean |err| {HORIZON_LABELS[e.horizon]} ({e.n} rows)",
             f"{fmt_num(e.challenger_mae)}%",
             f"{fmt_num(e.champion_mae)}%",
-            "",
-            "",
+            *("" for _ in which),
         )
     return table
 
@@ -73,7 +72,7 @@ def comparison_lines(report) -> list[str]:
 
 def baselines_table(report) -> Table:
     """The model beside each baseline on the same rows, with the exact paired test (issue 21)."""
-    from ldtm_core.scoring.baselines import BASELINES, LABELS
+    from ldtm_core.scoring.baselines import gate_baselines
     from ldtm_core.scoring.skill import format_p_value
 
     table = Table(
@@ -85,13 +84,13 @@ def baselines_table(report) -> Table:
         f"{report.decision.upper()} ({report.rule})",
     )
     table.add_row("model", fmt_pct(report.direction_accuracy), "", "")
-    for name in BASELINES:
-        b = report.baselines.get(name)
+    for base in gate_baselines():
+        b = report.baselines.get(base.name)
         if b is None:
-            table.add_row(LABELS[name], "unknown", "backtest predates it", "")
+            table.add_row(base.label, "unknown", "backtest predates it", "")
         else:
             table.add_row(
-                LABELS[name],
+                base.label,
                 fmt_pct(b.accuracy),
                 f"{b.model_only} / {b.base_only}",
                 format_p_value(b.p_value),

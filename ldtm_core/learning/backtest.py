@@ -15,7 +15,9 @@ import datetime as dt
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,9 +36,8 @@ from ldtm_core.learning import fold_cache, split, training_loop
 from ldtm_core.learning.fold_calendar import FOLD_PERIOD, FoldSpan, covered_live, fold_spans  # noqa: F401
 from ldtm_core.learning.model import ModelConfig
 from ldtm_core.learning.registry import config_signature, get_model, newest_candidate
-from ldtm_core.schema import backtest_folds, model_registry
+from ldtm_core.schema import backtest_fold_baselines, backtest_folds, model_registry
 from ldtm_core.scoring import baselines
-from ldtm_core.scoring.baselines import baseline_columns
 from ldtm_core.scoring.skill import SkillTest, discordant_counts, pooled
 
 DEFAULT_TEST_SESSIONS = 63  # about a quarter of sessions: what one fold tests by default (a whole quarter)
@@ -48,40 +49,72 @@ DEFAULT_FOLDS = 3
 DEFAULT_WARM_START = False
 
 
-@dataclass
-class FoldResult:
-    fold: int
+@dataclass(frozen=True)
+class FoldWindow:
+    """The rows fold k trained and tested on: their dates, their counts, and the leakage among them."""
+
     cutoff: dt.date
     train_start: dt.date
     train_end: dt.date
     test_start: dt.date
     test_end: dt.date
-    n: int
-    hits: int
-    up_hits: int
-    direction_accuracy: float
-    always_up_accuracy: float
-    mean_abs_pct_error: float
-    leakage_rows: int
     n_train: int
     n_val: int
-    model_only_hits: int = 0  # discordant rows vs always-up (ldtm_core.scoring.skill)
-    up_only_hits: int = 0
+    leakage_rows: int
+    tuning_leakage_rows: int = 0  # of leakage_rows: test rows the tuning study's trials used
+
+
+@dataclass(frozen=True)
+class FoldFit:
+    """How the fold's model came to be: fitted here, or its stored outcome reused."""
+
+    fold_key: str  # its stored outcome in backtest_fold_results (ldtm_core.learning.fold_cache)
+    reused: bool = False  # taken from the store rather than refitted
+    warm_start: bool = False
     epochs: int = 0
     best_epoch: int = 0
     val_loss: float = float("nan")
     fit_s: float = 0.0
-    warm_start: bool = False
-    tuning_leakage_rows: int = 0  # of leakage_rows: test rows the tuning study's trials used
-    fold_key: str = ""  # its stored outcome in backtest_fold_results (ldtm_core.learning.fold_cache)
-    reused: bool = False  # taken from the store rather than refitted
-    ties: int = 0  # of the n test rows: a zero next-day move, scored by nobody (out of every accuracy)
+
+
+@dataclass(frozen=True)
+class FoldScores:
+    """The model's next-day calls on the fold's n test rows, against always-up and the baselines."""
+
+    n: int  # the fold's test rows, ties included (the champion's rerun reads it)
+    hits: int
+    up_hits: int
+    ties: int  # of the n test rows: a zero next-day move, scored by nobody (out of every accuracy)
+    mean_abs_pct_error: float
+    model_only_hits: int = 0  # discordant rows vs always-up (ldtm_core.scoring.skill)
+    up_only_hits: int = 0
     # Persistence and the trailing-majority baseline on the same rows (scoring.baselines).
     baselines: dict = field(default_factory=dict)
+
+    # Over the scored rows; 0 when all are ties (a weight-0 figure, never NaN: SQLite stores NaN as NULL).
+    @property
+    def direction_accuracy(self) -> float:
+        scored = self.n - self.ties
+        return self.hits / scored if scored else 0.0
+
+    @property
+    def always_up_accuracy(self) -> float:
+        scored = self.n - self.ties
+        return self.up_hits / scored if scored else 0.0
 
     @property
     def skill(self) -> SkillTest:
         return SkillTest(self.model_only_hits, self.up_only_hits)
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """Fold k of a backtest: its rows (window), how its model came to be (fit), and its scores."""
+
+    fold: int
+    window: FoldWindow
+    fit: FoldFit
+    scores: FoldScores
 
 
 @dataclass
@@ -106,33 +139,37 @@ class BacktestResult:
 
     @property
     def n(self) -> int:
-        return sum(f.n for f in self.folds)
+        return sum(f.scores.n for f in self.folds)
 
     @property
     def ties(self) -> int:
-        return sum(f.ties for f in self.folds)
+        return sum(f.scores.ties for f in self.folds)
 
     @property
     def direction_accuracy(self) -> float:
         scored = self.n - self.ties
-        return sum(f.hits for f in self.folds) / scored if scored else float("nan")
+        return sum(f.scores.hits for f in self.folds) / scored if scored else float("nan")
 
     @property
     def always_up_accuracy(self) -> float:
         scored = self.n - self.ties
-        return sum(f.up_hits for f in self.folds) / scored if scored else float("nan")
+        return sum(f.scores.up_hits for f in self.folds) / scored if scored else float("nan")
 
     @property
     def mean_abs_pct_error(self) -> float:
-        return sum(f.mean_abs_pct_error * f.n for f in self.folds) / self.n if self.n else float("nan")
+        return (
+            sum(f.scores.mean_abs_pct_error * f.scores.n for f in self.folds) / self.n
+            if self.n
+            else float("nan")
+        )
 
     @property
     def leakage_rows(self) -> int:
-        return sum(f.leakage_rows for f in self.folds)
+        return sum(f.window.leakage_rows for f in self.folds)
 
     @property
     def reused_folds(self) -> int:
-        return sum(f.reused for f in self.folds)
+        return sum(f.fit.reused for f in self.folds)
 
     @property
     def refit_folds(self) -> int:
@@ -141,16 +178,16 @@ class BacktestResult:
     @property
     def skill(self) -> SkillTest | None:
         """The exact test of "the model beats always-up" on all test rows of all folds."""
-        return pooled([f.skill for f in self.folds])
+        return pooled([f.scores.skill for f in self.folds])
 
     @property
     def baselines(self) -> dict:
         """Persistence and the trailing-majority baseline over all folds' rows, with their paired tests."""
-        if not self.folds or not all(f.baselines for f in self.folds):
+        if not self.folds or not all(f.scores.baselines for f in self.folds):
             return {}
         return {
-            k: sum((f.baselines[k] for f in self.folds[1:]), self.folds[0].baselines[k])
-            for k in self.folds[0].baselines
+            k: sum((f.scores.baselines[k] for f in self.folds[1:]), self.folds[0].scores.baselines[k])
+            for k in self.folds[0].scores.baselines
         }
 
 
@@ -254,6 +291,55 @@ def predict_prices(model, samples: SampleSet) -> np.ndarray:
     return samples.denormalise(y)
 
 
+@dataclass(frozen=True)
+class _Backtest:
+    """What every fold of one backtest reads: the ticker's samples and how to fit them."""
+
+    engine: Engine
+    settings: Settings
+    ticker: str
+    cfg: ModelConfig
+    samples: SampleSet
+    labeled: np.ndarray
+    signature: str
+    seen_by_study: TuningSeen | None
+    runtime: fold_cache.Runtime  # precision, device, torch and code: part of every fold's key
+    device: str | None
+    threads: int | None
+    reuse: bool
+    warm_start: bool
+
+
+@dataclass(frozen=True)
+class _FoldPlan:
+    """Fold k's rows (sample indices) and its key in the fold store, before anything is fitted."""
+
+    fold: int
+    cutoff: np.datetime64
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    lineage: np.ndarray  # the rows its weights are trained on: its own and its starting weights'
+    fingerprint: str
+    key: str
+    parent: str | None  # the key of the fold it starts from (or of a planted start); None: cold
+    window: FoldWindow
+
+
+@dataclass(frozen=True)
+class _Start:
+    """The weights a fold starts from: in memory (its predecessor was fitted here) or on disk (its
+    predecessor was reused: loaded only if this fold must refit); neither: cold."""
+
+    state: dict | None = None
+    path: Path | None = None
+
+    def weights(self) -> dict | None:
+        if self.state is None and self.path is not None:
+            return fold_cache.load_weights(self.path)
+        return self.state
+
+
 def run_backtest(
     engine: Engine,
     settings: Settings,
@@ -279,6 +365,9 @@ def run_backtest(
     of refitting it when its key — config, rows, cutoff, seed, starting weights — is unchanged.
     `end`: read prices up to this date only (the gate backtests the champion's config on the very
     prices the candidate's backtest read).
+
+    Each fold is planned (`_plan`), fitted or reused (`_fit_or_reuse`) and scored (`_score`) in turn;
+    the folds are written at the end, in one transaction (`_write_folds`).
     """
     t0 = time.perf_counter()
     ticker = validate_ticker(ticker)
@@ -286,6 +375,56 @@ def run_backtest(
         raise InputError(f"folds must be >= 1, not {folds}")
     if test_sessions is not None and test_sessions < 1:
         raise InputError(f"test sessions per fold must be >= 1, not {test_sessions}")
+    model_id, cfg = _candidate(engine, ticker, cfg, model_id)
+    prices, feats = prices_and_features(engine, ticker, end=end, features=cfg.features)
+    if prices.empty:
+        raise NotFoundError(f"no prices for {ticker}")
+    seen_by_study = tuning_seen(engine, model_id, cfg)
+    samples = build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
+    evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
+    result = BacktestResult(
+        str(uuid.uuid4()),
+        ticker,
+        model_id,
+        features=feats.describe(),
+        config_signature=config_signature(cfg),
+        data_start=_d(prices["date"].min()),
+        data_end=_d(prices["date"].max()),
+        live=covered_live(samples, spans),
+    )
+    labeled = np.flatnonzero(samples.labeled)
+    init_state, seen = fold_one_start(samples, labeled)
+    bt = _Backtest(
+        engine,
+        settings,
+        ticker,
+        cfg,
+        samples,
+        labeled,
+        result.config_signature,
+        seen_by_study,
+        fold_cache.runtime(cfg, device),
+        device,
+        threads,
+        settings.backtest_reuse if reuse is None else reuse,
+        warm_start,
+    )
+    start = _Start(state=init_state)
+    for plan in _plans(bt, evaluable, spans, start, seen):
+        fit, preds, fitted = _fit_or_reuse(bt, plan, start)
+        result.folds.append(FoldResult(plan.fold, plan.window, fit, _score(samples, plan.test_idx, preds)))
+        start = fitted if warm_start else _Start()
+    result.tuning_note = _tuning_note(ticker, result.folds, seen_by_study)
+    _write_folds(engine, result, _stored_rows(result))
+    result.duration_s = time.perf_counter() - t0
+    return result
+
+
+def _candidate(
+    engine: Engine, ticker: str, cfg: ModelConfig | None, model_id: int | None
+) -> tuple[int, ModelConfig]:
+    """(the model this backtest validates, the config it backtests): `model_id` or the ticker's newest
+    candidate, and `cfg` or that model's own config."""
     if model_id is None:
         cand = newest_candidate(engine, ticker)
         model_id = cand.id if cand else None
@@ -300,181 +439,170 @@ def run_backtest(
         raise NotFoundError(
             f"{ticker} has no candidate model to backtest: train first (ldtm train --tickers {ticker})"
         )
-    prices, feats = prices_and_features(engine, ticker, end=end)
-    if prices.empty:
-        raise NotFoundError(f"no prices for {ticker}")
-    seen_by_study = tuning_seen(engine, model_id, cfg)
-    samples = build_samples(prices, cfg.window, features=feats.frame)
-    evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
-    sessions = samples.dates
-    labeled = np.flatnonzero(samples.labeled)
-    result = BacktestResult(
-        str(uuid.uuid4()),
-        ticker,
-        model_id,
-        features=feats.describe(),
-        config_signature=config_signature(cfg),
-        data_start=_d(prices["date"].min()),
-        data_end=_d(prices["date"].max()),
-    )
-    result.live = covered_live(samples, spans)
-    # The starting weights of the next fold and the rows they were trained on (their lineage).
-    init_state, seen = fold_one_start(samples, labeled)
-    reuse = settings.backtest_reuse if reuse is None else reuse
-    # The key of the fold the next one starts from, and that fold's weights on disk when it was reused
-    # (loaded only if the next fold must refit).
-    parent = None if init_state is None else fold_cache.state_digest(init_state)
-    init_path = None
-    rt = fold_cache.runtime(cfg, device)  # precision, device, torch and code: part of every fold's key
+    return model_id, cfg
+
+
+def _plans(
+    bt: _Backtest, evaluable: np.ndarray, spans: list[FoldSpan], first: _Start, seen: np.ndarray
+) -> Iterator[_FoldPlan]:
+    """Each fold's plan in turn, made only once the fold before it is done (a fold with too little
+    history stops the backtest after the folds before it were fitted and stored). With `warm_start` a
+    fold's key and lineage chain from the fold before it; fold 1's from `first` and `seen`
+    (`fold_one_start`)."""
+    parent = None if first.state is None else fold_cache.state_digest(first.state)
     for k, span in enumerate(spans):
-        test_idx, cutoff, pool = fold_rows(samples, evaluable, labeled, span.start, len(span.test_idx))
-        sub = samples.subset(pool)
-        tr, va = split.purged_split(sub, cfg.val_fraction)
-        train_idx, val_idx = pool[tr], pool[va]
-        if len(train_idx) < cfg.batch_size or len(val_idx) == 0:
-            raise InputError(
-                f"{ticker} fold {k + 1} (cutoff {_d(cutoff)}): too little history before the cutoff "
-                f"({len(train_idx)} training / {len(val_idx)} validation rows)"
-            )
-        used = np.concatenate([train_idx, val_idx])
-        fingerprint = fold_cache.fingerprint(samples, used, test_idx)
-        key = fold_cache.fold_key(
-            result.config_signature,
-            fingerprint,
-            _d(cutoff),
-            cfg.seed,
-            parent,
-            rt,
+        plan = _plan(bt, evaluable, k + 1, span, parent, seen)
+        yield plan
+        parent, seen = (plan.key, plan.lineage) if bt.warm_start else (None, bt.labeled[:0])
+
+
+def _plan(
+    bt: _Backtest, evaluable: np.ndarray, fold: int, span: FoldSpan, parent: str | None, seen: np.ndarray
+) -> _FoldPlan:
+    """Fold `fold`'s training, validation and test rows, the leakage among them, and its key."""
+    samples, cfg = bt.samples, bt.cfg
+    test_idx, cutoff, pool = fold_rows(samples, evaluable, bt.labeled, span.start, len(span.test_idx))
+    tr, va = split.purged_split(samples.subset(pool), cfg.val_fraction)
+    train_idx, val_idx = pool[tr], pool[va]
+    if len(train_idx) < cfg.batch_size or len(val_idx) == 0:
+        raise InputError(
+            f"{bt.ticker} fold {fold} (cutoff {_d(cutoff)}): too little history before the cutoff "
+            f"({len(train_idx)} training / {len(val_idx)} validation rows)"
         )
-        stored = fold_cache.load(engine, settings, key) if reuse else None
-        if stored is not None and stored.weights is not None:
-            preds, weights_path = stored.pred, stored.weights
-            epochs, best_epoch, val_loss, fit_s = stored.epochs, stored.best_epoch, stored.val_loss, 0.0
-            next_state = None
-        else:
-            stored = None
-            if init_state is None and init_path is not None:
-                init_state = fold_cache.load_weights(init_path)
-            fit = training_loop.fit(
-                samples.subset(train_idx),
-                samples.subset(val_idx),
-                cfg,
-                device=device,
-                threads=threads,
-                init_state=init_state,
-            )
-            preds = predict_prices(fit.model, samples.subset(test_idx))
-            epochs, best_epoch, val_loss, fit_s = fit.epochs, fit.best_epoch, fit.val_loss, fit.duration_s
-            # What the key now stores is what is scored (an existing row with intact weights is kept).
-            preds = fold_cache.store(
-                engine,
-                settings,
-                key=key,
-                ticker=ticker,
-                signature=result.config_signature,
-                data_fingerprint=fingerprint,
-                cutoff=_d(cutoff),
-                seed=cfg.seed,
-                parent=parent,
-                model=fit.model,
-                pred=preds,
-                test_dates=samples.dates[test_idx],
-                epochs=epochs,
-                best_epoch=best_epoch,
-                val_loss=val_loss,
-            )
-            weights_path, next_state = None, fit.model.state_dict()
-        test = samples.subset(test_idx)
-        pred = preds[:, 0]
-        hits, up, mape, ties = score(pred, test.target_close[:, 0], test.close)
-        scored = len(test_idx) - ties  # n stays the fold's test rows (the champion's rerun reads it)
-        skill = skill_test(pred, test.target_close[:, 0], test.close)
-        paired = baselines.score(
-            np.sign(pred - test.close) == np.sign(test.target_close[:, 0] - test.close),
-            test.target_close[:, 0],
-            test.close,
-            test.prev_close,
-            baselines.trailing_majority(samples.close, samples.prev_close, test_idx),
-        )
-        lineage = np.union1d(seen, used)
-        study_rows = int((samples.dates[test_idx] < seen_by_study.before).sum()) if seen_by_study else 0
-        result.folds.append(
-            FoldResult(
-                fold=k + 1,
-                cutoff=_d(cutoff),
-                train_start=_d(sessions[used].min()),
-                train_end=_d(sessions[used].max()),
-                test_start=_d(sessions[test_idx].min()),
-                test_end=_d(sessions[test_idx].max()),
-                n=len(test_idx),
-                hits=hits,
-                up_hits=up,
-                # Over the scored rows; 0 when all are ties (a weight-0 figure, never NaN: SQLite stores
-                # NaN as NULL).
-                direction_accuracy=hits / scored if scored else 0.0,
-                always_up_accuracy=up / scored if scored else 0.0,
-                ties=ties,
-                mean_abs_pct_error=mape,
-                leakage_rows=count_leakage(samples, lineage, test_idx, cutoff) + study_rows,
-                n_train=len(train_idx),
-                n_val=len(val_idx),
-                model_only_hits=skill.model_only,
-                up_only_hits=skill.up_only,
-                epochs=epochs,
-                best_epoch=best_epoch,
-                val_loss=val_loss,
-                fit_s=fit_s,
-                warm_start=parent is not None,
-                tuning_leakage_rows=study_rows,
-                fold_key=key,
-                reused=stored is not None,
-                baselines=paired,
-            )
-        )
-        if warm_start:
-            init_state, init_path, parent, seen = next_state, weights_path, key, lineage
-        else:
-            init_state, init_path, parent, seen = None, None, None, labeled[:0]
-    study_rows = sum(f.tuning_leakage_rows for f in result.folds)
-    if study_rows:
-        s = seen_by_study
-        tuned_for = f" (it was tuned for {s.folds} folds)" if s.folds else ""
-        result.tuning_note = (
-            f"{ticker}: {study_rows} test row(s) of fold(s) "
-            f"{', '.join(str(f.fold) for f in result.folds if f.tuning_leakage_rows)} are dated within "
-            f"what tuning study {s.study} {s.last}{tuned_for}: its settings were chosen on them, so "
-            f"they count as leakage; backtest with the study's folds, or tune again for this backtest"
-        )
+    used = np.concatenate([train_idx, val_idx])
+    fingerprint = fold_cache.fingerprint(samples, used, test_idx)
+    key = fold_cache.fold_key(bt.signature, fingerprint, _d(cutoff), cfg.seed, parent, bt.runtime)
+    lineage = np.union1d(seen, used)
+    study = bt.seen_by_study
+    study_rows = int((samples.dates[test_idx] < study.before).sum()) if study else 0
+    sessions = samples.dates
+    window = FoldWindow(
+        cutoff=_d(cutoff),
+        train_start=_d(sessions[used].min()),
+        train_end=_d(sessions[used].max()),
+        test_start=_d(sessions[test_idx].min()),
+        test_end=_d(sessions[test_idx].max()),
+        n_train=len(train_idx),
+        n_val=len(val_idx),
+        leakage_rows=count_leakage(samples, lineage, test_idx, cutoff) + study_rows,
+        tuning_leakage_rows=study_rows,
+    )
+    return _FoldPlan(fold, cutoff, train_idx, val_idx, test_idx, lineage, fingerprint, key, parent, window)
+
+
+def _fit_or_reuse(bt: _Backtest, plan: _FoldPlan, start: _Start) -> tuple[FoldFit, np.ndarray, _Start]:
+    """(how the fold's model came to be, its [n, H] test predictions, the start it offers the next fold).
+
+    The stored outcome under the fold's key when reuse is on and its weights are intact; else a fit
+    from `start`, stored under the key."""
+    warm = plan.parent is not None
+    stored = fold_cache.load(bt.engine, bt.settings, plan.key) if bt.reuse else None
+    if stored is not None and stored.weights is not None:
+        fit = FoldFit(plan.key, True, warm, stored.epochs, stored.best_epoch, stored.val_loss, 0.0)
+        return fit, stored.pred, _Start(path=stored.weights)
+    samples = bt.samples
+    fitted = training_loop.fit(
+        samples.subset(plan.train_idx),
+        samples.subset(plan.val_idx),
+        bt.cfg,
+        device=bt.device,
+        threads=bt.threads,
+        init_state=start.weights(),
+    )
+    fit = FoldFit(plan.key, False, warm, fitted.epochs, fitted.best_epoch, fitted.val_loss, fitted.duration_s)
+    # What the key now stores is what is scored (an existing row with intact weights is kept).
+    preds = fold_cache.store(
+        bt.engine,
+        bt.settings,
+        key=plan.key,
+        ticker=bt.ticker,
+        signature=bt.signature,
+        data_fingerprint=plan.fingerprint,
+        cutoff=_d(plan.cutoff),
+        seed=bt.cfg.seed,
+        parent=plan.parent,
+        model=fitted.model,
+        pred=predict_prices(fitted.model, samples.subset(plan.test_idx)),
+        test_dates=samples.dates[plan.test_idx],
+        epochs=fit.epochs,
+        best_epoch=fit.best_epoch,
+        val_loss=fit.val_loss,
+    )
+    return fit, preds, _Start(state=fitted.model.state_dict())
+
+
+def _score(samples: SampleSet, test_idx: np.ndarray, preds: np.ndarray) -> FoldScores:
+    """The next-day column of `preds` on the fold's test rows: hits, always-up, error, paired baselines."""
+    test = samples.subset(test_idx)
+    pred = preds[:, 0]
+    hits, up, mape, ties = score(pred, test.target_close[:, 0], test.close)
+    skill = skill_test(pred, test.target_close[:, 0], test.close)
+    paired = baselines.score(
+        np.sign(pred - test.close) == np.sign(test.target_close[:, 0] - test.close),
+        test.target_close[:, 0],
+        test.close,
+        baselines.calls(samples.close, samples.prev_close, test_idx),
+    )
+    return FoldScores(len(test_idx), hits, up, ties, mape, skill.model_only, skill.up_only, paired)
+
+
+def _tuning_note(ticker: str, folds: list[FoldResult], seen_by_study: TuningSeen | None) -> str:
+    """Why test rows the tuning study saw count as leakage; empty when none did."""
+    study_rows = sum(f.window.tuning_leakage_rows for f in folds)
+    if not study_rows:
+        return ""
+    s = seen_by_study
+    tuned_for = f" (it was tuned for {s.folds} folds)" if s.folds else ""
+    return (
+        f"{ticker}: {study_rows} test row(s) of fold(s) "
+        f"{', '.join(str(f.fold) for f in folds if f.window.tuning_leakage_rows)} are dated within "
+        f"what tuning study {s.study} {s.last}{tuned_for}: its settings were chosen on them, so "
+        f"they count as leakage; backtest with the study's folds, or tune again for this backtest"
+    )
+
+
+def _stored_rows(result: BacktestResult) -> list[dict]:
+    """One backtest_folds row per fold."""
     now = dt.datetime.now(dt.UTC)
-    rows = [
+    return [
         {
             "backtest_id": result.backtest_id,
-            "model_id": model_id,
-            "ticker": ticker,
+            "model_id": result.model_id,
+            "ticker": result.ticker,
             "fold": f.fold,
-            "cutoff": f.cutoff,
-            "train_start": f.train_start,
-            "train_end": f.train_end,
-            "test_start": f.test_start,
-            "test_end": f.test_end,
-            "n": f.n,
-            "direction_accuracy": f.direction_accuracy,
-            "always_up_accuracy": f.always_up_accuracy,
-            "mean_abs_pct_error": f.mean_abs_pct_error,
-            "leakage_rows": f.leakage_rows,
-            "model_only_hits": f.model_only_hits,
-            "up_only_hits": f.up_only_hits,
-            "ties": f.ties,
+            "cutoff": f.window.cutoff,
+            "train_start": f.window.train_start,
+            "train_end": f.window.train_end,
+            "test_start": f.window.test_start,
+            "test_end": f.window.test_end,
+            "n": f.scores.n,
+            "direction_accuracy": f.scores.direction_accuracy,
+            "always_up_accuracy": f.scores.always_up_accuracy,
+            "mean_abs_pct_error": f.scores.mean_abs_pct_error,
+            "leakage_rows": f.window.leakage_rows,
+            "model_only_hits": f.scores.model_only_hits,
+            "up_only_hits": f.scores.up_only_hits,
+            "ties": f.scores.ties,
             "created_at": now,
             "config_signature": result.config_signature,
             "data_start": result.data_start,
             "data_end": result.data_end,
-            "fold_key": f.fold_key,
-            "reused": f.reused,
-            **baseline_columns(f.baselines),
+            "fold_key": f.fit.fold_key,
+            "reused": f.fit.reused,
         }
         for f in result.folds
     ]
-    run_in_transaction(engine, lambda conn: conn.execute(insert(backtest_folds), rows))
-    result.duration_s = time.perf_counter() - t0
-    return result
+
+
+def _write_folds(engine: Engine, result: BacktestResult, rows: list[dict]) -> None:
+    """The fold rows and each fold's baselines (backtest_fold_baselines, revision 0031), one transaction."""
+    extra = [
+        r for f in result.folds for r in baselines.fold_rows(result.backtest_id, f.fold, f.scores.baselines)
+    ]
+
+    def write(conn) -> None:
+        conn.execute(insert(backtest_folds), rows)
+        if extra:
+            conn.execute(insert(backtest_fold_baselines), extra)
+
+    run_in_transaction(engine, write)

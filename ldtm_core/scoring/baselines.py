@@ -16,11 +16,18 @@ baseline that calls no move (persistence after a flat day) misses any real move.
 
 "Beats" is only ever said with the one-sided exact sign test on the rows where model and baseline
 disagree (`skill.sign_test_p_value`), p beside it.
+
+`REGISTRY` is the one list (issue 39): a `Baseline` entry is called in the backtest and the paired
+comparison (`calls`), stored per fold (`fold_rows`, backtest_fold_baselines), reported by the gate, and,
+with `on_board`, recorded with each snapshot row at predict time (`encode_calls`, chain version 3) and
+scored on the board with its BH family (`family_size`), the CLI's and the dashboard's columns.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,12 +35,174 @@ from ldtm_core.scoring.skill import format_p_value, sign_test_p_value
 
 TREND_SESSIONS = 21  # one trading month; odd, so a month without flat days never ties
 SIGNIFICANCE = 0.05  # the p-value at which a report says "beats"
-BASELINES = ("always_up", "persistence", "trend")
-LABELS = {
-    "always_up": "always-up",
-    "persistence": "persistence",
-    "trend": f"trailing-{TREND_SESSIONS} majority",
-}
+
+# A baseline's call: (close, prev_close, rows) -> one float per row of `rows`: +1 up, -1 down, 0 no move
+# (a miss of any real move), NaN no call (too little history: the row is not that baseline's to score).
+# `close`: the ticker's closes in session order; `prev_close`: the close before each (NaN: unknown);
+# `rows`: positions in `close` of the run dates. Only closes up to each run date may be read.
+Call = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One no-hindsight next-day direction baseline: the one entry the backtest, the gate, the board,
+    the fold storage, the predict-time record, the reports, the CLI and the dashboard all read.
+
+    `sessions`: how many closes up to the run date its call reads (the run-date close counts): a row
+    recorded before calls were (chain version < 3) carries two (`prev_close`, `run_date_close`), so only
+    a baseline with sessions <= 2 can be scored on it. Board column names follow `name` except where a
+    stored or published name predates the registry (`columns`)."""
+
+    name: str
+    label: str  # in sentences and tables
+    short: str  # in narrow column heads: "p (q) vs {short}"
+    call: Call
+    says: str  # what it calls, in one line (the dashboard's help)
+    sessions: int = 2
+    on_board: bool = False  # scored on the leaderboard: its call is recorded with each snapshot row
+    on_gate: bool = True  # beside the model in every gate report, on the backtest's rows
+    columns: Mapping[str, str] = field(default_factory=dict)  # board column overrides (see `column`)
+
+    def column(self, what: str) -> str:
+        """The board's column `what` of this baseline: accuracy, n, model_only, base_only, p, q, beats."""
+        default = {
+            "accuracy": f"{self.name}_accuracy",
+            "n": f"{self.name}_n",
+            "model_only": f"{self.name}_model_only",
+            "base_only": f"{self.name}_only",
+            "p": f"{self.name}_p_value",
+            "q": f"q_vs_{self.name}",
+            "beats": f"beats_{self.name}",
+        }
+        return self.columns.get(what, default[what])
+
+
+def _always_up(close: np.ndarray, prev_close: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return np.ones(len(rows))
+
+
+def _persistence(close: np.ndarray, prev_close: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows, dtype=int)
+    return np.sign(np.asarray(close, float)[rows] - np.asarray(prev_close, float)[rows])
+
+
+def trailing_majority(close: np.ndarray, prev_close: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """+1/-1 per row: the majority sign of the moves of the `TREND_SESSIONS` sessions ending at each row
+    (fewer at the start of the series; ties and no moves: up). Uses only closes up to the row's date."""
+    moves = np.nan_to_num(np.sign(np.asarray(close, float) - np.asarray(prev_close, float)))
+    csum = np.concatenate([[0.0], np.cumsum(moves)])
+    rows = np.asarray(rows, dtype=int)
+    total = csum[rows + 1] - csum[np.maximum(rows + 1 - TREND_SESSIONS, 0)]
+    return np.where(total < 0, -1.0, 1.0)
+
+
+REGISTRY: tuple[Baseline, ...] = (
+    Baseline(
+        "always_up",
+        "always-up",
+        "up",
+        _always_up,
+        "'up' every day",
+        sessions=0,
+        on_board=True,
+        # Published before the registry: the board's always-up test kept its first names.
+        columns={"model_only": "model_only", "base_only": "up_only", "p": "skill_p_value"},
+    ),
+    Baseline(
+        "persistence",
+        "persistence",
+        "persist.",
+        _persistence,
+        "tomorrow's sign = today's sign (rows with a previous close)",
+        on_board=True,
+    ),
+    Baseline(
+        "trend",
+        f"trailing-{TREND_SESSIONS} majority",
+        "trend",
+        trailing_majority,
+        f"the majority sign of the last {TREND_SESSIONS} sessions' moves",
+        sessions=TREND_SESSIONS + 1,
+    ),
+)
+
+
+def registry() -> tuple[Baseline, ...]:
+    """Every baseline, in report order (read at call time: a test may register one more)."""
+    return REGISTRY
+
+
+def by_name(name: str) -> Baseline:
+    return next(b for b in registry() if b.name == name)
+
+
+def gate_baselines() -> tuple[Baseline, ...]:
+    return tuple(b for b in registry() if b.on_gate)
+
+
+def board_baselines() -> tuple[Baseline, ...]:
+    return tuple(b for b in registry() if b.on_board)
+
+
+def family_size(tickers: int) -> int:
+    """The board's multiple-testing family: one exact test per (ticker, board baseline)."""
+    return len(board_baselines()) * tickers
+
+
+def calls(
+    close: np.ndarray, prev_close: np.ndarray, rows: np.ndarray, which: Sequence[Baseline] | None = None
+) -> dict[str, np.ndarray]:
+    """{name: call per row of `rows`} of `which` (default: the gate's baselines); see `Call`."""
+    which = gate_baselines() if which is None else which
+    rows = np.asarray(rows, dtype=int)
+    return {b.name: np.asarray(b.call(close, prev_close, rows), dtype=float) for b in which}
+
+
+def recorded_close_calls(
+    close: np.ndarray, prev_close: np.ndarray, which: Sequence[Baseline] | None = None
+) -> dict[str, np.ndarray]:
+    """Each baseline's call from a row's own recorded closes (`prev_close`, `run_date_close`) alone: how a
+    row written before calls were recorded (chain version < 3) is scored. NaN (no call) for a baseline
+    that reads more than those two closes."""
+    which = board_baselines() if which is None else which
+    close = np.asarray(close, float)
+    prev_close = np.asarray(prev_close, float)
+    # Each row its own two-session series: [prev_close, close], the row at position 1.
+    series = np.column_stack([prev_close, close]).ravel()
+    before = np.column_stack([np.full(len(close), np.nan), prev_close]).ravel()
+    rows = np.arange(1, 2 * len(close), 2)
+    out = {}
+    for b in which:
+        out[b.name] = (
+            np.asarray(b.call(series, before, rows), dtype=float)
+            if b.sessions <= 2
+            else np.full(len(close), np.nan)
+        )
+    return out
+
+
+def encode_calls(calls: Mapping[str, float]) -> str:
+    """A row's recorded calls as canonical JSON (sorted names; 1, -1, 0, or null for no call): what
+    snapshots.baseline_calls stores and chain version 3 hashes."""
+    return json.dumps(
+        {k: None if np.isnan(v) else int(v) for k, v in sorted(calls.items())}, separators=(",", ":")
+    )
+
+
+def decode_calls(text: str | None) -> dict[str, float]:
+    """{name: call} of a stored snapshots.baseline_calls (NaN: no call); {} for a row without them."""
+    if not text:
+        return {}
+    return {k: float("nan") if v is None else float(v) for k, v in json.loads(text).items()}
+
+
+def __getattr__(name: str):
+    """`BASELINES` / `LABELS`: the gate's names and every label, read from the registry when asked."""
+    if name == "BASELINES":
+        return tuple(b.name for b in gate_baselines())
+    if name == "LABELS":
+        return {b.name: b.label for b in registry()}
+    raise AttributeError(name)
 
 
 @dataclass(frozen=True)
@@ -59,7 +228,7 @@ class Paired:
         """'beats' / 'does not beat', always with its test and p-value."""
         word = "beats" if self.p_value <= SIGNIFICANCE else "does not beat"
         return (
-            f"{word} {LABELS[self.name]} ({self.accuracy * 100:.2f}%): model right on {self.model_only} vs "
+            f"{word} {by_name(self.name).label} ({self.accuracy * 100:.2f}%): model right on {self.model_only} vs "
             f"{self.base_only} of {self.model_only + self.base_only} disagreements, one-sided exact "
             f"p = {format_p_value(self.p_value)}"
         )
@@ -74,36 +243,19 @@ class Paired:
         )
 
 
-def trailing_majority(close: np.ndarray, prev_close: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """+1/-1 per row: the majority sign of the moves of the `TREND_SESSIONS` sessions ending at each row
-    (fewer at the start of the series; ties and no moves: up). Uses only closes up to the row's date."""
-    moves = np.nan_to_num(np.sign(np.asarray(close, float) - np.asarray(prev_close, float)))
-    csum = np.concatenate([[0.0], np.cumsum(moves)])
-    rows = np.asarray(rows, dtype=int)
-    total = csum[rows + 1] - csum[np.maximum(rows + 1 - TREND_SESSIONS, 0)]
-    return np.where(total < 0, -1.0, 1.0)
-
-
 def score(
-    model_right: np.ndarray, actual: np.ndarray, close: np.ndarray, prev_close: np.ndarray, trend: np.ndarray
+    model_right: np.ndarray, actual: np.ndarray, close: np.ndarray, calls: Mapping[str, np.ndarray]
 ) -> dict[str, Paired]:
-    """Each baseline on the same rows as the model: `actual` next-day close, `close` run-date close,
-    `prev_close` the close before it (NaN: persistence says flat, a miss of any move), `trend` the
-    trailing-majority sign per row."""
+    """Each baseline of `calls` ({name: call per row}, see `Call`) on the same rows as the model: `actual`
+    the next-day close, `close` the run-date close. A tie (no move) is nobody's row; a call of 0 or NaN
+    (no move, no call) is a miss of any real move."""
     truth = np.sign(np.asarray(actual, float) - np.asarray(close, float))
     decided = truth != 0  # ties are nobody's hit or miss
     truth = truth[decided]
     model_right = np.asarray(model_right, dtype=bool)[decided]
-    calls = {
-        "always_up": np.ones_like(truth),
-        "persistence": np.nan_to_num(np.sign(np.asarray(close, float) - np.asarray(prev_close, float)))[
-            decided
-        ],
-        "trend": np.asarray(trend, float)[decided],
-    }
     out = {}
     for name, call in calls.items():
-        right = call == truth
+        right = np.nan_to_num(np.asarray(call, float)[decided]) == truth
         out[name] = Paired(
             name,
             len(truth),
@@ -114,41 +266,64 @@ def score(
     return out
 
 
-def baseline_columns(scored: dict[str, Paired]) -> dict[str, int | None]:
-    """The backtest_folds columns (revision 0020) of a fold's persistence and trend baselines."""
-    out = {}
-    for name in ("persistence", "trend"):
-        b = scored.get(name)
-        out[f"{name}_hits"] = b.hits if b else None
-        out[f"{name}_model_only"] = b.model_only if b else None
-        out[f"{name}_only"] = b.base_only if b else None
-    return out
+# Always-up's figures are the fold's own columns (always_up_accuracy, model_only_hits, up_only_hits: the
+# gate's skill test); every other gate baseline is a row of backtest_fold_baselines (revision 0031).
+FOLD_OWN = "always_up"
+
+
+def fold_rows(backtest_id: str, fold: int, scored: Mapping[str, Paired]) -> list[dict]:
+    """The backtest_fold_baselines rows of one fold's baselines (always-up lives in the fold's row)."""
+    return [
+        {
+            "backtest_id": backtest_id,
+            "fold": fold,
+            "baseline": name,
+            "n": p.n,
+            "hits": p.hits,
+            "model_only": p.model_only,
+            "base_only": p.base_only,
+        }
+        for name, p in scored.items()
+        if name != FOLD_OWN
+    ]
 
 
 def from_fold(fold: dict) -> dict[str, Paired | None]:
-    """A stored fold's baselines (None: the fold predates the column, so its test is unknown)."""
+    """A stored fold's gate baselines (None: the fold predates that baseline, so its test is unknown).
+    `fold`: a backtest_folds row with `baselines`, its backtest_fold_baselines rows by name."""
     n = int(fold["n"]) - int(fold.get("ties") or 0)  # the scored rows: ties out (0026; NULL before)
-    up_hits = round(fold["always_up_accuracy"] * n)
-    out: dict[str, Paired | None] = {
-        "always_up": None
-        if fold.get("model_only_hits") is None
-        else Paired("always_up", n, up_hits, int(fold["model_only_hits"]), int(fold["up_only_hits"]))
-    }
-    for name in ("persistence", "trend"):
-        hits = fold.get(f"{name}_hits")
-        out[name] = (
+    stored = fold.get("baselines") or {}
+    out: dict[str, Paired | None] = {}
+    for b in gate_baselines():
+        if b.name == FOLD_OWN:
+            out[b.name] = (
+                None
+                if fold.get("model_only_hits") is None
+                else Paired(
+                    b.name,
+                    n,
+                    round(fold["always_up_accuracy"] * n),
+                    int(fold["model_only_hits"]),
+                    int(fold["up_only_hits"]),
+                )
+            )
+            continue
+        row = stored.get(b.name)
+        out[b.name] = (
             None
-            if hits is None
-            else Paired(name, n, int(hits), int(fold[f"{name}_model_only"]), int(fold[f"{name}_only"]))
+            if row is None
+            else Paired(
+                b.name, int(row["n"]), int(row["hits"]), int(row["model_only"]), int(row["base_only"])
+            )
         )
     return out
 
 
 def pooled(folds: list[dict]) -> dict[str, Paired | None]:
-    """Each baseline over all folds (None when any fold lacks it)."""
+    """Each gate baseline over all folds (None when any fold lacks it)."""
     parts = [from_fold(f) for f in folds]
     out = {}
-    for name in BASELINES:
-        got = [p[name] for p in parts]
-        out[name] = None if not got or any(g is None for g in got) else sum(got[1:], got[0])
+    for b in gate_baselines():
+        got = [p[b.name] for p in parts]
+        out[b.name] = None if not got or any(g is None for g in got) else sum(got[1:], got[0])
     return out

@@ -1,4 +1,4 @@
-"""The board's statistics at the scale it is read: 103 tickers x 2 baselines every evening (issue 27).
+"""The board's statistics at the scale it is read: 103 tickers x its baselines every evening (issue 27).
 
 Two questions, two tests, both pure functions of per-row flags so a simulation (benchmarks/null_universe.py)
 runs exactly what the board runs:
@@ -38,16 +38,14 @@ import pandas as pd
 from arch.bootstrap import SPA
 from statsmodels.stats.multitest import multipletests
 
+from ldtm_core.scoring import baselines
 from ldtm_core.scoring.skill import SkillTest, format_p_value
 
 ALPHA = 0.05  # the q (and the universe p) the board calls evidence
-BASELINES = ("always_up", "persistence")
-BASELINE_LABELS = {"always_up": "always-up", "persistence": "persistence"}
-# Columns of the board: the per-ticker p (kept from before) and the BH q beside it.
-P_COLUMNS = {"always_up": "skill_p_value", "persistence": "persistence_p_value"}
-Q_COLUMNS = {"always_up": "q_vs_always_up", "persistence": "q_vs_persistence"}
-ACCURACY_COLUMNS = {"always_up": "always_up_accuracy", "persistence": "persistence_accuracy"}
-BEATS_COLUMNS = {"always_up": "beats_always_up", "persistence": "beats_persistence"}
+# The board's baselines and their columns come from the registry (scoring.baselines.board_baselines).
+# Per-row flags of a baseline in the rows these functions take: `{name}_right` (its call was right) and
+# `{name}_has` (it made a call; absent: always). The first two baselines' flags keep their first names.
+LEGACY_FLAGS = {"always_up": ("up", None), "persistence": ("persist_right", "has_prev")}
 
 SPA_REPS = 1000
 SPA_BLOCK = 1  # sessions: the next-day horizon (see the module docstring)
@@ -62,6 +60,27 @@ LABEL_RULE = (
 )
 
 
+def scored_keys(board: pd.DataFrame) -> int:
+    """The board rows whose tests are in its BH family: scored (n > 0), not stale."""
+    scored = board["n"] > 0 if "n" in board else pd.Series(False, index=board.index)
+    if "stale" in board:
+        scored &= ~board["stale"].astype(bool)
+    return int(scored.sum())
+
+
+def label_rule(board: pd.DataFrame | None = None) -> str:
+    """LABEL_RULE, with the size of this board's BH family when given: one test per (row, board
+    baseline), `baselines.family_size`."""
+    if board is None:
+        return LABEL_RULE
+    which = baselines.board_baselines()
+    rows = scored_keys(board)
+    return (
+        f"{LABEL_RULE}; this board's family: {baselines.family_size(rows)} tests = {rows} scored rows x "
+        f"{len(which)} baselines ({', '.join(b.label for b in which)})"
+    )
+
+
 def bh_qvalues(p_values) -> np.ndarray:
     """Benjamini-Hochberg q-values of one family; NaN (no test) stays NaN and is not counted in it."""
     p = np.asarray(p_values, dtype=float)
@@ -73,105 +92,128 @@ def bh_qvalues(p_values) -> np.ndarray:
 
 
 def label_board(board: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
-    """Add `q_vs_always_up` / `q_vs_persistence` and set `beats_*` from them (a copy).
+    """Add each board baseline's q column (`q_vs_{name}`) and set its `beats_*` from it (a copy).
 
-    The family is every (ticker, baseline) p of the board's scored rows (stale rows, n = 0, have no test:
-    q NaN, never "beats"). "Beats" also needs the model strictly more accurate than the baseline on the
-    same rows (implied by a one-sided p <= alpha; kept explicit).
+    The family is every (ticker, board baseline) p of the board's scored rows (stale rows, n = 0, have no
+    test: q NaN, never "beats"); its size is `baselines.family_size`. "Beats" also needs the model
+    strictly more accurate than the baseline on the same rows (implied by a one-sided p <= alpha; kept
+    explicit).
     """
     board = board.copy()
     scored = ~board["stale"].astype(bool) if "stale" in board else pd.Series(True, index=board.index)
     scored &= board["n"] > 0
-    family = np.concatenate([board[P_COLUMNS[b]].where(scored).to_numpy(float) for b in BASELINES])
+    which = baselines.board_baselines()
+    family = np.concatenate([board[b.column("p")].where(scored).to_numpy(float) for b in which])
     q = bh_qvalues(family)
-    for i, b in enumerate(BASELINES):
+    for i, b in enumerate(which):
         qb = q[i * len(board) : (i + 1) * len(board)]
-        board[Q_COLUMNS[b]] = qb
-        ahead = board["direction_accuracy"].to_numpy(float) > board[ACCURACY_COLUMNS[b]].to_numpy(float)
-        board[BEATS_COLUMNS[b]] = ahead & (np.nan_to_num(qb, nan=1.0) <= alpha)
+        board[b.column("q")] = qb
+        ahead = board["direction_accuracy"].to_numpy(float) > board[b.column("accuracy")].to_numpy(float)
+        board[b.column("beats")] = ahead & (np.nan_to_num(qb, nan=1.0) <= alpha)
     return board
+
+
+def flags(rows: pd.DataFrame, name: str) -> tuple[pd.Series, pd.Series]:
+    """(right, has) per row of baseline `name`: its call was right; it made a call (see LEGACY_FLAGS)."""
+    right, has = f"{name}_right", f"{name}_has"
+    if right not in rows and name in LEGACY_FLAGS:
+        right, has = LEGACY_FLAGS[name]
+    made = rows[has].astype(bool) if has and has in rows else pd.Series(True, index=rows.index)
+    return rows[right].astype(bool) & made, made
 
 
 def board_from_rows(rows: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     """A labelled board straight from per-row flags (one row per key and evening): what `leaderboard`
     computes from the database, for simulations (benchmarks/null_universe.py) and tests.
 
-    rows: `key`, `model_right`, `up` (always-up right), `persist_right`, `has_prev`. Returns one row per key
-    with n, the accuracies, the discordant counts, each baseline's exact one-sided p (skill.SkillTest) and
+    rows: `key`, `model_right` and each board baseline's flags (`flags`). Returns one row per key with n,
+    the accuracies, each baseline's n, discordant counts and exact one-sided p (skill.SkillTest), and
     `label_board`'s q-values and labels.
     """
-    m = rows["model_right"].astype(bool)
-    up = rows["up"].astype(bool)
-    has = rows["has_prev"].astype(bool)
-    pr = rows["persist_right"].astype(bool) & has
-    flags = pd.DataFrame(
-        {
-            "key": rows["key"],
-            "n": 1,
-            "hits": m,
-            "ups": up,
-            "has": has,
-            "persist_hits": pr,
-            "model_only": m & ~up,
-            "up_only": ~m & up,
-            "p_model_only": m & ~pr & has,
-            "p_only": ~m & pr & has,
-        }
-    )
-    g = flags.groupby("key", sort=True).sum().astype(int)
-    out = pd.DataFrame(
-        {
-            "key": g.index,
-            "n": g["n"].to_numpy(),
-            "direction_accuracy": (g["hits"] / g["n"]).to_numpy(),
-            "always_up_accuracy": (g["ups"] / g["n"]).to_numpy(),
-            "persistence_accuracy": (g["persist_hits"] / g["has"].where(g["has"] > 0)).to_numpy(),
-            "model_only": g["model_only"].to_numpy(),
-            "up_only": g["up_only"].to_numpy(),
-            "skill_p_value": [
-                SkillTest(a, b).p_value for a, b in zip(g["model_only"], g["up_only"], strict=True)
-            ],
-            "persistence_p_value": [
-                SkillTest(a, b).p_value for a, b in zip(g["p_model_only"], g["p_only"], strict=True)
-            ],
-        }
-    )
+    out = baseline_figures(rows, "key")
     return label_board(out, alpha)
 
 
-def best_baselines(history: pd.DataFrame, keys: list) -> dict:
-    """Each key's baseline, chosen on its evenings BEFORE the window (no hindsight): the more accurate of
-    always-up and persistence there (ties and no history: always-up).
+def baseline_figures(rows: pd.DataFrame, keys: str | list[str]) -> pd.DataFrame:
+    """Per group of `keys`: n, hits, direction_accuracy, and for each board baseline its columns
+    (`Baseline.column`): n (rows it made a call on), accuracy there, model-only / baseline-only counts
+    and the one-sided exact p of "the model is right more often" on the rows where the two disagree."""
+    m = rows["model_right"].astype(bool)
+    cols = {"n": 1, "hits": m}
+    which = baselines.board_baselines()
+    for b in which:
+        right, has = flags(rows, b.name)
+        cols[f"{b.name}:n"] = has
+        cols[f"{b.name}:hits"] = right
+        cols[f"{b.name}:model_only"] = m & ~right & has
+        cols[f"{b.name}:base_only"] = ~m & right & has
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    flat = pd.DataFrame({**{k: rows[k] for k in keys}, **cols})
+    g = flat.groupby(keys, sort=True).sum().astype(int)
+    out = g.index.to_frame(index=False)
+    out["n"] = g["n"].to_numpy()
+    out["hits"] = g["hits"].to_numpy()
+    out["direction_accuracy"] = (g["hits"] / g["n"]).to_numpy()
+    for b in which:
+        n = g[f"{b.name}:n"]
+        out[b.column("accuracy")] = (g[f"{b.name}:hits"] / n.where(n > 0)).to_numpy()
+        out[b.column("n")] = n.to_numpy()
+        out[b.column("model_only")] = g[f"{b.name}:model_only"].to_numpy()
+        out[b.column("base_only")] = g[f"{b.name}:base_only"].to_numpy()
+        out[b.column("p")] = [
+            SkillTest(a, c).p_value
+            for a, c in zip(g[f"{b.name}:model_only"], g[f"{b.name}:base_only"], strict=True)
+        ]
+    return out
 
-    history: rows with `key`, `up` (the price rose: always-up right), `persist_right`, `has_prev`.
+
+def best_baselines(history: pd.DataFrame, keys: list) -> dict:
+    """Each key's baseline, chosen on its evenings BEFORE the window (no hindsight): the most accurate of
+    the board's baselines there, each on the rows it made a call on (ties and no history: the first).
+
+    history: rows with `key` and each board baseline's flags (`flags`).
     """
-    out = dict.fromkeys(keys, "always_up")
+    which = baselines.board_baselines()
+    first = which[0].name
+    out = dict.fromkeys(keys, first)
     if history.empty:
         return out
-    up = history.groupby("key")["up"].mean()
-    has = history[history["has_prev"].astype(bool)]
-    persist = has.groupby("key")["persist_right"].mean().reindex(up.index).fillna(-1.0)
-    for key in up.index[(persist > up).to_numpy()]:
+    best = None
+    for b in which:
+        right, has = flags(history, b.name)
+        rate = right[has].groupby(history.loc[has, "key"]).mean()
+        if best is None:
+            best, choice = rate, pd.Series(first, index=rate.index)
+            continue
+        rate = rate.reindex(best.index).fillna(-1.0)
+        better = rate > best
+        best, choice = best.where(~better, rate), choice.where(~better, b.name)
+    for key, name in choice.items():
         if key in out:
-            out[key] = "persistence"
+            out[key] = name
     return out
 
 
 def loss_differentials(rows: pd.DataFrame, baseline_of: dict) -> pd.DataFrame:
     """Evenings x keys of d = model miss - chosen baseline miss (0/1 next-day direction misses).
 
-    rows: one per (key, evening) with `key`, `run_date`, `model_right`, `up`, `persist_right`, `has_prev`.
-    A key without a row on an evening, or persistence without a previous close, has d = 0.
+    rows: one per (key, evening) with `key`, `run_date`, `model_right` and each board baseline's flags.
+    A key without a row on an evening, or a baseline that made no call on it, has d = 0.
     """
     keys = list(baseline_of)
     if rows.empty or not keys:
         return pd.DataFrame(columns=keys, dtype=float)
     r = rows[rows["key"].isin(keys)]
-    model_miss = (~r["model_right"].astype(bool)).astype(float)
-    use_persist = r["key"].map(baseline_of).eq("persistence").to_numpy()
-    base_right = np.where(use_persist, r["persist_right"].astype(bool), r["up"].astype(bool))
-    defined = ~use_persist | r["has_prev"].astype(bool).to_numpy()
-    d = np.where(defined, model_miss.to_numpy() - (~base_right).astype(float), 0.0)
+    model_miss = (~r["model_right"].astype(bool)).astype(float).to_numpy()
+    chosen = r["key"].map(baseline_of).to_numpy()
+    base_right = np.zeros(len(r), dtype=bool)
+    defined = np.zeros(len(r), dtype=bool)
+    for b in baselines.board_baselines():
+        right, has = flags(r, b.name)
+        mine = chosen == b.name
+        base_right |= mine & right.to_numpy()
+        defined |= mine & has.to_numpy()
+    d = np.where(defined, model_miss - (~base_right).astype(float), 0.0)
     r = r.assign(d=d).drop_duplicates(["key", "run_date"], keep="first")
     dates = sorted(r["run_date"].unique())
     matrix = np.zeros((len(dates), len(keys)))
@@ -205,10 +247,12 @@ class UniverseTest:
         )
         if self.tickers == 0 or self.evenings == 0:
             return f"{question} Not tested: no scored evenings."
+        chosen = ", ".join(
+            f"{b.label} for {self.baselines.get(b.name, 0)}" for b in baselines.board_baselines()
+        )
         method = (
             f"Hansen's SPA (arch) on {self.evenings} evenings x {self.tickers} tickers of next-day direction "
-            f"misses, model minus its baseline (always-up for {self.baselines.get('always_up', 0)}, "
-            f"persistence for {self.baselines.get('persistence', 0)}, each chosen on its evenings before the "
+            f"misses, model minus its baseline ({chosen}, each chosen on its evenings before the "
             f"window), whole evenings resampled (stationary bootstrap, block {SPA_BLOCK}, {SPA_REPS} reps, "
             f"seed {SPA_SEED})"
         )

@@ -262,14 +262,13 @@ def compare(
     champion_pred: np.ndarray,
     actual: np.ndarray,
     close: np.ndarray,
-    prev_close: np.ndarray | None = None,
-    trend: np.ndarray | None = None,
+    calls: dict[str, np.ndarray] | None = None,
     fold: np.ndarray | None = None,
     labels: tuple[str, str] = ("candidate", "champion"),
 ) -> PairedComparison:
     """Pair two predictors row by row. `*_pred`: [n, H] (or [n] next-day) predicted prices; `actual`:
-    [n, H] (or [n]) answers, NaN where unknown; `close`: the run-date close; `prev_close` / `trend`
-    (the trailing-majority call per row) enable the baselines; `fold`: the fold of each row."""
+    [n, H] (or [n]) answers, NaN where unknown; `close`: the run-date close; `calls` ({baseline: call
+    per row}, baselines.calls) enables the baselines; `fold`: the fold of each row."""
     ch, cm, act = (np.asarray(a, float) for a in (challenger_pred, champion_pred, actual))
     ch, cm, act = (a.reshape(len(a), -1) for a in (ch, cm, act))
     close = np.asarray(close, float)
@@ -285,9 +284,9 @@ def compare(
         known = np.isfinite(e_ch[:, h]) & np.isfinite(e_cm[:, h])
         errors.append(dm_error_test(HORIZONS[h], e_ch[known, h], e_cm[known, h]))
     base, champ_base = {}, {}
-    if prev_close is not None and trend is not None:
-        base = baselines.score(ch_right, act[:, 0], close, prev_close, trend)
-        champ_base = baselines.score(cm_right, act[:, 0], close, prev_close, trend)
+    if calls is not None:
+        base = baselines.score(ch_right, act[:, 0], close, calls)
+        champ_base = baselines.score(cm_right, act[:, 0], close, calls)
     fold = np.zeros(n, int) if fold is None else np.asarray(fold)
     _, counts = np.unique(fold, return_counts=True)
     return PairedComparison(

@@ -24,7 +24,7 @@ from ldtm_core.accountability.ledger import audit, chain, fillback, refill
 from ldtm_core.accountability.ledger import snapshots as snaps
 from ldtm_core.accountability.shadow import shadow
 from ldtm_core.data.calendar import is_session
-from ldtm_core.scoring import board_stats
+from ldtm_core.scoring import baselines, board_stats
 
 from ..deployment import gpu_step_tags
 from ..gpu_pool import GPU_POOL
@@ -302,7 +302,7 @@ def leaderboard(
     metadata = {
         "verdict": board.verdict(table),
         # What the label controls: BH over every (ticker, baseline) test of this board.
-        "label_controls": board_stats.LABEL_RULE,
+        "label_controls": board_stats.label_rule(table),
         # The universe's one answer: does any model beat its baseline after the search over the tickers?
         "universe": answer.describe(),
         "universe_spa_p": MetadataValue.text("not tested")
@@ -318,8 +318,10 @@ def leaderboard(
         # here (`ldtm leaderboard --include-ungated` shows them, marked).
         "ungated_hidden": MetadataValue.json(board.hidden_ungated(engine)),
         # Labelled by BH q <= 0.05 over the board (label_controls).
-        "beats_always_up": int(table["beats_always_up"].sum()) if rows else 0,
-        "beats_persistence": int(table["beats_persistence"].sum()) if rows else 0,
+        **{
+            b.column("beats"): int(table[b.column("beats")].sum()) if rows else 0
+            for b in baselines.board_baselines()
+        },
         # Each ticker's own exact one-sided test at the 5 % level, unadjusted: read 103 at a time, about
         # 5 of them are luck (kept so the adjusted count above can be compared with it).
         "beats_always_up_p_le_0_05": int((table["skill_p_value"] <= 0.05).sum()) if rows else 0,

@@ -8,6 +8,7 @@ from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, Me
 
 from ldtm_core.accountability.gate import gate
 from ldtm_core.learning import export, registry
+from ldtm_core.scoring import baselines
 
 from ..metadata import records_table
 from ..partition_steps import for_each_partition
@@ -61,8 +62,8 @@ def promotions(
         paired = report.comparison.paired if report.comparison else None
         # Every baseline on the same rows beside the model, each with its exact paired p-value.
         base = {}
-        for name in ("persistence", "trend"):
-            b = report.baselines.get(name)
+        for name in (b.name for b in baselines.gate_baselines() if b.name != baselines.FOLD_OWN):
+            b = report.baselines.get(name)  # always-up: the row's own always_up_accuracy
             base[f"{name}_accuracy"] = b.accuracy if b else None
             base[f"{name}_p_value"] = b.p_value if b else None
         return {

@@ -5,10 +5,10 @@ import pandas as pd
 import streamlit as st
 
 from ldtm_core.accountability.board.leaderboard import (
-    DISPLAY_COLUMNS,
     MODES,
     SIGNIFICANCE,
     UNGATED_LEGEND,
+    display_columns,
     hidden_in_sample,
     hidden_ungated,
     leaderboard,
@@ -20,7 +20,8 @@ from ldtm_core.accountability.shadow.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow.shadow import side_by_side
 from ldtm_core.config import Settings
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
-from ldtm_core.scoring.board_stats import LABEL_RULE
+from ldtm_core.scoring.baselines import Baseline, board_baselines
+from ldtm_core.scoring.board_stats import label_rule
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine, first_evening_hint
 
@@ -71,38 +72,44 @@ def no_champion_section() -> None:
     )
 
 
-COLUMNS = DISPLAY_COLUMNS
 PCT = st.column_config.NumberColumn
+
+
+def baseline_config(b: Baseline) -> dict:
+    """The dashboard's columns of one board baseline (scoring.baselines): accuracy, n, the exact test."""
+    return {
+        b.column("accuracy"): PCT(b.label, format="percent", help=f"{b.says}, on the same rows"),
+        b.column("n"): PCT(f"n {b.short}", help=f"rows {b.label} made a call on: it is scored on these"),
+        b.column("model_only"): PCT(
+            f"model only ({b.short})", help=f"rows where the model was right and {b.label} wrong"
+        ),
+        b.column("base_only"): PCT(
+            f"{b.short} only", help=f"rows where {b.label} was right and the model wrong"
+        ),
+        b.column("p"): PCT(
+            f"p vs {b.short}",
+            format="%.3f",
+            help=f"this ticker's one-sided exact sign test on the rows where model and {b.label} disagree "
+            "(unadjusted: read 103 at a time, about 5 in 100 are below 0.05 by luck)",
+        ),
+        b.column("q"): PCT(
+            f"q vs {b.short}",
+            format="%.3f",
+            help="Benjamini-Hochberg q over every (ticker, baseline) test of this board: 'beats' needs q <= 0.05",
+        ),
+        b.column("beats"): st.column_config.CheckboxColumn(
+            f"beats {b.short}", help=f"q vs {b.short} <= 0.05"
+        ),
+    }
+
+
+COLUMNS = display_columns()
 COLUMN_CONFIG = {
     "n": PCT("n", help="filled evenings in the 30-day window"),
     "direction_accuracy": PCT("accuracy", format="percent", help="next-day direction accuracy"),
     "wilson_low": PCT("95% low", format="percent", help="Wilson interval, lower end"),
     "wilson_high": PCT("95% high", format="percent", help="Wilson interval, upper end"),
-    "always_up_accuracy": PCT(
-        "always-up", format="percent", help="accuracy of 'up every day' on the same rows"
-    ),
-    "persistence_accuracy": PCT(
-        "persistence", format="percent", help="tomorrow's sign = today's sign (rows with a previous close)"
-    ),
-    "persistence_n": PCT("n persist.", help="rows with a previous close: persistence is scored on these"),
-    "model_only": PCT("model only", help="rows where the model was right and always-up wrong"),
-    "up_only": PCT("up only", help="rows where always-up was right and the model wrong"),
-    "skill_p_value": PCT(
-        "p vs up",
-        format="%.3f",
-        help="this ticker's one-sided exact sign test on the rows where model and always-up disagree "
-        "(unadjusted: read 103 at a time, about 5 in 100 are below 0.05 by luck)",
-    ),
-    "q_vs_always_up": PCT(
-        "q vs up",
-        format="%.3f",
-        help="Benjamini-Hochberg q over every (ticker, baseline) test of this board: 'beats' needs q <= 0.05",
-    ),
-    "persistence_p_value": PCT(
-        "p vs persist.", format="%.3f", help="the same exact test against persistence, on its rows"
-    ),
-    "q_vs_persistence": PCT("q vs persist.", format="%.3f", help="BH q of the persistence test"),
-    "beats_persistence": st.column_config.CheckboxColumn("beats persist.", help="q vs persist. <= 0.05"),
+    **{k: v for b in board_baselines() for k, v in baseline_config(b).items()},
     f"{DIRECTION.name}_mape": PCT(f"|err| {DIRECTION.abbr} %", format="%.2f"),
     **{
         f"{h.name}_mape": PCT(
@@ -126,7 +133,6 @@ COLUMN_CONFIG = {
         )
         for h in ERROR_ONLY
     },
-    "beats_always_up": st.column_config.CheckboxColumn("beats up", help="q vs up <= 0.05"),
     "gated": st.column_config.CheckboxColumn("gated", help=f"unticked = {UNGATED_LEGEND}"),
 }
 
@@ -191,7 +197,7 @@ answer = universe(
 st.caption(
     f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
     f"snapshots ending at the newest). p is each ticker's one-sided exact test of 'right more often than the "
-    f"baseline' on the rows where the two disagree; {LABEL_RULE}. A higher accuracy alone is not evidence. "
+    f"baseline' on the rows where the two disagree; {label_rule(full_board)}. A higher accuracy alone is not evidence. "
     "The next-Monday and one-month errors each cover the 30 days ending at their own newest filled target, "
     "with their row counts and the distinct target dates those rows stand on."
     + (f" {hidden} in-sample rows hidden; 'Include in-sample replays' shows them." if hidden else "")

@@ -15,12 +15,16 @@ above, leaves them out before choosing an evening's first row; accountability.sh
 
 Windows (migration 0017): the next-day figures (accuracy, baselines, next-day error) cover the 30 days
 ending at the newest filled evening; the next-Monday and one-month errors each cover the 30 days ending
-at their own newest filled target date, with their own counts beside them. Persistence is scored only
-on rows with a previous close (`persistence_n`).
-Extra columns (e.g. a significance test) can be added to the returned frames without touching SQL.
+at their own newest filled target date, with their own counts beside them.
+
+Baselines (scoring.baselines, the registry): each board baseline's columns (`Baseline.column`) are
+computed beside the view's figures from each row's recorded call (chain version 3; older rows: the rule
+on the row's own recorded closes), on the rows it made a call on (`persistence_n`: rows with a previous
+close). A baseline added to the registry reaches the board, its BH family, the CLI and the dashboard
+with no SQL.
 
 Read at scale (issue 27, `board_stats`): "beats" is set by Benjamini-Hochberg q-values over every
-(ticker, baseline) test of the board (`q_vs_always_up`, `q_vs_persistence` beside each ticker's own p),
+(ticker, board baseline) test of the board (`q_vs_{baseline}` beside each ticker's own p),
 `universe()` answers once per board whether any model beats its baseline after the search over the
 tickers (Hansen's SPA), and `next_monday_dates` / `one_month_dates` say on how many distinct target dates
 each horizon's rows stand (consecutive evenings share a next-Monday target).
@@ -46,7 +50,7 @@ from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.learning.registry import SHADOW, serving_models
 from ldtm_core.schema import snapshots
-from ldtm_core.scoring import board_stats
+from ldtm_core.scoring import baselines, board_stats
 from ldtm_core.scoring.board_stats import ALPHA, UniverseTest
 from ldtm_core.scoring.skill import SkillTest, format_p_value
 
@@ -55,6 +59,8 @@ MODES = ("all", "live", "replay")
 # other horizon's, with the count of its own window.
 HORIZON_COLUMNS = [f"{DIRECTION.name}_mape"] + [f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n")]
 SIGNIFICANCE = ALPHA  # the q-value (BH over the board, board_stats) the verdict calls evidence
+# What the accuracy views give (SQL: windows, hits, errors); the baselines' columns are computed beside
+# them from the rows' recorded calls (`_with_baselines`).
 COLUMNS = [
     "ticker",
     "mode",
@@ -63,42 +69,62 @@ COLUMNS = [
     "direction_accuracy",
     "wilson_low",
     "wilson_high",
-    "always_up_accuracy",
-    "persistence_accuracy",
-    "persistence_n",
     *HORIZON_COLUMNS,
     "ungated_n",
     "window_start",
     "window_end",
 ]
 
-# What a reader sees of one board row, in order: the one list the dashboard shows and the CLI follows
-# (cli.accountability.board_cells: its columns come from this list, in this order; it joins some into
-# one cell: "gated" beside the ticker, the Wilson bounds, "model/up only", "p (q)", "|err| (n, dates)";
-# the window is in its title).
-DISPLAY_COLUMNS = [
-    "ticker",
-    "gated",
-    "n",
-    "direction_accuracy",
-    "wilson_low",
-    "wilson_high",
-    "always_up_accuracy",
-    "persistence_accuracy",
-    "persistence_n",
-    "model_only",
-    "up_only",
-    "skill_p_value",
-    "q_vs_always_up",
-    "beats_always_up",
-    "persistence_p_value",
-    "q_vs_persistence",
-    "beats_persistence",
-    f"{DIRECTION.name}_mape",
-    *(f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n", "dates")),
-    "window_start",
-    "window_end",
-]
+
+def baseline_columns(what: str) -> list[str]:
+    """Column `what` (Baseline.column) of every board baseline, in registry order."""
+    return [b.column(what) for b in baselines.board_baselines()]
+
+
+def display_columns() -> list[str]:
+    """What a reader sees of one board row, in order: the one list the dashboard shows and the CLI follows
+    (cli.accountability.board_cells: a cell per display column or joined group, "gated" beside the
+    ticker, the window in its title). Each board baseline adds its accuracy and n beside the model's,
+    then its exact test: model-only / baseline-only counts, p, BH q and the label."""
+    tests = [
+        b.column(w)
+        for b in baselines.board_baselines()
+        for w in ("model_only", "base_only", "p", "q", "beats")
+    ]
+    return [
+        "ticker",
+        "gated",
+        "n",
+        "direction_accuracy",
+        "wilson_low",
+        "wilson_high",
+        *(b.column(w) for b in baselines.board_baselines() for w in ("accuracy", "n")),
+        *tests,
+        f"{DIRECTION.name}_mape",
+        *(f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n", "dates")),
+        "window_start",
+        "window_end",
+    ]
+
+
+def counts() -> tuple[str, ...]:
+    """The board's integer columns: 0 on a stale row."""
+    return (
+        "n",
+        "hits",
+        *(f"{h.name}_n" for h in ERROR_ONLY),
+        "ungated_n",
+        *(c for w in ("n", "model_only", "base_only") for c in baseline_columns(w)),
+    )
+
+
+def __getattr__(name: str):
+    """`DISPLAY_COLUMNS` / `COUNTS`: derived from the baseline registry when read."""
+    if name == "DISPLAY_COLUMNS":
+        return display_columns()
+    if name == "COUNTS":
+        return counts()
+    raise AttributeError(name)
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -117,7 +143,6 @@ TICKER_VIEW = "accuracy_30d"
 TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
 MODEL_VIEW = "accuracy_30d_by_model"
 MODEL_VIEW_WITH_IN_SAMPLE = "accuracy_30d_by_model_with_in_sample"
-COUNTS = ("n", "hits", "persistence_n", *(f"{h.name}_n" for h in ERROR_ONLY), "ungated_n")
 # Distinct target dates under each horizon's rows (computed in Python from the same rows as the view).
 DATE_COUNTS = {h.name: f"{h.name}_dates" for h in ERROR_ONLY}
 UNGATED_LEGEND = (
@@ -142,16 +167,16 @@ def leaderboard(
 
     Each (ticker, evening) counts once: its first recorded prediction. `include_in_sample` adds the
     in-sample replays back, `include_ungated` the evenings predicted by a candidate (`gated` False).
-    `beats_always_up` / `beats_persistence` are True only when the model is strictly more accurate than
-    the baseline on the same rows AND the Benjamini-Hochberg q-value of its one-sided exact sign test, over
-    every (ticker, baseline) test of this board, is <= SIGNIFICANCE (`q_vs_always_up`, `q_vs_persistence`;
-    each ticker's own p in `skill_p_value`, `persistence_p_value`): read 103 at a time, p <= 0.05 labels
-    several coin-flip models every evening (board_stats).
+    Each board baseline's `beats_{name}` is True only when the model is strictly more accurate than the
+    baseline on the same rows AND the Benjamini-Hochberg q-value of its one-sided exact sign test, over
+    every (ticker, board baseline) test of this board, is <= SIGNIFICANCE (`q_vs_{name}`; each ticker's
+    own p beside it, always-up's in `skill_p_value`): read 103 at a time, p <= 0.05 labels several
+    coin-flip models every evening (board_stats).
     """
     view = view_name(False, include_in_sample, include_ungated)
     flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
     df, bounds = _read(engine, view, COLUMNS, mode)
-    df = _with_skill(engine, df, mode, **flags)
+    df = _with_baselines(engine, df, mode, **flags)
     df = _with_target_dates(engine, df, mode, bounds=bounds, **flags)
     df = _with_stale_rows(engine, df, mode, include_ungated)
     df = board_stats.label_board(df)
@@ -184,14 +209,11 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str, include_ung
             {
                 "ticker": t,
                 "mode": mode,
-                **dict.fromkeys(COUNTS, 0),
+                **dict.fromkeys(counts(), 0),
                 **dict.fromkeys(DATE_COUNTS.values(), 0),
+                **dict.fromkeys(baseline_columns("p"), 1.0),
                 "window_start": window[0],
                 "window_end": window[1],
-                "beats_always_up": False,
-                "beats_persistence": False,
-                "model_only": 0,
-                "up_only": 0,
                 "gated": serving[t].status == "active",
                 "stale": True,
                 "last_filled": last.get(t),
@@ -211,7 +233,7 @@ def leaderboard_by_model(
     view = view_name(True, include_in_sample, include_ungated)
     flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
     df, bounds = _read(engine, view, cols, mode)
-    df = _with_skill(engine, df, mode, by_model=True, **flags)
+    df = _with_baselines(engine, df, mode, by_model=True, **flags)
     df = _with_target_dates(engine, df, mode, by_model=True, bounds=bounds, **flags)
     df = board_stats.label_board(df)
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
@@ -227,17 +249,15 @@ def _read(engine: Engine, view: str, columns: list[str], mode: str) -> tuple[pd.
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
-    for c in COUNTS:
+    for c in ("n", "hits", *(f"{h.name}_n" for h in ERROR_ONLY), "ungated_n"):
         df[c] = df[c].astype("int64")
     for c in ("window_start", "window_end"):  # SQLite views return dates as text
         df[c] = pd.to_datetime(df[c]).dt.date
-    df["beats_always_up"] = df["direction_accuracy"] > df["always_up_accuracy"]
-    df["beats_persistence"] = df["direction_accuracy"] > df["persistence_accuracy"]
     df["gated"] = df["ungated_n"] == 0
     return df
 
 
-def _with_skill(
+def _with_baselines(
     engine: Engine,
     board: pd.DataFrame,
     mode: str,
@@ -246,80 +266,50 @@ def _with_skill(
     include_in_sample: bool = False,
     include_ungated: bool = False,
 ) -> pd.DataFrame:
-    """Add the exact tests of "the model beats always-up / persistence" (model_only, up_only,
-    skill_p_value, persistence_p_value); the labels are set from their BH q-values (board_stats)."""
-    persist: dict[tuple, SkillTest] = {}
-    tests = skill_tests(
-        engine,
-        board,
-        mode,
-        by_model=by_model,
-        include_in_sample=include_in_sample,
-        include_ungated=include_ungated,
-        persistence=persist,
-    )
+    """Each board baseline's columns (Baseline.column: accuracy, n, model-only / baseline-only counts,
+    the exact one-sided p) per board row, on exactly the rows its view scored: the views' selection
+    (`scored_rows`), then the row's own window (window_start..window_end). Computed in Python from the
+    rows' recorded calls (reads.next_day_rows): a view cannot run an exact binomial tail on both
+    databases, and a baseline added to the registry needs no new view. The labels are set from the BH
+    q-values afterwards (board_stats.label_board)."""
+    board = board.copy()
     keys = _keys(board, by_model)
-    board["model_only"] = [tests[k].model_only for k in keys]
-    board["up_only"] = [tests[k].up_only for k in keys]
-    board["skill_p_value"] = [tests[k].p_value for k in keys]
-    board["persistence_p_value"] = [persist.get(k, SkillTest(0, 0)).p_value for k in keys]
+    cols = ["ticker", "model_version"] if by_model else ["ticker"]
+    figures = pd.DataFrame()
+    if not board.empty:
+        rows = next_day_rows(
+            engine, sorted({k[0] for k in keys}), board["window_start"].min(), board["window_end"].max()
+        )
+        rows = scored_rows(
+            rows,
+            mode,
+            by_model=by_model,
+            include_in_sample=include_in_sample,
+            include_ungated=include_ungated,
+        )
+        if not rows.empty:
+            span = board[[*cols, "window_start", "window_end"]]
+            rows = rows.merge(span, on=cols)
+            rows = rows[(rows["run_date"] >= rows["window_start"]) & (rows["run_date"] <= rows["window_end"])]
+        if not rows.empty:
+            figures = board_stats.baseline_figures(rows, cols).set_index(cols)
+    index = pd.MultiIndex.from_tuples(keys) if by_model else pd.Index([k[0] for k in keys])
+    for b in baselines.board_baselines():
+        for what, empty in (("accuracy", float("nan")), ("n", 0), ("model_only", 0), ("base_only", 0)):
+            col = b.column(what)
+            got = figures[col].reindex(index) if col in figures else pd.Series(empty, index=index)
+            board[col] = got.fillna(empty).to_numpy() if what != "accuracy" else got.to_numpy(float)
+            if what != "accuracy":
+                board[col] = board[col].astype("int64")
+        col = b.column("p")
+        got = figures[col].reindex(index) if col in figures else pd.Series(float("nan"), index=index)
+        board[col] = got.fillna(SkillTest(0, 0).p_value).to_numpy(float)
     return board
 
 
 def _keys(frame: pd.DataFrame, by_model: bool) -> list[tuple]:
     cols = ["ticker", "model_version"] if by_model else ["ticker"]
     return list(frame[cols].itertuples(index=False, name=None))
-
-
-def skill_tests(
-    engine: Engine,
-    board: pd.DataFrame,
-    mode: str,
-    *,
-    by_model: bool = False,
-    include_in_sample: bool = False,
-    include_ungated: bool = False,
-    persistence: dict | None = None,
-) -> dict[tuple, SkillTest]:
-    """The exact test per board row, on exactly the rows its view scored.
-
-    The same selection as the views (`_select`), then the row's own window (window_start..window_end).
-    Computed in Python from the stored direction flags: a view cannot run an exact binomial tail on both
-    databases.
-    """
-    tests = {k: SkillTest(0, 0) for k in _keys(board, by_model)}
-    if board.empty:
-        return tests
-    rows = next_day_rows(
-        engine, sorted({k[0] for k in tests}), board["window_start"].min(), board["window_end"].max()
-    )
-    rows = scored_rows(
-        rows, mode, by_model=by_model, include_in_sample=include_in_sample, include_ungated=include_ungated
-    )
-    if rows.empty:
-        return tests
-    cols = ["ticker", "model_version"] if by_model else ["ticker"]
-    spans = {
-        k: (a, b)
-        for k, a, b in zip(_keys(board, by_model), board["window_start"], board["window_end"], strict=True)
-    }
-    for key, group in rows.groupby(cols):
-        key = key if isinstance(key, tuple) else (key,)
-        if key not in spans:
-            continue
-        start, end = spans[key]
-        inside = group[(group["run_date"] >= start) & (group["run_date"] <= end)]
-        model_right = inside["model_right"].to_numpy(bool)
-        up = inside["up"].to_numpy(bool)
-        tests[key] = SkillTest(int((model_right & ~up).sum()), int((~model_right & up).sum()))
-        if persistence is not None:
-            # Persistence's own rows (those with a previous close), as the view scores it.
-            has = inside["has_prev"].to_numpy(bool)
-            right = inside["persist_right"].to_numpy(bool)
-            persistence[key] = SkillTest(
-                int((model_right & ~right & has).sum()), int((~model_right & right & has).sum())
-            )
-    return tests
 
 
 def universe(
@@ -492,7 +482,7 @@ def _verdict(df: pd.DataFrame) -> str:
     # market always-up is below a coin: each such model is named with its p and q, one below 50 % says so.
     beat = int(df["beats_always_up"].sum())
     ahead = df[(df["direction_accuracy"] > df["always_up_accuracy"]) & ~df["beats_always_up"]]
-    tests = len(board_stats.BASELINES) * len(df)  # the BH family: board_stats.label_board's
+    tests = baselines.family_size(len(df))  # the BH family: board_stats.label_board's
     rule = (
         f"BH q <= {SIGNIFICANCE:g} over the {tests} (ticker, baseline) one-sided exact tests of this board, "
         f"controlling the false-label rate at {SIGNIFICANCE:.0%}"

@@ -20,6 +20,7 @@ from ldtm_core import accuracy_views
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring import baselines
 
 # Days a window's newest date is searched below the newest filled one (the evenings after it may be
 # in-sample, ungated or not an evening's first row): a wider first read spares most second reads.
@@ -129,7 +130,8 @@ def as_date(value) -> dt.date | None:
 
 def next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFrame:
     """Every filled, non-shadow row of these tickers with run dates in start..end (id order), with the
-    per-row flags the tests use: model_right, up (always-up right), has_prev, persist_right."""
+    per-row flags the tests use: model_right, and `{name}_has` / `{name}_right` of each board baseline
+    (`row_calls`)."""
     s = snapshots.c
     stmt = (
         select(
@@ -144,6 +146,8 @@ def next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFram
             s.next_day_actual,
             s.run_date_close,
             s.prev_close,
+            s.baseline_calls,
+            s.chain_version,
         )
         .where(
             s.ticker.in_(tickers),
@@ -163,11 +167,32 @@ def next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFram
     # A zero move (tie) is nobody's hit or miss (docs/architecture.md): out of every direction test.
     rows["filled"] = rows["next_day_actual"].notna() & (actual != close)
     rows["model_right"] = rows["next_day_direction_correct"].fillna(False).astype(bool)
-    rows["up"] = actual > close
-    rows["has_prev"] = rows["prev_close"].notna()
-    said = np.sign(close - rows["prev_close"].to_numpy(float))
-    rows["persist_right"] = rows["has_prev"] & (said == np.sign(actual - close))
+    truth = np.sign(actual - close)
+    for name, call in row_calls(rows).items():
+        # Each board baseline's flags (board_stats.flags): it made a call; that call was right.
+        rows[f"{name}_has"] = ~np.isnan(call)
+        rows[f"{name}_right"] = call == truth
     return rows
+
+
+def row_calls(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each board baseline's call per snapshot row, never from the prices table: the call recorded with
+    the prediction (snapshots.baseline_calls, hashed from chain version 3) where the row has one, else the rule on
+    the row's own recorded closes (`prev_close`, `run_date_close`, hashed with it; no call for a baseline
+    that reads more closes): a price revised after the evening cannot change a call."""
+    out = baselines.recorded_close_calls(
+        rows["run_date_close"].to_numpy(float), rows["prev_close"].to_numpy(float)
+    )
+    if "baseline_calls" not in rows:
+        return out
+    hashed = rows["chain_version"].fillna(1).to_numpy(int) >= 3  # the calls the row hash covers
+    for i, stored in enumerate(rows["baseline_calls"].to_numpy()):
+        if not hashed[i] or stored is None or (isinstance(stored, float) and np.isnan(stored)):
+            continue
+        for name, call in baselines.decode_calls(stored).items():
+            if name in out:
+                out[name][i] = call
+    return out
 
 
 def scored_rows(

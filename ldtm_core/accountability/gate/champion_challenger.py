@@ -278,8 +278,8 @@ def basis_changed(engine: Engine, ticker: str, folds: list[dict]) -> str | None:
 
 
 def _samples(engine: Engine, ticker: str, cfg: ModelConfig, end) -> SampleSet:
-    prices, feats = prices_and_features(engine, ticker, end=end)
-    return build_samples(prices, cfg.window, features=feats.frame)
+    prices, feats = prices_and_features(engine, ticker, end=end, features=cfg.features)
+    return build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
 
 
 def _index(samples: SampleSet, dates: np.ndarray) -> np.ndarray:
@@ -301,8 +301,7 @@ def _pair(
         np.concatenate([b for *_, b in parts]) if parts else empty,
         samples.target_close[idx],
         samples.close[idx],
-        samples.prev_close[idx],
-        baselines.trailing_majority(samples.close, samples.prev_close, idx),
+        baselines.calls(samples.close, samples.prev_close, idx),
         fold,
         labels,
     )
@@ -362,8 +361,8 @@ def prepare_champion(engine: Engine, settings: Settings, candidate: ModelRecord,
         candidate.ticker,
         champion,
         len(result.folds),
-        max(f.n for f in result.folds),
-        result.folds[-1].warm_start,
+        max(f.scores.n for f in result.folds),
+        result.folds[-1].fit.warm_start,
         result.data_end,
         **kw,
     )
@@ -397,14 +396,14 @@ def _configs(engine, settings, candidate, champion, folds, thresholds, trials: i
         return out
     out.champion_backtest_id = champ.backtest_id
     out.reused_folds, out.refit_folds = champ.reused_folds, champ.refit_folds
-    theirs = {f.cutoff: f for f in champ.folds}
+    theirs = {f.window.cutoff: f for f in champ.folds}
     parts = []
     for f in folds:
         other = theirs.get(_date(f["cutoff"]))
         if other is None:
             continue
         d1, p1 = fold_cache.stored_predictions(engine, f["fold_key"])
-        d2, p2 = fold_cache.stored_predictions(engine, other.fold_key)
+        d2, p2 = fold_cache.stored_predictions(engine, other.fit.fold_key)
         common, i1, i2 = np.intersect1d(d1, d2, return_indices=True)
         if len(common):
             parts.append((int(f["fold"]), common, p1[i1], p2[i2]))

@@ -60,7 +60,7 @@ from ldtm_core.learning.registry import (
     newest_candidate,
     record_event,
 )
-from ldtm_core.schema import backtest_folds, gate_decisions
+from ldtm_core.schema import backtest_fold_baselines, backtest_folds, gate_decisions
 from ldtm_core.scoring import baselines
 from ldtm_core.scoring.skill import SkillTest, pooled
 
@@ -152,7 +152,19 @@ def newest_backtest(
             .where(backtest_folds.c.backtest_id == latest)
             .order_by(backtest_folds.c.fold)
         ).mappings()
-        return latest, [dict(r) for r in rows]
+        return latest, with_fold_baselines(conn, [dict(r) for r in rows])
+
+
+def with_fold_baselines(conn: Connection, folds: list[dict]) -> list[dict]:
+    """`folds` (backtest_folds rows) each with `baselines`: its backtest_fold_baselines rows by name
+    (what scoring.baselines.from_fold reads)."""
+    b = backtest_fold_baselines.c
+    ids = sorted({f["backtest_id"] for f in folds})
+    stored: dict[tuple, dict] = {}
+    if ids:
+        for row in conn.execute(select(backtest_fold_baselines).where(b.backtest_id.in_(ids))).mappings():
+            stored.setdefault((row["backtest_id"], row["fold"]), {})[row["baseline"]] = dict(row)
+    return [{**f, "baselines": stored.get((f["backtest_id"], f["fold"]), {})} for f in folds]
 
 
 def judged_backtests(engine: Engine | Connection, backtest_ids) -> dict[str, bool]:

@@ -5,6 +5,7 @@ with its evidence and rule (issue 21)."""
 from __future__ import annotations
 
 from ldtm_core.accountability.gate.champion_challenger import ABSOLUTE, Comparison
+from ldtm_core.scoring.baselines import gate_baselines
 from ldtm_core.scoring.paired import HORIZON_LABELS
 from ldtm_core.scoring.skill import format_p_value
 
@@ -20,19 +21,23 @@ def markdown(report) -> str:
     ]
     p = c.paired if c else None
     if p is not None and p.n:
+        which = gate_baselines()
         lines += [
-            f"| on the same {p.n} rows | {p.challenger} | {p.champion} | always-up | persistence |",
-            "|---|---|---|---|---|",
+            f"| on the same {p.n} rows | {p.challenger} | {p.champion} | "
+            + "".join(f"{b.label} | " for b in which).rstrip(),
+            "|---|---|---|" + "---|" * len(which),
         ]
-        up, pers = p.baselines.get("always_up"), p.baselines.get("persistence")
+        up = p.baselines.get("always_up")
         lines.append(
             f"| direction accuracy | {_pct(p.challenger_accuracy)} | {_pct(p.champion_accuracy)} | "
-            f"{_pct(up.accuracy) if up else '—'} | {_pct(pers.accuracy) if pers else '—'} |"
+            + "".join(
+                f"{_pct(got.accuracy) if (got := p.baselines.get(b.name)) else '—'} | " for b in which
+            ).rstrip()
         )
         for e in p.errors:
             lines.append(
                 f"| mean abs error {HORIZON_LABELS[e.horizon]} ({e.n} rows) | {e.challenger_mae:.3f}% | "
-                f"{e.champion_mae:.3f}% | | |"
+                f"{e.champion_mae:.3f}% |" + " |" * len(which)
             )
         lines += [
             "",

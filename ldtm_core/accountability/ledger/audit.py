@@ -26,12 +26,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from sqlalchemy import Engine, or_, select
 
 from ldtm_core.accountability.ledger import audit_anchor
 from ldtm_core.accountability.ledger.chain import (
     HASHED_COLUMNS,
     HASHED_V2,
+    HASHED_V3,
     IN_SAMPLE,
     Anchor,
     audit_key,
@@ -48,6 +50,7 @@ from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION
 from ldtm_core.horizons import NAMES as HORIZONS
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring.baselines import decode_calls, recorded_close_calls, registry
 
 __all__ = ["HASHED_COLUMNS", "AuditProblem", "AuditReport", "canonical", "row_hash", "verify"]
 
@@ -130,6 +133,7 @@ def verify(
         *(s[c] for c in HASHED_COLUMNS),
         s[IN_SAMPLE],
         *(s[c] for c in HASHED_V2),
+        *(s[c] for c in HASHED_V3),
         s.chain_version,
         s.prev_hash,
         s.row_hash,
@@ -206,6 +210,8 @@ def verify(
                     what = "prediction changed: row_hash mismatch"
                 problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
             expected_prev[t] = r["row_hash"]
+            if int(r["chain_version"] or 1) >= 3 and (wrong := _calls_off_their_closes(r)):
+                problems.append(AuditProblem(t, r["run_date"], r["model_version"], wrong))
             # Versions only go up along a chain: a row relabelled as older would escape what v2 hashes.
             version = int(r["chain_version"] or 1)
             if version < newest_version.get(t, 1):
@@ -290,6 +296,25 @@ def verify(
             problems=len(problems),
         )
     return report
+
+
+def _calls_off_their_closes(row: Mapping) -> str | None:
+    """A chain-version-3 row's recorded baseline calls re-derived from its own recorded closes: each
+    baseline that reads no more than those two closes must have called what its rule gives on them
+    (the hash proves the row is as written; this proves it was written right). None when all agree."""
+    try:
+        recorded = decode_calls(row["baseline_calls"])
+    except (ValueError, TypeError, AttributeError):
+        return "baseline calls unreadable: not the JSON object predict records"
+    close = np.array([row["run_date_close"]], dtype=float)
+    prev = np.array([np.nan if row["prev_close"] is None else row["prev_close"]], dtype=float)
+    derived = recorded_close_calls(close, prev, [b for b in registry() if b.sessions <= 2])
+    off = [
+        f"{name} recorded {recorded[name]:g}, its rule gives {call[0]:g}"
+        for name, call in derived.items()
+        if name in recorded and not np.array_equal(recorded[name], call[0], equal_nan=True)
+    ]
+    return "baseline call does not follow from the recorded closes: " + "; ".join(off) if off else None
 
 
 def verified_tickers(engine: Engine) -> set[str] | None:

@@ -3,7 +3,9 @@
 Each row's hash covers its prediction and the previous row's hash (per ticker). Chain version 2 (rows
 store theirs in `chain_version`) also covers when, in which run and by a model of which status the row
 was written (`created_at`, `run_id`, `model_status`), so a prediction cannot be back-dated or
-relabelled; rows written under version 1 keep their hashes and verify under it. With `LDTM_AUDIT_KEY`
+relabelled; version 3 also covers each board baseline's call made with it (`baseline_calls`), so the
+board's baselines are what was said that evening. Rows written under an older version keep their
+hashes and verify under it. With `LDTM_AUDIT_KEY`
 set the hash is an HMAC-SHA256 under that key, so nobody without the key can recompute a chain after
 editing it. After every write the head of each ticker's chain (newest id and its hash) is stored in
 the predict run's `run_log` row in the same transaction: these anchors live outside the snapshots
@@ -30,6 +32,7 @@ from ldtm_core.config import env_text
 from ldtm_core.db import is_postgres, run_in_transaction, ticker_rows, write_lock
 from ldtm_core.faults import pause_point
 from ldtm_core.schema import run_log, snapshots
+from ldtm_core.scoring.baselines import decode_calls, encode_calls
 
 CHAIN_LOCK = "ldtm:snapshots:chain"
 AUDIT_KEY_ENV = "LDTM_AUDIT_KEY"
@@ -51,8 +54,10 @@ HASHED_COLUMNS = (
     "one_month_date",
 )
 # Chain version 2 also hashes these (and its own number): when, in which run, by a model of which status.
-CHAIN_VERSION = 2
+CHAIN_VERSION = 3
 HASHED_V2 = ("created_at", "run_id", "model_status")
+# Chain version 3 also hashes each board baseline's call, recorded with the prediction (revision 0032).
+HASHED_V3 = ("baseline_calls",)
 # Hashed too, but only when true: rows written before the flag existed (all false) keep their hashes,
 # and flipping it either way still changes the hash.
 IN_SAMPLE = "in_sample"
@@ -95,6 +100,10 @@ def canonical(row: Mapping) -> str:
         values.append("in_sample")
     if chain_version(row) >= 2:
         values += ["v2", _timestamp(row["created_at"]), str(row["run_id"]), str(row["model_status"])]
+    if chain_version(row) >= 3:
+        calls = row.get("baseline_calls")
+        # Re-encoded: the same calls hash the same whatever spacing the stored text has.
+        values += ["v3", None if calls is None else encode_calls(decode_calls(calls))]
     return json.dumps(values, separators=(",", ":"))
 
 

@@ -36,7 +36,7 @@ from ldtm_core.accountability.ledger.chain import write_rows_anchored
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
-from ldtm_core.data.features import WARMUP_ROWS
+from ldtm_core.data.features import warmup_rows
 from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.data.samples import denormalise
 from ldtm_core.data.universe import validate_ticker
@@ -54,6 +54,7 @@ from ldtm_core.learning.price_windows import (
 )
 from ldtm_core.learning.registry import SHADOW, ModelRecord, serving_models, shadow_models
 from ldtm_core.schema import model_registry, prices, snapshots
+from ldtm_core.scoring import baselines
 
 DIRECTIONS = ("bullish", "neutral", "bearish")
 
@@ -247,18 +248,21 @@ def _predict(
             result.shadow_skipped[t] = _cannot_run(rec, t, exc)
     windows = {t: m.cfg.window for t, (_, m) in loaded.items()}
     shadow_windows = {t: m.cfg.window for t, (_, m) in shadow_loaded.items()}
-    need = max([*windows.values(), *shadow_windows.values()], default=0) + WARMUP_ROWS + RSI_SETTLE_ROWS
+    features = {t: m.cfg.features for t, (_, m) in loaded.items()}
+    shadow_features = {t: m.cfg.features for t, (_, m) in shadow_loaded.items()}
+    cfgs = [m.cfg for _, m in [*loaded.values(), *shadow_loaded.values()]]
+    need = max((c.window + warmup_rows(c.features) for c in cfgs), default=0) + RSI_SETTLE_ROWS
     arrays = load_price_arrays(engine, list(loaded), start_for(run_date, need), run_date) if loaded else {}
     t1 = time.perf_counter()
     result.phases["load"] = round(t1 - t0, 4)
 
     # features
-    built, skipped, why = _model_windows(engine, arrays, windows, run_date, need)
+    built, skipped, why = _model_windows(engine, arrays, windows, features, run_date, need)
     result.skipped.update(skipped)
     result.features_recomputed = why
     inputs = [_Input(t, loaded[t][0], *built[t]) for t in loaded if t in built]
     shadow_windows = {t: w for t, w in shadow_windows.items() if t in built}
-    s_built, s_skipped, _ = _model_windows(engine, arrays, shadow_windows, run_date, need)
+    s_built, s_skipped, _ = _model_windows(engine, arrays, shadow_windows, shadow_features, run_date, need)
     result.shadow_skipped.update(s_skipped)
     shadow_inputs = [_Input(t, shadow_loaded[t][0], *s_built[t]) for t in shadow_windows if t in s_built]
     t2 = time.perf_counter()
@@ -303,6 +307,8 @@ def _predict(
                 **{h.col("date"): targets[h.name] for h in HORIZONS},
                 "run_id": result.run_id,
                 "created_at": now,
+                # The board's baselines as called this evening (chain version 3 hashes them).
+                "baseline_calls": _baseline_calls(arrays.get(inp.ticker), run_date),
             }
         )
     pause_point("predict.before_write")
@@ -326,16 +332,43 @@ def _predict(
     result.model_versions = {r["ticker"]: r["model_version"] for r in rows}
 
 
+def _baseline_calls(series: dict | None, run_date: dt.date) -> str:
+    """Each board baseline's call on `run_date` from the ticker's closes up to it (scoring.baselines),
+    as the JSON the row records; no call (null) where the closes do not reach the run date."""
+    which = baselines.board_baselines()
+    if series is None or not len(series["close"]):
+        return baselines.encode_calls(dict.fromkeys((b.name for b in which), float("nan")))
+    close = np.asarray(series["close"], dtype=np.float64)
+    at = int(np.searchsorted(series["date"], np.datetime64(run_date, "D"), side="right")) - 1
+    if at < 0 or series["date"][at] != np.datetime64(run_date, "D"):
+        return baselines.encode_calls(dict.fromkeys((b.name for b in which), float("nan")))
+    prev = np.concatenate([[np.nan], close[:-1]])
+    calls = baselines.calls(close, prev, np.array([at]), which)
+    return baselines.encode_calls({name: float(c[0]) for name, c in calls.items()})
+
+
 def _model_windows(
-    engine: Engine, arrays: dict, windows: dict[str, int], run_date: dt.date, need: int
+    engine: Engine,
+    arrays: dict,
+    windows: dict[str, int],
+    features: dict[str, tuple[str, ...]],
+    run_date: dt.date,
+    need: int,
 ) -> tuple[dict, dict[str, str], dict[str, str]]:
-    """(normalised windows, {ticker: why skipped}, {ticker: why stored features were not used})."""
+    """(normalised windows of each ticker's model's features, {ticker: why skipped}, {ticker: why stored
+    features were not used})."""
     if not windows:
         return {}, {}, {}
-    built, skipped = build_windows(arrays, windows, run_date, need)
+    built, skipped = build_windows(arrays, windows, run_date, need, features)
     # The stored features (what training saw) replace the recomputed window where they are current.
-    stored, why = feature_store.stored_windows(engine, arrays, run_date, windows)
-    built.update({t: (*normalised_window(v), *built[t][3:]) for t, v in stored.items() if t in built})
+    stored, why = feature_store.stored_windows(engine, arrays, run_date, windows, features)
+    built.update(
+        {
+            t: (*normalised_window(v, features[t].index("close")), *built[t][3:])
+            for t, v in stored.items()
+            if t in built
+        }
+    )
     return built, skipped, {t: reason for t, reason in why.items() if t in built}
 
 
