@@ -228,3 +228,23 @@ def test_the_checker_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c", "a"]]
     assert not _cycles({"a": {"b"}, "b": set()})
+
+
+SHELL_TESTS = ("dagster", "dashboard", "reliability", "fixtures")  # the shell's, and cross-cutting ones
+
+
+def test_the_tests_mirror_the_core():
+    """A test directory is named after the core package it tests (`tests/accountability/gate/` tests
+    `ldtm_core/accountability/gate/`); the shell's, the dashboard's and the reliability probes sit apart."""
+    tests = ROOT / "tests"
+    stray = [
+        str(d.relative_to(tests))
+        for d in sorted(tests.rglob("*"))
+        if d.is_dir()
+        and d.name != "__pycache__"
+        and d.relative_to(tests).parts[0] not in SHELL_TESTS
+        and not (CORE / d.relative_to(tests) / "__init__.py").exists()
+    ]
+    assert not stray, f"test directories with no core package of that name: {stray}"
+    flat = [p.name for p in (tests / "accountability").glob("test_*.py")]
+    assert not flat, f"accountability tests outside a room: {flat}"

@@ -16,7 +16,7 @@ from ldtm_core.data.price_fetch import fetch_prices
 from ldtm_core.data.prices import load_prices
 from ldtm_core.data.sources.yfinance import YFinanceSource, classify
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sources"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sources"
 START, END = dt.date(2024, 6, 3), dt.date(2024, 6, 7)
 ASKED = ["AAPL", "NVDA", "GAPPY", "ZZZZ"]
 DELISTED = "Exception('possibly delisted; no price data found  (1d 2024-06-03 -> 2024-06-08)')"

@@ -26,7 +26,7 @@ from ldtm_core.learning.model import ModelConfig, get_profile
 from ldtm_core.migrate import upgrade
 from ldtm_core.schema import model_registry
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Demo scale: a one-layer 16-unit LSTM for two epochs; the search still proposes window, dropout,
 # lr, batch size and weight decay.
 FIXED = {"hidden_size": 16, "num_layers": 1, "head_hidden": 8, "max_epochs": 2, "patience": 2}

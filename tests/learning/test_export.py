@@ -20,7 +20,7 @@ from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint
 from ldtm_core.learning.export import ExportError, export_onnx
 from ldtm_core.learning.model import LDTM, get_profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=["demo", "reference"])
