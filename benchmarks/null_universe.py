@@ -70,7 +70,7 @@ def board_beats(engine) -> pd.DataFrame:
 
 
 class Ledger:
-    """The trials ledger (`gate_ledger`) on a SQLite file: what the gate reads before each judgement
+    """The trials ledger (`gate.ledger`) on a SQLite file: what the gate reads before each judgement
     and records after it."""
 
     def __init__(self, tmp: Path):

@@ -718,7 +718,7 @@ class Settings:
         if shadow_sessions > 0:
             from ldtm_core.shadow_power import check_design
 
-            # A shadow too short for the power it states would promote a worse model (issue 27).
+            # A shadow too short for the power it states would promote a worse model.
             why = check_design(shadow_sessions, margin, power)
             if why:
                 raise ConfigError(f"LDTM_SHADOW_SESSIONS={shadow_sessions}: {why}")

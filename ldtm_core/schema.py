@@ -318,7 +318,7 @@ gate_decisions = Table(
     Index("ix_gate_decisions_backtest", "backtest_id"),
 )
 
-# The trials ledger (issue 27, revision 0025): every recipe (config signature) the evidence-policy gate
+# The trials ledger (revision 0025): every recipe (config signature) the evidence-policy gate
 # judged on a ticker's folds, one row per (recipe, evidence): `evidence_key` hashes the folds' stored
 # keys (the same folds give the same key), `cutoffs` lists the fold cutoffs (ISO dates, comma-separated)
 # so overlapping folds can be found. `kind`: first deployment / recipe change (superiority claims,
@@ -391,7 +391,7 @@ feature_sets = Table(
     Column("built_at", DateTime(timezone=True), nullable=False),
 )
 
-# The design of each shadow, fixed when it starts (revision 0027, issue 28 item 8): the evenings it needs,
+# The design of each shadow, fixed when it starts (revision 0027): the evenings it needs,
 # the margin and power they were sized for, the champion it is compared with and its timeout. Changing
 # LDTM_SHADOW_SESSIONS during a shadow changes nothing; a rollback of that champion ends the shadow.
 shadow_designs = Table(

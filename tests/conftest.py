@@ -9,7 +9,9 @@ tests instead of skipping them; unset, on a machine without PostgreSQL, they ski
 from __future__ import annotations
 
 import os
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -19,12 +21,16 @@ from sqlalchemy.engine import make_url
 # explicitly, before any module (the Dagster partitions) reads it at import.
 os.environ["LDTM_UNIVERSE"] = "demo"
 # `amp=auto` trains in fp32 on CPUs without AMX whatever the CI machine's core: no bf16 probe (and no
-# cache file written under ~/.cache) unless a test asks for it (tests/test_precision.py).
+# cache file written under ~/.cache) unless a test asks for it (tests/learning/test_precision.py).
 os.environ["LDTM_BF16_PROBE"] = "0"
 # pytest-xdist's workers inherit COLUMNS=80 from their launcher: the CLI's console (built at import) would
 # then wrap its tables at 80 columns in some workers only. Output is piped in every test, as in CI.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.pop("COLUMNS", None)
+
+# A few tests import helpers from another test module (`from test_leaderboard import _row`); the test
+# folders mirror the core, so each is on the path as the one flat folder was (test names are unique).
+sys.path[1:1] = sorted({str(p.parent) for p in Path(__file__).parent.rglob("test_*.py")} - set(sys.path))
 
 from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402

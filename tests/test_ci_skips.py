@@ -39,9 +39,9 @@ def test_a_postgres_skip_in_a_test_without_postgres_in_its_name_fails(tmp_path):
 
 def test_allowed_skips_pass_only_with_their_reason(tmp_path):
     bf16 = '<skipped message="this CPU has no bf16 kernels in oneDNN (AVX2 only)"/>'
-    ok = report(tmp_path, CASE.format(cls="tests.test_precision", name="test_fit[True]", inner=bf16))
+    ok = report(tmp_path, CASE.format(cls="tests.learning.test_precision", name="test_fit[True]", inner=bf16))
     assert check(ok).returncode == 0
     other = '<skipped message="flaky today"/>'
-    bad = report(tmp_path, CASE.format(cls="tests.test_precision", name="test_fit[True]", inner=other))
+    bad = report(tmp_path, CASE.format(cls="tests.learning.test_precision", name="test_fit[True]", inner=other))
     assert check(bad).returncode == 1
     assert check(report(tmp_path)).returncode == 1  # a report with no test case is no evidence

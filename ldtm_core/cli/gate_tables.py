@@ -1,5 +1,5 @@
 """How `ldtm gate` shows a gate report: the baselines (scoring.baselines) on the same rows and the paired comparison with
-the champion (issue 21), each with its counts and p-values."""
+the champion, each with its counts and p-values."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ldtm_core.cli.common import fmt_num, fmt_pct
 
 
 def comparison_table(report) -> Table:
-    """Both sides on the shared rows (issue 21): accuracy and |error| per horizon, beside each gate
+    """Both sides on the shared rows: accuracy and |error| per horizon, beside each gate
     baseline (scoring.baselines) on the same rows."""
     from ldtm_core.scoring.baselines import gate_baselines
     from ldtm_core.scoring.paired import HORIZON_LABELS
@@ -71,7 +71,7 @@ def comparison_lines(report) -> list[str]:
 
 
 def baselines_table(report) -> Table:
-    """The model beside each baseline on the same rows, with the exact paired test (issue 21)."""
+    """The model beside each baseline on the same rows, with the exact paired test."""
     from ldtm_core.scoring.baselines import gate_baselines
     from ldtm_core.scoring.skill import format_p_value
 

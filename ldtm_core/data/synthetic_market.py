@@ -6,7 +6,7 @@ with the size of the move, and a few tickers list late (LATE_LISTINGS: recent IP
 seed always gives the same prices, independent of which other tickers are generated.
 
 None of those paths gives a model real skill: their next-day direction is close to a coin given the past.
-PLANTED is the exception, a series with a known, learnable edge (issue 27): it lets the demo show a
+PLANTED is the exception, a series with a known, learnable edge: it lets the demo show a
 promotion the statistics justify beside no-skill tickers correctly refused. Its symbol (7 letters) cannot
 be a real US listing (at most 5), and it is only in the `demo` universe.
 """

@@ -4,7 +4,7 @@ A training step allocates and frees buffers of a few MiB (the LSTM's gates and w
 epoch's gathered rows). glibc maps each block above its mmap threshold fresh from the kernel and
 gives memory above its trim threshold back on free, so every step page-faults the same megabytes in
 again. Raising both thresholds keeps those buffers in the heap: the reference step ran 1.4x faster
-at batch 32 and 1.6x at batch 128 on a 2-core EPYC (docs/performance.md, issue 31), for up to
+at batch 32 and 1.6x at batch 128 on a 2-core EPYC (docs/performance.md), for up to
 TRIM_THRESHOLD of freed memory kept resident per process. Numerics are untouched: same results.
 """
 

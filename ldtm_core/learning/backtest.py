@@ -45,7 +45,7 @@ DEFAULT_FOLDS = 3
 # Folds start cold by default. Warm chaining (fold k+1 from fold k's weights) fits a from-scratch
 # backtest 1.3x faster, but a chain's folds all change when a quarter completes (fold 1 moves), while
 # cold folds keep their keys and refit only the new quarter: with stored folds reused, cold is the
-# cheaper weekly loop and the seed's own recipe (docs/performance.md, issue 22).
+# cheaper weekly loop and the seed's own recipe (docs/performance.md).
 DEFAULT_WARM_START = False
 
 

@@ -152,7 +152,7 @@ def load_weights(
 ) -> Checkpoint:
     """load_checkpoint with the same checks and errors, its `model` the tensors (Weights) instead of an
     LDTM: building and filling the module was ~40 % of a cold load, which predict does for every ticker
-    each evening (1,000 at issue 31's scale)."""
+    each evening (1,000 at the scale docs/performance.md measures)."""
     return _load(path, expected_sha256, ticker, module=False)
 
 

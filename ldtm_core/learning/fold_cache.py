@@ -1,4 +1,4 @@
-"""Stored fold outcomes of the walk-forward backtest, reused instead of refitted (issue 22).
+"""Stored fold outcomes of the walk-forward backtest, reused instead of refitted.
 
 A fold's outcome is a pure function of: the config (its signature, seed included, and the seed again
 explicitly), exactly the sample rows it trains, validates and tests on (`fingerprint`), its cutoff, the

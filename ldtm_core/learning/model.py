@@ -33,7 +33,7 @@ LEGACY_VALUES: dict[str, object] = {
 class ModelConfig:
     """Architecture and training hyper-parameters. Every field can be overridden by name.
 
-    The defaults are the recipe every config stored before issue 31 trained with (batch 32, lr 1e-3,
+    The defaults are the recipe every config stored before the faster recipe trained with (batch 32, lr 1e-3,
     patience 5, torch's dropout); the `reference` profile below trains faster (REFERENCE).
 
     The inputs are `features`, names from the registry (`data.features.FEATURES`) in input order, the
@@ -176,7 +176,7 @@ class ModelConfig:
         return cfg
 
 
-# The seed's production model (~229K parameters), trained with the faster recipe measured in issue 31
+# The seed's production model (~229K parameters), trained with the faster recipe (docs/performance.md, "A fit twice as fast on CPU")
 # (docs/performance.md, benchmarks/recipe.py): batch 128 with the learning rate scaled linearly (4 x 1e-3),
 # the cheaper CPU dropout mask, and patience 3: 1.55-2.0x less fit time (by CPU), for 0.5-0.9 % more
 # validation loss (mostly patience 3; measured paired over 52-103 tickers). The recipe before it is
@@ -185,7 +185,7 @@ REFERENCE = ModelConfig(batch_size=128, lr=4e-3, patience=3, fast_dropout=True)
 
 PROFILES: dict[str, ModelConfig] = {
     "reference": REFERENCE,
-    # The same model as trained before issue 31 (batch 32, lr 1e-3, patience 5, torch's dropout): a
+    # The same model as trained before the faster recipe (batch 32, lr 1e-3, patience 5, torch's dropout): a
     # deployment whose champions came from it keeps their recipe (a new recipe must pass the gate's
     # recipe-change test to replace them).
     "reference_b32": ModelConfig(),

@@ -87,7 +87,7 @@ class TrainOutcome:
 
 
 # Four batches / one batch of the seed's 32: fixed counts, so a recipe with bigger batches (the reference
-# profile's 128 since issue 31) turns away no ticker that trained before (a short epoch is one partial batch).
+# profile's 128 now) turns away no ticker that trained before (a short epoch is one partial batch).
 MIN_LABELED_SAMPLES = 128
 MIN_TRAIN_ROWS = 32
 

@@ -1,4 +1,4 @@
-"""Next-day direction baselines scored on the model's own rows, each with its exact paired test (issue 21).
+"""Next-day direction baselines scored on the model's own rows, each with its exact paired test.
 
 - always-up: "up" every evening. In a falling market it is far below a coin, so "the model beats
   always-up" can be said of a model worse than a coin (real IXIC: 40.9 % vs 36.4 %).
@@ -17,7 +17,7 @@ baseline that calls no move (persistence after a flat day) misses any real move.
 "Beats" is only ever said with the one-sided exact sign test on the rows where model and baseline
 disagree (`skill.sign_test_p_value`), p beside it.
 
-`REGISTRY` is the one list (issue 39): a `Baseline` entry is called in the backtest and the paired
+`REGISTRY` is the one list: a `Baseline` entry is called in the backtest and the paired
 comparison (`calls`), stored per fold (`fold_rows`, backtest_fold_baselines), reported by the gate, and,
 with `on_board`, recorded with each snapshot row at predict time (`encode_calls`, chain version 3) and
 scored on the board with its BH family (`family_size`), the CLI's and the dashboard's columns.

@@ -1,4 +1,4 @@
-"""The board's statistics at the scale it is read: 103 tickers x its baselines every evening (issue 27).
+"""The board's statistics at the scale it is read: 103 tickers x its baselines every evening.
 
 Two questions, two tests, both pure functions of per-row flags so a simulation (benchmarks/null_universe.py)
 runs exactly what the board runs:

@@ -1,4 +1,4 @@
-"""Two predictors on identical rows, paired row by row (issue 21): the statistics of champion vs
+"""Two predictors on identical rows, paired row by row: the statistics of champion vs
 challenger, pure functions of per-row predictions and answers.
 
 Direction: the exact McNemar test. Rows where both are right or both wrong say nothing about which is
@@ -6,7 +6,7 @@ better; on the discordant rows exactly one is right, and if the two were equally
 would be a fair coin. `p_better` = P(X >= challenger_only), X ~ Binomial(discordant, 1/2)
 (`scipy.stats.binomtest(..., alternative='greater')`); `p_worse` the same for the champion.
 
-Errors (issue 27): per horizon (ldtm_core.horizons) the Diebold-Mariano test of the
+Errors: per horizon (ldtm_core.horizons) the Diebold-Mariano test of the
 paired loss differential d_t = |challenger pct error| - |champion pct error|, with a Newey-West
 (Bartlett) long-run variance and the Harvey-Leybourne-Newbold small-sample correction against Student
 t(T - 1) (`dm_test`, `dm_error_test`; the variance is statsmodels' HAC, checked in tests). Consecutive evenings'

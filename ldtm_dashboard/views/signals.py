@@ -1,4 +1,4 @@
-"""Signals: what trading the published signals would have earned (issue 30). The same report as
+"""Signals: what trading the published signals would have earned. The same report as
 `ldtm signals` and the `signal_performance` asset (ldtm_core.accountability.signals.signals)."""
 
 import datetime as dt

@@ -23,7 +23,7 @@ on the row's own recorded closes), on the rows it made a call on (`persistence_n
 close). A baseline added to the registry reaches the board, its BH family, the CLI and the dashboard
 with no SQL.
 
-Read at scale (issue 27, `board_stats`): "beats" is set by Benjamini-Hochberg q-values over every
+Read at scale (`board_stats`): "beats" is set by Benjamini-Hochberg q-values over every
 (ticker, board baseline) test of the board (`q_vs_{baseline}` beside each ticker's own p),
 `universe()` answers once per board whether any model beats its baseline after the search over the
 tickers (Hansen's SPA), and `next_monday_dates` / `one_month_dates` say on how many distinct target dates
@@ -415,7 +415,7 @@ def hidden_in_sample(engine: Engine, mode: str = "all") -> int:
     start, end = views["window_start"].min(), views["window_end"].max()
     with engine.connect() as conn:
         s = snapshots.c
-        # Within the window only: an evening's first row shares its run_date (issue 31: flat in years).
+        # Within the window only: an evening's first row shares its run_date (flat in years).
         first = (
             select(func.min(s.id))
             .where(s.model_status != SHADOW, s.run_date >= start, s.run_date <= end)

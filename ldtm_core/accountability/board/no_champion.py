@@ -1,4 +1,4 @@
-"""Tickers with no production model, and why (issue 27): the board names them instead of leaving them out.
+"""Tickers with no production model, and why: the board names them instead of leaving them out.
 
 A ticker whose candidate the gate refused (or judged on too little evidence) has no active model: the
 nightly still predicts it with the candidate (ungated rows, out of every production figure), and the

@@ -1,4 +1,4 @@
-"""The stored rows the board is computed from, read within the windows it scores (issue 31: the
+"""The stored rows the board is computed from, read within the windows it scores (the
 board's cost flat in the stored years).
 
 `read_view` reads an accuracy view (migrations 0017, 0021, 0024) restricted to the evenings near the
@@ -38,7 +38,7 @@ class Bounds:
 
 
 def read_view(engine: Engine, view: str, columns: list[str], mode: str) -> tuple[pd.DataFrame, Bounds | None]:
-    """The view's rows of `mode`, read from the evenings its windows cover only (issue 31: the board's
+    """The view's rows of `mode`, read from the evenings its windows cover only (the board's
     cost flat in the stored years) and identical to the whole view's; the whole view is read when the
     bound cannot be shown to hold (nothing filled yet, or no scored row near the newest filled ones).
     Returns the rows and the bounds they were read within (None when the whole view was read)."""
@@ -243,7 +243,7 @@ def recent_next_day(engine: Engine, tickers: list[str], sessions: int = 30) -> p
     """Filled next-day predictions of these tickers, the last `sessions` scored evenings each (read-only):
     the first recorded row of an evening, out of sample and gated, as the board scores it.
 
-    Read from the evenings near the newest filled one only (issue 31: flat in the stored years). Every row
+    Read from the evenings near the newest filled one only (flat in the stored years). Every row
     of an evening shares its run_date, so a bounded read chooses each evening's first row right and only
     its count can fall short: a ticker short of `sessions` there (stale, or new) is read again from its
     own newest filled evening, and whole when even that falls short (mostly in-sample or ungated)."""

@@ -2,13 +2,13 @@
 
 Per ticker with an active model, every night:
 
-- The record (`decay_record.published_record`): the ticker's published production rows across model
+- The record (`decay.record.published_record`): the ticker's published production rows across model
   changes (per evening the first non-shadow row, written by an active model), filled and out of sample,
   one per evening in run-date order. A weekly promotion changes the model, not the record, so evidence
   of a drop keeps accumulating (a chart that restarted at every promotion needed 17-20 misses in a row
   within the ~5 evenings a weekly champion serves: it could never fire).
 - The promise: per row, the pooled next-day direction accuracy of the backtest the gate passed the model
-  that wrote it on (`decay_record.promises_of`); rows of a model with no promise are not judged.
+  that wrote it on (`decay.record.promises_of`); rows of a model with no promise are not judged.
 - Chart 1, accuracy: a Bernoulli CUSUM (ldtm_core.accountability.decay.cusum) on the nightly direction hits,
   each row in control at its model's promised accuracy p0 and out of control at p0 - delta, each step in
   units of its own design's threshold (`cusum.run_normalised`: with one promise throughout this is the
@@ -25,7 +25,7 @@ Per ticker with an active model, every night:
   Decaying = a chart signalled within the newest `hold` evenings of the record. An alarm episode is a
   stretch of evenings in WARN without a break, whichever chart signals; it is named by its first
   evening (`alarm_key`) and notified once.
-- Feature drift beside it (`decay_record.drift_of`): PSI of the model's input features, the last
+- Feature drift beside it (`decay.record.drift_of`): PSI of the model's input features, the last
   `psi_sessions` sessions after the recipe's data cutoff against everything up to it.
 """
 

@@ -1,4 +1,4 @@
-"""Champion vs challenger on identical walk-forward rows (issue 21): the evidence the evidence-policy
+"""Champion vs challenger on identical walk-forward rows: the evidence the evidence-policy
 gate decides on once the candidate met the minimum evidence and the seed's absolute bar.
 
 Which evidence depends on what serves the ticker now (docs/architecture.md, *Promotion gate*):
@@ -7,7 +7,7 @@ Which evidence depends on what serves the ticker now (docs/architecture.md, *Pro
   an override, another profile): the champion's config is backtested over the same folds (same
   cutoffs, purge, test sessions, the very prices the candidate's backtest read), reusing stored folds
   (`fold_cache`), and the two are paired row by row on (fold, date). Pass only if the candidate is
-  right more often at McNemar p <= alpha / k (k: the recipes tried on these folds, `gate_ledger`) and
+  right more often at McNemar p <= alpha / k (k: the recipes tried on these folds, `gate.ledger`) and
   the |errors| are not significantly worse (Diebold-Mariano, Holm over the horizons).
 - **stale vs refreshed** — the same recipe (the weekly retrain): its config-level backtest *is* the
   champion's, so comparing configs is empty. Instead, per fold k >= 2, the weights fitted to fold
@@ -19,7 +19,7 @@ Which evidence depends on what serves the ticker now (docs/architecture.md, *Pro
 - **first deployment** — no active model: the candidate must beat a coin (exact binomial test of its
   hits against 50 %) and always-up (exact McNemar on the disagreements), each at p <= alpha / k. A
   model with no skill is right with probability 1/2 on every row whatever the market does, so the coin
-  test alone bounds its false-pass rate by alpha / k per judgement (measured: `gate_sim`); always-up is
+  test alone bounds its false-pass rate by alpha / k per judgement (measured: `gate.sim`); always-up is
   required beside it so a model that only rides the market's drift does not pass.
 
 A backtest written before per-row predictions (revision 0022) or discordant counts were stored cannot
@@ -221,7 +221,7 @@ def judge(
 ) -> Comparison:
     """The paired evidence for `candidate`, whose backtest `folds` (backtest_folds rows) met the bar.
     `hits` of `n`: its pooled next-day hits (a first deployment's test against a coin); `trials`: the
-    superiority judgements on these folds (`gate_ledger`), which divide alpha for a superiority claim."""
+    superiority judgements on these folds (`gate.ledger`), which divide alpha for a superiority claim."""
     champion = active_model(engine, candidate.ticker)
     if champion is None:
         return first_deployment(skill, thresholds, hits, n, trials)
@@ -238,7 +238,7 @@ def judge(
     same = config_signature(champion.config) == config_signature(candidate.config)
     rebased = basis_changed(engine, candidate.ticker, folds)
     if rebased:
-        # The stored predictions are on the price basis of the backtest; today's rows are not (issue 28).
+        # The stored predictions are on the price basis of the backtest; today's rows are not.
         return Comparison(
             REFRESH if same else CONFIGS,
             "insufficient evidence",

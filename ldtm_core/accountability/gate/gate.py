@@ -6,12 +6,12 @@ fold): a backtest of another profile or override is refused with a message sayin
 Two named policies (LDTM_GATE_POLICY). `seed`: the seed's absolute criteria alone. `evidence` (the
 default): the same, and first a minimum of evidence, test rows in all (LDTM_GATE_MIN_ROWS) and in every
 fold (LDTM_GATE_MIN_FOLD_ROWS); below it the decision is "insufficient evidence": the champion stays,
-the candidate stays candidate (issue 21: two folds of one row, or 4 rows at p = 0.5, were promoted).
+the candidate stays candidate (two folds of one row, or 4 rows at p = 0.5, were promoted).
 The defaults come from a power calculation (docs/architecture.md, *Promotion gate*). A candidate that
 meets the minimum and the absolute bar is then paired with the champion on identical walk-forward rows
 (`champion_challenger.judge`: a paired backtest of the two configs, stale vs refreshed weights for the
 same recipe, or vs a coin and always-up when nothing serves yet); the report names the evidence it rests
-on. Under the evidence policy every judgement goes into the trials ledger (`gate_ledger`, issue 27): a
+on. Under the evidence policy every judgement goes into the trials ledger (`gate.ledger`): a
 superiority claim is judged at alpha / (the judgements on overlapping folds), and the same evidence (the
 same recipe on the same stored folds) is judged once, so next week's retrain is not re-promoted on it.
 
@@ -373,10 +373,10 @@ def run_gate(
         # LDTM_SHADOW_SESSIONS > 0 with a champion: the pass puts the candidate in shadow instead.
         def passed(conn, promoted) -> None:
             # Inside the promotion's transaction, under the ticker's lock: the decision and the promotion
-            # commit together, or neither does (issue 38 D3, D4).
+            # commit together, or neither does.
             report.promoted = promoted
             if promoted.held_by_shadow is not None:
-                report.decision = HELD  # passed, but not promoted: stored and shown as held (issue 28)
+                report.decision = HELD  # passed, but not promoted: stored and shown as held
             now = dt.datetime.now(dt.UTC)
             _decision(conn, report, now)
             ledger(conn, now)

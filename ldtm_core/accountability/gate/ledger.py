@@ -1,4 +1,4 @@
-"""The trials ledger (issue 27): every recipe the evidence-policy gate judged on a ticker's folds.
+"""The trials ledger: every recipe the evidence-policy gate judged on a ticker's folds.
 
 Why: a recipe change (or a first deployment) claims that the candidate is better than something, at
 p <= alpha. Trying k recipes or seeds on the same folds and keeping the one that passes is a search: at

@@ -1,6 +1,6 @@
 """A gate report as Markdown (Dagster run metadata, the webhook payload, the dashboard): both sides on
 the shared rows, always-up and persistence on the same rows, discordant counts, p-values, the decision
-with its evidence and rule (issue 21)."""
+with its evidence and rule."""
 
 from __future__ import annotations
 

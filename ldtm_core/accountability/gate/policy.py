@@ -1,4 +1,4 @@
-"""Gate policies and thresholds (issue 21): what the promotion gate requires, from env, CLI or config.
+"""Gate policies and thresholds: what the promotion gate requires, from env, CLI or config.
 
 `seed`: the seed's absolute criteria alone. `evidence` (the default): a minimum of evidence first (test
 rows over all folds and in every fold), then the same criteria, then the paired comparison with the

@@ -1,4 +1,4 @@
-"""A gate decision as reported (issue 21, 27, 28): the figures it judged, the criteria, the paired
+"""A gate decision as reported: the figures it judged, the criteria, the paired
 evidence and the trials ledger's count, in words (`summary`), as Markdown and as the JSON that
 `gate_decisions.report_json`, the webhook and the dashboard carry. The gate itself is `gate.py`."""
 

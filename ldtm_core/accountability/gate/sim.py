@@ -1,4 +1,4 @@
-"""Simulations of the gate's false-pass rates and power through its own functions (issue 27), for the
+"""Simulations of the gate's false-pass rates and power through its own functions, for the
 tests and the null-universe benchmark (`benchmarks/null_universe.py` can import these).
 
 No skill is exact here: the model's call is a fair coin independent of the move, so it is right with
@@ -166,7 +166,7 @@ def first_deployment_yearly_rate(
     quarterly judgements. Folds are the `folds` newest quarters, so neighbouring judgements share all
     but one; weekly retrains within a quarter reproduce its evidence and are not judged again (evidence
     judged once). With `ledger` the i-th judgement is at alpha / k, k = the earlier judgements whose
-    folds overlap it plus one (what `gate_ledger.trials` counts); without it every one is at alpha."""
+    folds overlap it plus one (what `gate.ledger.trials` counts); without it every one is at alpha."""
     t = thresholds or GateThresholds()
     rng = np.random.default_rng(seed)
     hit = 0

@@ -10,7 +10,7 @@ On PostgreSQL the UPDATE also returns the counts (the join runs once), and `snap
 its pages (fillfactor, migration 0030) so a fill, which changes no indexed column, is a HOT update: no
 new entry in any of the table's indexes, which was ~75 % of a 1,000 x 250 catch-up.
 
-Ties (issue 28): a next-day actual equal to the run-date close is a zero move, neither a hit nor a miss
+Ties: a next-day actual equal to the run-date close is a zero move, neither a hit nor a miss
 of the model (or of any baseline): `next_day_direction_correct` is NULL, its direction label 'neutral'
 (`direction_hit`, and the same rule in SQL here, in the re-fill, the audit and the accuracy views).
 

@@ -6,7 +6,7 @@ promoted at once, as before). Every nightly then predicts with both (snapshots.p
 shadow's row is chained like any other, marked `model_status = 'shadow'`, never published and
 left out of every production figure; fillback fills it like any row.
 
-The design (`shadow_design`): N follows from exact binomial power for a stated margin
+The design (`shadow.design`): N follows from exact binomial power for a stated margin
 (LDTM_SHADOW_MARGIN points, LDTM_SHADOW_POWER), a setting that cannot reach it is refused, and the
 design is stored when the shadow starts (`shadow_designs`): changing the settings
 during a shadow changes nothing.
