@@ -22,8 +22,8 @@ def _tensors(model: LDTM | Weights) -> Mapping[str, torch.Tensor]:
     return model.tensors if isinstance(model, Weights) else dict(model.named_parameters())
 
 
-# LDTM's recurrent module (model.LDTM.lstm): its kind in `cells.CELLS` and its state_dict prefix.
-CELL = "lstm"
+# LDTM's recurrent module (model.LDTM.lstm, of the config's `cell` kind): its state_dict prefix.
+RECURRENT = "lstm."
 
 
 @torch.no_grad()
@@ -38,7 +38,7 @@ def batched_forward(models: Sequence[LDTM | Weights], x: torch.Tensor) -> torch.
         return torch.empty(0, 0)
     cfg = models[0].cfg
     params = [{k: v.to(x.device) for k, v in _tensors(md).items()} for md in models]
-    h = recurrence(CELL, params, x.to(torch.float32), cfg.num_layers, prefix=f"{CELL}.")
+    h = recurrence(cfg.cell, params, x.to(torch.float32), cfg.num_layers, prefix=RECURRENT)
     return _heads(params, h[:, -1, :], len(cfg.horizons))
 
 

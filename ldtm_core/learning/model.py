@@ -15,6 +15,7 @@ from torch import nn
 from ldtm_core.data.features import FEATURES, REFERENCE_FEATURES, unknown_features
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES as HORIZONS
+from ldtm_core.learning.cells import CELLS
 
 LR_SCHEDULES = ("cosine", "cosine_expected", "plateau")
 
@@ -26,6 +27,7 @@ LEGACY_VALUES: dict[str, object] = {
     "lr_decay_epochs": 15,
     "fast_dropout": False,
     "features": REFERENCE_FEATURES,
+    "cell": "lstm",
 }
 
 
@@ -43,6 +45,7 @@ class ModelConfig:
     """
 
     features: tuple[str, ...] = REFERENCE_FEATURES
+    cell: str = "lstm"  # the recurrent layer: a kind of `learning.cells.CELLS`
     input_size: int = field(init=False)  # len(features): stored configs carry it, nobody sets it
     hidden_size: int = 128
     num_layers: int = 2
@@ -81,6 +84,7 @@ class ModelConfig:
         object.__setattr__(self, "features", tuple(self.features))
         object.__setattr__(self, "input_size", len(self.features))
         self._check_features()
+        self._check_cell()
         checks = {
             "hidden_size": self.hidden_size >= 1,
             "num_layers": self.num_layers >= 1,
@@ -107,6 +111,10 @@ class ModelConfig:
                 f"invalid model config: horizons={','.join(map(str, self.horizons)) or '(none)'}: {what}"
                 f"horizons must be {','.join(HORIZONS)} (every snapshot records all of them)"
             )
+
+    def _check_cell(self) -> None:
+        if self.cell not in CELLS:
+            raise InputError(f"invalid model config: cell={self.cell!r}: choose one of {', '.join(CELLS)}")
 
     def _check_features(self) -> None:
         unknown = unknown_features(self.features)
@@ -137,6 +145,8 @@ class ModelConfig:
             "head_hidden": self.head_hidden,
             "features": list(self.features),
             "horizons": list(self.horizons),
+            # an LSTM's signature predates the choice of cell, so it names only other kinds
+            **({"cell": self.cell} if self.cell != LEGACY_VALUES["cell"] else {}),
         }
 
     @property
@@ -242,7 +252,8 @@ class LDTM(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.lstm = nn.LSTM(
+        # Named `lstm` whatever its kind: the state_dict keys of every stored checkpoint.
+        self.lstm = CELLS[cfg.cell].module(
             input_size=cfg.input_size,
             hidden_size=cfg.hidden_size,
             num_layers=cfg.num_layers,
@@ -253,7 +264,8 @@ class LDTM(nn.Module):
         self.heads = nn.ModuleList(Head(cfg) for _ in cfg.horizons)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and self.cfg.fast_dropout and x.device.type == "cpu" and self.lstm.dropout > 0:
+        layerwise = isinstance(self.lstm, nn.LSTM) and self.lstm.dropout > 0  # torch.lstm's own fast path
+        if self.training and self.cfg.fast_dropout and x.device.type == "cpu" and layerwise:
             out = self._lstm_layerwise(x)
         else:
             out, _ = self.lstm(x)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ldtm_core.errors import InputError
 from ldtm_core.learning.cells import CELLS, recurrence
-from ldtm_core.learning.inference import CELL
-from ldtm_core.learning.model import LDTM, get_profile
+from ldtm_core.learning.inference import RECURRENT, batched_forward
+from ldtm_core.learning.model import LDTM, ModelConfig, get_profile
 
 
 @pytest.mark.parametrize("kind", sorted(CELLS))
@@ -32,7 +33,22 @@ def test_each_cell_matches_its_torch_module(kind, num_layers, hidden):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_the_models_recurrent_module_is_a_registered_cell():
-    """batched_forward reads LDTM's recurrent module under CELL: its kind and its state_dict prefix."""
-    module = getattr(LDTM(get_profile("demo")), CELL)
-    assert type(module) is CELLS[CELL].module
+@pytest.mark.parametrize("kind", sorted(CELLS))
+def test_a_model_of_each_cell_predicts_the_same_batched_as_alone(kind):
+    """The config's `cell` builds the module and picks the recurrence inference writes out, under the
+    state_dict prefix batched_forward reads."""
+    torch.manual_seed(0)
+    cfg = ModelConfig.from_dict({**get_profile("demo").to_dict(), "cell": kind})
+    models = [LDTM(cfg).eval() for _ in range(3)]
+    assert all(type(getattr(md, RECURRENT.rstrip("."))) is CELLS[kind].module for md in models)
+    x = torch.randn(3, cfg.window, cfg.input_size)
+    with torch.no_grad():
+        alone = torch.cat([md(x[i : i + 1]) for i, md in enumerate(models)])
+    torch.testing.assert_close(batched_forward(models, x), alone, atol=1e-5, rtol=1e-5)
+
+
+def test_an_lstm_config_keeps_its_stored_form_and_an_unknown_cell_is_refused():
+    demo = get_profile("demo")
+    assert demo.cell == "lstm" and "cell" not in demo.to_dict() and "cell" not in demo.architecture
+    with pytest.raises(InputError, match="cell='transformer'"):
+        ModelConfig.from_dict({**demo.to_dict(), "cell": "transformer"})
