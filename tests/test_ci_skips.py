@@ -42,6 +42,8 @@ def test_allowed_skips_pass_only_with_their_reason(tmp_path):
     ok = report(tmp_path, CASE.format(cls="tests.learning.test_precision", name="test_fit[True]", inner=bf16))
     assert check(ok).returncode == 0
     other = '<skipped message="flaky today"/>'
-    bad = report(tmp_path, CASE.format(cls="tests.learning.test_precision", name="test_fit[True]", inner=other))
+    bad = report(
+        tmp_path, CASE.format(cls="tests.learning.test_precision", name="test_fit[True]", inner=other)
+    )
     assert check(bad).returncode == 1
     assert check(report(tmp_path)).returncode == 1  # a report with no test case is no evidence
