@@ -66,19 +66,24 @@ def test_weekly_retrain_is_one_range_run_over_every_ticker(dagster_instance):
     assert next_week.run_key != request.run_key
 
 
-def test_the_nightly_time_is_a_setting():
+def test_the_nightly_time_is_a_setting(monkeypatch):
     """LDTM_NIGHTLY_TIME moves the schedule and the evening partitions together (read when the code
     location loads, as the universe is)."""
-    import subprocess
-    import sys
+    import importlib
 
-    probe = (
-        "from ldtm_dagster.partitions import evening_partitions; from ldtm_dagster.schedules import nightly; "
-        "print(nightly.cron_schedule, evening_partitions.cron_schedule)"
-    )
-    env = {**__import__("os").environ, "LDTM_NIGHTLY_TIME": "17:45"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["45", "17", "*", "*", "1-5"] * 2
+    from ldtm_dagster import partitions, schedules
+
+    monkeypatch.setenv("LDTM_NIGHTLY_TIME", "17:45")
+    try:
+        importlib.reload(partitions)
+        importlib.reload(schedules)
+        crons = (schedules.nightly.cron_schedule, partitions.evening_partitions.cron_schedule)
+    finally:
+        monkeypatch.delenv("LDTM_NIGHTLY_TIME")
+        importlib.reload(partitions)
+        importlib.reload(schedules)
+    assert crons == ("45 17 * * 1-5", "45 17 * * 1-5")
+    assert schedules.nightly.cron_schedule == "15 18 * * 1-5"
 
 
 @pytest.mark.parametrize("raw", ["15:30", "21:30", "17:45:30", "17:45+01:00", "6pm"])
