@@ -144,3 +144,14 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (
             f"{item.nodeid}: a PostgreSQL test was skipped while a PostgreSQL server is configured"
         )
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module():
+    """Streamlit's script runner installs each page it runs as `sys.modules["__main__"]` and leaves it
+    there; multiprocessing's spawn (Dagster's multiprocess executor, the training pools) would then re-run
+    that page in every process a later test starts in the same worker. Any test may run a page (the shadow
+    tests do), so the real `__main__` is put back after every test."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
