@@ -34,7 +34,7 @@ import numpy as np
 from scipy.stats import binom
 
 ALPHA = 0.05  # the shadow's family-wise false-retire rate for equal models (both tests together)
-TESTS = 2  # direction (McNemar) and next-day |error| (Wilcoxon), Bonferroni-split
+TESTS = 2  # direction (McNemar) and next-day |error| (Diebold-Mariano), Bonferroni-split
 MAX_SESSIONS = 10_000
 
 

@@ -345,6 +345,22 @@ def test_null_universe(bench):
     assert all(re.fullmatch(rf"{NUMBER} %|{NUMBER}|\d+ of \d+", v) for _, _, v in figures), figures
 
 
+def test_hac_size(bench):
+    """--quick: the size table through the project's tests, "short" where no p-value is printed."""
+    out = bench("hac_size", "--quick")
+    rows = re.findall(r"^\|\s+(60|190|750) \| (\w+)\s+\|", out, re.M)
+    assert len(rows) == 18, out
+    assert re.search(r"\|\s+60 \| one_month .*short", out) and "The gate's |error| test" in out
+
+
+def test_sharpe_null(bench):
+    """--quick: both tables through the report's own functions, every cell a share."""
+    out = bench("sharpe_null", "--quick")
+    rows = re.findall(r"^\| (no skill|edge)[^|]*\|.*$", out, re.M)
+    assert len(rows) == 12, out
+    assert "P(SR > bench)" in out and re.search(rf"{NUMBER} s on ", out)
+
+
 def test_signals(bench):
     out = bench(
         "signals", "sqlite://", "--tickers", "3", "--years", "0.3", "--repeat", "1", "--figures", "1",

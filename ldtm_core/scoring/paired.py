@@ -6,33 +6,29 @@ better; on the discordant rows exactly one is right, and if the two were equally
 would be a fair coin. `p_better` = P(X >= challenger_only), X ~ Binomial(discordant, 1/2)
 (`scipy.stats.binomtest(..., alternative='greater')`); `p_worse` the same for the champion.
 
-Errors: per horizon (ldtm_core.horizons) the Diebold-Mariano test of the
-paired loss differential d_t = |challenger pct error| - |champion pct error|, with a Newey-West
-(Bartlett) long-run variance and the Harvey-Leybourne-Newbold small-sample correction against Student
-t(T - 1) (`dm_test`, `dm_error_test`; the variance is statsmodels' HAC, checked in tests). Consecutive evenings'
-next-Monday and one-month targets share most of their window, so their errors are autocorrelated: the
-Wilcoxon signed-rank test this replaces treated them as independent and called one of two equal
-predictors worse in 18-32 % of cases at a nominal 5 %. The HAC lag is at least h - 1 (h = 1, 5, 21
-sessions) and at least ceil(1.3 sqrt(T)) (Lazarus, Lewis, Stock and Watson 2018), because model errors
-are also persistent beyond the overlap (measured: `tests/test_paired_dm.py`, docs/architecture.md).
-The horizons give ONE decision: Holm over their one-sided p-values (`holm`), so an equal
-challenger is refused at most about alpha of the time, not once per horizon. `error_test` keeps the
-Wilcoxon for `shadow.py`'s live next-day rows (its caller's own choice).
+Errors: per horizon (ldtm_core.horizons) the Diebold-Mariano test of the paired loss differential
+d_t = |challenger pct error| - |champion pct error| (`dm_test`, `dm_error_test`), through the one
+overlap-aware test every such figure uses (`scoring.hac.mean_test`: an equal-weighted cosine long-run
+variance against Student t, and no test below 10 independent target periods). Consecutive evenings'
+next-Monday and one-month targets share most of their window and model errors are persistent, so a
+test that treats rows as independent (the Wilcoxon this replaced) or a Newey-West lag of h - 1 against
+t(T - 1) calls one of two equal predictors worse far above its level (benchmarks/hac_size.py).
+The horizons give ONE decision: Holm over their one-sided p-values (`holm`), so an equal challenger is
+refused at most about alpha of the time, not once per horizon. The shadow's live comparison uses the
+same `dm_error_test`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import statsmodels.api as sm
-from scipy.stats import binomtest, wilcoxon
-from scipy.stats import t as student_t
-from statsmodels.stats.multitest import multipletests
+from scipy.stats import binomtest
 
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
 from ldtm_core.horizons import SHORT_NAMES
-from ldtm_core.scoring import baselines
+from ldtm_core.scoring import baselines, hac
 from ldtm_core.scoring.baselines import Paired
 from ldtm_core.scoring.skill import format_p_value
 
@@ -46,58 +42,38 @@ HORIZON_SESSIONS = {k: h.overlap for h in ALL_HORIZONS for k in (h.short, h.name
 
 @dataclass(frozen=True)
 class DMTest:
-    """Diebold-Mariano with the HLN correction on a loss differential d (one-sided both ways)."""
+    """Diebold-Mariano on a loss differential d (one-sided both ways), through `hac.mean_test`."""
 
     n: int
     horizon_sessions: int
-    lag: int  # Newey-West lag of the long-run variance
+    dof: int  # degrees of freedom of the EWC long-run variance (Student t reference)
     mean: float
-    statistic: float  # HLN-corrected, compared with Student t(n - 1)
-    p_greater: float  # P of "mean(d) > 0" being this large by chance
+    statistic: float
+    p_greater: float  # P of "mean(d) > 0" being this large by chance; 1.0 when untested
     p_less: float
+    too_short: bool = False  # fewer than hac.MIN_INDEPENDENT_PERIODS target periods: not tested
 
 
-def hac_lag(n: int, h: int) -> int:
-    """The Newey-West lag: at least h - 1 (the overlap) and ceil(1.3 sqrt(n)) (persistent errors)."""
-    return int(min(max(h - 1, int(np.ceil(1.3 * np.sqrt(n)))), max(n - 2, 0)))
-
-
-def long_run_variance(d: np.ndarray, lag: int) -> float:
-    """Bartlett-kernel (Newey-West) long-run variance of d around its mean, divided by n as statsmodels'
-    HAC does (its `use_correction` then multiplies by n / (n - 1))."""
-    u = np.asarray(d, float) - np.mean(d)
-    n = len(u)
-    out = float(u @ u) / n
-    for k in range(1, lag + 1):
-        out += 2.0 * (1.0 - k / (lag + 1.0)) * float(u[k:] @ u[:-k]) / n
-    return out
-
-
-def dm_test(d: np.ndarray, h: int = 1, lag: int | None = None) -> DMTest:
-    """DM = mean(d) / sqrt(LRV / n), LRV Newey-West with `lag` (default `hac_lag`); HLN: times
-    sqrt((n + 1 - 2h + h(h - 1)/n) / n), against t(n - 1). The variance is statsmodels' HAC of a regression
-    on a constant (`sm.OLS(d, 1).fit(cov_type="HAC", maxlags=lag, use_correction=True)`)."""
+def dm_test(d: np.ndarray, h: int = 1) -> DMTest:
+    """DM = mean(d) / its EWC standard error against t(dof) (`hac.mean_test`). Too short a record, or a
+    constant differential (identical errors), is no evidence either way: both p-values 1.0."""
     d = np.asarray(d, float)
-    n = len(d)
-    if n < 3 or not np.any(d != d[0]):
-        # Too few rows, or a constant differential (identical errors): no evidence either way.
-        return DMTest(n, h, 0, float(d.mean()) if n else float("nan"), 0.0, 1.0, 1.0)
-    lag = hac_lag(n, h) if lag is None else int(lag)
-    fit = sm.OLS(d, np.ones(n)).fit(cov_type="HAC", cov_kwds={"maxlags": lag, "use_correction": True})
-    se = float(fit.bse[0])
-    if not se > 0:  # a long-run variance estimate of zero or below: nothing to test with
-        return DMTest(n, h, lag, float(d.mean()), 0.0, 1.0, 1.0)
-    hln = np.sqrt(max(n + 1 - 2 * h + h * (h - 1) / n, 1.0) / n)
-    stat = float(d.mean() / se * hln)
-    return DMTest(
-        n, h, lag, float(d.mean()), stat, float(student_t.sf(stat, n - 1)), float(student_t.cdf(stat, n - 1))
-    )
+    test = hac.mean_test(d, h)
+    if not math.isfinite(test.p_two_sided):
+        return DMTest(test.n, test.horizon_sessions, test.dof, test.mean, 0.0, 1.0, 1.0, test.too_short)
+    return DMTest(test.n, test.horizon_sessions, test.dof, test.mean, test.t, test.p_greater, test.p_less)
 
 
 def holm(p_values) -> list[float]:
-    """Holm-adjusted p-values (statsmodels): one decision over the horizons at family-wise level alpha."""
-    p = [float(x) for x in p_values]
-    return [] if not p else [float(x) for x in multipletests(p, method="holm")[1]]
+    """Holm-adjusted p-values: one decision over the horizons at family-wise level alpha.
+
+    statsmodels' `multipletests(p, method="holm")` in a few lines (tested against it): it runs
+    gc.collect() on every call, 0.2 s in a process holding torch and Dagster."""
+    p = np.asarray([float(x) for x in p_values])
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(np.maximum.accumulate(p[order] * np.arange(len(p), 0, -1)), 1.0)
+    return [float(x) for x in adjusted]
 
 
 def mcnemar_p(wins: int, losses: int) -> float:
@@ -114,9 +90,15 @@ class ErrorTest:
     n: int
     challenger_mae: float
     champion_mae: float
-    p_worse: float  # one-sided Diebold-Mariano (HAC, HLN): the challenger's errors are larger
+    p_worse: float  # one-sided Diebold-Mariano (EWC HAC): the challenger's errors are larger
     p_better: float  # ... smaller
-    lag: int = 0  # the Newey-West lag used
+    dof: int = 0  # degrees of freedom of the EWC variance
+    too_short: bool = False  # too few independent target periods: untested (p 1.0)
+    needs: int = 0  # rows a test of this horizon needs
+
+    def p_text(self, p: float) -> str:
+        """A p-value, or why there is none."""
+        return f"too short to test (needs {self.needs} rows)" if self.too_short else format_p_value(p)
 
 
 def dm_error_test(
@@ -128,25 +110,12 @@ def dm_error_test(
     n = len(a)
     if n == 0:
         return ErrorTest(horizon, 0, float("nan"), float("nan"), 1.0, 1.0)
-    t = dm_test(a - b, HORIZON_SESSIONS.get(horizon, 1) if h is None else h)
-    return ErrorTest(horizon, n, float(a.mean()), float(b.mean()), t.p_greater, t.p_less, t.lag)
-
-
-def error_test(horizon: str, challenger_err: np.ndarray, champion_err: np.ndarray) -> ErrorTest:
-    """The one-sided Wilcoxon signed-rank test of the paired differences (independent rows assumed).
-    Kept, unchanged, for `shadow.py`'s live next-day comparison; the gate uses `dm_error_test`, which
-    is valid where neighbouring rows' horizons overlap."""
-    a, b = np.asarray(challenger_err, float), np.asarray(champion_err, float)
-    n = len(a)
-    if n == 0:
-        return ErrorTest(horizon, 0, float("nan"), float("nan"), 1.0, 1.0)
-    d = a - b
-    if not np.any(d != 0):  # identical errors: no evidence either way (wilcoxon refuses all-zero)
-        worse = better = 1.0
-    else:
-        worse = float(wilcoxon(d, alternative="greater").pvalue)
-        better = float(wilcoxon(d, alternative="less").pvalue)
-    return ErrorTest(horizon, n, float(a.mean()), float(b.mean()), worse, better)
+    h = HORIZON_SESSIONS.get(horizon, 1) if h is None else h
+    t = dm_test(a - b, h)
+    return ErrorTest(
+        horizon, n, float(a.mean()), float(b.mean()), t.p_greater, t.p_less, t.dof, t.too_short,
+        hac.evenings_needed(h),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -203,7 +172,7 @@ class PairedComparison:
     def describe(self) -> str:
         errs = ", ".join(
             f"|err| {HORIZON_LABELS[e.horizon]} {e.challenger_mae:.3f}% vs {e.champion_mae:.3f}% "
-            f"(DM p worse {format_p_value(e.p_worse)}, Holm {format_p_value(self.errors_worse_holm[e.horizon])})"
+            f"(DM p worse {e.p_text(e.p_worse)}, Holm {e.p_text(self.errors_worse_holm[e.horizon])})"
             for e in self.errors
         )
         return (
@@ -235,7 +204,8 @@ class PairedComparison:
                     "p_worse": e.p_worse,
                     "p_worse_holm": self.errors_worse_holm[e.horizon],
                     "p_better": e.p_better,
-                    "hac_lag": e.lag,
+                    "ewc_dof": e.dof,
+                    "too_short": e.too_short,
                 }
                 for e in self.errors
             },

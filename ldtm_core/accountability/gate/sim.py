@@ -93,7 +93,7 @@ def recipe_search_pass_rate(
 @dataclass(frozen=True)
 class ErrorSize:
     h: int
-    dm: float  # share of reps the DM test (HAC, HLN) calls the challenger worse at p <= alpha
+    dm: float  # share of reps the DM test (EWC HAC, scoring.hac) calls the challenger worse at p <= alpha
     wilcoxon: float  # ... the Wilcoxon signed-rank test it replaced
 
 

@@ -67,7 +67,9 @@ def comparison_notes(report) -> list[str]:
         )
         holm = p.errors_worse_holm
         out += [
-            f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano (HAC lag {e.lag}, HLN) p ({p.challenger} "
+            f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano on {e.n} rows: {e.p_text(e.p_worse)}"
+            if e.too_short
+            else f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano (EWC t({e.dof})) p ({p.challenger} "
             f"worse) = {format_p_value(e.p_worse)}, Holm over the horizons {format_p_value(holm[e.horizon])}"
             for e in p.errors
         ]

@@ -1,6 +1,6 @@
 """The paired live record of a shadow and its statistics (pure once read): per evening the published row
 of the champion the shadow started beside and the shadow's own row, both filled and out of sample; the
-exact McNemar test on the direction discordants and the Wilcoxon test on next-day |error|, each at
+exact McNemar test on the direction discordants and the Diebold-Mariano test on next-day |error|, each at
 alpha / 2 (shadow_power says what N evenings can detect)."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from sqlalchemy import Engine, select
 from ldtm_core.horizons import DIRECTION, HORIZONS
 from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import snapshots
-from ldtm_core.scoring.paired import error_test, mcnemar_p
+from ldtm_core.scoring.paired import dm_error_test, mcnemar_p
 from ldtm_core.scoring.skill import format_p_value
 from ldtm_core.shadow_power import ALPHA, TESTS
 
 SIGNIFICANCE = ALPHA / TESTS  # each test's p at or below which the shadow is retired (Bonferroni)
 RULE = (
     "retire the shadow when the champion is significantly better on the same filled evenings "
-    f"(exact McNemar on the direction discordants, or Wilcoxon on next-day |error|, one-sided, each at "
+    f"(exact McNemar on the direction discordants, or Diebold-Mariano on next-day |error|, one-sided, each at "
     f"p <= {SIGNIFICANCE:g}: equal models are retired at most {ALPHA:g} of the time); otherwise promote it; "
     "a shadow whose checkpoint no longer loads, whose champion stopped serving, or that misses its "
     "evenings past its timeout ends retired"
@@ -105,7 +105,7 @@ class ShadowComparison:
     direction_p: float = 1.0  # exact McNemar, one-sided: the champion is better
     champion_mae: float | None = None  # next-day mean |pct error| on the same evenings
     shadow_mae: float | None = None
-    error_p: float = 1.0  # Wilcoxon signed-rank, one-sided: the shadow's errors are larger
+    error_p: float = 1.0  # Diebold-Mariano (scoring.hac), one-sided: the shadow's errors are larger
     horizons: dict = field(default_factory=dict)  # each other horizon: {n, champion_mae, shadow_mae}
     decision: str = "pending"  # pending | promote | retire | ended (| promote by hand | retire by hand)
     rule: str = RULE
@@ -126,7 +126,7 @@ class ShadowComparison:
             f"needs {self.required}): direction {self.shadow_accuracy:.1%} vs {self.champion_accuracy:.1%}, "
             f"discordant {self.shadow_only} shadow-only / {self.champion_only} champion-only, McNemar "
             f"p = {format_p_value(self.direction_p)}; next-day |error| {self.shadow_mae:.3f}% vs "
-            f"{self.champion_mae:.3f}%, Wilcoxon p = {format_p_value(self.error_p)}{end}; decision: "
+            f"{self.champion_mae:.3f}%, DM p = {format_p_value(self.error_p)}{end}; decision: "
             f"{self.decision}"
         )
 
@@ -154,7 +154,7 @@ def compare(pairs: pd.DataFrame, required: int, alpha: float = SIGNIFICANCE, **i
     d = DIRECTION.alias
     ce, se = pairs[f"champion_{d}_err"].to_numpy(float), pairs[f"shadow_{d}_err"].to_numpy(float)
     cmp.champion_mae, cmp.shadow_mae = float(ce.mean()), float(se.mean())
-    cmp.error_p = error_test(DIRECTION.name, se, ce).p_worse
+    cmp.error_p = dm_error_test(DIRECTION.name, se, ce).p_worse
     for short, name in ((h.alias, h.name) for h in HORIZONS if h != DIRECTION):
         ok = pairs[f"champion_{short}_err"].notna() & pairs[f"shadow_{short}_err"].notna()
         cmp.horizons[name] = {

@@ -17,7 +17,7 @@ sample. After N such evenings `conclude`:
 - direction: exact McNemar on the discordant evenings (champion right and shadow wrong vs the
   reverse), one-sided "the champion is better": scipy.stats.binomtest(champion_only,
   champion_only + shadow_only, 0.5, "greater");
-- next-day |pct error|: one-sided Wilcoxon signed-rank on the paired errors, "the shadow's are larger"
+- next-day |pct error|: one-sided Diebold-Mariano on the paired errors (scoring.hac), "the shadow's are larger"
   (next-day targets of different evenings do not overlap).
 The shadow is retired (the champion stays) when either p <= alpha / 2 (Bonferroni: equal models are
 retired at most alpha of the time); otherwise, not shown to be worse, it is promoted.

@@ -73,7 +73,7 @@ def test_paired_counts_and_p_values_on_planted_rows():
     assert p.p_better == pytest.approx(_greater(p.challenger_only, p.discordant))
     assert p.p_worse == pytest.approx(_greater(p.champion_only, p.discordant))
     assert p.fold_rows == (100, 100)
-    # Errors per horizon: the one-sided Diebold-Mariano test (HAC, HLN) of the paired |pct error|
+    # Errors per horizon: the one-sided Diebold-Mariano test (scoring.hac) of the paired |pct error|
     # differences, with the horizon's overlap (1, 5, 21 sessions); Holm over the three for one decision.
     e_ch = np.abs(ch - actual) / actual * 100
     e_cm = np.abs(cm - actual) / actual * 100

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from accountability_helpers import add_backtest, ingest, make_model, make_settings
-from scipy.stats import binomtest, wilcoxon
+from scipy.stats import binomtest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -29,6 +29,7 @@ from ldtm_core.learning import registry
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.schema import gate_decisions, snapshots
+from ldtm_core.scoring import hac
 
 EVENINGS = [dt.date(2024, 6, d) for d in (17, 18, 20, 21, 24, 25)]  # 19 June: Juneteenth
 
@@ -155,9 +156,9 @@ def test_compare_matches_scipy_on_the_discordant_evenings():
     assert cmp.champion_only == int((c & ~sh).sum()) and cmp.shadow_only == int((sh & ~c).sum())
     expected = binomtest(cmp.champion_only, cmp.champion_only + cmp.shadow_only, 0.5, alternative="greater")
     assert cmp.direction_p == pytest.approx(expected.pvalue)
-    assert cmp.error_p == pytest.approx(
-        wilcoxon(pairs["shadow_nd_err"], pairs["champion_nd_err"], alternative="greater").pvalue
-    )
+    # The next-day |error| test is the gate's Diebold-Mariano, through the overlap-aware helper.
+    d = (pairs["shadow_nd_err"] - pairs["champion_nd_err"]).to_numpy()
+    assert cmp.error_p == pytest.approx(hac.mean_test(d, 1).p_greater) and cmp.error_p < 1e-3
     assert cmp.decision == "retire"
     # Too few evenings: no decision, whatever the figures.
     assert (
@@ -205,10 +206,12 @@ def test_conclusion_promotes_a_shadow_that_is_not_worse(engine, s, champion):
 def test_conclusion_retires_a_significantly_worse_shadow(engine, s, champion):
     bad = crippled_model(engine, s, "AAPL")
     shadow.promote_or_shadow(engine, bad, "gate passed (test)", s)
-    run_evenings(engine, s)
+    # The |error| test needs 10 independent evenings (scoring.hac): 6 would be "too short to test".
+    evenings = [dt.date(2024, 6, d) for d in (7, 10, 11, 12, 13, 14)] + EVENINGS
+    run_evenings(engine, s, evenings)
     out = shadow.conclude(engine, s, "AAPL")
     cmp = out.comparison
-    assert cmp.decision == "retire" and cmp.n == len(EVENINGS)
+    assert cmp.decision == "retire" and cmp.n == len(evenings)
     assert cmp.shadow_mae > cmp.champion_mae and cmp.error_p <= shadow.SIGNIFICANCE
     assert registry.get_model(engine, bad).status == "retired"
     assert registry.active_model(engine, "AAPL").id == champion.id  # the champion stays
