@@ -2,7 +2,7 @@
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
 backtest_folds, backtest_fold_baselines, gate_decisions, run_log, ingested_files, features, feature_sets,
-corporate_actions, fill_revisions, and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
+corporate_actions, fill_revisions, universe_membership, unfillable_actuals (0033), and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
 `_with_ungated` and `_with_in_sample_and_ungated` (created by migrations; 0021 added the ungated ones;
 0024 leaves shadow rows out of all of them).
 """
@@ -408,4 +408,35 @@ shadow_designs = Table(
     # The newest snapshot id when it started: published evenings after it count towards the timeout.
     Column("after_snapshot_id", Integer, nullable=False),
     Column("started_at", DateTime(timezone=True), nullable=False),
+)
+
+# A dated universe (revision 0033; SPEC §2): each ticker's spans of membership, end_date NULL while it is
+# still a member, loaded from a Qlib-style instruments file (`ldtm universe import`,
+# ldtm_core.data.membership). No rows: every ticker of the configured universe counts as a member on
+# every evening (today's list applied to the past, which the reports say).
+universe_membership = Table(
+    "universe_membership",
+    metadata,
+    Column("ticker", TICKER, nullable=False),
+    Column("start_date", Date, nullable=False),
+    Column("end_date", Date),
+    Column("source", Text, nullable=False),
+    Column("imported_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("ticker", "start_date", name="pk_universe_membership"),
+    CheckConstraint("end_date IS NULL OR end_date >= start_date", name="ck_membership_span"),
+)
+
+# A pending horizon of a snapshot row that can never be filled (revision 0033): its ticker left the
+# universe and its prices stop before the target date (fillback marks it, with the reason). The snapshot
+# row is untouched and stays in the record; a price that arrives later still fills it (the mark goes).
+unfillable_actuals = Table(
+    "unfillable_actuals",
+    metadata,
+    Column("snapshot_id", Integer, ForeignKey("snapshots.id"), nullable=False),
+    Column("horizon", String(12), nullable=False),
+    Column("ticker", TICKER, nullable=False),
+    Column("target_date", Date, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("marked_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("snapshot_id", "horizon", name="pk_unfillable_actuals"),
 )

@@ -16,5 +16,6 @@ from ldtm_core.cli import (  # noqa: E402,F401
     shadow,
     signals,
     tuning,
+    universe,
 )
 from ldtm_core.cli.common import app  # noqa: F401  (the `ldtm` entry point: ldtm_core.cli:app)

@@ -108,6 +108,17 @@ def predict_cmd(
             err_console.print(
                 f"[yellow]skipped {ticker} on {n} evening(s):[/] {why}", highlight=False, soft_wrap=True
             )
+        outside: dict[str, list] = {}  # evenings on which a ticker was not a member (universe_membership)
+        for r in results:
+            for ticker in r.not_members:
+                outside.setdefault(ticker, []).append(r.run_date)
+        for ticker, days in sorted(outside.items()):
+            console.print(
+                f"not predicted on {len(days)} evening(s) ({days[0]}..{days[-1]}): {ticker} was not a member "
+                "of the universe then (universe_membership)",
+                highlight=False,
+                soft_wrap=True,
+            )
         _print_in_sample(
             sum(len(r.in_sample) for r in results), written + sum(r.rows_existing for r in results)
         )
@@ -160,6 +171,8 @@ def _print_predict(res) -> None:
         )
     for t, why in sorted(res.skipped.items()):
         err_console.print(f"[yellow]skipped {t}:[/] {why}", highlight=False, soft_wrap=True)
+    for _t, why in sorted(res.not_members.items()):
+        console.print(f"not predicted, not a member: {why}", highlight=False, soft_wrap=True)
     _print_in_sample(len(res.in_sample), res.rows_written + res.rows_existing)
 
 
@@ -251,6 +264,7 @@ def fillback_cmd(
         for p in res.pending:
             table.add_row(p.ticker, str(p.run_date), p.horizon, str(p.target_date), f"{p.actual:.2f}")
         console.print(table)
+        _print_unfillable(res.unfillable)
         console.print("dry run: nothing written")
         return
     console.print(
@@ -258,6 +272,20 @@ def fillback_cmd(
         + ", ".join(f"{h} {n}" for h, n in res.filled.items())
         + f"; re-filled {len(redone.refilled)}"
     )
+    _print_unfillable(res.unfillable)
+
+
+def _print_unfillable(marks) -> None:
+    """The pending horizons that can never be filled (unfillable_actuals): one line per ticker."""
+    by_ticker: dict[str, list] = {}
+    for m in marks:
+        by_ticker.setdefault(m.ticker, []).append(m)
+    for ticker, items in sorted(by_ticker.items()):
+        console.print(
+            f"[yellow]{len(items)} actual(s) of {ticker} can never be filled (kept, unscored):[/] {items[0].reason}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command("leaderboard")

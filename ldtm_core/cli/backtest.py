@@ -16,6 +16,7 @@ from ldtm_core.cli.common import (
     fmt_pct,
     handle_errors,
     open_db,
+    parse_date,
     print_outcomes,
     settings,
 )
@@ -60,6 +61,12 @@ def backtest_cmd(
         "--no-reuse",
         help="refit every fold even where a stored outcome has the same key (default: reuse; LDTM_BACKTEST_REUSE=0)",
     ),
+    end: str = typer.Option(
+        None,
+        "--end",
+        help="read prices up to this day only (YYYY-MM-DD): the folds stop before it, so a replay "
+        "(`ldtm predict --start`) after it is out of fold",
+    ),
 ) -> None:
     """Walk-forward backtest with the purge; writes backtest_folds rows."""
     from ldtm_core.data.universe import validate_ticker
@@ -70,10 +77,11 @@ def backtest_cmd(
     if (ticker is None) == (tickers is None):
         raise InputError("give exactly one of --ticker T (one backtest, every fold) or --tickers T1,T2|all")
     warm = DEFAULT_WARM_START if warm_start is None else warm_start
+    end_d = parse_date(end, "--end")
     if tickers is not None:
         if profile or model_id is not None or test_sessions is not None:
             raise InputError("--profile, --model-id and --test-sessions go with --ticker, not --tickers")
-        _backtest_many(tickers, folds, workers, warm, False if no_reuse else None)
+        _backtest_many(tickers, folds, workers, warm, False if no_reuse else None, end_d)
         return
     cfg = settings()
     res = run_backtest(
@@ -86,6 +94,7 @@ def backtest_cmd(
         test_sessions=test_sessions,
         warm_start=warm,
         reuse=False if no_reuse else None,
+        end=end_d,
     )
     table = Table(
         "fold",
@@ -141,7 +150,12 @@ def backtest_cmd(
 
 
 def _backtest_many(
-    tickers: str, folds: int, workers: int | None, warm_start: bool, reuse: bool | None = None
+    tickers: str,
+    folds: int,
+    workers: int | None,
+    warm_start: bool,
+    reuse: bool | None = None,
+    end=None,
 ) -> None:
     """`ldtm backtest --tickers ...`: every ticker's newest candidate, progress, one summary row each."""
     from ldtm_core.accountability.gate.backtest_pool import backtest_many
@@ -162,6 +176,7 @@ def _backtest_many(
             warm_start=warm_start,
             reuse=reuse,
             on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
+            end=end,
         )
     counts = print_outcomes(
         f"backtest, {folds} folds",

@@ -1,4 +1,4 @@
-"""Commands for data: db upgrade, universe, ingest, prices summary."""
+"""Commands for data: db upgrade, ingest, prices summary (`ldtm universe`: cli/universe.py)."""
 
 from __future__ import annotations
 
@@ -92,18 +92,6 @@ def _exists(cfg) -> bool:
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return True
     return Path(url.database).expanduser().is_file()
-
-
-@app.command("universe")
-@handle_errors
-def universe(
-    spec: str = typer.Option(
-        None, "--universe", "-u", help="demo, full, a comma list or a file; default LDTM_UNIVERSE"
-    ),
-) -> None:
-    """List the tickers of the configured universe."""
-    tickers = load_universe(spec or settings().universe)
-    console.print(f"{len(tickers)} tickers: " + " ".join(tickers))
 
 
 @prices_app.command("summary")

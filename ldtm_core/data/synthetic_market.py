@@ -22,6 +22,7 @@ import pandas as pd
 from scipy.signal import lfilter
 
 from ldtm_core.data.calendar import sessions_between
+from ldtm_core.data.membership import Span
 from ldtm_core.errors import InputError
 
 # Real late listings in the universe (seed: < 3 years of history) with their first session. Only these
@@ -191,11 +192,14 @@ def generate(
     end: dt.date | str,
     seed: int = 0,
     splits: Mapping[str, Sequence[tuple[dt.date, float]]] | None = None,
+    delistings: Mapping[str, dt.date | str] | None = None,
 ) -> pd.DataFrame:
     """Long frame (ticker, date, open, high, low, close, adj_close, volume) over XNYS sessions.
 
     `splits` (off by default: the demo and the tests see the continuous market): {ticker: [(ex-date,
-    ratio)]} re-bases those tickers as raw closes after a ratio:1 split (`apply_splits`)."""
+    ratio)]} re-bases those tickers as raw closes after a ratio:1 split (`apply_splits`).
+    `delistings` (off by default): {ticker: last session}: that ticker's bars stop after it, as a
+    delisted name's do; the bars before are unchanged. `membership_spans` writes the matching history."""
     if np.datetime64(pd.Timestamp(start).date(), "D") < GRID_START:
         # The random grid is fixed (prices never depend on the range asked), so it cannot grow backwards.
         raise InputError(f"synthetic start {start}: the synthetic market begins on {GRID_START}")
@@ -209,6 +213,8 @@ def generate(
     first = days[0]
     frames = [_ticker_frame(t, sessions, grid_pos, market, seed) for t in tickers]
     frames = [f[f["date"] >= first] for f in frames]
+    gone = {t: pd.Timestamp(d).date() for t, d in (delistings or {}).items()}
+    frames = [f[f["date"] <= gone[t]] if t in gone else f for t, f in zip(tickers, frames, strict=True)]
     df = pd.concat(frames, ignore_index=True)
     df["ticker"] = df["ticker"].astype(str)
     # Rounding can never break OHLC consistency: widen high/low to contain open and close.
@@ -219,3 +225,18 @@ def generate(
         df["high"] = df[["high", "open", "close"]].max(axis=1)
         df["low"] = df[["low", "open", "close"]].min(axis=1)
     return df
+
+
+def membership_spans(
+    tickers: Sequence[str], start: dt.date | str, delistings: Mapping[str, dt.date | str] | None = None
+) -> list[Span]:
+    """The synthetic market's membership history (data.membership): each ticker a member from `start`
+    (or its late listing, LATE_LISTINGS) to its delisting (`delistings`; none: still a member). Written
+    with `membership.write_membership_file`, it is what `ldtm universe import` loads beside the prices."""
+    first = pd.Timestamp(start).date()
+    gone = {t: pd.Timestamp(d).date() for t, d in (delistings or {}).items()}
+    out = []
+    for t in tickers:
+        listed = max(first, dt.date.fromisoformat(LATE_LISTINGS[t])) if t in LATE_LISTINGS else first
+        out.append(Span(t, listed, gone.get(t)))
+    return out

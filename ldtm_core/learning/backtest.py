@@ -26,6 +26,7 @@ from sqlalchemy import Engine, insert, select
 
 from ldtm_core.config import Settings
 from ldtm_core.data.feature_store import prices_and_features
+from ldtm_core.data.membership import load_membership
 from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
@@ -282,6 +283,13 @@ def tuning_seen(engine: Engine, model_id: int, cfg: ModelConfig) -> TuningSeen |
     return TuningSeen(before, str(metrics.get("tuned_study", "?")), shown, metrics.get("tuning_folds"))
 
 
+def member_rows(engine: Engine, ticker: str, samples: SampleSet) -> np.ndarray | None:
+    """One flag per sample row: was `ticker` a member of the universe on the row's evening
+    (universe_membership)? None with no stored history: every evening counts, as before."""
+    membership = load_membership(engine)
+    return membership.mask(ticker, samples.dates) if membership.has_history else None
+
+
 @torch.no_grad()
 def predict_prices(model, samples: SampleSet) -> np.ndarray:
     """[n, H] predicted prices (one column per horizon) of every row of `samples`."""
@@ -364,7 +372,9 @@ def run_backtest(
     `reuse` (default `settings.backtest_reuse`) takes a fold's stored outcome (`fold_cache`) instead
     of refitting it when its key — config, rows, cutoff, seed, starting weights — is unchanged.
     `end`: read prices up to this date only (the gate backtests the champion's config on the very
-    prices the candidate's backtest read).
+    prices the candidate's backtest read; `ldtm backtest --end` keeps the folds before a replay window).
+    With a membership history (universe_membership) a fold tests only evenings on which the ticker was a
+    member of the universe (`member_rows`, `fold_calendar.fold_spans`).
 
     Each fold is planned (`_plan`), fitted or reused (`_fit_or_reuse`) and scored (`_score`) in turn;
     the folds are written at the end, in one transaction (`_write_folds`).
@@ -381,7 +391,7 @@ def run_backtest(
         raise NotFoundError(f"no prices for {ticker}")
     seen_by_study = tuning_seen(engine, model_id, cfg)
     samples = build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
-    evaluable, spans = fold_spans(samples, folds, test_sessions, ticker)
+    evaluable, spans = fold_spans(samples, folds, test_sessions, ticker, member_rows(engine, ticker, samples))
     result = BacktestResult(
         str(uuid.uuid4()),
         ticker,

@@ -33,7 +33,11 @@ class FoldSpan:
 
 
 def fold_spans(
-    samples: SampleSet, folds: int, test_sessions: int | None = None, ticker: str = ""
+    samples: SampleSet,
+    folds: int,
+    test_sessions: int | None = None,
+    ticker: str = "",
+    member: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[FoldSpan]]:
     """(evaluable rows, each fold's span, oldest first): the one fold geometry of the backtest.
 
@@ -46,8 +50,12 @@ def fold_spans(
 
     The hyper-parameter search (`tuning`) reads its hold-out cutoff from here too, so the two can
     never disagree about where the backtest's first fold begins.
+
+    `member` (one flag per sample row; None: every row) is the ticker's universe membership on each
+    row's evening (`data.membership`): a fold tests only evenings on which the ticker was a member, and
+    a quarter without one is no fold (survivorship: today's list is not applied to past quarters).
     """
-    evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]))
+    evaluable = np.flatnonzero(~np.isnan(samples.target_close[:, 0]) & (True if member is None else member))
     if len(samples) == 0:
         raise InputError(f"{ticker}: no samples (too few sessions for one window) cannot hold {folds} folds")
     periods = pd.PeriodIndex(pd.DatetimeIndex(samples.dates[evaluable]), freq=FOLD_PERIOD)
@@ -56,8 +64,9 @@ def fold_spans(
     complete = [p for p in periods.unique() if p < newest and evaluable[periods == p][0] > 0]
     if len(complete) < folds:
         raise InputError(
-            f"{ticker}: {len(complete)} completed quarter(s) of evaluable sessions up to "
-            f"{_d(samples.dates[-1])} cannot hold {folds} folds (one quarter per fold)"
+            f"{ticker}: {len(complete)} completed quarter(s) of evaluable sessions"
+            + ("" if member is None or member.all() else " as a member of the universe")
+            + f" up to {_d(samples.dates[-1])} cannot hold {folds} folds (one quarter per fold)"
         )
     spans = []
     for p in complete[-folds:]:

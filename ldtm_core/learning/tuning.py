@@ -34,6 +34,7 @@ from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import TrialState
 
 from ldtm_core.config import Settings
+from ldtm_core.data.membership import load_membership
 from ldtm_core.data.prices import load_ticker_prices
 from ldtm_core.data.samples import SampleSet, build_samples
 from ldtm_core.data.universe import validate_ticker
@@ -98,8 +99,14 @@ def candidate_windows(fixed: dict) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def first_backtest_cutoff(samples: SampleSet, folds: int, test_sessions: int | None, ticker: str) -> dt.date:
-    _, spans = backtest.fold_spans(samples, folds, test_sessions, ticker)
+def first_backtest_cutoff(
+    samples: SampleSet, folds: int, test_sessions: int | None, ticker: str, membership=None
+) -> dt.date:
+    """The backtest's first fold cutoff; `membership` (data.membership.Membership) as the backtest reads it."""
+    member = (
+        membership.mask(ticker, samples.dates) if membership is not None and membership.has_history else None
+    )
+    _, spans = backtest.fold_spans(samples, folds, test_sessions, ticker, member)
     return pd.Timestamp(spans[0].cutoff).date()
 
 
@@ -119,6 +126,7 @@ class TickerData:
 
     def __init__(self, engine, ticker: str):
         self.ticker = ticker
+        self.membership = load_membership(engine)
         self.prices = load_ticker_prices(engine, ticker)
         if self.prices.empty:
             raise NotFoundError(f"no prices for {ticker}; ingest them before tuning")
@@ -136,7 +144,10 @@ class TickerData:
 
     def holdout(self, windows: Sequence[int], folds: int, test_sessions: int | None) -> dt.date:
         """The earliest first-fold cutoff of a backtest over any window the search may propose."""
-        return min(first_backtest_cutoff(self.samples(w), folds, test_sessions, self.ticker) for w in windows)
+        return min(
+            first_backtest_cutoff(self.samples(w), folds, test_sessions, self.ticker, self.membership)
+            for w in windows
+        )
 
     def last_used(self, windows: Sequence[int], holdout: dt.date) -> dt.date | None:
         """The latest price date any trial can use: the latest target of a row `trial_split` keeps."""

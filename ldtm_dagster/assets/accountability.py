@@ -103,6 +103,8 @@ def snapshots(
             "neutral": result.cohort.get("neutral", 0),
             "bearish": result.cohort.get("bearish", 0),
             "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
+            # Not members of the universe on the evening (universe_membership): not predicted, no failure.
+            "not_members": ",".join(sorted(result.not_members)),
             "used_candidate": ",".join(result.used_candidate),
             "ungated": sum(result.cohort_ungated.values()),
             "in_sample": ",".join(result.in_sample),
@@ -271,6 +273,11 @@ def fillbacks(
             "refills": MetadataValue.json([st.describe() for st in redone.refilled[:50]]),
             # Explained but beyond the overlap window: `ldtm fillback --refill` (an operator's decision).
             "stale_left": MetadataValue.json([st.describe() for st in redone.left[:50]]),
+            # Pending actuals that can never be filled (the ticker left and its prices stop): kept, unscored.
+            "unfillable": len(result.unfillable),
+            "unfillable_reasons": MetadataValue.json(
+                sorted({u.ticker: u.reason for u in result.unfillable}.values())[:50]
+            ),
             # Each shadow: its paired live record so far and the decision (pending until N evenings).
             "shadow_decisions": records_table(
                 [

@@ -6,6 +6,7 @@ runs within the slot plan exactly as training does (`ticker_pool`), never as thr
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -69,6 +70,7 @@ def backtest_candidate(
     folds: int = DEFAULT_FOLDS,
     warm_start: bool = DEFAULT_WARM_START,
     reuse: bool | None = None,
+    end: dt.date | None = None,
 ) -> BacktestOutcome:
     """Backtest `ticker`'s newest candidate with its own config; a core error becomes a failed outcome
     (one bad ticker never stops the others), anything else propagates."""
@@ -86,6 +88,7 @@ def backtest_candidate(
             threads=threads,
             warm_start=warm_start,
             reuse=reuse,
+            end=end,
         )
     except LDTMError as exc:
         return BacktestOutcome(ticker, "failed", reason=mask_secrets(str(exc), settings.database_url))
@@ -112,12 +115,16 @@ def backtest_many(
     warm_start: bool = DEFAULT_WARM_START,
     reuse: bool | None = None,
     on_outcome: Callable[[BacktestOutcome], None] | None = None,
+    end: dt.date | None = None,
 ) -> list[BacktestOutcome]:
-    """Backtest every ticker's newest candidate within the slot plan; outcomes in the order given."""
+    """Backtest every ticker's newest candidate within the slot plan; outcomes in the order given.
+    `end`: read prices up to that day only (folds that stop before a replay window)."""
     if folds < 1:
         raise InputError(f"folds must be >= 1, not {folds}")
     tickers = [validate_ticker(t) for t in tickers]
-    work = partial(backtest_candidate, settings=settings, folds=folds, warm_start=warm_start, reuse=reuse)
+    work = partial(
+        backtest_candidate, settings=settings, folds=folds, warm_start=warm_start, reuse=reuse, end=end
+    )
     return map_tickers(
         settings,
         tickers,

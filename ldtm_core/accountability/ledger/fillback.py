@@ -17,6 +17,12 @@ of the model (or of any baseline): `next_day_direction_correct` is NULL, its dir
 Price basis (SPEC §2): an actual is compared on the prediction's own basis, its run date's. A horizon
 with a recorded corporate action between run date and target date is filled per row in Python with
 the close divided by the actions' factors (corporate_actions.basis_factor); the rest stay set-based.
+
+A ticker that leaves the universe keeps its record: its pending horizons fill from stored prices like
+any other. Where its prices stop before a target date (delisted, or no longer ingested) and it was no
+longer a member then (universe_membership), the horizon can never be filled: it is named in
+`unfillable_actuals` with the reason (`unfillable`), never dropped, and the snapshot row is untouched.
+A close that arrives later still fills it, and the mark goes.
 """
 
 from __future__ import annotations
@@ -25,15 +31,16 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 import numpy as np
-from sqlalchemy import Engine, and_, case, exists, func, null, or_, select, update
+from sqlalchemy import Engine, and_, case, delete, exists, func, insert, null, or_, select, update
 
 from ldtm_core.accountability.ledger.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
+from ldtm_core.data.membership import Membership, load_membership
 from ldtm_core.db import is_postgres, run_in_transaction, write_lock
 from ldtm_core.faults import pause_point
 from ldtm_core.horizons import DIRECTION
 from ldtm_core.horizons import NAMES as HORIZONS
-from ldtm_core.schema import corporate_actions, snapshots
+from ldtm_core.schema import corporate_actions, prices, snapshots, unfillable_actuals
 
 FILL_LOCK = "ldtm:fillback"
 # The band of rows written before each row stored its own (migration 0017): the default they had.
@@ -63,12 +70,27 @@ class PendingFill:
     actual: float
 
 
+@dataclass(frozen=True)
+class Unfillable:
+    """A pending horizon that can never be filled, and why (a row of unfillable_actuals)."""
+
+    snapshot_id: int
+    ticker: str
+    run_date: dt.date
+    horizon: str
+    target_date: dt.date
+    reason: str
+
+
 @dataclass
 class FillbackResult:
     dry_run: bool
     pending: list[PendingFill] = field(default_factory=list)
     filled: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HORIZONS, 0))
     rows_pending: int = 0  # dry run: snapshot rows with at least one fillable horizon
+    # Every pending horizon that can never be filled (its ticker left and its prices stop): marked in
+    # unfillable_actuals (dry run: what would be), never dropped.
+    unfillable: list[Unfillable] = field(default_factory=list)
 
     @property
     def total_filled(self) -> int:
@@ -137,10 +159,97 @@ def fillback(engine: Engine, dry_run: bool = False, neutral_band_pct: float | No
                         )
                     )
         result.pending.sort(key=lambda p: (p.ticker, p.run_date, HORIZONS.index(p.horizon)))
+        with engine.connect() as conn:
+            result.unfillable = unfillable(conn, load_membership(engine))
         return result
     now = dt.datetime.now(dt.UTC)
-    result.filled = run_in_transaction(engine, lambda conn: _fill(conn, band, now))
+    membership = load_membership(engine)
+
+    def fill_and_mark(conn) -> dict[str, int]:
+        filled = _fill(conn, band, now)
+        result.unfillable = _mark_unfillable(conn, membership, now)
+        return filled
+
+    result.filled = run_in_transaction(engine, fill_and_mark)
     return result
+
+
+def unfillable(conn, membership: Membership) -> list[Unfillable]:
+    """Every pending horizon that can never be filled: its ticker left the universe (universe_membership)
+    and has no stored close on or after the target date, while the market (some ticker) has one.
+
+    Without a membership history nothing is unfillable here: a ticker whose prices stop is a data gap
+    that freshness names, and its rows stay pending. Only tickers whose membership ended are read."""
+    left = {t: membership.last_end(t) for t in membership.spans}
+    left = {t: end for t, end in left.items() if end is not None}
+    if not left:
+        return []
+    newest_market = conn.execute(select(func.max(prices.c.date))).scalar()
+    if newest_market is None:
+        return []
+    last_close = dict(
+        conn.execute(
+            select(prices.c.ticker, func.max(prices.c.date))
+            .where(prices.c.ticker.in_(left))
+            .group_by(prices.c.ticker)
+        ).all()
+    )
+    s = snapshots.c
+    out: list[Unfillable] = []
+    for h in HORIZONS:
+        rows = conn.execute(
+            select(s.id, s.ticker, s.run_date, s[f"{h}_date"].label("target"))
+            .where(
+                s.ticker.in_(left),
+                s[f"{h}_actual"].is_(None),
+                s[f"{h}_date"] <= newest_market,
+            )
+            .order_by(s.id)
+        ).all()
+        for r in rows:
+            last = last_close.get(r.ticker)
+            if (last is not None and last >= r.target) or membership.is_member(r.ticker, r.target):
+                continue
+            stop = f"its prices stop at {last}" if last is not None else "it has no stored prices"
+            out.append(
+                Unfillable(
+                    r.id,
+                    r.ticker,
+                    r.run_date,
+                    h,
+                    r.target,
+                    f"{r.ticker} left the universe on {left[r.ticker]} (universe_membership) and {stop}: no "
+                    f"close on the target date {r.target}, so this {h} actual can never be filled; the "
+                    f"prediction stays in the record, unscored",
+                )
+            )
+    return sorted(out, key=lambda u: (u.ticker, u.run_date, HORIZONS.index(u.horizon)))
+
+
+def _mark_unfillable(conn, membership: Membership, now: dt.datetime) -> list[Unfillable]:
+    """Bring unfillable_actuals to `unfillable` (under the fill lock): a mark whose horizon is now filled,
+    or no longer unfillable, goes; a new one is added with its reason."""
+    found = unfillable(conn, membership)
+    u = unfillable_actuals.c
+    held = {(r.snapshot_id, r.horizon) for r in conn.execute(select(u.snapshot_id, u.horizon)).all()}
+    keep = {(x.snapshot_id, x.horizon) for x in found}
+    for sid, h in held - keep:
+        conn.execute(delete(unfillable_actuals).where(u.snapshot_id == sid, u.horizon == h))
+    new = [
+        {
+            "snapshot_id": x.snapshot_id,
+            "horizon": x.horizon,
+            "ticker": x.ticker,
+            "target_date": x.target_date,
+            "reason": x.reason,
+            "marked_at": now,
+        }
+        for x in found
+        if (x.snapshot_id, x.horizon) not in held
+    ]
+    if new:
+        conn.execute(insert(unfillable_actuals), new)
+    return found
 
 
 def _sign(expr):

@@ -15,11 +15,16 @@ shadow cannot hold its ticker for ever.
 
 A replayed evening whose next-day target date is on or before the model's data cutoff
 (`trained_on_date`) is stored flagged `in_sample`: the model may have trained on the answer.
+
+A ticker that was not a member of the universe on the run date (a stored membership history,
+data.membership) is not predicted, live or replayed: it is named in `not_members` with the reason (run
+log summary, CLI, Dagster metadata), which is no failure of the run. Its earlier rows stay in the record.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -37,6 +42,7 @@ from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
 from ldtm_core.data.features import warmup_rows
+from ldtm_core.data.membership import load_membership
 from ldtm_core.data.prices import earliest_price_date, latest_price_date
 from ldtm_core.data.samples import denormalise
 from ldtm_core.data.universe import validate_ticker
@@ -57,6 +63,7 @@ from ldtm_core.schema import model_registry, prices, snapshots
 from ldtm_core.scoring import baselines
 
 DIRECTIONS = ("bullish", "neutral", "bearish")
+log = logging.getLogger("ldtm.predict")
 
 
 def classify_direction(value, close, band_pct: float) -> np.ndarray:
@@ -89,6 +96,9 @@ class PredictResult:
     rows_existing: int = 0
     tickers_predicted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    # Tickers with a model that were not members of the universe on the run date (universe_membership),
+    # with the reason: not predicted, and no failure (a replay never uses today's list for the past).
+    not_members: dict[str, str] = field(default_factory=dict)
     # Production's cohort: rows of active (gated) models. Candidates' rows are counted apart.
     cohort: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     cohort_ungated: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
@@ -113,6 +123,7 @@ class PredictResult:
             "cohort_ungated": self.cohort_ungated,
             "ungated": self.used_candidate,
             "skipped": self.skipped,
+            "not_members": self.not_members,
             "used_candidate": self.used_candidate,
             "features_recomputed": self.features_recomputed,
             "in_sample": self.in_sample,
@@ -224,10 +235,14 @@ def _predict(
     t0: float,
 ) -> None:
     run_date = result.run_date
+    membership = load_membership(engine)
     for t in wanted:
         if t not in models:
             result.skipped[t] = f"{t} has no active or candidate model"
-    todo = [t for t in wanted if t in models]
+        elif not membership.is_member(t, run_date):
+            result.not_members[t] = membership.why_not(t, run_date)
+            log.info("predict %s: %s not predicted: %s", run_date, t, result.not_members[t])
+    todo = [t for t in wanted if t in models and t not in result.not_members]
 
     # load: one prices query, each checkpoint once
     loaded: dict[str, tuple[ModelRecord, Weights]] = {}

@@ -22,9 +22,11 @@ class SyntheticSource(PriceSource):
     name = "synthetic"
     batch_size = 1000  # no network: one call for any number of tickers
 
-    def __init__(self, seed: int = 0, splits: dict | None = None):
+    def __init__(self, seed: int = 0, splits: dict | None = None, delistings: dict | None = None):
         self.seed = seed
         self.splits = parse_splits(setting(ENV_SPLITS)) if splits is None else splits
+        # {ticker: last session} (off by default): bars stop after it (synthetic_market.generate).
+        self.delistings = delistings or {}
 
     @classmethod
     def from_spec(cls, arg: str, *, seed: int) -> SyntheticSource:
@@ -37,7 +39,7 @@ class SyntheticSource(PriceSource):
         answer = SourceAnswer()
         if len(sessions_between(start, end)) < 2:  # the generator needs two sessions; widen backwards
             start = start - dt.timedelta(days=7)
-        df = generate(list(tickers), start, end, self.seed, splits=self.splits)
+        df = generate(list(tickers), start, end, self.seed, splits=self.splits, delistings=self.delistings)
         for ticker in tickers:
             for ex, ratio in self.splits.get(ticker, []):
                 if start <= ex <= end:
@@ -46,7 +48,10 @@ class SyntheticSource(PriceSource):
             answer.frames[str(ticker)] = group[RAW_COLUMNS].reset_index(drop=True)
         for ticker in tickers:
             if ticker not in answer.frames or answer.frames[ticker].empty:
-                answer.fail(
-                    ticker, f"empty answer: no synthetic bars between {start} and {end} (not listed yet)"
+                why = (
+                    f"delisted after {self.delistings[ticker]}"
+                    if ticker in self.delistings and str(self.delistings[ticker]) < str(start)
+                    else "not listed yet"
                 )
+                answer.fail(ticker, f"empty answer: no synthetic bars between {start} and {end} ({why})")
         return answer

@@ -1,0 +1,102 @@
+"""`ldtm universe`: the configured universe's tickers, and its dated membership (import a history, show
+the members as of a day)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import typer
+
+from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db, parse_date, settings
+from ldtm_core.data.universe import load_universe
+
+universe_app = typer.Typer(
+    help="The ticker universe (no subcommand: list its tickers) and its membership history.",
+    invoke_without_command=True,
+)
+app.add_typer(universe_app, name="universe")
+
+
+@universe_app.callback()
+@handle_errors
+def universe(
+    ctx: typer.Context,
+    spec: str = typer.Option(
+        None, "--universe", "-u", help="demo, full, a comma list or a file; default LDTM_UNIVERSE"
+    ),
+) -> None:
+    """List the tickers of the configured universe (`import` / `show`: its membership history)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    tickers = load_universe(spec or settings().universe)
+    console.print(f"{len(tickers)} tickers: " + " ".join(tickers))
+
+
+@universe_app.command("import")
+@handle_errors
+def universe_import(
+    path: str = typer.Argument(
+        ..., help="instruments file: TICKER<TAB>START<TAB>END per line (END empty: a member)"
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="check the file and say what it holds; store nothing"
+    ),
+) -> None:
+    """Replace the stored membership history with FILE's spans (Qlib's instruments format)."""
+    from ldtm_core.data.membership import import_membership, read_membership_file
+
+    spans = read_membership_file(path)
+    cfg = settings()
+    tickers = sorted({s.ticker for s in spans})
+    today = dt.date.today()
+    now = sorted({s.ticker for s in spans if s.covers(today)})
+    console.print(
+        f"{path}: {len(spans)} spans for {len(tickers)} tickers; {len(now)} members on {today}, "
+        f"{len(tickers) - len(now)} no longer (or not yet)"
+    )
+    absent = [t for t in load_universe(cfg.universe) if t not in tickers]
+    if absent:
+        err_console.print(
+            f"[yellow]{len(absent)} ticker(s) of LDTM_UNIVERSE={cfg.universe} have no span in {path}, so they "
+            f"count as members on no evening (never predicted, backtested or benchmarked):[/] {' '.join(absent)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if dry_run:
+        console.print("dry run: nothing was stored")
+        return
+    n = import_membership(open_db(cfg), spans, str(path))
+    console.print(f"stored {n} spans in universe_membership (the previous history, if any, replaced)")
+
+
+@universe_app.command("show")
+@handle_errors
+def universe_show(
+    as_of: str = typer.Option(None, "--as-of", help="the day (YYYY-MM-DD; default today)"),
+) -> None:
+    """The members on a day and the rule that chose them (stored history, or the list with none)."""
+    from ldtm_core.data.membership import load_membership
+    from ldtm_core.data.universe import stated_as_of
+
+    cfg = settings()
+    day = parse_date(as_of, "--as-of") or dt.date.today()
+    membership = load_membership(open_db(cfg))
+    configured = load_universe(cfg.universe)
+    console.print(membership.rule(), highlight=False, soft_wrap=True)
+    if not membership.has_history:
+        stated = stated_as_of(cfg.universe)
+        console.print(
+            f"LDTM_UNIVERSE={cfg.universe}: membership as of {stated or 'an unstated day'}, no history",
+            highlight=False,
+        )
+        console.print(f"{len(configured)} members on {day}: " + " ".join(configured), highlight=False)
+        return
+    members = membership.members(day, sorted(membership.spans))
+    console.print(f"{len(members)} members on {day}: " + " ".join(members), highlight=False)
+    outside = [t for t in members if t not in configured]
+    if outside:
+        console.print(
+            f"[yellow]members on {day} outside LDTM_UNIVERSE={cfg.universe} (not served):[/] {' '.join(outside)}",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -1,0 +1,84 @@
+"""`ldtm universe`: list the tickers, import a dated membership history, show the members as of a day."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from ldtm_core.cli import app
+from ldtm_core.db import get_engine
+from ldtm_core.schema import universe_membership
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def stored(url: str) -> int:
+    with get_engine(url).connect() as conn:
+        return conn.execute(select(func.count()).select_from(universe_membership)).scalar()
+
+
+@pytest.mark.parametrize("args", [["universe"], ["universe", "import"], ["universe", "show"]])
+def test_every_universe_command_has_help(args):
+    result = invoke(*args, "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_universe_lists_the_tickers_as_before(ldtm_env):
+    assert invoke("universe").stdout.startswith("7 tickers: AAPL NVDA")
+    assert invoke("universe", "--universe", "AAPL,QQQ").stdout.startswith("2 tickers: AAPL QQQ")
+
+
+def test_import_then_show_as_of(ldtm_env, tmp_path):
+    path = tmp_path / "history.txt"
+    path.write_text(
+        "# demo names\nAAPL\t2001-01-02\t\nNVDA\t2001-01-02\t2020-06-30\nTSLA\t2010-06-29\t2099-12-31\n"
+        "QQQ\t1999-03-10\t\nSQQQ\t2010-02-11\t\nFER\t2024-05-09\t\nSYNEDGE\t2001-01-02\t\nOLDCO\t1995-01-03\t2005-12-30\n"
+    )
+    before = invoke("universe", "show", "--as-of", "2004-01-02")
+    assert before.exit_code == 0, before.output
+    out = " ".join(before.stdout.split())
+    assert "no membership history" in out and "membership as of 2026-11-21, no history" in out
+    assert "7 members on 2004-01-02" in out  # today's list applied to the past, said as such
+
+    dry = invoke("universe", "import", str(path), "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "8 spans for 8 tickers" in dry.stdout and "nothing was stored" in dry.stdout
+    assert stored(ldtm_env["url"]) == 0
+
+    real = invoke("universe", "import", str(path))
+    assert real.exit_code == 0, real.output
+    assert "stored 8 spans" in real.stdout and stored(ldtm_env["url"]) == 8
+
+    then = invoke("universe", "show", "--as-of", "2004-01-02")
+    out = " ".join(then.stdout.split())
+    assert "members as of each evening from universe_membership" in out
+    assert "5 members on 2004-01-02: AAPL NVDA OLDCO QQQ SYNEDGE" in out
+    assert "outside LDTM_UNIVERSE=demo (not served): OLDCO" in out
+    later = " ".join(invoke("universe", "show", "--as-of", "2024-06-03").stdout.split())
+    assert "6 members on 2024-06-03: AAPL FER QQQ SQQQ SYNEDGE TSLA" in later
+
+
+def test_a_bad_file_is_refused_naming_file_line_and_ticker_and_stores_nothing(ldtm_env, tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text("AAPL\t2001-01-02\t\nNVDA\t2005-01-03\t2004-01-02\nAAPL\t2003-01-02\t\n")
+    result = invoke("universe", "import", str(path))
+    assert result.exit_code == 2
+    err = " ".join(result.stderr.split())
+    assert f"{path}:2: NVDA: end 2004-01-02 is before start 2005-01-03" in err
+    assert f"{path}:3: AAPL: span 2003-01-02..now overlaps its span 2001-01-02..now (line 1)" in err
+    assert stored(ldtm_env["url"]) == 0
+
+
+def test_a_history_that_leaves_out_a_served_ticker_is_named(ldtm_env, tmp_path):
+    path = tmp_path / "h.txt"
+    path.write_text("AAPL\t2001-01-02\t\n")
+    result = invoke("universe", "import", str(path))
+    assert result.exit_code == 0, result.output
+    err = " ".join(result.stderr.split())
+    assert "6 ticker(s) of LDTM_UNIVERSE=demo have no span" in err and "NVDA" in err
