@@ -119,7 +119,7 @@ def cell(rng, n: int, horizon: str, phi: float, reps: int, names: int, edge: flo
         counts["dm_main"] += rejects(main_rule_dm(d, h))
         counts["dm_new"] += rejects(paired.dm_test(d, h).p_greater)
     short = hac.independent_periods(n, h) < hac.MIN_INDEPENDENT_PERIODS
-    out = {"evenings": n, "horizon": horizon, "phi": phi, "dof": hac.ewc_dof(n, h)}
+    out = {"evenings": n, "horizon": horizon, "phi": phi, "dof at most": hac.ewc_dof(n, h)}
     for k, v in counts.items():
         out[k] = "short" if short and k.endswith("_new") else f"{100 * v / reps:.1f}"
     return out

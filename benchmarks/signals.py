@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,8 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ldtm_core.accountability.ledger.fillback import fillback  # noqa: E402
-from ldtm_core.accountability.signals.rows import benchmark_returns, load_rows  # noqa: E402
+from ldtm_core.accountability.signals.execution import DEFAULT_EXECUTION, attach  # noqa: E402
+from ldtm_core.accountability.signals.rows import load_rows  # noqa: E402
 from ldtm_core.accountability.signals.signals import report_from_rows, signal_report  # noqa: E402
 from ldtm_core.accountability.signals.stats import recipes_tried  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
@@ -149,10 +151,9 @@ def _phases(engine, plot) -> tuple[float, ...]:
     marks = [time.perf_counter()]
     rows = load_rows(engine)
     marks.append(time.perf_counter())
-    scored = rows.rows[np.isfinite(rows.rows["real_next_day"].to_numpy(dtype=float))]
-    bench = benchmark_returns(engine, rows.universe, sorted(scored["run_date"].unique()))
+    frame, bench = attach(engine, rows, DEFAULT_EXECUTION)  # the held returns and benchmark: prices read
     marks.append(time.perf_counter())
-    report = report_from_rows(rows, bench, 5.0, recipes_tried(engine, rows.universe))
+    report = report_from_rows(replace(rows, rows=frame), bench, 5.0, recipes_tried(engine, rows.universe))
     marks.append(time.perf_counter())
     report.summary()
     marks.append(time.perf_counter())
@@ -205,6 +206,7 @@ def figures(url_for, years: float, seeds: int, edge: float, noise: float) -> Non
     print(f"\nfigures on the demo universe ({', '.join(tickers)}), {years:g} years, noise {noise:g}")
     print(
         f"  {'market':<18}{'seed':>5}{'mean IC 1d':>12}{'HAC t':>8}{'q5-q1 1d':>11}{'Sharpe net':>12}{'DSR':>7}"
+        f"{'same-bar Sharpe':>17}"
     )
     for label, skill in (("no skill", 0.0), (f"planted {edge:g}", edge)):
         for s in range(seeds):
@@ -215,9 +217,12 @@ def figures(url_for, years: float, seeds: int, edge: float, noise: float) -> Non
             ic = r.ic.set_index("horizon").loc["next_day"]
             q = r.quintiles.set_index("horizon").loc["next_day"]
             ls = r.summary().set_index(["portfolio", "basis"]).loc[("long bullish / short bearish", "net")]
+            # The books trade next_close; same_close (the evening's own close) is the untradable bound.
+            same = signal_report(engine, execution="same_close").summary().set_index(["portfolio", "basis"])
             print(
                 f"  {label:<18}{s:>5}{ic['mean_ic']:>12.3f}{ic['hac_t']:>8.2f}{q['spread'] * 100:>10.3f}%"
                 f"{ls['sharpe']:>12.2f}{ls['dsr']:>7.3f}"
+                f"{same.loc[('long bullish / short bearish', 'net'), 'sharpe']:>17.2f}"
             )
             engine.dispose()
 

@@ -527,6 +527,12 @@ SETTINGS: dict[str, Setting] = _table(
         "the paper books' cost per unit of turnover",
         Number(float, 0, 10_000, "basis points per unit of turnover (5 for 0.05 %)"),
     ),
+    Setting(
+        "LDTM_SIGNAL_EXECUTION",
+        "next_close",
+        "when the paper books trade an evening's signals",
+        Choice(("next_close", "next_open", "same_close")),
+    ),
     # Deployment (ldtm_dagster/deployment.py).
     Setting("LDTM_DEPLOYMENT", "local", "where the code location runs", Choice(("local", "docker", "k8s"))),
     Setting("LDTM_K8S_GPU_PER_STEP", True, "a gpu pool step's pod requests one GPU", Flag()),

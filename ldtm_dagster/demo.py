@@ -3,7 +3,8 @@
     python -m ldtm_dagster.demo            # demo universe, synthetic prices, demo profile
 
 Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforced):
-  1. prices                 synthetic market for the universe
+  1. prices                 synthetic market for the universe, and its dated membership (each ticker
+                            from its first bar) imported as `ldtm universe import` would
   2. features, checkpoints, backtests
                             one single-run backfill over every ticker partition, trained on data up
                             to the replay start only, so the replayed evenings are out of sample
@@ -73,6 +74,27 @@ def demo_resources(universe: str = "demo", profile: str = "demo", max_epochs: in
     }
 
 
+def _import_membership(store: ArtifactStore, engine, tickers: list[str], start: str, log) -> None:
+    """The synthetic market's dated universe (each ticker a member from its first bar: `start`, or its
+    late listing), written as an instruments file and imported, as `ldtm universe import` would: the
+    folds, the evenings and the fills read membership from it; it changes no figure of the demo."""
+    from ldtm_core.data.membership import import_membership, write_membership_file
+    from ldtm_core.data.sources import configured_spec
+    from ldtm_core.data.synthetic_market import membership_spans
+
+    if configured_spec().partition(":")[0].strip().lower() != "synthetic":
+        log("[demo] universe membership: not the synthetic market, no history imported")
+        return
+    spans = membership_spans(tickers, start)
+    path = write_membership_file(
+        store.path / "universe_membership.txt",
+        spans,
+        header="the demo's synthetic universe (ldtm_dagster.demo)",
+    )
+    import_membership(engine, spans, str(path))
+    log(f"[demo] universe membership: {len(spans)} spans imported from {path}")
+
+
 def run_demo(
     instance: DagsterInstance,
     resources: dict,
@@ -123,6 +145,7 @@ def run_demo(
         [assets.prices],
         run_config={"ops": {"prices": {"config": {"start": start, "end": str(prices_end)}}}},
     )
+    _import_membership(store, resources["database"].engine(store), tickers, start, log)
     run(
         f"features + checkpoints + backtests for {len(tickers)} tickers in one run (trained up to {replay_start})",
         [assets.features, assets.checkpoints, assets.backtests],
@@ -215,10 +238,29 @@ def main(argv: list[str] | None = None) -> int:
     print_leaderboard(table)
     from ldtm_core.accountability.board.leaderboard import ungated_note
 
-    note = ungated_note(resources["database"].engine(resources["store"]))
+    engine = resources["database"].engine(resources["store"])
+    note = ungated_note(engine)
     if note:  # tickers whose candidate the gate held: not on the production board
         print(note)
+    print_execution_costs(engine)
     return 0
+
+
+def print_execution_costs(engine) -> None:
+    """The production book under each execution rule: a same-bar edge (SYNEDGE's) is not a tradable one."""
+    from ldtm_core.accountability.signals.signals import execution_comparison
+
+    table = execution_comparison(engine)
+    if table.empty:
+        return
+    print(
+        "[demo] signal_performance, long/short net of costs, by when the book trades (ldtm signals --execution):"
+    )
+    for r in table.itertuples(index=False):
+        print(
+            f"  {r.execution:<42} {r.evenings:>3} evenings  Sharpe {r.sharpe_net:6.2f}  "
+            f"total {r.total_return_net * 100:6.2f}%  mean IC vs held return {r.mean_ic_held:6.3f}"
+        )
 
 
 if __name__ == "__main__":  # guard: the training pool spawns worker processes

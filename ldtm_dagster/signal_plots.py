@@ -10,6 +10,7 @@ matplotlib.use("Agg")  # headless: code servers and run workers have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ldtm_core.accountability.signals.execution import tag  # noqa: E402
 from ldtm_core.accountability.signals.signals import SignalReport  # noqa: E402
 
 from .metadata import png_markdown  # noqa: E402
@@ -34,6 +35,7 @@ def equity_figure_markdown(report: SignalReport) -> str | None:
         part = _thin(part)
         top.plot(pd.to_datetime(part["run_date"]), part["value"], label=name, linewidth=1.2)
     top.set_ylabel(f"growth of 1 (net of {report.cost_bp:g} bp)")
+    top.set_title(f"executed {tag(report.execution)}", fontsize=9)  # the rule every figure is traded by
     top.legend(fontsize=8)
     top.tick_params(axis="x", rotation=30)
     md = png_markdown(fig, "signal performance")

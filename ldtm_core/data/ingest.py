@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 from sqlalchemy import Engine
 
+from ldtm_core.config import setting
 from ldtm_core.data.calendar import require_in_range
-from ldtm_core.data.corporate_actions import force_from_env, reconcile, record_actions
+from ldtm_core.data.corporate_actions import Action, force_from_env, reconcile, record_actions, split_factor
 from ldtm_core.data.price_files import read_price_file
 from ldtm_core.data.price_gaps import PriceGap, gaps_since
 from ldtm_core.data.price_moves import LargeMove, moves_since
@@ -64,18 +65,26 @@ class FileOutcome:
         return "ok" if self.ok else "failed"
 
 
-def _store(engine: Engine, df: pd.DataFrame, source: str, label: str, force: bool | None) -> IngestResult:
+def _store(
+    engine: Engine,
+    df: pd.DataFrame,
+    source: str,
+    label: str,
+    force: bool | None,
+    source_actions: Sequence[Action] = (),
+) -> IngestResult:
     """Write in one transaction, through the same history checks as the nightly fetch (`reconcile`): a
     ticker whose stored history the frame rescales by one constant before a date gets that corporate
     action recorded (the rescaled rows are not merged); revisions of the latest sessions are written; any
     other change to stored history refuses the whole call (HistoryRewriteRefused naming the ticker)
-    unless `force` (default LDTM_FORCE_REINGEST)."""
+    unless `force` (default LDTM_FORCE_REINGEST). `source_actions`: the corporate actions the source itself
+    reports with its raw bars (a style-1 source), recorded in the same transaction."""
     force = force_from_env() if force is None else force
 
     recorded: list[str] = []
 
     def work(conn) -> int:
-        frames, actions = [], []
+        frames, actions = [], list(source_actions)
         for ticker, part in df.groupby("ticker", sort=False):
             rec = reconcile(conn, str(ticker), part.drop(columns="ticker"), source=source, force=force)
             frames.append(rec.frame.assign(ticker=ticker))
@@ -195,8 +204,11 @@ def ingest_synthetic(
     seed: int = 0,
     force: bool | None = None,
 ) -> IngestResult:
-    """Generate the synthetic market for `tickers` and upsert it in one transaction."""
-    from ldtm_core.data.synthetic_market import generate
+    """Generate the synthetic market for `tickers` and upsert it in one transaction. Splits planted by
+    LDTM_SYNTHETIC_SPLITS (off by default) are honoured as `ingest fetch --source synthetic` honours them:
+    raw bars re-based from each ex-date, and the split recorded as a corporate action."""
+    from ldtm_core.data.sources.synthetic import ENV_SPLITS
+    from ldtm_core.data.synthetic_market import generate, parse_splits
 
     tickers = list(dict.fromkeys(validate_ticker(t) for t in tickers))
     if not tickers:
@@ -204,6 +216,15 @@ def ingest_synthetic(
     # Sessions past the calendar's range are unknown, not absent: refuse instead of silently stopping short.
     require_in_range(start, "synthetic start")
     require_in_range(end, "synthetic end")
-    df = generate(tickers, start, end, seed)
-    clean = validate_prices(df, f"synthetic seed={seed}")
-    return _store(engine, clean, "synthetic", f"synthetic seed={seed}", force)
+    splits = {t: events for t, events in parse_splits(setting(ENV_SPLITS)).items() if t in tickers}
+    df = generate(tickers, start, end, seed, splits=splits)
+    first, last = pd.Timestamp(df["date"].min()).date(), pd.Timestamp(df["date"].max()).date()
+    actions = [
+        Action(t, ex, split_factor(ratio), "split", "synthetic")
+        for t, events in splits.items()
+        for ex, ratio in events
+        if first <= ex <= last
+    ]
+    label = f"synthetic seed={seed}" + (f" splits={setting(ENV_SPLITS)}" if splits else "")
+    clean = validate_prices(df, label)
+    return _store(engine, clean, "synthetic", label, force, actions)

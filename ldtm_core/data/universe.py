@@ -77,6 +77,25 @@ def load_universe(spec: str = "full") -> list[str]:
         ) from None
 
 
+STATED_AS_OF = re.compile(r"membership as of (\d{4}-\d{2}-\d{2})", re.IGNORECASE)
+
+
+def stated_as_of(spec: str = "full") -> str | None:
+    """The day a named list (or list file) says its membership is as of (a `# Membership as of
+    YYYY-MM-DD ...` comment line); None when it says nothing (a comma list, a file without the line)."""
+    spec = (spec or "full").strip()
+    if spec.lower() in NAMED_UNIVERSES:
+        text = resources.files("ldtm_core").joinpath("universe", f"{spec.lower()}.txt").read_text()
+    elif Path(spec).is_file():
+        text = Path(spec).read_text(encoding="utf-8-sig")
+    else:
+        return None
+    for line in text.splitlines():
+        if "#" in line and (found := STATED_AS_OF.search(line.split("#", 1)[1])):
+            return found.group(1)
+    return None
+
+
 EMPTY_TICKERS = (
     "--tickers is empty: name the tickers (e.g. AAPL,NVDA), or leave the option out "
     "(`train`: --tickers all) for the whole universe"

@@ -8,8 +8,9 @@ variance with Student t(nu) critical values (Lazarus, Lewis, Stock and Watson 20
 mean square of the series' first nu cosine projections, which under the fixed-b asymptotics makes the
 t-statistic t(nu) exactly for Gaussian white noise and asymptotically otherwise.
 
-nu (the degrees of freedom) is LLSW's rule 0.4 T^(2/3), capped at T / (2h) so the cosines stay below the
-frequencies an h-session overlap flattens. Below MIN_INDEPENDENT_PERIODS non-overlapping target periods
+nu (the degrees of freedom) is 0.3 T^(2/3) (LLSW's rule with a smaller constant, measured), capped at half the series' independent values:
+T / (2 span), span the larger of the overlap h and the AR(1) variance inflation (1 + rho) / (1 - rho) of
+its lag-1 autocorrelation, so persistent errors get fewer, lower cosines. Below MIN_INDEPENDENT_PERIODS non-overlapping target periods
 (T / h) there is no p-value: the record is "too short to test". The size of this rule is simulated at 60,
 190 and 750 evenings for each horizon (benchmarks/hac_size.py, docs/performance.md).
 """
@@ -25,12 +26,29 @@ from scipy.stats import t as student_t
 
 MIN_INDEPENDENT_PERIODS = 10  # fewer non-overlapping target periods than this: no p-value
 MIN_DOF = 2
+# LLSW's rule is 0.4 n^(2/3), tuned on AR(1) rho 0.7; 0.3 keeps the size of the gate's |error| test at
+# 5-6 % on errors as persistent as the models' (phi 0.9) from 60 evenings (benchmarks/hac_size.py).
+DOF_SCALE = 0.3
 
 
-def ewc_dof(n: int, h: int = 1) -> int:
-    """Cosines in the EWC variance: LLSW's 0.4 n^(2/3), at most n / (2h), at least MIN_DOF."""
-    h = max(int(h), 1)
-    return max(MIN_DOF, min(int(0.4 * n ** (2 / 3)), n // (2 * h)))
+MAX_PERSISTENCE = 0.95  # the lag-1 autocorrelation read is capped here (a near-unit root says little)
+
+
+def persistence_span(values, h: int = 1) -> float:
+    """How many consecutive values carry one value's worth of information: at least the overlap h, and
+    (1 + rho) / (1 - rho) for the series' lag-1 autocorrelation rho (an AR(1)'s variance inflation)."""
+    y = np.asarray(values, float)
+    rho = 0.0
+    if len(y) > 2 and np.std(y) > 0:
+        rho = float(np.clip(np.corrcoef(y[1:], y[:-1])[0, 1], 0.0, MAX_PERSISTENCE))
+    return max(float(max(int(h), 1)), (1 + rho) / (1 - rho))
+
+
+def ewc_dof(n: int, span: float = 1.0) -> int:
+    """Cosines in the EWC variance: DOF_SCALE n^(2/3), at most half the n / span independent values
+    (so the cosines stay below the frequencies the overlap and the persistence flatten), at least
+    MIN_DOF."""
+    return max(MIN_DOF, min(int(DOF_SCALE * n ** (2 / 3)), int(n / (2 * max(span, 1.0)))))
 
 
 def independent_periods(n: int, h: int = 1) -> float:
@@ -91,7 +109,7 @@ def mean_test(values, h: int = 1) -> MeanTest:
     y = y[np.isfinite(y)]
     n, h = len(y), max(int(h), 1)
     mean = float(y.mean()) if n else math.nan
-    nu = ewc_dof(n, h)
+    nu = ewc_dof(n, persistence_span(y, h))
     nan = math.nan
     if independent_periods(n, h) < MIN_INDEPENDENT_PERIODS or n < 2 * MIN_DOF + 1:
         return MeanTest(n, h, mean, nan, nan, nu, nan, nan, nan)

@@ -2,6 +2,7 @@
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
+from ldtm_core.accountability.signals.execution import RULES, held_label, tag
 from ldtm_core.accountability.signals.signals import signal_report
 
 from ..metadata import records_table
@@ -16,8 +17,9 @@ def signal_performance(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
     """Rank IC, quintile returns and paper portfolios (long bullish / short bearish, long-only bullish,
-    net of LDTM_SIGNAL_COST_BP) against the equal-weight universe, from the published production rows
-    (ldtm_core.accountability.signals.signals; `ldtm signals` prints the same report)."""
+    net of LDTM_SIGNAL_COST_BP, traded by LDTM_SIGNAL_EXECUTION) against the equal-weight universe, from
+    the published production rows (ldtm_core.accountability.signals.signals; `ldtm signals` prints the same
+    report)."""
     engine = database.engine(store)
     with failing_as("signal_performance"):
         report = signal_report(engine)
@@ -28,6 +30,7 @@ def signal_performance(
         "evenings": len(report.evenings),
         "tickers": len(report.universe),
         "cost_bp": report.cost_bp,
+        "execution": MetadataValue.text(f"{tag(report.execution)}: {RULES[report.execution]}"),
         "recipes_tried": report.trials.n,
         "summary": records_table(summary.to_dict("records")),
         "ic": records_table(report.ic.to_dict("records")),
@@ -37,6 +40,7 @@ def signal_performance(
     if report.evenings:
         net = summary.set_index(["portfolio", "basis"]).loc[("long bullish / short bearish", "net")]
         next_day = report.ic.set_index("horizon").loc["next_day"]
+        held = report.ic.set_index("horizon").loc[held_label(report.execution)]
         # Plain floats: Dagster charts numeric metadata over materializations.
         for key, value in {
             "long_short_sharpe_net": net["sharpe"],
@@ -44,6 +48,10 @@ def signal_performance(
             "long_short_total_return_net": net["total_return"],
             "mean_ic_next_day": next_day["mean_ic"],
             "ic_hac_t_next_day": next_day["hac_t"],
+            "mean_ic_held": held["mean_ic"],  # the prediction against the return the books held
+            "ic_p_next_day": next_day["hac_p"],  # NaN (n/a) when too short to test
+            "residual_ic_next_day": report.residual.set_index("horizon").loc["next_day", "mean_ic_sector"],
+            "churn_next_day": report.residual.set_index("horizon").loc["next_day", "mean_churn"],
         }.items():
             metadata[key] = MetadataValue.float(float(value)) if value == value else MetadataValue.text("n/a")
         top = report.portfolios["long_short"].contributions()

@@ -46,7 +46,9 @@ def shadow_section() -> None:
             "direction_p": PCT("p (champion better)", format="%.3f", help="exact McNemar, one-sided"),
             "champion_mae": PCT("champion |err| 1d %", format="%.2f"),
             "shadow_mae": PCT("shadow |err| 1d %", format="%.2f"),
-            "error_p": PCT("p (shadow errs more)", format="%.3f", help="Diebold-Mariano (EWC HAC), one-sided"),
+            "error_p": PCT(
+                "p (shadow errs more)", format="%.3f", help="Diebold-Mariano (EWC HAC), one-sided"
+            ),
         },
     )
 

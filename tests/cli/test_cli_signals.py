@@ -27,7 +27,14 @@ def test_signals_prints_the_report(market, engine, monkeypatch):
     assert r.exit_code == 0, r.output
     want = signal_report(engine)
     assert want.headline() in r.output.replace("\n", " ") or want.headline()[:60] in r.output
-    for title in ("rank IC", "quintile", "paper portfolios", "per-ticker contributions"):
+    for title in (
+        "rank IC",
+        "quintile",
+        "residual IC",
+        "churn",
+        "paper portfolios",
+        "per-ticker contributions",
+    ):
         assert title in r.output
     assert all(f"│ {name}" in r.output for name in ("long/short", "long-only", "benchmark")), r.output
     start, end = market[20], market[40]
@@ -35,6 +42,22 @@ def test_signals_prints_the_report(market, engine, monkeypatch):
     assert r.exit_code == 0, r.output
     ranged = signal_report(engine, RowChoice(start=start, end=end), 12)
     assert f"{len(ranged.evenings)} evenings" in r.output and "12 bp" in r.output
+
+
+def test_signals_execution_is_stated_and_can_be_chosen(market, engine, monkeypatch):
+    """Issue 40: the books trade after publication (next_close by default); --execution same_close gives
+    the old same-bar figures, labelled an upper bound."""
+    monkeypatch.setenv("COLUMNS", "250")
+    r = runner.invoke(app, ["signals"])
+    assert r.exit_code == 0, r.output
+    assert "books executed next_close" in r.output and "paper portfolios executed next_close" in r.output
+    assert "held: next_close" in r.output and "Execution next_close:" in r.output
+    r = runner.invoke(app, ["signals", "--execution", "same_close"])
+    assert r.exit_code == 0, r.output
+    want = signal_report(engine, execution="same_close")
+    assert want.headline()[:60] in r.output and "not tradable: upper bound" in r.output
+    r = runner.invoke(app, ["signals", "--explain", str(market[30]), "--execution", "next_open"])
+    assert r.exit_code == 0 and "executed next_open" in r.output, r.output
 
 
 def test_signals_explain_lists_one_evening(market, engine, monkeypatch):
@@ -56,6 +79,7 @@ def test_signals_explain_lists_one_evening(market, engine, monkeypatch):
         # Issue 38 D11: 10001 bp was accepted (a -100.6 % drawdown) although the setting refuses it.
         (["--cost-bp", "10001"], "10000"),
         (["--explain", "2020-01-02"], "no published row"),
+        (["--execution", "tomorrow"], "--execution='tomorrow': expected one of next_close"),
         (["--start", "2023-04-01", "--end", "2023-03-01"], "after"),
     ],
 )

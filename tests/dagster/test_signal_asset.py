@@ -40,7 +40,15 @@ def test_signal_performance_metadata(dagster_instance, db_url, tmp_path):
         .set_index(["portfolio", "basis"])
         .loc[("long bullish / short bearish", "net"), "sharpe"]
     )
-    assert len(meta["summary"].value.records) == 5 and len(meta["ic"].value.records) == 3
+    # Three forecast-time horizons and the next-day prediction against the return the books held.
+    assert len(meta["summary"].value.records) == 5 and len(meta["ic"].value.records) == 4
+    assert meta["execution"].value.startswith("next_close: enter at the close of the session after")
+    assert meta["mean_ic_held"].value == pytest.approx(
+        want.ic.set_index("horizon").loc["held: next_close", "mean_ic"]
+    )
+    residual = want.residual.set_index("horizon").loc["next_day"]
+    assert meta["residual_ic_next_day"].value == pytest.approx(residual["mean_ic_sector"])
+    assert meta["churn_next_day"].value == pytest.approx(residual["mean_churn"])
     assert "data:image/png;base64," in meta["equity_curve"].value
 
 

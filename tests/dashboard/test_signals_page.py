@@ -43,6 +43,11 @@ def test_signals_page_shows_the_report(env):
     assert sorted(evening["ticker"]) == ["AAPL", "AMZN", "JPM", "MSFT", "NVDA"]
     at.sidebar.number_input[0].set_value(50.0).run()
     assert not at.exception and "50 bp" in at.info[0].value
+    # Issue 40: the page states the execution rule; same_close is the labelled upper bound.
+    assert "books executed next_close" in at.info[0].value
+    assert any(c.value.startswith("Execution next_close:") for c in at.caption)
+    at.sidebar.selectbox[1].set_value("same_close").run()
+    assert not at.exception and "not tradable: upper bound" in at.info[0].value
 
 
 def test_signals_page_on_an_empty_database(env):

@@ -39,9 +39,17 @@ def test_on_white_noise_the_statistic_is_student_t_with_its_degrees_of_freedom()
 
 
 def test_the_degrees_of_freedom_follow_llsw_and_the_overlap():
-    assert hac.ewc_dof(750, 1) == int(0.4 * 750 ** (2 / 3)) == 33
+    assert hac.ewc_dof(750, 1) == int(0.3 * 750 ** (2 / 3)) == 24
     assert hac.ewc_dof(750, 21) == 750 // 42 == 17  # the cosines stay below the overlap's frequencies
     assert hac.ewc_dof(10, 1) == hac.MIN_DOF
+    # A persistent series counts as fewer independent values: AR(1) 0.9 spans (1 + 0.9) / (1 - 0.9) = 19.
+    rng = np.random.default_rng(5)
+    ar = np.zeros(3000)
+    for t in range(1, len(ar)):
+        ar[t] = 0.9 * ar[t - 1] + rng.standard_normal()
+    assert hac.persistence_span(ar, 1) == pytest.approx(19, rel=0.15)
+    assert hac.persistence_span(rng.standard_normal(3000), 5) == 5.0  # the overlap when it is larger
+    assert hac.mean_test(ar[:760]).dof == int(760 / (2 * hac.persistence_span(ar[:760])))
 
 
 @pytest.mark.parametrize(("h", "n"), [(1, 9), (5, 49), (21, 209)])

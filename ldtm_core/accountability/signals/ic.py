@@ -2,27 +2,27 @@
 
 Per evening and horizon, across the tickers with a filled row: the Spearman correlation of predicted vs
 realised return (the IC), and the mean realised return of each quintile of predicted return. Over the
-evenings: mean IC, IC IR (mean / standard deviation, per evening) and a t-statistic whose standard error
-is Newey-West (HAC, Bartlett) with lag h - 1, h the horizon in sessions (consecutive evenings' week and
-month targets overlap, so their ICs are autocorrelated and a plain t would reject far too often).
+evenings: mean IC, IC IR (mean / standard deviation, per evening) and the overlap-aware t-test of the
+mean (`scoring.hac.mean_test`): consecutive evenings' week and month targets overlap and predictions
+are persistent, so the daily ICs are autocorrelated; below 10 independent target periods there is no
+p-value ("too short to test").
 
 Hand-written because the library does not fit the rows (docs/architecture.md): alphalens-reloaded computes
 forward returns from a price matrix by shifting its own index, not per row on the prediction's basis to
 the row's own target date, and pulls IPython and seaborn into the nightly run. Its figures are the
-reference in tests/test_signals_library.py (IC per evening, quintile means).
+reference in tests/accountability/signals/test_signals_library.py (IC per evening, quintile means).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 
 from ldtm_core.accountability.ledger.fillback import HORIZONS
 from ldtm_core.accountability.signals.rows import HORIZON_SESSIONS, as_dates
+from ldtm_core.scoring import hac
 
 QUANTILES = 5
 MIN_NAMES_IC = 3  # a rank correlation of two names is always +-1
@@ -52,7 +52,7 @@ def matrices(rows: pd.DataFrame, horizon: str) -> tuple[pd.DataFrame, pd.DataFra
     return pred.where(both), real.where(both)
 
 
-def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ok = np.isfinite(a) & np.isfinite(b)
     n = ok.sum(axis=1)
     a0, b0 = np.where(ok, a, 0.0), np.where(ok, b, 0.0)
@@ -72,72 +72,59 @@ def ic_series(rows: pd.DataFrame, horizon: str) -> pd.DataFrame:
     pred, real = matrices(rows, horizon)
     if pred.empty:
         return pd.DataFrame(columns=["run_date", "ic", "names"])
-    ic = _rowwise_pearson(pred.rank(axis=1).to_numpy(), real.rank(axis=1).to_numpy())
+    ic = rowwise_pearson(pred.rank(axis=1).to_numpy(), real.rank(axis=1).to_numpy())
     return pd.DataFrame({"run_date": pred.index, "ic": ic, "names": pred.notna().sum(axis=1).to_numpy()})
 
 
-@dataclass(frozen=True)
-class HacMean:
-    """The mean of a series with its Newey-West standard error (statsmodels OLS on a constant)."""
-
-    mean: float
-    se: float
-    t: float
-    p_value: float  # two-sided, normal reference (statsmodels' HAC default)
-    n: int
-    lag: int
-
-
-def hac_mean(values, lag: int) -> HacMean:
-    """`sm.OLS(y, 1).fit(cov_type="HAC", maxlags=lag, use_correction=True)`: lag 0 is the plain
-    heteroskedasticity-robust mean test. Fewer than 3 finite values: NaNs."""
-    y = np.asarray(values, dtype=float)
-    y = y[np.isfinite(y)]
-    lag = max(int(lag), 0)
-    if len(y) < 3 or np.all(y == y[0]):
-        return HacMean(float(np.mean(y)) if len(y) else math.nan, math.nan, math.nan, math.nan, len(y), lag)
-    fit = sm.OLS(y, np.ones(len(y))).fit(
-        cov_type="HAC", cov_kwds={"maxlags": min(lag, len(y) - 1), "use_correction": True}
-    )
-    return HacMean(
-        float(fit.params[0]), float(fit.bse[0]), float(fit.tvalues[0]), float(fit.pvalues[0]), len(y), lag
-    )
+def overlap_test_columns(test: hac.MeanTest, prefix: str = "") -> dict:
+    """The t-test's columns of a summary row: t, p (NaN when untested), its Student t degrees of freedom,
+    the independent target periods the evenings span, and why there is no p-value when there is none."""
+    return {
+        f"{prefix}hac_t": test.t,
+        f"{prefix}hac_p": test.p_two_sided,
+        f"{prefix}hac_dof": test.dof,
+        f"{prefix}periods": test.periods,
+        f"{prefix}untested": test.why_untested(),
+    }
 
 
 def ic_summary(rows: pd.DataFrame, series_by_horizon: dict | None = None) -> pd.DataFrame:
-    """One row per horizon: evenings with an IC, distinct target dates, mean IC, its standard deviation,
-    IC IR, HAC t and p (lag h - 1), mean names per evening."""
+    """One row per horizon: evenings with an IC, distinct target dates, independent target periods,
+    mean IC, its standard deviation, IC IR, the overlap-aware t and p, mean names per evening."""
     out = []
     for h in HORIZONS:
         series = series_by_horizon[h] if series_by_horizon else ic_series(rows, h)
         ic = series["ic"].to_numpy(dtype=float) if len(series) else np.array([])
         ic = ic[np.isfinite(ic)]
-        test = hac_mean(ic, HORIZON_SESSIONS[h] - 1)
+        test = hac.mean_test(ic, HORIZON_SESSIONS[h])
         sd = float(np.std(ic, ddof=1)) if len(ic) > 1 else math.nan
         filled = rows[np.isfinite(rows[f"real_{h}"].to_numpy(dtype=float))]
-        out.append(
-            {
-                "horizon": h,
-                "evenings": len(ic),
-                "target_dates": int(filled[f"{h}_date"].nunique()),
-                "mean_ic": test.mean,
-                "ic_std": sd,
-                "ic_ir": test.mean / sd if sd and sd > 0 else math.nan,
-                "hac_t": test.t,
-                "hac_p": test.p_value,
-                "hac_lag": test.lag,
-                "names_per_evening": float(series["names"].mean()) if len(series) else math.nan,
-            }
-        )
+        row = {
+            "horizon": h,
+            "evenings": len(ic),
+            "target_dates": int(filled[f"{h}_date"].nunique()),
+            "mean_ic": test.mean,
+            "ic_std": sd,
+            "ic_ir": test.mean / sd if sd and sd > 0 else math.nan,
+        }
+        row.update(overlap_test_columns(test))
+        row["names_per_evening"] = float(series["names"].mean()) if len(series) else math.nan
+        out.append(row)
     return pd.DataFrame(out)
 
 
 def quintile_labels(pred: np.ndarray, q: int = QUANTILES) -> np.ndarray:
     """Per row of an evenings x tickers array, each name's quantile 1..q of predicted return (NaN where
     missing): `pd.qcut(ranks, q)` as alphalens bins a factor, ties broken by order (never an error).
-    Evenings with fewer than q names get no labels."""
+    Evenings with fewer than q names, or whose predictions all tie, get no labels."""
     ranks = pd.DataFrame(pred).rank(axis=1, method="first").to_numpy()
     n = np.isfinite(pred).sum(axis=1)[:, None]
+    # An evening whose predictions all tie ranks nothing: "first" would sort it by ticker.
+    with np.errstate(invalid="ignore"):
+        spread = np.nanmax(np.where(np.isfinite(pred), pred, -np.inf), axis=1) - np.nanmin(
+            np.where(np.isfinite(pred), pred, np.inf), axis=1
+        )
+    n = np.where((spread > 0)[:, None], n, 0)
     with np.errstate(invalid="ignore"):
         # qcut's right-closed bins on ranks 1..n: bin = max(1, ceil(q (rank - 1) / (n - 1))), in integers.
         num = q * (np.nan_to_num(ranks, nan=1.0).astype(np.int64) - 1)
@@ -166,13 +153,30 @@ def quintile_returns(rows: pd.DataFrame, horizon: str, q: int = QUANTILES) -> pd
 
 def quintile_summary(rows: pd.DataFrame, q: int = QUANTILES) -> pd.DataFrame:
     """One row per horizon: mean over evenings of each quantile's return (q1 lowest predicted), the
-    top-minus-bottom spread with its HAC t (lag h - 1), and the evenings it stands on."""
+    top-minus-bottom spread with its overlap-aware t-test, and the evenings it stands on."""
     out = []
     for h in HORIZONS:
         per = quintile_returns(rows, h, q)
-        spread = hac_mean(per["spread"].to_numpy(dtype=float) if len(per) else [], HORIZON_SESSIONS[h] - 1)
+        spread = hac.mean_test(per["spread"].to_numpy(dtype=float) if len(per) else [], HORIZON_SESSIONS[h])
         row = {"horizon": h, "evenings": int(per["spread"].notna().sum()) if len(per) else 0}
         row.update({f"q{k}": float(per[k].mean()) if len(per) else math.nan for k in range(1, q + 1)})
-        row.update({"spread": spread.mean, "spread_hac_t": spread.t, "spread_hac_p": spread.p_value})
+        row["spread"] = spread.mean
+        row.update(overlap_test_columns(spread, "spread_"))
         out.append(row)
     return pd.DataFrame(out)
+
+
+def held_summaries(rows: pd.DataFrame, label: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The next-day prediction scored against the return the books earn (`held_return`, set by
+    signals.execution.with_held): (IC per evening, the IC row, the quintile row), `horizon` = `label`.
+    Scored as the next-day row is (one session held, no overlap), through the same summaries."""
+    others = {f"real_{h}": np.nan for h in HORIZONS if h != "next_day"}  # only next_day is computed
+    frame = rows.assign(real_next_day=rows["held_return"], next_day_date=rows["held_exit"], **others)
+    daily = ic_series(frame, "next_day")
+    ic = ic_summary(frame, {h: daily if h == "next_day" else daily.iloc[:0] for h in HORIZONS})
+    quintiles = quintile_summary(frame)
+    return (
+        daily,
+        ic[ic["horizon"] == "next_day"].assign(horizon=label),
+        quintiles[quintiles["horizon"] == "next_day"].assign(horizon=label),
+    )

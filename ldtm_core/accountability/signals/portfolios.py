@@ -1,14 +1,16 @@
 """Signal performance, part 3: paper portfolios traded on the published directions (SPEC §15).
 
-Each evening, at that evening's close, the book is rebalanced to the evening's published rows and held to
-the next session's close (close-to-close fills, no slippage beyond the cost setting):
+Each evening's book is built from the evening's published rows and held one session by the execution
+rule (signals.execution: by default entered at the next session's close and held to the one after; no
+slippage beyond the cost setting):
 - `long_short`: long every bullish name, short every bearish one, equal weight per name, gross exposure 1
   (w = +1/n or -1/n over the n bullish + bearish names; the net exposure is reported beside it);
 - `long_only`: long every bullish name at 1/n_bullish (no bullish name: cash, return 0).
 A ticker with no chosen row that evening (no prediction, or one the flags leave out) holds nothing.
-The return of a position is the row's own next-day realised return (`real_next_day`, on the prediction's
-basis). Turnover is sum |w_t - w_{t-1} drifted by the session's returns|; the first evening buys the whole
-book. Cost = turnover x LDTM_SIGNAL_COST_BP / 10,000, taken from that evening's return.
+The return of a position is the row's `held_return` (execution.with_held; under `same_close` the row's
+own filled-back next-day return). Turnover is sum |w_t - w_{t-1} drifted by the session's returns|; the
+first evening buys the whole book. Cost = turnover x LDTM_SIGNAL_COST_BP / 10,000, taken from that evening's return,
+at most the evening's wealth (1 + gross): a cost can ruin a book, never take it below zero.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ LABELS = {
 
 
 def scored_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows whose next-day return is known: only they can be in a scored evening's book."""
-    return rows[np.isfinite(rows["real_next_day"].to_numpy(dtype=float))]
+    """The rows whose held return is known: only they can be in a scored evening's book."""
+    if "held_return" not in rows:  # no silent default: the rule decides what a position earns
+        raise ValueError("rows without held returns: apply signals.execution.with_held(rows, rule) first")
+    return rows[np.isfinite(rows["held_return"].to_numpy(dtype=float))]
 
 
 def weights(rows: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -48,8 +52,8 @@ def weights(rows: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 def realised(rows: pd.DataFrame) -> pd.DataFrame:
-    """Evenings x tickers next-day realised returns (NaN: no scored row)."""
-    return grid(scored_rows(rows), ["real_next_day"])[0]
+    """Evenings x tickers held returns under the execution rule (NaN: no scored row)."""
+    return grid(scored_rows(rows), ["held_return"])[0]
 
 
 @dataclass
@@ -61,9 +65,10 @@ class Portfolio:
 
     def contributions(self) -> pd.DataFrame:
         """Per ticker: the sum over evenings of weight x return (the gross returns add up to it), the
-        evenings long and short, and the share of its held evenings whose sign went its way."""
+        evenings long and short, and the share of its held evenings whose sign went its way. A zero move
+        (a tie) is nobody's hit or miss, as on the board (accountability.board.reads): out of the hit rate."""
         w, r = self.weights, self.returns.reindex_like(self.weights).fillna(0.0)
-        held = w != 0
+        held = (w != 0) & (r != 0)
         right = (np.sign(w) == np.sign(r)) & held
         out = pd.DataFrame(
             {
@@ -88,7 +93,9 @@ def simulate(rows: pd.DataFrame, kind: str, cost_bp: float) -> Portfolio:
     if len(wv) > 1:
         drifted[1:] = wv[:-1] * (1.0 + rv[:-1]) / (1.0 + gross[:-1])[:, None]
     turnover = np.abs(wv - drifted).sum(axis=1)
-    cost = turnover * cost_bp / 10_000.0
+    # A cost never takes more than the evening's wealth (10,000 bp on a flipped book was a net
+    # below -100 %): at worst the book is ruined (net -100 %), never below.
+    cost = np.minimum(turnover * cost_bp / 10_000.0, np.maximum(1.0 + gross, 0.0))
     daily = pd.DataFrame(
         {
             "run_date": w.index,

@@ -15,7 +15,7 @@ The benchmark's returns come from the same basis rule: the closes times `cumulat
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -25,13 +25,14 @@ from ldtm_core.accountability.board.leaderboard import MODES
 from ldtm_core.accountability.ledger.fillback import HORIZONS
 from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
 from ldtm_core.data.feature_store import copy_out
+from ldtm_core.data.membership import Membership, load_membership
 from ldtm_core.db import is_postgres
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
 from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import prices, snapshots
 
-# Sessions each horizon spans (next Monday: 1 to 5): the HAC lag of an overlapping series is h - 1.
+# Sessions each horizon spans (next Monday: 1 to 5): how far consecutive evenings' targets overlap.
 HORIZON_SESSIONS = {h.name: h.overlap for h in ALL_HORIZONS}
 
 
@@ -77,6 +78,8 @@ class Rows:
     hidden_ungated: int
     hidden_mode: int
     dropped: pd.DataFrame  # ticker, run_date, reason: the first rows the flags left out
+    membership: Membership = field(default_factory=Membership)  # who counts on which evening
+    hidden_non_member: int = 0  # rows of evenings their ticker was not a member (a history imported later)
 
 
 COLUMNS = ["ticker", "run_date", "mode", "in_sample", "model_status", "model_version"]
@@ -149,6 +152,13 @@ def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
     reason = np.select(
         [wrong_mode, hid_in_sample, hid_ungated], ["other mode", "in-sample", "ungated (candidate)"], ""
     )
+    # A row of an evening its ticker was not a member (recorded before a history was imported) stays in
+    # the record but not in the books: a book holds a ticker only while it is a member.
+    membership = load_membership(engine)
+    member = _member_flags(membership, first)
+    hid_member = ~wrong_mode & ~hid_in_sample & ~hid_ungated & ~member & keep
+    keep &= member
+    reason = np.where(hid_member, "not a member of the universe that evening", reason)
     dropped = first.assign(reason=reason)[~keep][["ticker", "run_date", "reason"]]
     rows = first[keep]
     if choice.shadow and len(shadow_rows):
@@ -158,7 +168,37 @@ def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
         if not choice.include_in_sample:
             shadow_first = shadow_first[~shadow_first["in_sample"].astype(bool)]
         rows = pd.concat([shadow_first, rows]).drop_duplicates(["ticker", "run_date"], keep="first")
-    return Rows(with_returns(rows), universe, *hidden, dropped.reset_index(drop=True))
+    if membership.has_history and len(rows):
+        rows = rows[_member_flags(membership, rows)]
+    return Rows(
+        with_returns(rows),
+        universe,
+        *hidden,
+        dropped.reset_index(drop=True),
+        membership,
+        int(hid_member.sum()),
+    )
+
+
+def _member_flags(membership: Membership, frame: pd.DataFrame) -> np.ndarray:
+    """Per row: was its ticker a member on its evening (all True without a stored history)?"""
+    flags = np.ones(len(frame), dtype=bool)
+    if not membership.has_history:
+        return flags
+    tickers, days = frame["ticker"].to_numpy(), frame["run_date"].to_numpy()
+    for t in set(tickers):
+        at = tickers == t
+        flags[at] = membership.mask(t, days[at])
+    return flags
+
+
+def member_matrix(membership: Membership, dates, tickers) -> np.ndarray:
+    """dates x tickers: was each ticker a member on each date (all True without a history)."""
+    return (
+        np.column_stack([membership.mask(t, dates) for t in tickers])
+        if len(tickers)
+        else np.ones((len(dates), 0), bool)
+    )
 
 
 def with_returns(rows: pd.DataFrame) -> pd.DataFrame:
@@ -190,7 +230,8 @@ def as_dates(index) -> list[dt.date]:
 
 
 def benchmark_returns(engine: Engine, tickers: list[str], evenings: list) -> pd.Series:
-    """The equal-weight universe's return from each evening's close to the next session's close.
+    """The equal-weight universe's return from each evening's close to the next session's close (the
+    `same_close` rule; signals.execution.benchmark holds it by the lagged rules).
 
     Every ticker of `tickers` with a bar on both sessions counts that evening. The closes are put on one
     basis with the recorded corporate actions (`cumulative_factors`, as `load_prices(adjusted=True)`
@@ -207,21 +248,22 @@ def benchmark_returns(engine: Engine, tickers: list[str], evenings: list) -> pd.
     for t, acts in actions.items():
         # On the basis of the last date read: every return inside the window compares like with like.
         closes[t] = closes[t].to_numpy() * cumulative_factors(closes.index, acts, closes.index[-1].date())
-    out = equal_weight_next(closes)
+    out = equal_weight_next(closes, member_matrix(load_membership(engine), closes.index, closes.columns))
     return pd.Series(out.reindex(pd.DatetimeIndex(days)).to_numpy(), index=pd.Index(list(evenings))).astype(
         float
     )
 
 
-def equal_weight_next(closes: pd.DataFrame) -> pd.Series:
-    """Mean over tickers of close(next date) / close(date) - 1, per date (NaN where no ticker has both)."""
+def equal_weight_next(closes: pd.DataFrame, members: np.ndarray | None = None) -> pd.Series:
+    """Mean over tickers of close(next date) / close(date) - 1, per date (NaN where no ticker has both),
+    over the tickers `members` (dates x tickers) marks as members on the date."""
     if closes.empty:
         return pd.Series(dtype=float)
     values = closes.to_numpy(dtype=float)
     nxt = np.vstack([values[1:], np.full((1, values.shape[1]), np.nan)])
     with np.errstate(invalid="ignore", divide="ignore"):
         ret = nxt / values - 1.0
-    ok = np.isfinite(ret)
+    ok = np.isfinite(ret) if members is None else np.isfinite(ret) & members
     n = ok.sum(axis=1)
     total = np.where(ok, ret, 0.0).sum(axis=1)
     return pd.Series(np.where(n > 0, total / np.maximum(n, 1), np.nan), index=closes.index)

@@ -10,12 +10,14 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from signals_helpers import register, rows_for, seed_market, write
 from sqlalchemy import select
 
 from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.accountability.signals import ic as signal_ic
 from ldtm_core.accountability.signals import stats as signal_stats
+from ldtm_core.accountability.signals.execution import with_held
 from ldtm_core.accountability.signals.portfolios import simulate
 from ldtm_core.accountability.signals.rows import RowChoice, Rows, load_rows, with_returns
 from ldtm_core.accountability.signals.signals import explain, signal_report
@@ -23,6 +25,7 @@ from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES
 from ldtm_core.schema import prices, snapshots
+from ldtm_core.scoring import hac
 
 TICKERS = ["AAPL", "MSFT", "NVDA", "AMZN", "JPM", "TSLA"]
 
@@ -71,16 +74,20 @@ def _published(engine) -> list[dict]:
         return [dict(r) for r in conn.execute(select(snapshots).order_by(snapshots.c.id)).mappings().all()]
 
 
-def test_a_book_recomputed_independently_from_the_stored_rows_and_prices(engine, market):
+@pytest.mark.parametrize("rule, lag", [("next_close", 1), ("same_close", 0)])
+def test_a_book_recomputed_independently_from_the_stored_rows_and_prices(engine, market, rule, lag):
     """Not through the signals code: raw rows, the board's rule by hand, closes from the prices table,
-    weights, drift, turnover and cost in a plain loop."""
-    report = signal_report(engine, cost_bp=7.0)
+    weights, drift, turnover and cost in a plain loop. next_close (the default) enters at the close of the
+    session after the evening and exits at the one after; same_close (the old, same-bar rule) at the
+    evening's own close and the next session's."""
+    report = signal_report(engine, cost_bp=7.0, execution=rule)
     raw = pd.DataFrame(_published(engine))
     with engine.connect() as conn:
         px = pd.DataFrame(conn.execute(select(prices.c.ticker, prices.c.date, prices.c.close)).all())
     close = {(t, pd.Timestamp(d).date()): c for t, d, c in px.itertuples(index=False)}
     sessions = sorted({k[1] for k in close})
     nxt = dict(zip(sessions[:-1], sessions[1:], strict=True))
+    enter = {e: nxt[e] if lag else e for e in sessions[:-1]}  # the session the book is bought at
     first = {}
     for r in raw.sort_values("id").itertuples():
         if r.model_status != "shadow":
@@ -97,7 +104,7 @@ def test_a_book_recomputed_independently_from_the_stored_rows_and_prices(engine,
     for e in evenings:
         book = [r for r in chosen if pd.Timestamp(r.run_date).date() == e and r.direction_pred != "neutral"]
         w = {r.ticker: (1 if r.direction_pred == "bullish" else -1) / len(book) for r in book}
-        ret = {t: close[(t, nxt[e])] / close[(t, e)] - 1 for t in w}
+        ret = {t: close[(t, nxt[enter[e]])] / close[(t, enter[e])] - 1 for t in w}
         g = sum(w[t] * ret[t] for t in w)
         drifted = {t: prev_w[t] * (1 + prev_r[t]) / (1 + prev_g) for t in prev_w}
         turnover = sum(abs(w.get(t, 0) - drifted.get(t, 0)) for t in set(w) | set(drifted))
@@ -111,9 +118,10 @@ def test_a_book_recomputed_independently_from_the_stored_rows_and_prices(engine,
     # The benchmark: every ticker with both closes, equal weight (the ungated GOOGL included: it is in
     # the universe even when its rows are not in the book).
     e = evenings[5]
-    names = [t for t in TICKERS + ["GOOGL"] if (t, e) in close and (t, nxt[e]) in close]
+    a, b = enter[e], nxt[enter[e]]
+    names = [t for t in TICKERS + ["GOOGL"] if (t, a) in close and (t, b) in close]
     assert report.benchmark.loc[e] == pytest.approx(
-        np.mean([close[(t, nxt[e])] / close[(t, e)] - 1 for t in names])
+        np.mean([close[(t, b)] / close[(t, a)] - 1 for t in names])
     )
     assert "GOOGL" in report.universe and report.out_of_book["out"].min() >= 1
 
@@ -163,16 +171,37 @@ def test_a_split_between_run_date_and_target_is_not_a_minus_90_percent_day(engin
     assert report.portfolios["long_only"].daily["gross"].min() > -0.3
 
 
-def test_hac_t_matches_a_hand_newey_west():
+def test_the_ic_and_spread_tests_are_the_overlap_aware_helper():
+    """Every overlap-aware figure goes through scoring.hac: the summaries' t, p and degrees of freedom
+    are its test on the daily series, with the horizon's overlap; a short record prints no p-value."""
     rng = np.random.default_rng(0)
-    y = np.convolve(rng.standard_normal(300), np.ones(5), "valid")[:250] * 0.1 + 0.02
-    for lag in (0, 4, 20):
-        e = y - y.mean()
-        n = len(y)
-        s = e @ e / n + 2 * sum((1 - k / (lag + 1)) * (e[k:] @ e[:-k]) / n for k in range(1, lag + 1))
-        se = math.sqrt(s / n * n / (n - 1))  # statsmodels' use_correction: n / (n - k), k = 1
-        got = signal_ic.hac_mean(y, lag)
-        assert got.se == pytest.approx(se, rel=1e-9) and got.t == pytest.approx(y.mean() / se, rel=1e-9)
+    pred, real = rng.standard_normal((250, 20)), rng.standard_normal((250, 20))
+    rows = _frame_rows(pred * 0.01 + real * 0.002, real * 0.01).rows
+    ic = signal_ic.ic_summary(rows).set_index("horizon")
+    spread = signal_ic.quintile_summary(rows).set_index("horizon")
+    for h in NAMES:
+        want = hac.mean_test(signal_ic.ic_series(rows, h)["ic"], signal_ic.HORIZON_SESSIONS[h])
+        assert (ic.loc[h, "hac_t"], ic.loc[h, "hac_p"], ic.loc[h, "hac_dof"]) == (
+            want.t,
+            want.p_two_sided,
+            want.dof,
+        )
+        got = hac.mean_test(signal_ic.quintile_returns(rows, h)["spread"], signal_ic.HORIZON_SESSIONS[h])
+        assert spread.loc[h, "spread_hac_p"] == got.p_two_sided
+    assert ic.loc["one_month", "periods"] == pytest.approx(250 / 21) and ic.loc["one_month", "untested"] == ""
+    short = signal_ic.ic_summary(_frame_rows(pred[:150] * 0.01, real[:150] * 0.01).rows).set_index("horizon")
+    assert (
+        math.isnan(short.loc["one_month", "hac_p"])
+        and "too short to test" in short.loc["one_month", "untested"]
+    )
+    assert math.isfinite(short.loc["next_day", "hac_p"])
+
+
+def test_an_evening_whose_predictions_all_tie_has_no_quintiles():
+    """On main the tied evening was binned by ticker order (the first names in q1, the last in q5)."""
+    x = np.array([[0.01] * 10, [5.0, 1.0, 3.0, 2.0, 4.0, 9.0, 7.0, 8.0, 6.0, 0.0]])
+    labels = signal_ic.quintile_labels(x)
+    assert np.isnan(labels[0]).all() and np.isfinite(labels[1]).all()
 
 
 def test_psr_and_dsr_against_the_papers_numerical_example():
@@ -230,11 +259,11 @@ def _frame_rows(pred: np.ndarray, real: np.ndarray) -> Rows:
 
 
 def _universe_figures(pred: np.ndarray, real: np.ndarray) -> tuple[float, float, float]:
-    """(next-day mean IC, its HAC p, the long/short DSR after one recipe) through the signals code."""
+    """(next-day mean IC, its p, the long/short DSR after one recipe) through the signals code."""
     rows = _frame_rows(pred, real).rows
-    ic = signal_ic.ic_series(rows, "next_day")["ic"]
-    test = signal_ic.hac_mean(ic, 0)
-    return test.mean, test.p_value, signal_stats.dsr(simulate(rows, "long_short", 5.0).daily["net"], 1)
+    ic = signal_ic.ic_summary(rows).set_index("horizon").loc["next_day"]
+    book = simulate(with_held(rows, "same_close"), "long_short", 5.0)  # the planted edge is same-bar
+    return ic["mean_ic"], ic["hac_p"], signal_stats.dsr(book.daily["net"], 1)
 
 
 def test_no_skill_reads_as_no_skill_and_a_planted_edge_is_found():
@@ -256,11 +285,11 @@ def test_no_skill_reads_as_no_skill_and_a_planted_edge_is_found():
     assert found[True] >= 95 and dsr_pass[True] >= 80
 
 
-def test_overlapping_month_ics_need_the_hac_lag():
+def test_overlapping_month_ics_need_the_overlap_aware_test():
     """One-month targets of consecutive evenings share 20 of 21 sessions: under no skill the plain t
-    (lag 0) rejects far above 5 %, the HAC t with lag 20 near it (100 universes, 20 tickers x 250)."""
+    (lag 0) rejects far above 5 %, the overlap-aware test near it (100 universes, 20 tickers x 250)."""
     rng = np.random.default_rng(5)
-    plain = hac = 0
+    plain = aware = 0
     runs = 100
     for _ in range(runs):
         real, pred = (
@@ -270,10 +299,10 @@ def test_overlapping_month_ics_need_the_hac_lag():
             for _ in range(2)
         )
         ic = signal_ic.ic_series(_frame_rows(pred * 0.001, real * 0.01).rows, "one_month")["ic"]
-        plain += signal_ic.hac_mean(ic, 0).p_value <= 0.05
-        hac += signal_ic.hac_mean(ic, 20).p_value <= 0.05
+        plain += stats.ttest_1samp(ic, 0.0).pvalue <= 0.05
+        aware += hac.mean_test(ic, 21).p_two_sided <= 0.05
     assert plain / runs > 0.3
-    assert hac / runs <= 0.15
+    assert aware / runs <= 0.12
 
 
 def test_quintiles_follow_qcut_on_ranks():
@@ -294,7 +323,8 @@ def test_cost_setting_is_checked(monkeypatch, engine):
 def test_empty_database_reads_as_nothing_yet(engine):
     report = signal_report(engine)
     assert report.evenings == [] and "nothing to trade" in report.headline()
-    assert simulate(load_rows(engine).rows, "long_only", 5).daily.empty
+    assert simulate(with_held(load_rows(engine).rows, "same_close"), "long_only", 5).daily.empty
+    assert report.execution == "next_close"
 
 
 def test_the_dsr_counts_the_recipes_the_trials_ledger_judged(engine):
