@@ -20,6 +20,7 @@ from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.membership import Span, import_membership
 from ldtm_core.data.synthetic_market import generate
+from ldtm_core.horizons import NAMES
 from ldtm_core.schema import run_log, snapshots, unfillable_actuals
 
 D = dt.date
@@ -120,7 +121,7 @@ def test_a_delisted_tickers_fills_complete_from_stored_prices_and_the_rest_are_m
     open_ = {
         (r.id, h)
         for r in rows.values()
-        for h in ("next_day", "next_monday", "one_month")
+        for h in NAMES
         if getattr(r, f"{h}_actual") is None
     }
     assert marked == open_ and {m.ticker for m in marks} == {"NVDA"}
