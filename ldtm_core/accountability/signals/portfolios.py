@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ldtm_core.accountability.signals.ic import grid
+from ldtm_core.data.calendar import sessions_between
 
 PORTFOLIOS = ("long_short", "long_only")
 LABELS = {
@@ -83,8 +84,13 @@ class Portfolio:
 
 
 def simulate(rows: pd.DataFrame, kind: str, cost_bp: float) -> Portfolio:
-    """The daily record of portfolio `kind` over the evenings with a scored row."""
+    """The daily record of portfolio `kind` over the evenings with a scored row, and the sessions between
+    them with no published row at all: the book is flat then (sold, and bought back at a cost), never a
+    gap the record skips."""
     w = weights(rows, kind)
+    if len(w) > 1:
+        sessions = sessions_between(w.index[0], w.index[-1])
+        w = w.reindex(pd.Index(sorted(set(w.index) | set(sessions)), name=w.index.name), fill_value=0.0)
     r = realised(rows).reindex(index=w.index, columns=w.columns)
     wv, rv = w.to_numpy(), np.nan_to_num(r.to_numpy(), nan=0.0)
     gross = (wv * rv).sum(axis=1)

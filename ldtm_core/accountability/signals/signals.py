@@ -222,6 +222,10 @@ def _notes(rows: Rows, frame: pd.DataFrame, report: SignalReport) -> list[str]:
             f"{rows.hidden_non_member} rows of evenings their ticker was not a member left out of the books."
         )
     out = report.out_of_book
+    if len(out) and (flat := int((out["scored"] == 0).sum())):
+        notes.append(
+            f"{flat} session(s) with no published row: the books are flat then (sold, and bought back at a cost)."
+        )
     if len(out) and out["out"].sum():
         notes.append(
             f"{int((out['out'] > 0).sum())} of {len(out)} evenings had tickers out of the book "

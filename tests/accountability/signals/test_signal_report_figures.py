@@ -166,3 +166,38 @@ def test_explain_agrees_with_the_report_for_its_evening(engine):
             day = p.daily.set_index("run_date").loc[evening]
             for c in ("gross", "turnover", "cost", "net"):
                 assert totals[f"{k}_{c}"] == pytest.approx(day[c], rel=1e-12, abs=1e-15), (rule, k, c)
+
+
+def test_a_session_with_no_published_row_is_a_flat_evening_not_a_vanished_one():
+    """One ticker, long every evening, one session in the middle with no published row at all. On main the
+    book skipped it: its return was neither held nor flat and the re-entry was not charged."""
+    from ldtm_core.accountability.signals.execution import with_held
+    from ldtm_core.accountability.signals.portfolios import simulate
+    from ldtm_core.accountability.signals.rows import with_returns
+    from ldtm_core.data.calendar import sessions_between
+    from ldtm_core.horizons import NAMES
+
+    days = sessions_between(dt.date(2024, 3, 4), dt.date(2024, 3, 8))
+    published = [d for d in days if d != days[2]]
+    frame = pd.DataFrame(
+        {"ticker": "AAPL", "run_date": published, "in_sample": False, "model_status": "active",
+         "run_date_close": 100.0, "direction_pred": "bullish"}
+    )  # fmt: skip
+    for h in NAMES:
+        frame[f"{h}_date"], frame[f"{h}_pred"], frame[f"{h}_actual"] = frame["run_date"], 101.0, 101.0
+    rows = with_held(with_returns(frame), "same_close")
+    book = simulate(rows, "long_only", 10.0).daily.set_index("run_date")
+    assert list(book.index) == days  # the missing session is an evening of the record
+    gap = book.loc[days[2]]
+    assert gap["gross"] == 0 and gap["long"] == 0 and gap["turnover"] == pytest.approx(1.0)  # sold out
+    assert book.loc[days[3], "turnover"] == pytest.approx(1.0)  # and bought back, at a cost
+    assert book.loc[days[3], "cost"] == pytest.approx(10.0 / 10_000)
+    from ldtm_core.accountability.signals.rows import Rows
+    from ldtm_core.accountability.signals.signals import report_from_rows
+    from ldtm_core.accountability.signals.stats import Trials
+
+    report = report_from_rows(
+        Rows(rows, ["AAPL"], 0, 0, 0, pd.DataFrame()), pd.Series(dtype=float), 10.0, Trials(1, "test"),
+        execution="same_close",
+    )  # fmt: skip
+    assert any(n.startswith("1 session(s) with no published row: the books are flat") for n in report.notes)
