@@ -116,3 +116,27 @@ def write(engine, rows: list[dict], chunk: int = 5000) -> None:
     with engine.begin() as conn:
         for i in range(0, len(rows), chunk):
             conn.execute(insert(snapshots), rows[i : i + chunk])
+
+
+def frame_rows(pred: np.ndarray, real: np.ndarray):
+    """evenings x tickers arrays -> the Rows the report reads (every horizon the same returns, business
+    days from 2021-01-04), with the same-close held returns (the rows' own next-day returns)."""
+    from ldtm_core.accountability.signals.execution import with_held
+    from ldtm_core.accountability.signals.rows import Rows, with_returns
+    from ldtm_core.horizons import NAMES
+
+    e, n = pred.shape
+    days = [d.date() for d in pd.bdate_range("2021-01-04", periods=e)]
+    ticker = np.tile([f"T{i:03d}" for i in range(n)], e)
+    p, a = pred.ravel(), real.ravel()
+    frame = pd.DataFrame(
+        {"ticker": ticker, "run_date": np.repeat(days, n), "in_sample": False, "model_status": "active",
+         "run_date_close": 100.0,
+         "direction_pred": np.where(p > 0.0025, "bullish", np.where(p < -0.0025, "bearish", "neutral"))}
+    )  # fmt: skip
+    for name in NAMES:
+        frame[f"{name}_date"], frame[f"{name}_pred"], frame[f"{name}_actual"] = (
+            frame["run_date"], 100 * (1 + p), 100 * (1 + a),
+        )  # fmt: skip
+    rows = with_held(with_returns(frame), "same_close")
+    return Rows(rows, sorted(set(ticker)), 0, 0, 0, pd.DataFrame())

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from signals_helpers import register, seed_market
+from signals_helpers import frame_rows, register, seed_market
 from sqlalchemy import insert
 
 from ldtm_core.accountability.signals import stats as signal_stats
@@ -23,28 +23,6 @@ from ldtm_core.accountability.signals.signals import explain, report_from_rows, 
 from ldtm_core.accountability.signals.stats import Trials
 from ldtm_core.horizons import NAMES
 from ldtm_core.schema import gate_trials, snapshots
-
-
-def frame_rows(pred: np.ndarray, real: np.ndarray) -> Rows:
-    """evenings x tickers arrays -> the rows the report reads (every horizon the same returns), with the
-    same-close held returns (the rows' own next-day returns)."""
-    e, n = pred.shape
-    days = [d.date() for d in pd.bdate_range("2021-01-04", periods=e)]
-    ticker = np.tile([f"T{i:03d}" for i in range(n)], e)
-    p, a = pred.ravel(), real.ravel()
-    frame = pd.DataFrame(
-        {"ticker": ticker, "run_date": np.repeat(days, n), "in_sample": False, "model_status": "active",
-         "run_date_close": 100.0,
-         "direction_pred": np.where(p > 0.0025, "bullish", np.where(p < -0.0025, "bearish", "neutral"))}
-    )  # fmt: skip
-    for h in NAMES:
-        frame[f"{h}_date"], frame[f"{h}_pred"], frame[f"{h}_actual"] = (
-            frame["run_date"],
-            100 * (1 + p),
-            100 * (1 + a),
-        )
-    rows = with_held(with_returns(frame), "same_close")
-    return Rows(rows, sorted(set(ticker)), 0, 0, 0, pd.DataFrame())
 
 
 def report_on(pred: np.ndarray, real: np.ndarray, cost_bp: float = 5.0, trials: int = 1):
@@ -171,11 +149,8 @@ def test_explain_agrees_with_the_report_for_its_evening(engine):
 def test_a_session_with_no_published_row_is_a_flat_evening_not_a_vanished_one():
     """One ticker, long every evening, one session in the middle with no published row at all. On main the
     book skipped it: its return was neither held nor flat and the re-entry was not charged."""
-    from ldtm_core.accountability.signals.execution import with_held
     from ldtm_core.accountability.signals.portfolios import simulate
-    from ldtm_core.accountability.signals.rows import with_returns
     from ldtm_core.data.calendar import sessions_between
-    from ldtm_core.horizons import NAMES
 
     days = sessions_between(dt.date(2024, 3, 4), dt.date(2024, 3, 8))
     published = [d for d in days if d != days[2]]
@@ -192,7 +167,6 @@ def test_a_session_with_no_published_row_is_a_flat_evening_not_a_vanished_one():
     assert gap["gross"] == 0 and gap["long"] == 0 and gap["turnover"] == pytest.approx(1.0)  # sold out
     assert book.loc[days[3], "turnover"] == pytest.approx(1.0)  # and bought back, at a cost
     assert book.loc[days[3], "cost"] == pytest.approx(10.0 / 10_000)
-    from ldtm_core.accountability.signals.rows import Rows
     from ldtm_core.accountability.signals.signals import report_from_rows
     from ldtm_core.accountability.signals.stats import Trials
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-from signals_helpers import register, rows_for, seed_market, write
+from signals_helpers import frame_rows, register, rows_for, seed_market, write
 from sqlalchemy import select
 
 from ldtm_core.accountability.ledger.fillback import fillback
@@ -19,7 +19,7 @@ from ldtm_core.accountability.signals import ic as signal_ic
 from ldtm_core.accountability.signals import stats as signal_stats
 from ldtm_core.accountability.signals.execution import with_held
 from ldtm_core.accountability.signals.portfolios import simulate
-from ldtm_core.accountability.signals.rows import RowChoice, Rows, load_rows, with_returns
+from ldtm_core.accountability.signals.rows import RowChoice, load_rows
 from ldtm_core.accountability.signals.signals import explain, signal_report
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.errors import InputError
@@ -176,7 +176,7 @@ def test_the_ic_and_spread_tests_are_the_overlap_aware_helper():
     are its test on the daily series, with the horizon's overlap; a short record prints no p-value."""
     rng = np.random.default_rng(0)
     pred, real = rng.standard_normal((250, 20)), rng.standard_normal((250, 20))
-    rows = _frame_rows(pred * 0.01 + real * 0.002, real * 0.01).rows
+    rows = frame_rows(pred * 0.01 + real * 0.002, real * 0.01).rows
     ic = signal_ic.ic_summary(rows).set_index("horizon")
     spread = signal_ic.quintile_summary(rows).set_index("horizon")
     for h in NAMES:
@@ -189,7 +189,7 @@ def test_the_ic_and_spread_tests_are_the_overlap_aware_helper():
         got = hac.mean_test(signal_ic.quintile_returns(rows, h)["spread"], signal_ic.HORIZON_SESSIONS[h])
         assert spread.loc[h, "spread_hac_p"] == got.p_two_sided
     assert ic.loc["one_month", "periods"] == pytest.approx(250 / 21) and ic.loc["one_month", "untested"] == ""
-    short = signal_ic.ic_summary(_frame_rows(pred[:150] * 0.01, real[:150] * 0.01).rows).set_index("horizon")
+    short = signal_ic.ic_summary(frame_rows(pred[:150] * 0.01, real[:150] * 0.01).rows).set_index("horizon")
     assert (
         math.isnan(short.loc["one_month", "hac_p"])
         and "too short to test" in short.loc["one_month", "untested"]
@@ -238,29 +238,9 @@ def test_drawdown_dates_and_empyrical_figures():
     assert s["sharpe"] == pytest.approx(r.mean() / r.std(ddof=1) * math.sqrt(252))
 
 
-def _frame_rows(pred: np.ndarray, real: np.ndarray) -> Rows:
-    """evenings x tickers arrays -> the rows frame the report reads (every horizon the same returns)."""
-    e, n = pred.shape
-    days = [d.date() for d in pd.bdate_range("2021-01-04", periods=e)]
-    ticker = np.tile([f"T{i:03d}" for i in range(n)], e)
-    p, a = pred.ravel(), real.ravel()
-    frame = pd.DataFrame(
-        {"ticker": ticker, "run_date": np.repeat(days, n), "in_sample": False, "model_status": "active",
-         "run_date_close": 100.0,
-         "direction_pred": np.where(p > 0.0025, "bullish", np.where(p < -0.0025, "bearish", "neutral"))}
-    )  # fmt: skip
-    for h in NAMES:
-        frame[f"{h}_date"], frame[f"{h}_pred"], frame[f"{h}_actual"] = (
-            frame["run_date"],
-            100 * (1 + p),
-            100 * (1 + a),
-        )
-    return Rows(with_returns(frame), sorted(set(ticker)), 0, 0, 0, pd.DataFrame())
-
-
 def _universe_figures(pred: np.ndarray, real: np.ndarray) -> tuple[float, float, float]:
     """(next-day mean IC, its p, the long/short DSR after one recipe) through the signals code."""
-    rows = _frame_rows(pred, real).rows
+    rows = frame_rows(pred, real).rows
     ic = signal_ic.ic_summary(rows).set_index("horizon").loc["next_day"]
     book = simulate(with_held(rows, "same_close"), "long_short", 5.0)  # the planted edge is same-bar
     return ic["mean_ic"], ic["hac_p"], signal_stats.dsr(book.daily["net"], 1)
@@ -298,7 +278,7 @@ def test_overlapping_month_ics_need_the_overlap_aware_test():
             ]
             for _ in range(2)
         )
-        ic = signal_ic.ic_series(_frame_rows(pred * 0.001, real * 0.01).rows, "one_month")["ic"]
+        ic = signal_ic.ic_series(frame_rows(pred * 0.001, real * 0.01).rows, "one_month")["ic"]
         plain += stats.ttest_1samp(ic, 0.0).pvalue <= 0.05
         aware += hac.mean_test(ic, 21).p_two_sided <= 0.05
     assert plain / runs > 0.3
