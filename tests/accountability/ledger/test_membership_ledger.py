@@ -118,12 +118,7 @@ def test_a_delisted_tickers_fills_complete_from_stored_prices_and_the_rest_are_m
     marked = {(m.snapshot_id, m.horizon) for m in marks}
     assert (rows[LEFT].id, "next_day") in marked
     # Every NVDA horizon still open is marked, none of AAPL's (a member, prices go on), none filled.
-    open_ = {
-        (r.id, h)
-        for r in rows.values()
-        for h in NAMES
-        if getattr(r, f"{h}_actual") is None
-    }
+    open_ = {(r.id, h) for r in rows.values() for h in NAMES if getattr(r, f"{h}_actual") is None}
     assert marked == open_ and {m.ticker for m in marks} == {"NVDA"}
     assert {(u.snapshot_id, u.horizon) for u in res.unfillable} == marked
     reason = marks[0].reason
