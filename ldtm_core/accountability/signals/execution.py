@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 from ldtm_core.accountability.signals.rows import Rows, _read, as_dates, benchmark_returns, member_matrix
 from ldtm_core.config import SETTINGS, setting_choice
 from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
-from ldtm_core.data.membership import Membership, load_membership
+from ldtm_core.data.membership import Membership
 from ldtm_core.schema import prices
 
 SETTING = "LDTM_SIGNAL_EXECUTION"
@@ -179,16 +179,3 @@ def attach(engine: Engine, rows: Rows, rule: str) -> tuple[pd.DataFrame, pd.Seri
         bars = load_bars(engine, rows.universe, start, end)
     held = with_held(frame, rule, bars)
     return held, benchmark(bars, rule, scored_evenings(held), rows.membership)
-
-
-def benchmark_on(engine: Engine, tickers: list[str], evenings: list, rule: str) -> pd.Series:
-    """The equal-weight universe held by `rule` from each of `evenings` (one evening of --explain)."""
-    if rule == SAME_CLOSE:
-        return benchmark_returns(engine, tickers, evenings)
-    if not len(evenings):
-        return pd.Series(dtype=float)
-    days = pd.to_datetime(list(evenings))
-    bars = load_bars(
-        engine, tickers, days.min().date(), days.max().date() + dt.timedelta(days=LOOKAHEAD_DAYS)
-    )
-    return benchmark(bars, rule, evenings, load_membership(engine))
