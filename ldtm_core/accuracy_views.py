@@ -8,6 +8,8 @@ produced (tests/test_horizons.py pins them) while a new one asks for the new sha
   (`_with_ungated` variants keep them); every view gets `ungated_n`.
 - "0024": shadow rows are dropped before an evening's first row is chosen, and in the per-model views.
 - "0026": the tie rule: a zero next-day move is counted in `ties`, apart from `n`, and scored by nobody.
+- "0034": a dated universe: with a membership history (universe_membership), a row is scored only on an
+  evening its ticker was a member; with no history every row counts, as before.
 
 The direction horizon (ldtm_core.horizons.DIRECTION) gives the window, hits and baselines; every other
 horizon adds its own 30-day window of |pct error| (`{name}_mape`, `{name}_n`).
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 
 from ldtm_core.horizons import BY_NAME, DIRECTION, Horizon
 
-VERSIONS = ("0021", "0024", "0026")
+VERSIONS = ("0021", "0024", "0026", "0034")
 # The horizons of the schema from 0021 to 0026: what those migrations build their views with.
 HORIZONS_0021 = ("next_day", "next_monday", "one_month")
 
@@ -34,6 +36,11 @@ GATED = "s.model_status = 'active'"
 # 0024: a shadow row is never the published forecast.
 NOT_SHADOW = "s.model_status <> 'shadow'"
 FIRST_PUBLISHED = "s.id IN (SELECT MIN(f.id) FROM snapshots f WHERE f.model_status <> 'shadow' GROUP BY f.ticker, f.run_date)"
+# 0034: the ticker was a member of the universe on the evening (everyone, while no history is stored).
+MEMBER = (
+    "(NOT EXISTS (SELECT 1 FROM universe_membership) OR EXISTS (SELECT 1 FROM universe_membership m "
+    "WHERE m.ticker = s.ticker AND m.start_date <= s.run_date AND (m.end_date IS NULL OR s.run_date <= m.end_date)))"
+)
 # The same choices among the rows of run_date >= :since only (bounded_select_sql): the first row of an
 # evening is the same, since every row of that (ticker, run_date) shares its run_date. `{f}` is the
 # table: on SQLite, whose planner has no statistics and would scan the whole (ticker, ...) index for the
@@ -68,7 +75,8 @@ def views(version: str) -> dict[str, tuple[tuple[str, ...], str]]:
     out = {}
     for name, (keys, scored) in _VIEWS_0021.items():
         scored = scored.replace(FIRST_OF_EVENING, FIRST_PUBLISHED)
-        out[name] = (keys, scored if FIRST_PUBLISHED in scored else f"{scored} AND {NOT_SHADOW}")
+        scored = scored if FIRST_PUBLISHED in scored else f"{scored} AND {NOT_SHADOW}"
+        out[name] = (keys, f"{scored} AND {MEMBER}" if version >= "0034" else scored)
     return out
 
 

@@ -319,6 +319,7 @@ def leaderboard_cmd(
         in_sample_note,
         leaderboard,
         leaderboard_by_model,
+        non_member_note,
         ungated_note,
         universe,
     )
@@ -354,6 +355,7 @@ def leaderboard_cmd(
     for note in (
         None if include_in_sample or by_model else in_sample_note(engine, mode),
         ungated_note(engine, include_ungated),
+        non_member_note(engine, mode),
     ):
         if note:
             console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)

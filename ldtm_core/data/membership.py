@@ -186,6 +186,16 @@ class Membership:
             out |= (days >= lo) & (days <= hi)
         return out
 
+    def row_mask(self, tickers, dates) -> np.ndarray:
+        """Boolean array, one per (tickers[i], dates[i]) pair: was that ticker a member on that day?"""
+        tickers, days = np.asarray(tickers, dtype=object), np.asarray(dates, dtype="datetime64[D]")
+        out = np.ones(len(days), dtype=bool)
+        if self.spans:
+            for t in set(tickers):
+                at = tickers == t
+                out[at] = self.mask(t, days[at])
+        return out
+
     def why_not(self, ticker: str, day: dt.date) -> str:
         """Why `ticker` is not a member on `day` (for a skipped ticker's reason)."""
         own = self.spans.get(ticker, ())

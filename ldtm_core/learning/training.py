@@ -114,7 +114,9 @@ def train_ticker(
     `provenance` (e.g. the study and trial a tuned config came from) is recorded in the row's metrics.
     `warm_start` fine-tunes the ticker's active model when its architecture matches `cfg`.
     """
+    from ldtm_core.data.calendar import market_today
     from ldtm_core.data.feature_store import prices_and_features
+    from ldtm_core.data.membership import load_membership
     from ldtm_core.learning.registry import register_candidate
 
     t0 = time.perf_counter()
@@ -128,6 +130,14 @@ def train_ticker(
                 "skipped",
                 reason="no prices" + (f" up to {as_of}" if as_of else ""),
                 duration_s=time.perf_counter() - t0,
+            )
+        # A dated universe (data.membership): only a member on the training day gets a model. Its price
+        # history before it joined was public then, so it is still learned from.
+        day = as_of or market_today()
+        membership = load_membership(engine)
+        if not membership.is_member(ticker, day):
+            return TrainOutcome(
+                ticker, "skipped", reason=membership.why_not(ticker, day), duration_s=time.perf_counter() - t0
             )
         samples = build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
         n_labeled = int(samples.labeled.sum())

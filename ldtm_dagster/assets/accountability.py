@@ -324,6 +324,9 @@ def leaderboard(
         # Tickers served by a candidate that never passed the gate: left off the table and every figure
         # here (`ldtm leaderboard --include-ungated` shows them, marked).
         "ungated_hidden": MetadataValue.json(board.hidden_ungated(engine)),
+        # Filled evenings of tickers that were not members of the universe that evening (a dated
+        # universe, `ldtm universe import`): kept, out of every figure here.
+        "non_members_hidden": MetadataValue.json(board.hidden_non_members(engine, "all")),
         # Labelled by BH q <= 0.05 over the board (label_controls).
         **{
             b.column("beats"): int(table[b.column("beats")].sum()) if rows else 0

@@ -12,6 +12,7 @@ from ldtm_core.accountability.board.leaderboard import (
     hidden_in_sample,
     hidden_ungated,
     leaderboard,
+    non_member_note,
     universe,
     verdict,
 )
@@ -162,6 +163,9 @@ ungated_text = (
     if ungated_hidden
     else ""
 )
+# Evenings of tickers outside the dated universe that evening: kept in the record, named, not scored.
+if outside := non_member_note(engine(), mode):
+    st.info(outside)
 # Tickers with a serving model but no filled evening in the window: named, not scored, never dropped.
 stale = full_board[full_board["stale"]]
 board = full_board[~full_board["stale"]]

@@ -218,6 +218,26 @@ def test_too_little_history_is_skipped(db_url, tmp_path, two_years):
     assert not (settings.checkpoint_dir / "candidates").exists()
 
 
+def test_a_ticker_outside_the_universe_on_the_training_day_is_not_trained(db_url, tmp_path, two_years):
+    """With a membership history, a ticker is trained only while it is a member on the training day
+    (`as_of`, else the exchange's today): one that left is skipped with the reason, nothing written."""
+    from ldtm_core.data.membership import Span, import_membership
+
+    engine = get_engine(db_url)
+    ingest_frame(engine, two_years[two_years.ticker.isin(["AAPL", "NVDA"])], "synthetic")
+    left = dt.date(2023, 6, 30)
+    import_membership(
+        engine, [Span("AAPL", dt.date(2020, 1, 2)), Span("NVDA", dt.date(2020, 1, 2), left)], "t"
+    )
+    settings = _settings(tmp_path, db_url)
+    gone = train_ticker(engine, settings, "NVDA", demo_cfg(max_epochs=1), "demo")
+    assert gone.status == "skipped" and "was not a member of the universe on" in gone.reason
+    assert f"..{left}" in gone.reason
+    then = train_ticker(engine, settings, "NVDA", demo_cfg(max_epochs=1), "demo", as_of=dt.date(2023, 6, 1))
+    assert then.status == "trained", then.reason  # a member on its training day
+    assert [r.ticker for r in _registry_rows(engine)] == ["NVDA"]
+
+
 def test_failure_leaves_no_file_and_no_row(sqlite_url, tmp_path, two_years, monkeypatch):
     engine = get_engine(sqlite_url)
     ingest_frame(engine, two_years[two_years.ticker == "AAPL"], "synthetic")

@@ -23,6 +23,9 @@ on the row's own recorded closes), on the rows it made a call on (`persistence_n
 close). A baseline added to the registry reaches the board, its BH family, the CLI and the dashboard
 with no SQL.
 
+A dated universe (migration 0034, data.membership): with a membership history, a row counts only on an
+evening its ticker was a member; the rows left out are kept and counted (`non_member_note`).
+
 Read at scale (`board_stats`): "beats" is set by Benjamini-Hochberg q-values over every
 (ticker, board baseline) test of the board (`q_vs_{baseline}` beside each ticker's own p),
 `universe()` answers once per board whether any model beats its baseline after the search over the
@@ -46,6 +49,7 @@ from ldtm_core.accountability.board.reads import (
     read_view,
     scored_rows,
 )
+from ldtm_core.data.membership import load_membership
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.learning.registry import SHADOW, serving_models
@@ -377,6 +381,7 @@ def _with_target_dates(
         where.append(s.model_status == "active")
     cols = [s.ticker, s.model_version] if by_model else [s.ticker]
     keys = ["ticker", "model_version"] if by_model else ["ticker"]
+    membership = load_membership(engine)  # the view's rows are its members' evenings (0034)
     with engine.connect() as conn:
         for horizon, out in DATE_COUNTS.items():
             date, err = s[f"{horizon}_date"], s[f"{horizon}_pct_error"]
@@ -388,12 +393,13 @@ def _with_target_dates(
                 latest = bounds.latest[horizon]  # the view's, on the same rows
             if latest is None:
                 continue
-            stmt = select(*cols, s.mode, date.label("target")).where(
+            stmt = select(*cols, s.mode, s.run_date, date.label("target")).where(
                 *where, err.is_not(None), date <= latest, date >= latest - dt.timedelta(days=29)
             )
             if mode != "all":
                 stmt = stmt.where(s.mode == mode)
-            rows = pd.DataFrame(conn.execute(stmt).all(), columns=[*keys, "mode", "target"])
+            rows = pd.DataFrame(conn.execute(stmt).all(), columns=[*keys, "mode", "run_date", "target"])
+            rows = rows[membership.row_mask(rows["ticker"], pd.to_datetime(rows["run_date"]))]
             if rows.empty:
                 continue
             counts = rows.groupby(keys)["target"].nunique()
@@ -441,6 +447,39 @@ def in_sample_note(engine: Engine, mode: str = "all") -> str | None:
     return (
         f"{hidden} in-sample rows hidden; --include-in-sample shows them (replayed evenings whose next-day "
         "target the model's training data already reached)"
+    )
+
+
+def hidden_non_members(engine: Engine, mode: str = "all") -> dict[str, int]:
+    """{ticker: filled evenings the board leaves out because the ticker was not a member of the universe
+    on them} (data.membership; empty with no stored history): each evening's first published row, within
+    the window the board scores (the whole record when no member has a scored row)."""
+    membership = load_membership(engine)
+    if not membership.has_history:
+        return {}
+    views, _ = _read(engine, "accuracy_30d_with_in_sample_and_ungated", COLUMNS, mode)
+    s = snapshots.c
+    where = [s.model_status != SHADOW, s.next_day_actual.is_not(None)]
+    if not views.empty:
+        where.append(s.run_date.between(views["window_start"].min(), views["window_end"].max()))
+    if mode != "all":
+        where.append(s.mode == mode)
+    stmt = select(s.ticker, s.run_date).where(*where).group_by(s.ticker, s.run_date)
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(stmt).all(), columns=["ticker", "run_date"])
+    rows = rows[~membership.row_mask(rows["ticker"], pd.to_datetime(rows["run_date"]))]
+    return {str(t): int(n) for t, n in rows.groupby("ticker").size().items()}
+
+
+def non_member_note(engine: Engine, mode: str = "all") -> str | None:
+    """The line under a board naming the rows it leaves out as outside the universe (None: none)."""
+    hidden = hidden_non_members(engine, mode)
+    if not hidden:
+        return None
+    named = ", ".join(f"{t} ({n})" for t, n in sorted(hidden.items()))
+    return (
+        f"{sum(hidden.values())} filled evenings not scored: their ticker was not a member of the universe "
+        f"that evening ({named}); the rows are kept, `ldtm universe show` lists the membership history"
     )
 
 

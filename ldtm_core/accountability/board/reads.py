@@ -17,6 +17,7 @@ import pandas as pd
 from sqlalchemy import Date, Engine, bindparam, func, select, text
 
 from ldtm_core import accuracy_views
+from ldtm_core.data.membership import load_membership
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.learning.registry import SHADOW
 from ldtm_core.schema import snapshots
@@ -130,8 +131,8 @@ def as_date(value) -> dt.date | None:
 
 def next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFrame:
     """Every filled, non-shadow row of these tickers with run dates in start..end (id order), with the
-    per-row flags the tests use: model_right, and `{name}_has` / `{name}_right` of each board baseline
-    (`row_calls`)."""
+    per-row flags the tests use: model_right, `{name}_has` / `{name}_right` of each board baseline
+    (`row_calls`), and `member`: its ticker was a member of the universe on the evening (data.membership)."""
     s = snapshots.c
     stmt = (
         select(
@@ -162,6 +163,7 @@ def next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFram
     if rows.empty:
         return rows
     rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
+    rows["member"] = load_membership(engine).row_mask(rows["ticker"], rows["run_date"])
     close = rows["run_date_close"].to_numpy(float)
     actual = rows["next_day_actual"].to_numpy(float)
     # A zero move (tie) is nobody's hit or miss (docs/architecture.md): out of every direction test.
@@ -198,11 +200,12 @@ def row_calls(rows: pd.DataFrame) -> dict[str, np.ndarray]:
 def scored_rows(
     rows: pd.DataFrame, mode: str, *, by_model: bool, include_in_sample: bool, include_ungated: bool
 ) -> pd.DataFrame:
-    """The rows a board scores (the views' selection, migrations 0017/0021/0024): the first recorded row
-    of each (ticker, evening) on the ticker board, every row on the per-model board; in-sample and ungated
-    rows dropped unless asked for; filled; this mode."""
+    """The rows a board scores (the views' selection, migrations 0017/0021/0024/0034): the first recorded
+    row of each (ticker, evening) on the ticker board, every row on the per-model board; in-sample and
+    ungated rows dropped unless asked for; filled; its ticker a member on the evening; this mode."""
     if rows.empty:
         return rows
+    rows = rows[rows["member"]]
     if not by_model:
         rows = rows.drop_duplicates(["ticker", "run_date"], keep="first")
     if not include_in_sample:
@@ -291,7 +294,9 @@ def _recent_rows(engine: Engine, tickers: list[str], since: dt.date | None, sess
             conn.execute(stmt).all(),
             columns=["ticker", "run_date", "target", "pred", "actual", "in_sample", "model_status"],
         )
-    # One row per (ticker, evening): the first recorded, out of sample and gated, as the board scores it.
+    # One row per (ticker, evening): the first recorded, out of sample, gated and a member, as the board
+    # scores it.
     df = df.drop_duplicates(["ticker", "run_date"], keep="first")
-    df = df[~df.pop("in_sample").astype(bool) & (df.pop("model_status") == "active")]
+    member = load_membership(engine).row_mask(df["ticker"], pd.to_datetime(df["run_date"]))
+    df = df[~df.pop("in_sample").astype(bool) & (df.pop("model_status") == "active") & member]
     return df.groupby("ticker", group_keys=False).tail(sessions).reset_index(drop=True)

@@ -13,6 +13,8 @@ Revises: 0031
 import sqlalchemy as sa
 from alembic import op
 
+from ldtm_core.accuracy_views import HORIZONS_0021, VIEW_NAMES, create_view_sql
+
 revision = "0032"
 down_revision = "0031"
 branch_labels = None
@@ -24,5 +26,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # PostgreSQL expands a view's `s.*` when the view is created: views recreated after this revision
+    # (0034's downgrade) depend on the column, so they are rebuilt around the drop, as 0026 made them.
+    for name in VIEW_NAMES:
+        op.execute(f"DROP VIEW IF EXISTS {name}")
     # In place on both (SQLite >= 3.35): a batch copy of snapshots would have to rebuild its views.
     op.execute("ALTER TABLE snapshots DROP COLUMN baseline_calls")
+    dialect = op.get_bind().dialect.name
+    for name in VIEW_NAMES:
+        op.execute(create_view_sql(name, dialect, "0026", HORIZONS_0021))

@@ -467,3 +467,50 @@ def test_a_model_below_a_coin_in_a_falling_market_is_not_said_to_beat_always_up(
     text = verdict(board)
     assert "beat always-up" not in text.replace("No model beats always-up", "")
     assert "IXIC" in text and "p = 0.500" in text and "below 50%" in text
+
+
+def test_the_board_scores_a_ticker_only_on_evenings_it_was_a_member(engine, ldtm_env):
+    """With a membership history, a row recorded on an evening its ticker was not a member (it left the
+    universe, or was never in it) is in no figure of the board: not the view's counts, not the
+    baselines' exact tests, not the target dates, not the plot, not the universe's SPA; a note counts it."""
+    from ldtm_core.accountability.board.leaderboard import non_member_note, universe
+    from ldtm_core.data.membership import Span, import_membership
+
+    inside = _build(engine)
+    left = LATEST - dt.timedelta(days=10)  # BBB leaves the universe after this evening
+    before = leaderboard(engine).set_index("ticker")
+    assert non_member_note(engine) is None  # no history: everyone counts, nothing is hidden
+    import_membership(engine, [Span("AAA", dt.date(2020, 1, 1)), Span("BBB", dt.date(2020, 1, 1), left)], "t")
+
+    board = leaderboard(engine).set_index("ticker")
+    member_rows = [r for r in inside if r["ticker"] == "BBB" and r["run_date"] <= left]
+    exp = _expected(member_rows)
+    got = board.loc["BBB"]
+    assert (got["n"], got["hits"]) == (exp["n"], exp["hits"]) and exp["n"] < before.loc["BBB", "n"]
+    assert got["window_end"] == left  # the view's rows of BBB stop when it left
+    assert got["always_up_accuracy"] == pytest.approx(exp["always_up_accuracy"])
+    assert (got["model_only"], got["up_only"]) == (exp["model_only"], exp["up_only"])
+    assert got["next_monday_mape"] == pytest.approx(exp["next_monday_mape"])
+    # AAA, a member throughout, is untouched.
+    assert board.loc["AAA"][["n", "hits"]].tolist() == before.loc["AAA"][["n", "hits"]].tolist()
+    by_model = leaderboard_by_model(engine).set_index("ticker")
+    assert by_model.loc["BBB", "n"] == exp["n"]
+    assert recent_next_day(engine, ["BBB"], sessions=40)["run_date"].max() == left
+    hidden = sum(1 for r in inside if r["ticker"] == "BBB" and r["run_date"] > left)
+    note = non_member_note(engine)
+    assert note is not None and f"{hidden} " in note and "BBB" in note
+    # The CLI prints the same note under the board.
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+
+    out = CliRunner().invoke(app, ["leaderboard"])
+    assert out.exit_code == 0, out.output
+    assert f"BBB ({hidden})" in " ".join(out.output.split())
+
+    # A ticker with no span at all was never a member: none of its rows is scored.
+    import_membership(engine, [Span("AAA", dt.date(2020, 1, 1))], "t")
+    board = leaderboard(engine)
+    scored = board[board["n"] > 0]
+    assert list(scored["ticker"]) == ["AAA"]
+    assert universe(engine, board).tickers == 1 and universe(engine, before.reset_index()).tickers == 2

@@ -1,0 +1,36 @@
+"""The board reads the dated universe: accuracy views score a row only on an evening its ticker was a member
+
+With a membership history (universe_membership, 0033), a snapshot row recorded on an evening its ticker
+was not a member of the universe (it had left, or was never in it) is no longer scored by the accuracy
+views; the board names how many such rows it leaves out. With no history (the table empty, as every store
+is after 0033) every row counts exactly as before: the views' figures are unchanged. No row is changed
+or removed; only the eight accuracy views are recreated.
+
+Revision ID: 0034
+Revises: 0033
+"""
+
+from alembic import op
+
+from ldtm_core.accuracy_views import HORIZONS_0021, VIEW_NAMES, create_view_sql
+
+revision = "0034"
+down_revision = "0033"
+branch_labels = None
+depends_on = None
+
+
+def _recreate(version: str) -> None:
+    dialect = op.get_bind().dialect.name
+    for name in VIEW_NAMES:
+        op.execute(f"DROP VIEW IF EXISTS {name}")
+    for name in VIEW_NAMES:
+        op.execute(create_view_sql(name, dialect, version, HORIZONS_0021))
+
+
+def upgrade() -> None:
+    _recreate("0034")
+
+
+def downgrade() -> None:
+    _recreate("0026")

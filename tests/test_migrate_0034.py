@@ -1,0 +1,105 @@
+"""Revision 0034: the accuracy views read the dated universe. A store written by the previous release
+(0033) upgrades with every view row unchanged (no membership history: everyone counts, as before), a
+history imported afterwards takes non-members' evenings out of the views, and the downgrade restores the
+0026 views (test_horizons pins them)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from accountability_helpers import registry_row
+from migrate_helpers import fresh_database
+from sqlalchemy import insert, text
+from test_horizons import _downgrade
+from typer.testing import CliRunner
+
+from ldtm_core.accuracy_views import VIEW_NAMES
+from ldtm_core.cli import app
+from ldtm_core.data.membership import Span, import_membership
+from ldtm_core.db import get_engine
+from ldtm_core.migrate import current_revision, head_revision, upgrade
+from ldtm_core.schema import snapshots
+
+PREVIOUS = "0033"
+DAYS = [dt.date(2024, 5, 1) + dt.timedelta(days=i) for i in range(20)]
+
+
+def _store(engine) -> None:
+    """Two tickers' filled evenings, a published (gated) row each, hits and misses mixed."""
+    now = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+    with engine.begin() as conn:
+        ids = {t: registry_row(conn, t, status="active") for t in ("AAA", "BBB")}
+        rows = []
+        for t in ("AAA", "BBB"):
+            for i, d in enumerate(DAYS):
+                close, actual = 100.0, 100.0 + (1 if (i * 7 + len(t)) % 3 else -1)
+                pred = 100.5 if i % 2 else 99.5
+                rows.append(
+                    {
+                        "ticker": t,
+                        "run_date": d,
+                        "run_date_close": close,
+                        "prev_close": 99.0,
+                        "model_id": ids[t],
+                        "model_version": "v1",
+                        "model_status": "active",
+                        "mode": "replay",
+                        "next_day_pred": pred,
+                        "next_monday_pred": pred,
+                        "one_month_pred": pred,
+                        "direction_pred": "neutral",
+                        "next_day_date": d + dt.timedelta(days=1),
+                        "next_monday_date": d + dt.timedelta(days=3),
+                        "one_month_date": d + dt.timedelta(days=30),
+                        "run_id": "r",
+                        "created_at": now,
+                        "prev_hash": f"{t}{d}",
+                        "row_hash": "h",
+                        "next_day_actual": actual,
+                        "next_day_pct_error": (pred - actual) / actual * 100,
+                        "next_day_direction_correct": (pred > close) == (actual > close),
+                        "next_monday_actual": actual,
+                        "next_monday_pct_error": 1.5,
+                    }
+                )
+        conn.execute(insert(snapshots), rows)
+
+
+def _view_rows(engine) -> dict[str, list[tuple]]:
+    with engine.connect() as conn:
+        # Fixed view names from accuracy_views, no user text.
+        return {v: sorted(map(tuple, conn.execute(text(f"SELECT * FROM {v}")).all())) for v in VIEW_NAMES}  # noqa: S608
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_previous_release_store_upgrades_to_0034_with_every_view_row_unchanged(tmp_path, backend, request):
+    with fresh_database(backend, tmp_path, request) as url:
+        engine = upgrade(url, PREVIOUS)
+        _store(engine)
+        before = _view_rows(engine)
+        assert len(before["accuracy_30d"]) == 4  # two tickers x (replay, all)
+        env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
+        dry = CliRunner().invoke(app, ["db", "upgrade", "--dry-run"], env=env)
+        assert dry.exit_code == 0, dry.output
+        assert "0034" in dry.output and "member" in dry.output
+        out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
+        assert out.exit_code == 0, out.output
+        assert current_revision(url) == head_revision()
+        engine = get_engine(url)
+        assert _view_rows(engine) == before  # no history: every figure as it was
+
+        # A history where BBB left after its 10th evening: its later evenings leave every view.
+        import_membership(engine, [Span("AAA", DAYS[0]), Span("BBB", DAYS[0], DAYS[9])], "test")
+        after = _view_rows(engine)
+        by_ticker = {(r[0], r[1]): r[2] for r in after["accuracy_30d"]}
+        assert (
+            by_ticker[("AAA", "all")] == {(r[0], r[1]): r[2] for r in before["accuracy_30d"]}[("AAA", "all")]
+        )
+        assert by_ticker[("BBB", "all")] == 10
+
+        # And back: the 0026 views (test_horizons pins their definitions), every row and figure as before.
+        _downgrade(url, PREVIOUS)
+        with get_engine(url).begin() as conn:
+            conn.execute(text("DELETE FROM universe_membership"))
+        assert _view_rows(get_engine(url)) == before
