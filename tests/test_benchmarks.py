@@ -394,3 +394,43 @@ def test_batched_forward(bench):
     assert re.search(rf"\| demo \| batched \| {NUMBER} \| 1\.00x \|", out)
     assert re.search(rf"\| demo \| func_loop \| {NUMBER} \| {NUMBER}x \| ", out)
     assert "| demo | func_vmap |" in out
+
+
+def test_survivorship(bench):
+    """--quick: today's list applied backwards overstates the equal-weight benchmark; the dated universe,
+    read through the report's own benchmark functions, gives the truth."""
+    out = bench("survivorship", "--quick")
+    assert "| seed | rule | removed | truth | today's list | dated | bias today's list | bias dated |" in out
+    assert int(re.search(r"^\| 0 \| next_close \| (\d+) \|", out, re.M).group(1)) > 0  # the index changed
+    bias = r"([+-][\d.]+) pp / ([+-][\d.]+)"
+    means = re.findall(rf"^\| mean \| (next_close|same_close) \|.*\| {bias} \| {bias} \|$", out, re.M)
+    assert [m[0] for m in means] == ["next_close", "same_close"], out
+    for _, today_return, today_sharpe, dated_return, dated_sharpe in means:
+        assert abs(float(dated_return)) < 0.001 and abs(float(dated_sharpe)) < 0.001
+        assert float(today_return) > 0.5 and float(today_sharpe) > 0.02  # biased upward
+    assert float(re.search(r"largest per-evening \|dated - truth\|: (\S+)", out).group(1)) < 1e-12
+
+
+def test_edge_lag(bench):
+    """--quick: through the report's own functions, an edge only at the evening's close is gone under
+    next_close, a persistent one survives it, and next_open keeps the close-only edge's intraday part."""
+    out = bench("edge_lag", "--quick")
+    assert "| case | rule | Sharpe gross | Sharpe net | turnover | held IC | forecast IC |" in out
+    row = r"^\| {} \| {}[^|]* \| ([+-][\d.]+) \| ([+-][\d.]+) \| ([\d.]+) \| ([+-][\d.]+) \| ([+-][\d.]+) \|$"
+    got = {}
+    for case in ("no skill", "close only", "persistent"):
+        for rule in ("same_close", "next_close", "next_open"):
+            m = re.search(row.format(case, rule), out, re.M)
+            assert m, (case, rule, out)
+            keys = ("gross", "net", "turnover", "held", "ic")
+            got[(case, rule)] = dict(zip(keys, map(float, m.groups()), strict=True))
+    for rule in ("same_close", "next_close", "next_open"):
+        assert abs(got[("no skill", rule)]["held"]) < 0.025 and abs(got[("no skill", rule)]["gross"]) < 2.5
+        assert got[("no skill", rule)]["net"] < got[("no skill", rule)]["gross"]  # the cost of ~1.2 turnover
+    same, lagged, opened = (got[("close only", r)] for r in ("same_close", "next_close", "next_open"))
+    assert same["gross"] > lagged["gross"] + 2.5 and abs(lagged["gross"]) < 1.5, (same, lagged)
+    assert lagged["ic"] > 0.03 and abs(lagged["held"]) < 0.015  # the forecast is right; the book is late
+    assert 0.01 < opened["held"] < same["held"]  # next_open keeps the session's part, not the gap's
+    kept = got[("persistent", "next_close")]
+    assert kept["gross"] > 1.5 and kept["held"] > 0.02, kept
+    assert re.search(r"\d+ s on ", out)

@@ -145,6 +145,11 @@ def benchmark(bars: Bars, rule: str, evenings: list, membership: Membership | No
     """The equal-weight universe (every ticker of the bars with both its entry and exit price, and a
     member on the evening) held by `rule` (next_close or next_open) from each evening. Indexed by the
     evenings as given."""
+    if rule == SAME_CLOSE or rule not in EXECUTIONS:
+        raise ValueError(
+            f"the lagged benchmark holds {' or '.join(e for e in EXECUTIONS if e != SAME_CLOSE)}, not {rule!r} "
+            "(same_close: rows.benchmark_returns)"
+        )
     if not len(evenings) or bars.close.empty:
         return pd.Series(np.nan, index=pd.Index(list(evenings)), dtype=float)
     entry, exit_, padded, _ = _held(bars, rule, evenings)

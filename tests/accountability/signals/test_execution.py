@@ -246,3 +246,15 @@ def test_report_from_rows_adds_same_close_returns_itself():
         replace(rows, rows=held), pd.Series(dtype=float), 5.0, Trials(1, "t"), execution="same_close"
     )
     pd.testing.assert_frame_equal(report.portfolios["long_short"].daily, again.portfolios["long_short"].daily)
+
+
+def test_the_benchmark_refuses_a_rule_it_cannot_hold():
+    """benchmark() holds next_close or next_open; same_close or a misspelt rule once read the opens."""
+    sessions = pd.bdate_range("2024-01-01", periods=4)
+    close = pd.DataFrame({"AAA": [10.0, 11.0, 12.0, 13.0]}, index=sessions)
+    bars = Bars(close=close, open=close * 0.99)
+    for rule in ("same_close", "next-close"):
+        with pytest.raises(ValueError, match="benchmark"):
+            execution.benchmark(bars, rule, [sessions[0].date()])
+    held = execution.benchmark(bars, "next_close", [sessions[0].date()])
+    assert held.iloc[0] == pytest.approx(12.0 / 11.0 - 1)
