@@ -103,14 +103,14 @@ class Ledger:
 
 def first_deployment_decision(ledger: Ledger, ticker: str, bid: str, folds: list[dict], thresholds) -> str:
     """A first deployment (no champion): the absolute criteria, then beat a coin and always-up at
-    alpha / k (k from the ledger); a weekly retrain on folds already judged is not judged again."""
+    the ledger's level for the k-th try (`gate_ledger.spend`); a weekly retrain on folds already judged is not judged again."""
 
     def decide(k: int) -> str:
         fig, _ = evaluate(folds, thresholds)
         if fig["decision"] != "pass":
             return fig["decision"]
-        hits = int(round(fig["direction_accuracy"] * fig["n"]))
-        return champion_challenger.first_deployment(fig["skill"], thresholds, hits, fig["n"], k).decision
+        hits = fig["hits"]
+        return champion_challenger.first_deployment(fig["skill"], thresholds, hits, fig["scored"], k).decision
 
     return ledger.judge(ticker, "recipe", bid, folds, gate_ledger.FIRST, decide)
 
@@ -119,12 +119,12 @@ def recipe_change_passes(
     ledger: Ledger, ticker: str, recipe: str, folds: list[dict], challenger, champion, actual, close, fold,
     thresholds: GateThresholds,
 ) -> bool:  # fmt: skip
-    """A recipe change judged on the champion's folds (paired backtest of configs) at alpha / k, k the
-    recipes the ledger counts on those folds."""
+    """A recipe change judged on the champion's folds (paired backtest of configs) at the ledger's level
+    for the k-th recipe it counts on those folds (`gate_ledger.spend`)."""
     cmp = paired.compare(challenger, champion, actual, close, fold=fold)
 
     def decide(k: int) -> str:
-        a = thresholds.alpha / k
+        a = gate_ledger.spend(thresholds.alpha, k)
         return champion_challenger.decide(champion_challenger.CONFIGS, cmp, thresholds, a)[0]
 
     return ledger.judge(ticker, recipe, recipe, folds, gate_ledger.RECIPE, decide) == "pass"
@@ -281,7 +281,7 @@ def gate_year(closes, right, up, thresholds, tickers_idx, tmp: Path) -> tuple[np
     """First-deployment passes per (ticker, judgement of new evidence) and whether each ticker passed in
     YEAR. Each weekly retrain goes to the gate; the ledger judges a quarter's folds once, so the 12
     retrains after the first of a quarter are "insufficient evidence" and only 4 judgements a year
-    remain (at alpha / k, k = the earlier judgements on overlapping folds plus one)."""
+    remain (at `gate_ledger.spend(alpha, k)`, k = the earlier judgements on overlapping folds plus one)."""
     judged = judgements(closes)
     ledger = Ledger(tmp)
     per_judgement, per_year = [], []
@@ -412,7 +412,7 @@ def universe_figures(case: str, closes, evenings, years: int, rng, thresholds, t
     rows += [
         (
             case,
-            "gate: false first deployments per judgement (4 a year: a quarter's folds judged once, at alpha / k)",
+            "gate: false first deployments per judgement (4 a year: a quarter's folds judged once, at the ledger's spent alpha)",
             fmt(float(np.mean(week))),
         ),
         (case, "gate: null tickers first-deployed within the year", fmt(float(np.mean(year_pass)))),
@@ -437,7 +437,7 @@ def universe_figures(case: str, closes, evenings, years: int, rng, thresholds, t
 
 def paired_figures(closes, sims: int, rng, thresholds) -> list[tuple]:
     """Recipe changes with k tries, equal refreshes and the shadow: pure functions on simulated rows."""
-    rows, tries = [], (1, 5, 20)
+    rows, tries = [], (1, 3, 5, 20)
     # One search of up to 20 tries per simulation: a search of k tries promotes when one of its first k
     # challengers passes, so the index of the first pass answers every k (and the search stops there).
     first_pass = []
@@ -460,7 +460,7 @@ def paired_figures(closes, sims: int, rng, thresholds) -> list[tuple]:
         rows.append(
             (
                 "a",
-                f"gate: false recipe promotions, k = {k} tries on the same folds (i-th at alpha / i, ledger)",
+                f"gate: false recipe promotions, k = {k} tries on the same folds (i-th at the ledger's spent alpha)",
                 fmt(rate),
             )
         )

@@ -79,6 +79,45 @@ def pooled(tests: list[SkillTest | None]) -> SkillTest | None:
     return SkillTest(sum(t.model_only for t in tests), sum(t.up_only for t in tests))
 
 
+@dataclass(frozen=True)
+class PooledDirection:
+    """Backtest folds' next-day direction pooled over their decided rows (a zero move, a tie, is nobody's
+    hit or miss: 0026); `rows` counts every test row, ties included. `hit_sum` / `up_sum`: the folds'
+    accuracies times their decided rows (whole numbers for folds a backtest wrote)."""
+
+    rows: int
+    scored: int
+    hit_sum: float
+    up_sum: float
+
+    @property
+    def hits(self) -> int:
+        return int(round(self.hit_sum))
+
+    @property
+    def accuracy(self) -> float:
+        return self.hit_sum / self.scored if self.scored else 0.0
+
+    @property
+    def always_up(self) -> float:
+        return self.up_sum / self.scored if self.scored else 0.0
+
+
+def pooled_direction(folds) -> PooledDirection:
+    """Pool fold records ({n, ties, direction_accuracy, always_up_accuracy}; the accuracies over the
+    fold's decided rows, ties NULL on folds written before 0026: none known)."""
+    rows = scored = 0
+    hits = up = 0.0
+    for f in folds:
+        n = int(f["n"])
+        ties = f.get("ties")
+        decided = n - (0 if ties is None or (isinstance(ties, float) and math.isnan(ties)) else int(ties))
+        rows, scored = rows + n, scored + decided
+        hits += float(f["direction_accuracy"]) * decided
+        up += float(f["always_up_accuracy"]) * decided
+    return PooledDirection(rows, scored, hits, up)
+
+
 def format_p_value(p: float | None) -> str:
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "—"

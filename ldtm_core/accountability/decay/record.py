@@ -27,6 +27,7 @@ from ldtm_core.accountability.decay.drift import FeatureDrift, feature_drift, mo
 from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
 from ldtm_core.learning.registry import SHADOW, ModelRecord, config_signature, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
+from ldtm_core.scoring.skill import pooled_direction
 
 RECORD_COLUMNS = ["run_date", "model_id", "hit", "up"]
 
@@ -98,14 +99,14 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
 def _pooled(bid: str, folds: pd.DataFrame) -> tuple | None:
     if folds.empty:
         return None
-    n = int(folds["n"].sum())
-    if not n:
+    direction = pooled_direction(folds.to_dict("records"))  # ties out of the promise
+    if not direction.scored:
         return None
     known = folds["model_only_hits"].notna().all()
     return (
-        n,
-        float((folds["direction_accuracy"] * folds["n"]).sum() / n),
-        float((folds["always_up_accuracy"] * folds["n"]).sum() / n),
+        direction.scored,
+        direction.accuracy,
+        direction.always_up,
         int(folds["model_only_hits"].sum()) if known else None,
         int(folds["up_only_hits"].sum()) if known else None,
     )

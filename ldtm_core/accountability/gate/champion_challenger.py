@@ -7,7 +7,7 @@ Which evidence depends on what serves the ticker now (docs/architecture.md, *Pro
   an override, another profile): the champion's config is backtested over the same folds (same
   cutoffs, purge, test sessions, the very prices the candidate's backtest read), reusing stored folds
   (`fold_cache`), and the two are paired row by row on (fold, date). Pass only if the candidate is
-  right more often at McNemar p <= alpha / k (k: the recipes tried on these folds, `gate.ledger`) and
+  right more often at McNemar p <= spend(alpha, k) (the k-th try on these folds, `gate.ledger`) and
   the |errors| are not significantly worse (Diebold-Mariano, Holm over the horizons).
 - **stale vs refreshed** — the same recipe (the weekly retrain): its config-level backtest *is* the
   champion's, so comparing configs is empty. Instead, per fold k >= 2, the weights fitted to fold
@@ -17,9 +17,9 @@ Which evidence depends on what serves the ticker now (docs/architecture.md, *Pro
   only from rows the new weights have not seen, the live shadow evenings (LDTM_SHADOW_SESSIONS).
   Pass unless the stale weights are better at p <= alpha (direction, or the |errors| after Holm).
 - **first deployment** — no active model: the candidate must beat a coin (exact binomial test of its
-  hits against 50 %) and always-up (exact McNemar on the disagreements), each at p <= alpha / k. A
+  hits against 50 %) and always-up (exact McNemar on the disagreements), each at p <= spend(alpha, k). A
   model with no skill is right with probability 1/2 on every row whatever the market does, so the coin
-  test alone bounds its false-pass rate by alpha / k per judgement (measured: `gate.sim`); always-up is
+  test alone bounds its false-pass rate by that level per judgement (measured: `gate.sim`); always-up is
   required beside it so a model that only rides the market's drift does not pass.
 
 A backtest written before per-row predictions (revision 0022) or discordant counts were stored cannot
@@ -36,6 +36,7 @@ import torch
 from scipy.stats import binomtest
 from sqlalchemy import Engine, select
 
+from ldtm_core.accountability.gate import ledger as gate_ledger
 from ldtm_core.accountability.gate.policy import Criterion, GateThresholds
 from ldtm_core.config import Settings
 from ldtm_core.data.feature_store import prices_and_features
@@ -58,15 +59,15 @@ ABSOLUTE = "absolute criteria only"
 
 RULES = {
     CONFIGS: "the candidate must be right more often than the champion on the same rows (exact McNemar "
-    "p <= {alpha_adj}, alpha {alpha} over {trials} trial(s) on these folds) and its |errors| not "
+    "p <= {alpha_adj}: try {trials} on these folds, alpha {alpha} spent over every try) and its |errors| not "
     "significantly worse (Diebold-Mariano with HAC variance, Holm over the horizons, p <= {alpha}); a tie "
     "keeps the champion",
     REFRESH: "the refreshed weights must not be significantly worse than the stale ones on the next "
     "fold's rows (stale better at exact McNemar p <= {alpha}, or the |errors| worse at Diebold-Mariano "
     "p <= {alpha} after Holm over the horizons, fails)",
     FIRST: "no active model: the candidate must beat a coin (exact binomial test of its hits vs 50 %) "
-    "and always-up (exact McNemar on the disagreements), each at p <= {alpha_adj} (alpha {alpha} over "
-    "{trials} trial(s) on these folds)",
+    "and always-up (exact McNemar on the disagreements), each at p <= {alpha_adj} (try {trials} on these "
+    "folds, alpha {alpha} spent over every try)",
     ABSOLUTE: "no paired comparison",
 }
 
@@ -86,7 +87,9 @@ class Comparison:
     refit_folds: int = 0
     note: str = ""
     trials: int = 1  # superiority judgements on these folds (gate_ledger), this one included
-    alpha_adjusted: float | None = None  # alpha / trials for a superiority claim; None: alpha
+    alpha_adjusted: float | None = (
+        None  # gate.ledger.spend(alpha, trials) for a superiority claim; None: alpha
+    )
 
     @property
     def rule(self) -> str:
@@ -170,10 +173,10 @@ def first_deployment(
     trials: int = 1,
 ) -> Comparison:
     """No active model: beat a coin (binomial test of `hits` of `n` vs 1/2) and always-up (McNemar on
-    `skill`'s disagreements), each at p <= alpha / trials. Without `hits` only always-up is tested (the
+    `skill`'s disagreements), each at p <= gate.ledger.spend(alpha, trials). Without `hits` only always-up is tested (the
     issue-21 rule, kept for callers that have no counts); without either, the absolute criteria decide."""
     a = thresholds.alpha
-    adj = a / max(int(trials), 1)
+    adj = gate_ledger.spend(a, trials)
     if skill is None and hits is None:
         return Comparison(
             ABSOLUTE,
@@ -221,7 +224,7 @@ def judge(
 ) -> Comparison:
     """The paired evidence for `candidate`, whose backtest `folds` (backtest_folds rows) met the bar.
     `hits` of `n`: its pooled next-day hits (a first deployment's test against a coin); `trials`: the
-    superiority judgements on these folds (`gate.ledger`), which divide alpha for a superiority claim."""
+    superiority judgements on these folds (`gate.ledger`), which set a superiority claim's level."""
     champion = active_model(engine, candidate.ticker)
     if champion is None:
         return first_deployment(skill, thresholds, hits, n, trials)
@@ -376,7 +379,7 @@ def _configs(engine, settings, candidate, champion, folds, thresholds, trials: i
         thresholds.alpha,
         champion_model_id=champion.id,
         trials=trials,
-        alpha_adjusted=thresholds.alpha / trials,
+        alpha_adjusted=gate_ledger.spend(thresholds.alpha, trials),
     )
     end = folds[0].get("data_end")
     try:

@@ -62,7 +62,7 @@ from ldtm_core.learning.registry import (
 )
 from ldtm_core.schema import backtest_fold_baselines, backtest_folds, gate_decisions
 from ldtm_core.scoring import baselines
-from ldtm_core.scoring.skill import SkillTest, pooled
+from ldtm_core.scoring.skill import SkillTest, pooled, pooled_direction
 
 
 class AlreadyJudgedError(InputError):
@@ -71,9 +71,8 @@ class AlreadyJudgedError(InputError):
 
 def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criterion]]:
     """Pooled figures of the backtest folds and the criteria; pure, for tests and the sensor."""
-    n = sum(f["n"] for f in folds)
-    acc = sum(f["direction_accuracy"] * f["n"] for f in folds) / n if n else 0.0
-    up = sum(f["always_up_accuracy"] * f["n"] for f in folds) / n if n else 0.0
+    direction = pooled_direction(folds)  # over the decided rows: ties are nobody's hit or miss
+    n, acc, up = direction.rows, direction.accuracy, direction.always_up
     err = sum(f["mean_abs_pct_error"] * f["n"] for f in folds) / n if n else float("inf")
     leak = int(sum(f["leakage_rows"] for f in folds))
     skill = pooled(
@@ -128,6 +127,8 @@ def evaluate(folds: list, thresholds: GateThresholds) -> tuple[dict, list[Criter
         "skill": skill,
         "baselines": baselines.pooled(folds) if folds else {},
         "n": n,
+        "scored": direction.scored,
+        "hits": direction.hits,
         "direction_accuracy": acc,
         "always_up_accuracy": up,
         "mean_abs_pct_error": err,
@@ -324,8 +325,8 @@ def run_gate(
                 folds,
                 fig["skill"],
                 thresholds,
-                hits=int(round(fig["direction_accuracy"] * fig["n"])),
-                n=int(fig["n"]),
+                hits=fig["hits"],
+                n=fig["scored"],
                 trials=trials.count if kind != gate_ledger.REFRESH else 1,
             )
             criteria = criteria + comparison.criteria

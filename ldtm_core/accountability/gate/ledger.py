@@ -2,13 +2,14 @@
 
 Why: a recipe change (or a first deployment) claims that the candidate is better than something, at
 p <= alpha. Trying k recipes or seeds on the same folds and keeping the one that passes is a search: at
-k = 5 a coin-vs-coin challenger passes ~14 % of the time, at k = 20 ~45 %. Each superiority claim is
-therefore judged at alpha / k (Bonferroni, the honest floor when the tries arrive one at a time and
-their p-values are not all known), k = the number of distinct (recipe, evidence) judgements of the
-ticker whose folds share at least one cutoff with this one, this one included. A recipe re-judged on
-the next quarter's folds (two of three folds shared) counts again: that is what keeps the yearly rate
-of a no-skill recipe near alpha (k settles at 3 with 3 quarterly folds, so 4 judgements a year at
-alpha / 3 each), rather than 4 alpha.
+k = 5 a coin-vs-coin challenger passes ~14 % of the time, at k = 20 ~45 %. The k-th superiority claim
+is therefore judged at `spend(alpha, k)` = alpha * 6 / (pi^2 k^2), k = the number of distinct (recipe,
+evidence) judgements of the ticker whose folds share at least one cutoff with this one, this one
+included. Those levels sum to at most alpha however many tries are made (sum 1/k^2 = pi^2 / 6), so by
+the union bound the whole search errs at most alpha: the first try is judged at 0.61 alpha, the
+second at 0.15 alpha, the fifth at 0.024 alpha. (alpha / k, Bonferroni for the k-th try alone, let a
+search of k tries err up to alpha * H_k: 9 % at 20 tries.) A recipe re-judged on the next quarter's
+folds (two of three folds shared) counts again.
 
 Evidence judged once: the evidence of a backtest is the set of its folds' stored keys (`fold_key`: the
 recipe, seed, cutoff, the exact rows and the starting weights), so next week's retrain of the same
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, insert, select
@@ -32,6 +34,15 @@ FIRST = "first deployment"
 RECIPE = "recipe change"
 REFRESH = "refresh"
 COUNTED = (FIRST, RECIPE)
+
+
+def spend(alpha: float, k: int) -> float:
+    """The level of the k-th superiority judgement on overlapping folds: alpha * 6 / (pi^2 k^2), whose sum
+    over every k is alpha (the family of tries errs at most alpha, however many are made)."""
+    return alpha * 6.0 / (math.pi**2 * max(int(k), 1) ** 2)
+
+
+SPENDING = "alpha spending: the k-th try at alpha * 6 / (pi^2 k^2), so any number of tries errs at most alpha"
 
 
 @dataclass(frozen=True)
@@ -47,15 +58,14 @@ class Trials:
 
     count: int  # superiority judgements on overlapping folds, this one included
     alpha: float
-    alpha_adjusted: float  # alpha / count
+    alpha_adjusted: float  # spend(alpha, count)
     previous: dict | None  # the ledger row of the same (recipe, evidence), when already judged
     recipes: int  # distinct recipes among them
 
     def describe(self) -> str:
         return (
             f"trials ledger: {self.count} superiority judgement(s) of {self.recipes} recipe(s) on folds "
-            f"overlapping these; adjusted alpha = {self.alpha:g} / {self.count} = {self.alpha_adjusted:.4g} "
-            "(Bonferroni)"
+            f"overlapping these; adjusted alpha = {self.alpha_adjusted:.4g} ({SPENDING})"
         )
 
     def to_dict(self) -> dict:
@@ -106,7 +116,7 @@ def trials(engine: Engine, ticker: str, signature: str, evidence: Evidence, alph
     }
     seen.add((signature, evidence.key))
     count = len(seen)
-    return Trials(count, alpha, alpha / count, previous, len({s for s, _ in seen}))
+    return Trials(count, alpha, spend(alpha, count), previous, len({s for s, _ in seen}))
 
 
 def record(

@@ -16,6 +16,7 @@ from scipy.stats import wilcoxon
 
 from ldtm_core.accountability.gate import champion_challenger as cc
 from ldtm_core.accountability.gate.gate import evaluate
+from ldtm_core.accountability.gate.ledger import spend
 from ldtm_core.accountability.gate.policy import GateThresholds
 from ldtm_core.horizons import DIRECTION
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
@@ -64,8 +65,8 @@ def first_deployment_pass_rate(
         if fig["decision"] != "pass":
             continue
         if t.policy == "evidence":
-            hits = int(round(fig["direction_accuracy"] * fig["n"]))
-            if cc.first_deployment(fig["skill"], t, hits, fig["n"], trials).decision != "pass":
+            hits = fig["hits"]
+            if cc.first_deployment(fig["skill"], t, hits, fig["scored"], trials).decision != "pass":
                 continue
         passed += 1
     return passed / reps
@@ -75,8 +76,8 @@ def recipe_search_pass_rate(
     reps: int, k: int, *, rows: int = 189, alpha: float = 0.05, adjusted: bool = True, seed: int = 0
 ) -> float:
     """Share of searches in which any of `k` coin challengers tried one after another on the same rows
-    beats a coin champion (exact McNemar p_better <= alpha, or alpha / i for the i-th try when
-    `adjusted`, as the trials ledger judges it)."""
+    beats a coin champion (exact McNemar p_better <= alpha, or the ledger's level for the i-th try when
+    `adjusted`, `gate.ledger.spend`)."""
     rng = np.random.default_rng(seed)
     hit = 0
     for _ in range(reps):
@@ -84,7 +85,7 @@ def recipe_search_pass_rate(
         for i in range(1, k + 1):
             challenger = rng.random(rows) < 0.5
             p = mcnemar_p(int((challenger & ~champion).sum()), int((~challenger & champion).sum()))
-            if p <= (alpha / i if adjusted else alpha):
+            if p <= (spend(alpha, i) if adjusted else alpha):
                 hit += 1
                 break
     return hit / reps
@@ -165,7 +166,7 @@ def first_deployment_yearly_rate(
     """Share of tickers (one recipe) whose first deployment passes at least once in `quarters`
     quarterly judgements. Folds are the `folds` newest quarters, so neighbouring judgements share all
     but one; weekly retrains within a quarter reproduce its evidence and are not judged again (evidence
-    judged once). With `ledger` the i-th judgement is at alpha / k, k = the earlier judgements whose
+    judged once). With `ledger` the i-th judgement is at `ledger.spend(alpha, k)`, k = the earlier judgements whose
     folds overlap it plus one (what `gate.ledger.trials` counts); without it every one is at alpha."""
     t = thresholds or GateThresholds()
     rng = np.random.default_rng(seed)
@@ -178,10 +179,10 @@ def first_deployment_yearly_rate(
             if fig["decision"] != "pass":
                 continue
             k = min(q, folds - 1) + 1 if ledger else 1
-            hits = int(round(fig["direction_accuracy"] * fig["n"]))
+            hits = fig["hits"]
             if (
                 t.policy != "evidence"
-                or cc.first_deployment(fig["skill"], t, hits, fig["n"], k).decision == "pass"
+                or cc.first_deployment(fig["skill"], t, hits, fig["scored"], k).decision == "pass"
             ):
                 hit += 1
                 break

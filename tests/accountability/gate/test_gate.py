@@ -455,3 +455,26 @@ def test_a_rollback_while_a_gate_runs_is_not_undone_by_it(engine, s, monkeypatch
         run_gate(engine, s, "AAPL", thresholds=SEED)
     assert registry.active_model(engine, "AAPL").id == six
     assert registry.get_model(engine, nine).status == "candidate" and _decisions(engine) == []
+
+
+def test_ties_are_out_of_the_gates_accuracy_and_its_coin_test():
+    """A zero next-day move is nobody's hit or miss (the folds store accuracies over their decided rows):
+    the pooled accuracy, always-up and the first deployment's coin test are over the decided rows; the
+    evidence floor and the error still count every test row. Before, accuracies were weighted by all rows
+    and the coin test got round(accuracy x rows) hits of all rows."""
+    from ldtm_core.accountability.decay import record as decay_record
+
+    base = {"mean_abs_pct_error": 1.0, "leakage_rows": 0, "model_only_hits": 10, "up_only_hits": 5}
+    folds = [
+        {"n": 63, "ties": 13, "direction_accuracy": 30 / 50, "always_up_accuracy": 25 / 50, **base},
+        {"n": 63, "ties": 3, "direction_accuracy": 33 / 60, "always_up_accuracy": 30 / 60, **base},
+        {"n": 63, "ties": None, "direction_accuracy": 36 / 63, "always_up_accuracy": 30 / 63, **base},
+    ]
+    fig, _ = gate.evaluate(folds, GateThresholds())
+    assert (fig["scored"], fig["hits"], fig["n"]) == (173, 99, 189)  # a fold from before 0026: no ties known
+    assert fig["direction_accuracy"] == pytest.approx(99 / 173)
+    assert fig["always_up_accuracy"] == pytest.approx(85 / 173)
+    import pandas as pd
+
+    pooled = decay_record._pooled("b", pd.DataFrame(folds))
+    assert pooled[:3] == (173, pytest.approx(99 / 173), pytest.approx(85 / 173))
