@@ -478,6 +478,12 @@ SETTINGS: dict[str, Setting] = _table(
         # The gate refuses alpha 1 (every challenger "significant"): (0, 1) open at both ends.
         Number(float, 0, 1, "a probability (0.05)", low_open=True, high_open=True),
     ),
+    Setting(
+        "LDTM_GATE_ERROR_MARGIN_PCT",
+        1.0,
+        "evidence policy: |error| difference that counts, as a percent of the champion's mean |error|",
+        Number(float, 0, 100, "a percent of the champion's mean |error| (1 for 1 %)"),
+    ),
     # Shadow evenings (Settings: the same defaults).
     Setting(
         "LDTM_SHADOW_SESSIONS",

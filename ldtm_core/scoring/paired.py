@@ -54,6 +54,11 @@ class DMTest:
     too_short: bool = False  # fewer than hac.MIN_INDEPENDENT_PERIODS target periods: not tested
 
 
+# The practical margin of the |error| comparison: a share of the champion's mean |error| on the horizon
+# (LDTM_GATE_ERROR_MARGIN_PCT), so one number suits next-day errors of ~1 % and one-month errors of ~6 %.
+DEFAULT_ERROR_MARGIN = 0.01
+
+
 def dm_test(d: np.ndarray, h: int = 1) -> DMTest:
     """DM = mean(d) / its EWC standard error against t(dof) (`hac.mean_test`). Too short a record, or a
     constant differential (identical errors), is no evidence either way: both p-values 1.0."""
@@ -95,6 +100,7 @@ class ErrorTest:
     dof: int = 0  # degrees of freedom of the EWC variance
     too_short: bool = False  # too few independent target periods: untested (p 1.0)
     needs: int = 0  # rows a test of this horizon needs
+    margin: float = 0.0  # points of |pct error| a difference must exceed to count (dm_error_test)
 
     def p_text(self, p: float) -> str:
         """A p-value, or why there is none."""
@@ -102,19 +108,26 @@ class ErrorTest:
 
 
 def dm_error_test(
-    horizon: str, challenger_err: np.ndarray, champion_err: np.ndarray, h: int | None = None
+    horizon: str,
+    challenger_err: np.ndarray,
+    champion_err: np.ndarray,
+    h: int | None = None,
+    margin: float = DEFAULT_ERROR_MARGIN,
 ) -> ErrorTest:
     """The gate's paired |error| comparison of one horizon, rows in time order: `dm_test` on the
-    differences (h: sessions the horizon spans, by default from its name, 1 when unknown)."""
+    differences (h: sessions the horizon spans, by default from its name, 1 when unknown), each side
+    beyond a practical margin: `margin` times the champion's mean |error| (worse: mean difference above
+    +m; better: below -m). Without it a difference of 1e-9 points on every row is "significant"."""
     a, b = np.asarray(challenger_err, float), np.asarray(champion_err, float)
     n = len(a)
     if n == 0:
         return ErrorTest(horizon, 0, float("nan"), float("nan"), 1.0, 1.0)
     h = HORIZON_SESSIONS.get(horizon, 1) if h is None else h
-    t = dm_test(a - b, h)
+    m = float(margin) * float(b.mean())
+    worse, better = dm_test(a - b - m, h), dm_test(a - b + m, h)
     return ErrorTest(
-        horizon, n, float(a.mean()), float(b.mean()), t.p_greater, t.p_less, t.dof, t.too_short,
-        hac.evenings_needed(h),
+        horizon, n, float(a.mean()), float(b.mean()), worse.p_greater, better.p_less, worse.dof,
+        worse.too_short, hac.evenings_needed(h), m,
     )  # fmt: skip
 
 
@@ -235,10 +248,12 @@ def compare(
     calls: dict[str, np.ndarray] | None = None,
     fold: np.ndarray | None = None,
     labels: tuple[str, str] = ("candidate", "champion"),
+    error_margin: float = DEFAULT_ERROR_MARGIN,
 ) -> PairedComparison:
     """Pair two predictors row by row. `*_pred`: [n, H] (or [n] next-day) predicted prices; `actual`:
     [n, H] (or [n]) answers, NaN where unknown; `close`: the run-date close; `calls` ({baseline: call
-    per row}, baselines.calls) enables the baselines; `fold`: the fold of each row."""
+    per row}, baselines.calls) enables the baselines; `fold`: the fold of each row; `error_margin`: the
+    |error| tests' practical margin (`dm_error_test`)."""
     ch, cm, act = (np.asarray(a, float) for a in (challenger_pred, champion_pred, actual))
     ch, cm, act = (a.reshape(len(a), -1) for a in (ch, cm, act))
     close = np.asarray(close, float)
@@ -252,7 +267,7 @@ def compare(
     e_ch, e_cm = abs_pct_errors(ch, act), abs_pct_errors(cm, act)
     for h in range(min(act.shape[1], ch.shape[1], cm.shape[1], len(HORIZONS))):
         known = np.isfinite(e_ch[:, h]) & np.isfinite(e_cm[:, h])
-        errors.append(dm_error_test(HORIZONS[h], e_ch[known, h], e_cm[known, h]))
+        errors.append(dm_error_test(HORIZONS[h], e_ch[known, h], e_cm[known, h], margin=error_margin))
     base, champ_base = {}, {}
     if calls is not None:
         base = baselines.score(ch_right, act[:, 0], close, calls)

@@ -60,7 +60,8 @@ ABSOLUTE = "absolute criteria only"
 RULES = {
     CONFIGS: "the candidate must be right more often than the champion on the same rows (exact McNemar "
     "p <= {alpha_adj}: try {trials} on these folds, alpha {alpha} spent over every try) and its |errors| not "
-    "significantly worse (Diebold-Mariano with HAC variance, Holm over the horizons, p <= {alpha}); a tie "
+    "significantly worse beyond a practical margin (Diebold-Mariano with HAC variance, Holm over the "
+    "horizons, p <= {alpha}); a tie "
     "keeps the champion",
     REFRESH: "the refreshed weights must not be significantly worse than the stale ones on the next "
     "fold's rows (stale better at exact McNemar p <= {alpha}, or the |errors| worse at Diebold-Mariano "
@@ -293,9 +294,13 @@ def _index(samples: SampleSet, dates: np.ndarray) -> np.ndarray:
 
 
 def _pair(
-    samples: SampleSet, parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], labels: tuple[str, str]
+    samples: SampleSet,
+    parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]],
+    labels: tuple[str, str],
+    error_margin: float,
 ) -> PairedComparison:
-    """`parts`: (fold, dates, challenger [n, H], champion [n, H]) of the rows both sides predicted."""
+    """`parts`: (fold, dates, challenger [n, H], champion [n, H]) of the rows both sides predicted;
+    `error_margin`: the |error| tests' practical margin (GateThresholds.error_margin)."""
     fold = np.concatenate([np.full(len(d), k) for k, d, _, _ in parts]) if parts else np.zeros(0, int)
     idx = _index(samples, np.concatenate([d for _, d, _, _ in parts])) if parts else np.zeros(0, int)
     empty = np.zeros((0, len(HORIZONS)))
@@ -307,6 +312,7 @@ def _pair(
         baselines.calls(samples.close, samples.prev_close, idx),
         fold,
         labels,
+        error_margin,
     )
 
 
@@ -411,7 +417,7 @@ def _configs(engine, settings, candidate, champion, folds, thresholds, trials: i
         if len(common):
             parts.append((int(f["fold"]), common, p1[i1], p2[i2]))
     samples = _samples(engine, candidate.ticker, candidate.config, end)
-    out.paired = _pair(samples, parts, ("candidate", "champion"))
+    out.paired = _pair(samples, parts, ("candidate", "champion"), thresholds.error_margin)
     out.decision, out.criteria = decide(CONFIGS, out.paired, thresholds, out.alpha_adjusted)
     return out
 
@@ -434,7 +440,7 @@ def _refresh(engine, settings, candidate, champion, folds, thresholds) -> Compar
         with torch.no_grad():
             old = predict_prices(model, samples.subset(_index(samples, dates)))
         parts.append((int(f["fold"]), dates, refreshed, old))
-    out.paired = _pair(samples, parts, ("refreshed", "stale"))
+    out.paired = _pair(samples, parts, ("refreshed", "stale"), thresholds.error_margin)
     out.decision, out.criteria = decide(REFRESH, out.paired, thresholds)
     if missing:
         out.note = f"fold(s) {', '.join(missing)}: stored weights missing, left out (backtest with --no-reuse to refit)"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ldtm_core.config import env_number, env_text
 from ldtm_core.errors import ConfigError, InputError
+from ldtm_core.scoring.paired import DEFAULT_ERROR_MARGIN
 from ldtm_core.scoring.skill import format_p_value
 
 POLICIES = ("evidence", "seed")
@@ -40,6 +41,8 @@ class GateThresholds:
     min_fold_rows: int = DEFAULT_MIN_FOLD_ROWS  # test rows in every fold (evidence policy)
     # Significance of the paired tests vs the champion / stale weights / always-up (evidence policy)
     alpha: float = DEFAULT_ALPHA
+    # The |error| tests' practical margin: a share of the champion's mean |error| (scoring.paired)
+    error_margin: float = DEFAULT_ERROR_MARGIN
 
     def validate(self) -> GateThresholds:
         """Refuse thresholds no model could meet (or every model meets) when they come from a user:
@@ -53,6 +56,10 @@ class GateThresholds:
             (self.min_rows >= 1, f"min rows must be >= 1, not {self.min_rows}"),
             (self.min_fold_rows >= 1, f"min rows per fold must be >= 1, not {self.min_fold_rows}"),
             (0.0 < self.alpha < 1.0, f"gate alpha must be within (0, 1), not {self.alpha}"),
+            (
+                0.0 <= self.error_margin <= 1.0,
+                f"the error margin must be within 0..100 % of the champion's error, not {self.error_margin * 100:g} %",
+            ),
             # Above 100 % is allowed: it is how a test or an operator forces a candidate to fail.
             (
                 self.min_direction_accuracy >= 0.0,
@@ -93,6 +100,7 @@ class GateThresholds:
             "min_rows": ("LDTM_GATE_MIN_ROWS", 1),
             "min_fold_rows": ("LDTM_GATE_MIN_FOLD_ROWS", 1),
             "alpha": ("LDTM_GATE_ALPHA", 1),
+            "error_margin": ("LDTM_GATE_ERROR_MARGIN_PCT", 100),
         }
         values = {}
         policy = env_text("LDTM_GATE_POLICY", "").strip().lower()

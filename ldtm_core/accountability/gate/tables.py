@@ -70,7 +70,8 @@ def comparison_notes(report) -> list[str]:
             f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano on {e.n} rows: {e.p_text(e.p_worse)}"
             if e.too_short
             else f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano (EWC t({e.dof})) p ({p.challenger} "
-            f"worse) = {format_p_value(e.p_worse)}, Holm over the horizons {format_p_value(holm[e.horizon])}"
+            f"worse by more than {e.margin:.3g} points) = {format_p_value(e.p_worse)}, Holm over the horizons "
+            f"{format_p_value(holm[e.horizon])}"
             for e in p.errors
         ]
         if up := p.baselines.get("always_up"):

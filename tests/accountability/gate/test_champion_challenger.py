@@ -81,7 +81,8 @@ def test_paired_counts_and_p_values_on_planted_rows():
     e_cm = np.abs(cm - actual) / actual * 100
     for h, (e, span) in enumerate(zip(p.errors, (1, 5, 21), strict=True)):
         assert e.challenger_mae == pytest.approx(e_ch[:, h].mean())
-        assert e.p_worse == pytest.approx(dm_test(e_ch[:, h] - e_cm[:, h], span).p_greater)
+        margin = 0.01 * e_cm[:, h].mean()  # worse beyond 1 % of the champion's mean |error|
+        assert e.p_worse == pytest.approx(dm_test(e_ch[:, h] - e_cm[:, h] - margin, span).p_greater)
     assert p.error_worse_p == pytest.approx(min(holm([e.p_worse for e in p.errors])))
     # Always-up on the same rows, with the paired test of each side against it.
     up_right = actual[:, 0] > close
@@ -234,6 +235,10 @@ def test_better_config_is_promoted_reusing_the_champions_folds_then_same_recipe_
     assert latest["comparison"]["paired"]["challenger_only"] == p.challenger_only
     md = report.markdown()
     assert "| direction accuracy |" in md and "always-up" in md and "persistence" in md
+    # The |error| test states its practical margin: 1 % of the champion's next-day mean |error|.
+    day = p.errors[0]
+    assert day.margin == pytest.approx(0.01 * day.champion_mae)
+    assert f"worse by more than {day.margin:.3g} points" in " ".join(report.markdown().split())
 
     # The crippled recipe again, now as the challenger of the good champion, over an absolute bar set
     # low enough for it to pass: it is worse than the champion on the same rows, so it is held.

@@ -23,6 +23,7 @@ from ldtm_core.learning import registry
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import backtest_folds
 from ldtm_core.scoring import hac
+from ldtm_core.scoring.paired import compare as paired_compare
 from ldtm_core.scoring.paired import dm_error_test, dm_test
 
 # --- Diebold-Mariano ---------------------------------------------------------------------------------
@@ -44,6 +45,30 @@ def test_dm_without_evidence_says_nothing():
     assert dm_test(np.zeros(50), 5).p_greater == 1.0 and dm_test(np.ones(2), 1).p_less == 1.0
     e = dm_error_test("month", np.ones(30), np.ones(30))
     assert (e.p_worse, e.p_better) == (1.0, 1.0)
+
+
+def test_dm_calls_errors_worse_only_beyond_a_practical_margin(monkeypatch):
+    """A challenger worse by 1e-9 points on every row is no worse in practice (it was p = 1e-192); one
+    worse by 5 % of the champion's |error| is. The margin is a share of the champion's mean |error| on
+    the horizon (LDTM_GATE_ERROR_MARGIN_PCT, default 1 %), so one setting suits every horizon."""
+    rng = np.random.default_rng(8)
+    champion = np.abs(rng.normal(0.0, 1.5, 189))
+    tiny = dm_error_test("1d", champion + 1e-9, champion)
+    assert tiny.p_worse > 0.5 and tiny.margin == pytest.approx(0.01 * champion.mean())
+    real = dm_error_test("1d", champion * 1.05, champion)
+    assert real.p_worse < 1e-6
+    assert dm_error_test("1d", champion + 1e-9, champion, margin=0.0).p_worse < 1e-50  # the old test
+    # A precision-only change is not refused on nothing, in the gate's own comparison either.
+    actual = 100.0 + rng.normal(0.0, 1.5, 189)
+    close = np.full(189, 100.0)
+    champion_pred = actual + rng.normal(0.0, 1.5, 189)
+    cmp = paired_compare(champion_pred + 1e-9, champion_pred, actual, close)
+    assert cmp.error_worse_p > 0.5
+    monkeypatch.setenv("LDTM_GATE_ERROR_MARGIN_PCT", "2.5")
+    assert GateThresholds.from_env().error_margin == pytest.approx(0.025)
+    monkeypatch.setenv("LDTM_GATE_ERROR_MARGIN_PCT", "-1")
+    with pytest.raises(Exception, match="LDTM_GATE_ERROR_MARGIN_PCT"):
+        GateThresholds.from_env()
 
 
 def test_dm_size_on_overlapping_errors_beside_the_wilcoxon_and_power_on_a_planted_difference():
