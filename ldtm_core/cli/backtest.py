@@ -158,7 +158,7 @@ def _backtest_many(
     end=None,
 ) -> None:
     """`ldtm backtest --tickers ...`: every ticker's newest candidate, progress, one summary row each."""
-    from ldtm_core.accountability.gate.backtest_pool import backtest_many
+    from ldtm_core.accountability.gate.backtest_pool import backtest_many, backtest_q_values
     from ldtm_core.data.universe import load_universe, resolve_tickers
     from ldtm_core.progress import progress
     from ldtm_core.scoring.skill import format_p_value
@@ -178,14 +178,26 @@ def _backtest_many(
             on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
             end=end,
         )
+    q = backtest_q_values(outcomes)  # the p-values read together: BH over every ticker with one
     counts = print_outcomes(
         f"backtest, {folds} folds",
-        ("ticker", "model", "n", "dir acc", "always-up", "p (beats up)", "leakage", "duration", "status"),
+        (
+            "ticker",
+            "model",
+            "n",
+            "dir acc",
+            "always-up",
+            "p (beats up)",
+            f"q (BH over {len(q)})",
+            "leakage",
+            "duration",
+            "status",
+        ),
         outcomes,
         lambda o, status: (
             o.ticker,
             *(
-                [""] * 7
+                [""] * 8
                 if (r := o.result) is None
                 else (
                     str(r.model_id),
@@ -193,6 +205,7 @@ def _backtest_many(
                     fmt_pct(r.direction_accuracy),
                     fmt_pct(r.always_up_accuracy),
                     "" if r.skill is None else format_p_value(r.skill.p_value),
+                    format_p_value(q[o.ticker]) if o.ticker in q else "",
                     str(r.leakage_rows),
                     f"{r.duration_s:.1f}s",
                 )

@@ -304,6 +304,34 @@ def test_cli_backtest_many_tickers(engine, world, ldtm_env, stub_fit):
     assert single_only.exit_code == 2 and "go with --ticker" in single_only.output
 
 
+def test_cli_backtest_many_prints_a_q_value_over_the_tickers_beside_each_p(engine, world, ldtm_env, stub_fit):
+    """Read across the universe, per-ticker p-values are a family: each row's Benjamini-Hochberg q over
+    every ticker backtested is printed beside its p (and the family named)."""
+    from ldtm_core.accountability.gate.backtest_pool import backtest_q_values
+    from ldtm_core.scoring.board_stats import bh_qvalues
+
+    s, _, _ = world
+    ingest(engine, ["NVDA", "TSLA"], start="2022-01-03", end="2024-06-28")
+    for t in ("NVDA", "TSLA"):
+        make_model(engine, s, t, cfg=CFG)
+    out = CliRunner().invoke(app, ["backtest", "--tickers", "AAPL,NVDA,TSLA", "--folds", "2"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "q (BH over 3)" in text
+    from ldtm_core.accountability.gate.backtest_pool import BacktestOutcome
+
+    fake = [
+        BacktestOutcome("A", "ok", result=type("R", (), {"skill": type("S", (), {"p_value": 0.01})()})()),
+        BacktestOutcome("B", "ok", result=type("R", (), {"skill": type("S", (), {"p_value": 0.04})()})()),
+        BacktestOutcome("C", "ok", result=type("R", (), {"skill": None})()),
+        BacktestOutcome("D", "no candidate"),
+        BacktestOutcome("E", "ok", result=type("R", (), {"skill": type("S", (), {"p_value": 0.30})()})()),
+    ]
+    q = backtest_q_values(fake)
+    assert list(q) == ["A", "B", "E"]
+    assert [q[t] for t in ("A", "B", "E")] == pytest.approx(list(bh_qvalues([0.01, 0.04, 0.30])))
+
+
 def test_backtest_scores_persistence_and_the_trailing_majority_on_its_rows(engine, world, stub_fit):
     """Issue 21: every fold stores persistence and the no-hindsight trailing majority on the same rows."""
     from ldtm_core.accountability.gate.gate import with_fold_baselines

@@ -21,6 +21,7 @@ from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START, Backt
 from ldtm_core.learning.gpu_slots import SlotPlan
 from ldtm_core.learning.registry import newest_candidate
 from ldtm_core.learning.ticker_pool import map_tickers
+from ldtm_core.scoring.board_stats import bh_qvalues
 
 
 @dataclass
@@ -58,6 +59,15 @@ class BacktestOutcome:
             "features": r.features,
             **({"reason": self.reason} if self.reason else {}),
         }
+
+
+def backtest_q_values(outcomes: list[BacktestOutcome]) -> dict[str, float]:
+    """{ticker: Benjamini-Hochberg q of its "beats always-up" p over every ticker with one}: read across
+    the universe, 103 p-values at 0.05 show ~5 coin-flip models as skilled; the q controls the share
+    of false ones among those shown."""
+    tested = [(o.ticker, o.result.skill.p_value) for o in outcomes if o.result is not None and o.result.skill]
+    q = bh_qvalues([p for _, p in tested])
+    return {t: float(v) for (t, _), v in zip(tested, q, strict=True)}
 
 
 def backtest_candidate(
