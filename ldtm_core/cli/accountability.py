@@ -339,7 +339,7 @@ def leaderboard_cmd(
     else:
         board = leaderboard(engine, mode, **flags)
         print_leaderboard(board, label)
-        # The universe's one answer (Hansen's SPA over the tickers), then what the label controls.
+        # The universe's one answer (arch's SPA test over the tickers), then what the label controls.
         console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
     console.print(f"[dim]{label_rule(board)}[/]", highlight=False, soft_wrap=True)
     missing = without_champion(engine)

@@ -251,10 +251,10 @@ class UniverseTest:
             f"{b.label} for {self.baselines.get(b.name, 0)}" for b in baselines.board_baselines()
         )
         method = (
-            f"Hansen's SPA (arch) on {self.evenings} evenings x {self.tickers} tickers of next-day direction "
-            f"misses, model minus its baseline ({chosen}, each chosen on its evenings before the "
-            f"window), whole evenings resampled (stationary bootstrap, block {SPA_BLOCK}, {SPA_REPS} reps, "
-            f"seed {SPA_SEED})"
+            f"arch's SPA test, its `{SPA_P}` p (White's reality check, not Hansen's consistent p), on {self.evenings} evenings "
+            f"x {self.tickers} tickers of next-day direction misses, model minus its baseline ({chosen}, each "
+            f"chosen on its evenings before the window; no coin among them), whole evenings resampled "
+            f"(stationary bootstrap, block {SPA_BLOCK}, {SPA_REPS} reps, seed {SPA_SEED})"
         )
         p = format_p_value(self.p_value)
         if self.rejects:

@@ -140,6 +140,8 @@ def test_spa_is_deterministic_and_fast_on_a_103_ticker_board():
     assert first.tickers == 103 and first.evenings == 21
     assert sum(first.baselines.values()) == 103
     assert "after the search over the 103 tickers" in first.describe()
+    # It names the test it is: arch's SPA with its `upper` p (reality-check recentring), not Hansen's.
+    assert "its `upper` p" in first.describe() and "Hansen" not in first.describe()
 
 
 def test_loss_differentials_use_the_baseline_chosen_before_the_window():

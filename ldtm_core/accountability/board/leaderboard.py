@@ -29,7 +29,7 @@ evening its ticker was a member; the rows left out are kept and counted (`non_me
 Read at scale (`board_stats`): "beats" is set by Benjamini-Hochberg q-values over every
 (ticker, board baseline) test of the board (`q_vs_{baseline}` beside each ticker's own p),
 `universe()` answers once per board whether any model beats its baseline after the search over the
-tickers (Hansen's SPA), and `next_monday_dates` / `one_month_dates` say on how many distinct target dates
+tickers (arch's SPA test, its `upper` p), and `next_monday_dates` / `one_month_dates` say on how many distinct target dates
 each horizon's rows stand (consecutive evenings share a next-Monday target).
 """
 
@@ -323,7 +323,7 @@ def universe(
     include_in_sample: bool = False,
     include_ungated: bool = False,
 ) -> UniverseTest:
-    """The board's one universe-level answer (board_stats.universe_test, Hansen's SPA): does any model
+    """The board's one universe-level answer (board_stats.universe_test, arch's SPA test): does any model
     beat its baseline after the search over the tickers? On the ticker board's scored rows; each
     ticker's baseline is chosen on its filled evenings in the HISTORY_DAYS before the window."""
     scored = board[(board["n"] > 0) & ~board.get("stale", pd.Series(False, index=board.index)).astype(bool)]
