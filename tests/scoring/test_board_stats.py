@@ -141,7 +141,7 @@ def test_spa_is_deterministic_and_fast_on_a_103_ticker_board():
     assert sum(first.baselines.values()) == 103
     assert "after the search over the 103 tickers" in first.describe()
     # It names the test it is: arch's SPA with its `upper` p (reality-check recentring), not Hansen's.
-    assert "its `upper` p" in first.describe() and "Hansen" not in first.describe()
+    assert "its `upper` p (White's reality check, not Hansen's consistent p)" in first.describe()
 
 
 def test_loss_differentials_use_the_baseline_chosen_before_the_window():
