@@ -235,6 +235,7 @@ class UniverseTest:
     best: str | None  # the key with the largest mean improvement over its baseline
     best_improvement: float  # that key's baseline miss rate minus the model's (points of accuracy / 100)
     baselines: dict  # {baseline: how many keys were judged against it}
+    caveat: str = ""  # appended to the answer (e.g. a board that includes in-sample rows)
 
     @property
     def rejects(self) -> bool:
@@ -245,6 +246,9 @@ class UniverseTest:
             "Does any model beat its best no-hindsight baseline after the search over the "
             f"{self.tickers} tickers?"
         )
+        return self._answer(question) + self.caveat
+
+    def _answer(self, question: str) -> str:
         if self.tickers == 0 or self.evenings == 0:
             return f"{question} Not tested: no scored evenings."
         chosen = ", ".join(

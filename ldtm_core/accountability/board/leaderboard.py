@@ -35,6 +35,7 @@ each horizon's rows stand (consecutive evenings share a next-Monday target).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 
@@ -184,6 +185,7 @@ def leaderboard(
     df = _with_target_dates(engine, df, mode, bounds=bounds, **flags)
     df = _with_stale_rows(engine, df, mode, include_ungated)
     df = board_stats.label_board(df)
+    df["in_sample_included"] = include_in_sample  # the sentences say so (verdict, universe)
     # Stale rows (accuracy NaN) go last.
     return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
 
@@ -240,6 +242,7 @@ def leaderboard_by_model(
     df = _with_baselines(engine, df, mode, by_model=True, **flags)
     df = _with_target_dates(engine, df, mode, by_model=True, bounds=bounds, **flags)
     df = board_stats.label_board(df)
+    df["in_sample_included"] = include_in_sample
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
 
 
@@ -329,14 +332,16 @@ def universe(
     scored = board[(board["n"] > 0) & ~board.get("stale", pd.Series(False, index=board.index)).astype(bool)]
     keys = sorted(scored["ticker"].unique()) if len(scored) else []
     if not keys:
-        return board_stats.spa_test(pd.DataFrame())
+        answer = board_stats.spa_test(pd.DataFrame())
+        return dataclasses.replace(answer, caveat=IN_SAMPLE_CAVEAT) if include_in_sample else answer
     start, end = scored["window_start"].min(), scored["window_end"].max()
     raw = next_day_rows(engine, keys, start - dt.timedelta(days=board_stats.HISTORY_DAYS), end)
     flags = {"by_model": False, "include_in_sample": include_in_sample, "include_ungated": include_ungated}
     inside = scored_rows(raw[raw["run_date"] >= start], mode, **flags).rename(columns={"ticker": "key"})
     # Baselines depend only on prices: every filled evening before the window counts, whoever predicted it.
     before = raw[(raw["run_date"] < start) & raw["filled"]].drop_duplicates(["ticker", "run_date"])
-    return board_stats.universe_test(inside, before.rename(columns={"ticker": "key"}), keys)
+    answer = board_stats.universe_test(inside, before.rename(columns={"ticker": "key"}), keys)
+    return dataclasses.replace(answer, caveat=IN_SAMPLE_CAVEAT) if include_in_sample else answer
 
 
 def _with_target_dates(
@@ -502,15 +507,24 @@ def ungated_note(engine: Engine, include_ungated: bool = False) -> str | None:
     )
 
 
+# Said in the sentences of a board that scores in-sample rows (`--include-in-sample`).
+IN_SAMPLE_CAVEAT = (
+    " (in-sample rows included: replayed evenings the models' training data already reached, so these "
+    "figures are not evidence of skill)"
+)
+
+
 def verdict(df: pd.DataFrame) -> str:
-    """One plain sentence about the always-up baseline (and the stale tickers, named)."""
+    """One plain sentence about the always-up baseline (and the stale tickers, named; and in-sample rows
+    when the board includes them)."""
+    caveat = IN_SAMPLE_CAVEAT if "in_sample_included" in df and df["in_sample_included"].any() else ""
     stale = df[df["stale"]] if "stale" in df else df.iloc[0:0]
     if len(stale):
         named = ", ".join(
             f"{r.ticker} (last filled {r.last_filled or 'never'})" for r in stale.itertuples(index=False)
         )
-        return _verdict(df[~df["stale"]]) + f" Stale, no filled rows in the window: {named}."
-    return _verdict(df)
+        return _verdict(df[~df["stale"]]) + f" Stale, no filled rows in the window: {named}." + caveat
+    return _verdict(df) + caveat
 
 
 def _verdict(df: pd.DataFrame) -> str:

@@ -514,3 +514,19 @@ def test_the_board_scores_a_ticker_only_on_evenings_it_was_a_member(engine, ldtm
     scored = board[board["n"] > 0]
     assert list(scored["ticker"]) == ["AAA"]
     assert universe(engine, board).tickers == 1 and universe(engine, before.reset_index()).tickers == 2
+
+
+def test_a_board_with_in_sample_rows_says_so_in_its_sentences(engine):
+    """`--include-in-sample` scores evenings the models' training data already reached: the verdict and
+    the universe answer say so in the sentence itself, not only in a flag."""
+    from ldtm_core.accountability.board.leaderboard import universe
+
+    days = [dt.date(2024, 3, 4) + dt.timedelta(days=i) for i in range(25)]
+    with engine.begin() as conn:
+        m = _model(conn, "FFF")
+        _evenings(conn, "FFF", m, "v1", days, [True] * 25, in_sample=True)
+    shown = leaderboard(engine, include_in_sample=True)
+    caveat = "in-sample rows included"
+    assert caveat in verdict(shown)
+    assert caveat in universe(engine, shown, include_in_sample=True).describe()
+    assert caveat not in verdict(leaderboard(engine))
