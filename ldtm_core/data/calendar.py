@@ -30,6 +30,7 @@ MARKET_TZ = ZoneInfo("America/New_York")
 # exchange_calendars covers only 20 years back by default; this is where the calendar starts until
 # older data is offered or read (`cover`), e.g. a full MSFT history from 1986.
 CALENDAR_START = "1990-01-02"
+SESSIONS_PER_YEAR = 252  # the convention annual figures use (returns, Sharpe, false alarms a year)
 NAT = np.datetime64("NaT", "D")
 _start = dt.date.fromisoformat(CALENDAR_START)
 

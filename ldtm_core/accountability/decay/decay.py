@@ -51,6 +51,7 @@ from ldtm_core.accountability.decay.record import (
     published_record,
 )
 from ldtm_core.config import env_number
+from ldtm_core.data.calendar import SESSIONS_PER_YEAR
 from ldtm_core.errors import InputError
 from ldtm_core.learning.registry import ModelRecord, serving_models
 
@@ -430,9 +431,25 @@ class DecayReport:
             f"{self.settings.arl0:g} sessions per ticker"
         )
         models = f"{len(self.tickers)} active model{'' if len(self.tickers) == 1 else 's'}"
+        expect = (
+            f" With no decay anywhere, expect about {self.expected_false_alarms_a_year:.2g} false alarms a "
+            f"year across these {len(self.tickers)} tickers ({SESSIONS_PER_YEAR} sessions / "
+            f"{self.settings.arl0:g} each)."
+        )
         if not bad:
-            return f"No decay: {models} checked ({rule})."
-        return f"Decay in {len(bad)} of {models} ({rule}): " + "; ".join(t.describe() for t in bad)
+            return f"No decay: {models} checked ({rule}).{expect}"
+        return (
+            f"Decay in {len(bad)} of {models} ({rule}): "
+            + "; ".join(t.describe() for t in bad)
+            + "."
+            + expect
+        )
+
+    @property
+    def expected_false_alarms_a_year(self) -> float:
+        """False alarms a year the designed charts give across the checked tickers with no decay at all:
+        each ticker's charts alarm once per ARL0 sessions on average."""
+        return len(self.tickers) * SESSIONS_PER_YEAR / self.settings.arl0
 
     def payload(self, tickers: list[TickerDecay] | None = None) -> dict:
         chosen = self.decaying if tickers is None else tickers
@@ -442,6 +459,7 @@ class DecayReport:
             "rows": [t.row() for t in chosen],
             "delta": self.settings.delta,
             "arl0_sessions": self.settings.arl0,
+            "expected_false_alarms_a_year": self.expected_false_alarms_a_year,
             "summary": self.summary(),
         }
 

@@ -43,9 +43,10 @@ from arch.covariance.kernel import QuadraticSpectral
 from scipy import stats
 from sqlalchemy import Engine, select
 
+from ldtm_core.data.calendar import SESSIONS_PER_YEAR
 from ldtm_core.schema import gate_trials, model_registry
 
-PERIODS_PER_YEAR = 252
+PERIODS_PER_YEAR = SESSIONS_PER_YEAR
 EULER_GAMMA = 0.5772156649015329
 
 

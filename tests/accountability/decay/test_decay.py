@@ -196,6 +196,9 @@ def test_reader_scores_the_active_models_own_out_of_sample_rows(engine, db_url, 
     assert row["live_n"] == aapl.n and row["promised_accuracy"] == pytest.approx(0.60) and row["decaying"]
     assert "AAPL" in report.summary() and "MSFT" not in report.summary()
     assert report.payload()["decaying"] == ["AAPL"]
+    # What to expect with no decay at all: 2 tickers x 252 sessions a year / ARL0 1000 sessions.
+    assert "about 0.5 false alarms a year across these 2 tickers" in report.summary()
+    assert report.payload()["expected_false_alarms_a_year"] == pytest.approx(2 * 252 / 1000)
 
 
 def test_a_ticker_without_an_active_model_is_not_checked(engine, db_url, tmp_path):
