@@ -21,7 +21,7 @@ same `dm_error_test`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.stats import binomtest
@@ -101,6 +101,9 @@ class ErrorTest:
     too_short: bool = False  # too few independent target periods: untested (p 1.0)
     needs: int = 0  # rows a test of this horizon needs
     margin: float = 0.0  # points of |pct error| a difference must exceed to count (dm_error_test)
+    # The no-change forecast's (the run-date close) mean |pct error| on the same rows: a naive comparator
+    # (MASE-style: a model's |error| over this one below 1 beats no change); NaN when not known.
+    naive_mae: float = float("nan")
 
     def p_text(self, p: float) -> str:
         """A p-value, or why there is none."""
@@ -185,6 +188,7 @@ class PairedComparison:
     def describe(self) -> str:
         errs = ", ".join(
             f"|err| {HORIZON_LABELS[e.horizon]} {e.challenger_mae:.3f}% vs {e.champion_mae:.3f}% "
+            f"(no change {e.naive_mae:.3f}%) "
             f"(DM p worse {e.p_text(e.p_worse)}, Holm {e.p_text(self.errors_worse_holm[e.horizon])})"
             for e in self.errors
         )
@@ -214,6 +218,7 @@ class PairedComparison:
                     "n": e.n,
                     "challenger_mae": e.challenger_mae,
                     "champion_mae": e.champion_mae,
+                    "naive_mae": e.naive_mae,
                     "p_worse": e.p_worse,
                     "p_worse_holm": self.errors_worse_holm[e.horizon],
                     "p_better": e.p_better,
@@ -267,7 +272,9 @@ def compare(
     e_ch, e_cm = abs_pct_errors(ch, act), abs_pct_errors(cm, act)
     for h in range(min(act.shape[1], ch.shape[1], cm.shape[1], len(HORIZONS))):
         known = np.isfinite(e_ch[:, h]) & np.isfinite(e_cm[:, h])
-        errors.append(dm_error_test(HORIZONS[h], e_ch[known, h], e_cm[known, h], margin=error_margin))
+        test = dm_error_test(HORIZONS[h], e_ch[known, h], e_cm[known, h], margin=error_margin)
+        naive = abs_pct_errors(close[known], act[known, h])
+        errors.append(replace(test, naive_mae=float(naive.mean()) if len(naive) else float("nan")))
     base, champ_base = {}, {}
     if calls is not None:
         base = baselines.score(ch_right, act[:, 0], close, calls)

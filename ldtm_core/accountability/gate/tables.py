@@ -39,15 +39,17 @@ def comparison(report) -> Rows:
             ],
         )
     which = gate_baselines()
-    header = [f"on the same {p.n} rows", p.challenger, p.champion, *(b.label for b in which)]
+    # "no change": the run-date close as the forecast, the naive comparator of the |errors| (no direction).
+    header = [f"on the same {p.n} rows", p.challenger, p.champion, *(b.label for b in which), "no change"]
     accuracy = [pct(got.accuracy) if (got := p.baselines.get(b.name)) else "—" for b in which]
-    cells = [["direction accuracy", pct(p.challenger_accuracy), pct(p.champion_accuracy), *accuracy]]
+    cells = [["direction accuracy", pct(p.challenger_accuracy), pct(p.champion_accuracy), *accuracy, "—"]]
     cells += [
         [
             f"mean abs error {HORIZON_LABELS[e.horizon]} ({e.n} rows)",
             f"{e.challenger_mae:.3f}%",
             f"{e.champion_mae:.3f}%",
             *("" for _ in which),
+            f"{e.naive_mae:.3f}%",
         ]
         for e in p.errors
     ]

@@ -81,6 +81,10 @@ def test_paired_counts_and_p_values_on_planted_rows():
     e_cm = np.abs(cm - actual) / actual * 100
     for h, (e, span) in enumerate(zip(p.errors, (1, 5, 21), strict=True)):
         assert e.challenger_mae == pytest.approx(e_ch[:, h].mean())
+        # The naive comparator on the same rows: the no-change forecast (the run-date close).
+        naive = np.abs(close - actual[:, h]) / actual[:, h] * 100
+        assert e.naive_mae == pytest.approx(naive.mean())
+        assert p.to_dict()["errors"][e.horizon]["naive_mae"] == pytest.approx(naive.mean())
         margin = 0.01 * e_cm[:, h].mean()  # worse beyond 1 % of the champion's mean |error|
         assert e.p_worse == pytest.approx(dm_test(e_ch[:, h] - e_cm[:, h] - margin, span).p_greater)
     assert p.error_worse_p == pytest.approx(min(holm([e.p_worse for e in p.errors])))
@@ -235,6 +239,8 @@ def test_better_config_is_promoted_reusing_the_champions_folds_then_same_recipe_
     assert latest["comparison"]["paired"]["challenger_only"] == p.challenger_only
     md = report.markdown()
     assert "| direction accuracy |" in md and "always-up" in md and "persistence" in md
+    # Each horizon's |error| beside the no-change forecast's on the same rows (a naive comparator).
+    assert "no change" in md and f"{p.errors[0].naive_mae:.3f}%" in md
     # The |error| test states its practical margin: 1 % of the champion's next-day mean |error|.
     day = p.errors[0]
     assert day.margin == pytest.approx(0.01 * day.champion_mae)
