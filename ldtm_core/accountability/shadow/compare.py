@@ -90,6 +90,10 @@ def paired_evenings(
     return out.sort_values("run_date").reset_index(drop=True)[out_cols]
 
 
+# What a "promote" decision claims, said with it: the shadow was not shown worse on its evenings.
+PROMOTE_MEANS = " (not shown worse, which is not shown better: {design})"
+
+
 @dataclass
 class ShadowComparison:
     ticker: str
@@ -128,6 +132,11 @@ class ShadowComparison:
             f"p = {format_p_value(self.direction_p)}; next-day |error| {self.shadow_mae:.3f}% vs "
             f"{self.champion_mae:.3f}%, DM p = {format_p_value(self.error_p)}{end}; decision: "
             f"{self.decision}"
+            + (
+                PROMOTE_MEANS.format(design=self.design or "its design is unknown")
+                if self.decision == "promote"
+                else ""
+            )
         )
 
     def to_dict(self) -> dict:

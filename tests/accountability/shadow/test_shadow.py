@@ -194,6 +194,9 @@ def test_conclusion_promotes_a_shadow_that_is_not_worse(engine, s, champion):
     events = registry.history(engine, "AAPL")
     assert events[-1].from_status == "shadow" and events[-1].to_status == "active"
     assert "McNemar" in events[-1].reason and f"{len(EVENINGS)} filled evenings" in events[-1].reason
+    # "Promoted" says what it means (not shown worse, which is not shown better) and what it could detect.
+    said = out[0].comparison.summary()
+    assert "not shown worse, which is not shown better" in said and "detect" in said
     with engine.connect() as conn:
         decided = (
             conn.execute(select(gate_decisions).where(gate_decisions.c.model_id == twin)).mappings().one()
