@@ -107,8 +107,9 @@ def test_the_key_changes_with_precision_device_torch_and_learning_code():
     base = fold_cache.runtime(CFG, "cpu")
     assert fold_cache.runtime(CFG, "cpu") == base  # the same host twice: the same key
     assert _key(fold_cache.runtime(CFG, "cpu")) == _key(base)
+    # The other precision than this host's (a CPU with native bf16 resolves `auto` to bf16).
     for field, other in (
-        ("precision", "bf16"),
+        ("precision", "fp32" if base.precision == "bf16" else "bf16"),
         ("device", "cuda NVIDIA H100"),
         ("torch", "9.9.9"),
         ("code", "0" * 64),
