@@ -12,6 +12,7 @@ from accountability_helpers import registry_row
 from migrate_helpers import fresh_database
 from sqlalchemy import insert, text
 from test_horizons import _downgrade
+from test_leaderboard import _row
 from typer.testing import CliRunner
 
 from ldtm_core.accuracy_views import VIEW_NAMES
@@ -27,41 +28,14 @@ DAYS = [dt.date(2024, 5, 1) + dt.timedelta(days=i) for i in range(20)]
 
 def _store(engine) -> None:
     """Two tickers' filled evenings, a published (gated) row each, hits and misses mixed."""
-    now = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
     with engine.begin() as conn:
         ids = {t: registry_row(conn, t, status="active") for t in ("AAA", "BBB")}
         rows = []
         for t in ("AAA", "BBB"):
             for i, d in enumerate(DAYS):
-                close, actual = 100.0, 100.0 + (1 if (i * 7 + len(t)) % 3 else -1)
-                pred = 100.5 if i % 2 else 99.5
+                actual = 100.0 + (1 if (i * 7 + len(t)) % 3 else -1)
                 rows.append(
-                    {
-                        "ticker": t,
-                        "run_date": d,
-                        "run_date_close": close,
-                        "prev_close": 99.0,
-                        "model_id": ids[t],
-                        "model_version": "v1",
-                        "model_status": "active",
-                        "mode": "replay",
-                        "next_day_pred": pred,
-                        "next_monday_pred": pred,
-                        "one_month_pred": pred,
-                        "direction_pred": "neutral",
-                        "next_day_date": d + dt.timedelta(days=1),
-                        "next_monday_date": d + dt.timedelta(days=3),
-                        "one_month_date": d + dt.timedelta(days=30),
-                        "run_id": "r",
-                        "created_at": now,
-                        "prev_hash": f"{t}{d}",
-                        "row_hash": "h",
-                        "next_day_actual": actual,
-                        "next_day_pct_error": (pred - actual) / actual * 100,
-                        "next_day_direction_correct": (pred > close) == (actual > close),
-                        "next_monday_actual": actual,
-                        "next_monday_pct_error": 1.5,
-                    }
+                    _row(t, ids[t], d, 100.0, 99.0, 100.5 if i % 2 else 99.5, actual, "replay", 1.5, 2.5)
                 )
         conn.execute(insert(snapshots), rows)
 
