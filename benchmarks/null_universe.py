@@ -88,7 +88,7 @@ class Ledger:
     def judge(self, ticker: str, signature: str, bid: str, folds: list[dict], kind: str, decide) -> str:
         """`decide(trials)` -> decision, unless this (recipe, evidence) was judged before: then the
         gate says "insufficient evidence" (evidence judged once) and nothing is recorded."""
-        evidence = gate_ledger.evidence_of(bid, folds)
+        evidence = gate_ledger.evidence_of(self.engine, bid, folds)
         trials = gate_ledger.trials(self.engine, ticker, signature, evidence, GateThresholds().alpha)
         if trials.previous is not None:
             return "insufficient evidence"

@@ -3,7 +3,8 @@
 A fold's outcome is a pure function of: the config (its signature, seed included, and the seed again
 explicitly), exactly the sample rows it trains, validates and tests on (`fingerprint`), its cutoff, the
 weights it started from, and the runtime that does the arithmetic (`runtime`: the resolved training
-precision, the device kind, the torch version and a hash of the learning code). Folds start cold by
+precision, the device kind, the torch version and a hash of the learning code's syntax tree, docstrings
+left out, so a comment, docstring or formatting edit keeps every key; `code_hash`). Folds start cold by
 default (no parent), so when a quarter completes the older folds keep their keys and only the new one
 refits; a warm-chained fold is named by the key of the fold it came from (`fold_key`'s `parent`): a
 revised bar inside fold 2's rows changes fold 2's fingerprint, hence its key, hence the key of every fold
@@ -19,6 +20,7 @@ row and file together, by the refit that found it so.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import functools
 import hashlib
@@ -55,15 +57,41 @@ class Runtime(NamedTuple):
     precision: str  # the resolved training precision: fp32 / bf16 / fp16 (amp="auto" decided here)
     device: str  # "cpu", or "cuda <card name>"
     torch: str
-    code: str  # sha256 of LEARNING_CODE
+    code: str  # code_hash(): sha256 of LEARNING_CODE's syntax trees
+
+
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
+
+
+def code_digest(name: str, source: str) -> str:
+    """sha256 of one file's syntax tree without its docstrings (`ast.dump`, no line numbers): comments,
+    blank lines, quotes, wrapping and docstrings leave it unchanged; any other edit changes it, whether or
+    not it changes a fit (a renamed local, a log message: a refit too many, never a stale reuse)."""
+    tree = ast.parse(source, filename=name)
+    for node in ast.walk(tree):
+        if isinstance(node, _DOCUMENTED) and node.body and _is_docstring(node.body[0]):
+            # A body that was only a docstring still needs a statement; it did nothing either way.
+            node.body = node.body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
 
 
 @functools.cache
 def code_hash() -> str:
+    """sha256 over LEARNING_CODE's names and `code_digest`s. The dump's format follows the interpreter, so
+    a Python upgrade may re-key every fold once (each refits once; the gate's ledger does not depend on
+    the keys' code part)."""
     h = hashlib.sha256()
     for path in LEARNING_CODE:
         h.update(path.name.encode())
-        h.update(path.read_bytes())
+        h.update(code_digest(path.name, path.read_text(encoding="utf-8")).encode())
     return h.hexdigest()
 
 

@@ -3,14 +3,19 @@ what changes a fit's numbers on this host (issue 28 item 7)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime as dt
+import io
+import tokenize
 
 import numpy as np
 import pytest
 import torch
 from accountability_helpers import ingest, make_model, make_settings
 
+from ldtm_core.accountability.gate import ledger as gate_ledger
+from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import backtest as bt
 from ldtm_core.learning import fold_cache, precision
@@ -154,3 +159,156 @@ def test_the_runtime_on_cuda_names_the_card_and_its_resolved_precision(monkeypat
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     assert fold_cache.runtime(dataclasses.replace(CFG, amp="auto"), "cuda").precision == "fp16"
     assert _key(rt) != _key(fold_cache.runtime(CFG, "cpu"))
+
+
+# --- the code in the key: what the fitted function is, not how its source is written -------------
+
+
+def _docstrings(tree: ast.AST) -> list[ast.Constant]:
+    return [
+        n.body[0].value
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+        and isinstance(n.body[0].value.value, str)
+    ]
+
+
+def _cosmetic(text: str) -> str:
+    """The same program written differently: every docstring reworded, a comment before every top-level
+    statement, every token respaced (tokenize's compat mode)."""
+    lines = text.splitlines(keepends=True)
+    for doc in sorted(_docstrings(ast.parse(text)), key=lambda d: d.lineno, reverse=True):
+        head = lines[doc.lineno - 1][: doc.col_offset]
+        lines[doc.lineno - 1 : doc.end_lineno] = [f'{head}"""Reworded, {doc.lineno}."""  # and noted\n']
+    text = "".join(lines)
+    lines = text.splitlines(keepends=True)
+    for stmt in reversed(ast.parse(text).body):
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+        lines.insert(first - 1, "# why this statement is here, said at length\n\n")
+    tokens = tokenize.generate_tokens(io.StringIO("".join(lines)).readline)
+    return tokenize.untokenize((t.type, t.string) for t in tokens)
+
+
+REAL_LEARNING_CODE = fold_cache.LEARNING_CODE  # before any test swaps it
+
+
+def _real_change(text: str) -> str:
+    return text + "\nDEFAULT_SCALE = 2.0\n"
+
+
+def _copies(folder, edit=lambda text: text) -> tuple:
+    """The learning files copied under their own names (the hash includes them), each `edit`ed."""
+    folder.mkdir()
+    out = []
+    for path in REAL_LEARNING_CODE:
+        copy = folder / path.name
+        copy.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+        out.append(copy)
+    return tuple(out)
+
+
+def _code_hash(monkeypatch, files) -> str:
+    monkeypatch.setattr(fold_cache, "LEARNING_CODE", files)
+    return fold_cache.code_hash.__wrapped__()
+
+
+def test_a_comment_docstring_or_formatting_edit_of_the_learning_code_keeps_the_key(tmp_path, monkeypatch):
+    plain, edited = _copies(tmp_path / "plain"), _copies(tmp_path / "edited", _cosmetic)
+    for a, b in zip(plain, edited, strict=True):
+        assert a.read_text() != b.read_text()
+        compile(b.read_text(), str(b), "exec")  # still a program
+    before = _code_hash(monkeypatch, plain)
+    assert _code_hash(monkeypatch, edited) == before
+    assert _key(fold_cache.runtime(CFG, "cpu")._replace(code=before)) == _key(
+        fold_cache.runtime(CFG, "cpu")._replace(code=_code_hash(monkeypatch, edited))
+    )
+    assert _code_hash(monkeypatch, _copies(tmp_path / "real", _real_change)) != before
+
+
+def _hash_of(tmp_path, monkeypatch, text: str, name="model.py") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return _code_hash(monkeypatch, (path,))
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("x = 1\n", "x = 1  # one, the default\n"),
+        ("x = (1 +\n     2)\n", "x = (1 + 2)\n"),
+        ("x = 'a'\n", 'x = "a"\n'),
+        (
+            'def f():\n    """Sum."""\n    return 1\n',
+            'def f():\n    """Sum, longer:\n\n    and more."""\n\n    return 1\n',
+        ),
+        ("def f():\n    return 1\n", 'def f():\n    """Added."""\n    return 1\n'),
+        ("class C:\n    n = 1\n", 'class C:\n    """Added."""\n\n    n = 1\n'),
+        ("x = 1\n", '"""A module docstring."""\n\nx = 1\n'),
+    ],
+)
+def test_cosmetic_edits_keep_the_code_hash(tmp_path, monkeypatch, before, after):
+    assert _hash_of(tmp_path, monkeypatch, before) == _hash_of(tmp_path, monkeypatch, after)
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("LR = 1e-3\n", "LR = 2e-3\n"),  # a constant
+        ("def f(a, b):\n    return a + b\n", "def f(a, b):\n    return a - b\n"),  # an operator
+        ("def f(a, b):\n    return a - b\n", "def f(a, b):\n    return b - a\n"),  # the operands' order
+        ("x = f(1)\ny = g(2)\n", "y = g(2)\nx = f(1)\n"),  # the statements' order
+        ("x = 'mean'\n", "x = 'sum'\n"),  # a string that is not a docstring
+        ('def f():\n    """Doc."""\n', 'def f():\n    """Doc."""\n    return 1\n'),
+        ("x = 1\n", "x = 1\ny = 2\n"),
+    ],
+)
+def test_a_real_code_change_changes_the_code_hash_and_the_key(tmp_path, monkeypatch, before, after):
+    a, b = _hash_of(tmp_path, monkeypatch, before), _hash_of(tmp_path, monkeypatch, after)
+    assert a != b
+    rt = fold_cache.runtime(CFG, "cpu")
+    assert _key(rt._replace(code=a)) != _key(rt._replace(code=b))
+    assert _hash_of(tmp_path, monkeypatch, before, "split.py") != a  # which file it is counts too
+
+
+@pytest.fixture
+def fresh_code_hash():
+    fold_cache.code_hash.cache_clear()
+    yield
+    fold_cache.code_hash.cache_clear()
+
+
+def test_a_cosmetic_edit_neither_refits_nor_rejudges_and_a_real_one_refits_as_the_same_trial(
+    engine, db_url, tmp_path, monkeypatch, fresh_code_hash
+):
+    """The gate's ledger counts a recipe's tries on the same rows once, whatever re-rolled its fold keys.
+
+    Before, any edit of the learning files (a comment included) re-rolled every fold key, and with them
+    the evidence key: the recipe already judged on these rows was judged again as a new try."""
+    s = make_settings(tmp_path, db_url)
+    ingest(engine, ["AAPL"], start="2022-06-01", end="2024-06-28")
+    # An unreachable accuracy: every judgement is a counted try that fails, none promotes.
+    failing = GateThresholds(min_rows=1, min_fold_rows=1, min_direction_accuracy=1.01)
+
+    def judged(folder, edit, seed):
+        monkeypatch.setattr(fold_cache, "LEARNING_CODE", _copies(tmp_path / folder, edit))
+        fold_cache.code_hash.cache_clear()
+        cand = make_model(engine, s, "AAPL", seed=seed, cfg=CFG)  # a retrain of the same recipe
+        res = bt.run_backtest(engine, s, "AAPL", CFG, folds=2, model_id=cand, test_sessions=10)
+        return [f.fit.fold_key for f in res.folds], res, run_gate(engine, s, "AAPL", thresholds=failing)
+
+    keys, _, first = judged("plain", lambda text: text, 1)
+    assert first.decision == "fail" and first.trials.count == 1
+
+    cosmetic_keys, res, again = judged("cosmetic", _cosmetic, 2)
+    assert cosmetic_keys == keys and res.reused_folds == 2
+    assert again.decision == "insufficient evidence" and "new_evidence" in {c.name for c in again.failing}
+    assert again.trials.count == 1 and again.trials.previous["decision"] == "fail"
+
+    real_keys, res, third = judged("real", _real_change, 3)
+    assert not set(real_keys) & set(keys) and res.refit_folds == 2  # the code may fit otherwise: refit
+    # ...but it is the same recipe on the same rows: the same trial, not a new one.
+    assert third.decision == "insufficient evidence" and third.trials.count == 1
+    assert [r["decision"] for r in gate_ledger.ledger(engine, "AAPL")] == ["fail"]

@@ -292,7 +292,7 @@ def run_gate(
     fig, criteria = evaluate(folds, thresholds)
     comparison, trials, evidence, kind = None, None, None, None
     if thresholds.policy == "evidence":
-        evidence = gate_ledger.evidence_of(backtest_id, folds)
+        evidence = gate_ledger.evidence_of(engine, backtest_id, folds)
         champion = active_model(engine, ticker)
         kind = (
             gate_ledger.FIRST

@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 
 import numpy as np
 import pytest
 from accountability_helpers import add_backtest, make_model, make_settings
 from scipy.stats import binomtest
 from scipy.stats import t as student_t
-from sqlalchemy import update
+from sqlalchemy import insert, select, update
 
 from ldtm_core.accountability.gate import ledger as gate_ledger
 from ldtm_core.accountability.gate import sim as gate_sim
 from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
 from ldtm_core.learning import registry
 from ldtm_core.learning.model import get_profile
-from ldtm_core.schema import backtest_folds
+from ldtm_core.schema import backtest_fold_results, backtest_folds, gate_trials
 from ldtm_core.scoring import hac
 from ldtm_core.scoring.paired import compare as paired_compare
 from ldtm_core.scoring.paired import dm_error_test, dm_test
@@ -240,3 +241,69 @@ def test_the_first_passing_try_is_promoted_and_its_evidence_is_not_judged_again(
         and registry.get_model(engine, again).status == "candidate"
     )
     assert len(gate_ledger.ledger(engine, "AAPL")) == 1
+
+
+def test_a_trial_judged_before_its_fold_keys_were_rekeyed_still_counts(engine, tmp_path, db_url):
+    """Fold keys name the learning code and the runtime as well as the recipe and the rows, so a code
+    change (or an upgrade that changes how keys are made) re-rolls them. The ledger identifies evidence by
+    what the folds consumed (`backtest_fold_results`: cutoff, rows fingerprint, seed, start), so a ledger
+    row written the previous release's way (evidence = sha256 of the fold keys) is the same trial as the
+    same recipe's re-keyed folds on the same rows; other rows are new evidence."""
+    s = make_settings(tmp_path, db_url)
+    strong = [(63, 0.70, 0.5, 1.0, 0, 20, 8)] * 3
+    now = dt.datetime.now(dt.UTC)
+
+    def backtest(cand, tag, rows="rows"):
+        bid = add_backtest(engine, cand, strong)
+        keys = [hashlib.sha256(f"{tag}{fold}".encode()).hexdigest() for fold in (1, 2, 3)]
+        with engine.begin() as conn:
+            for fold, key in enumerate(keys, 1):
+                conn.execute(
+                    update(backtest_folds)
+                    .where(backtest_folds.c.backtest_id == bid, backtest_folds.c.fold == fold)
+                    .values(fold_key=key)
+                )
+                conn.execute(
+                    insert(backtest_fold_results).values(
+                        fold_key=key, ticker="AAPL", config_signature="sig", data_fingerprint=f"{rows}{fold}",
+                        cutoff=dt.date(2024, 1, 2), seed=0, parent_key=None, weights_path=None,
+                        result_json="{}", created_at=now,
+                    )
+                )  # fmt: skip
+        return bid, keys
+
+    first = make_model(engine, s, "AAPL", seed=1)
+    sig = registry.config_signature(registry.get_model(engine, first).config)
+    bid, old_keys = backtest(first, "previous release")
+    with engine.begin() as conn:  # its judgement as the previous release recorded it
+        conn.execute(
+            insert(gate_trials).values(
+                ticker="AAPL", config_signature=sig,
+                evidence_key=hashlib.sha256("|".join(sorted(old_keys)).encode()).hexdigest(),
+                cutoffs="2024-01-02", kind=gate_ledger.FIRST, backtest_id=bid, model_id=first, trials=1,
+                alpha_adjusted=gate_ledger.spend(0.05, 1), decision="fail", judged_at=now,
+            )
+        )  # fmt: skip
+    # The same recipe retrained after the upgrade: new keys, the same rows.
+    again = make_model(engine, s, "AAPL", seed=2)
+    again_bid, _ = backtest(again, "this release")
+    report = run_gate(engine, s, "AAPL")
+    assert report.decision == "insufficient evidence" and [c.name for c in report.failing] == ["new_evidence"]
+    assert report.trials.count == 1 and report.trials.previous["backtest_id"] == bid
+
+    def evidence(backtest_id):
+        with engine.connect() as conn:
+            folds = conn.execute(select(backtest_folds).where(backtest_folds.c.backtest_id == backtest_id))
+            return gate_ledger.evidence_of(engine, backtest_id, [dict(f) for f in folds.mappings()])
+
+    # Recorded anyway (a forced judgement), it is still one trial.
+    with engine.begin() as conn:
+        assert not gate_ledger.record(
+            conn, ticker="AAPL", signature=sig, evidence=evidence(again_bid), kind=gate_ledger.FIRST,
+            backtest_id=again_bid, model_id=again, trials_=report.trials, decision="pass",
+        )  # fmt: skip
+    assert len(gate_ledger.ledger(engine, "AAPL")) == 1
+    # A revised bar changes the rows: that is new evidence, the second try on these cutoffs.
+    revised_bid, _ = backtest(make_model(engine, s, "AAPL", seed=3), "revised", rows="revised rows")
+    tried = gate_ledger.trials(engine, "AAPL", sig, evidence(revised_bid), 0.05)
+    assert tried.count == 2 and tried.previous is None
