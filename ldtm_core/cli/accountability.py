@@ -316,6 +316,7 @@ def leaderboard_cmd(
     next-day figures cover the 30 days ending at the newest filled evening; the next-Monday and one-month
     errors the 30 days ending at their own newest filled target date, with their counts in brackets."""
     from ldtm_core.accountability.board.leaderboard import (
+        IN_SAMPLE_CAVEAT,
         in_sample_note,
         leaderboard,
         leaderboard_by_model,
@@ -324,6 +325,7 @@ def leaderboard_cmd(
         universe,
     )
     from ldtm_core.accountability.board.no_champion import without_champion
+    from ldtm_core.accountability.board.record import evidence_rule, record_answer
     from ldtm_core.scoring.board_stats import label_rule
 
     engine = open_db()
@@ -339,8 +341,12 @@ def leaderboard_cmd(
     else:
         board = leaderboard(engine, mode, **flags)
         print_leaderboard(board, label)
-        # The universe's one answer (arch's SPA test over the tickers), then what the label controls.
+        # The universe's answers: the record's (the test), then the window's SPA (a description).
+        caveat = IN_SAMPLE_CAVEAT if include_in_sample else ""
+        console.print(record_answer(board, caveat).describe(), highlight=False, soft_wrap=True)
         console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
+    # What the labels control and what the board could show, then what the window's q is.
+    console.print(f"[dim]{evidence_rule(board)}[/]", highlight=False, soft_wrap=True)
     console.print(f"[dim]{label_rule(board)}[/]", highlight=False, soft_wrap=True)
     missing = without_champion(engine)
     if missing:
@@ -402,7 +408,7 @@ def board_cells() -> list[BoardCell]:
     """The CLI board's columns, in the order of leaderboard.display_columns() (the one list the dashboard
     shows too): a cell comes where the first of its display columns is; a display column with no cell
     here (and not in the title) is an error, so a new display column is never silently left out."""
-    from ldtm_core.accountability.board import leaderboard
+    from ldtm_core.accountability.board import leaderboard, record
     from ldtm_core.horizons import DIRECTION, ERROR_ONLY
     from ldtm_core.scoring.baselines import board_baselines
 
@@ -468,6 +474,34 @@ def board_cells() -> list[BoardCell]:
             )
             for h in ERROR_ONLY
         ),
+        BoardCell(
+            f"no-change |err| {'/'.join(h.abbr for h in (DIRECTION, *ERROR_ONLY))}",
+            tuple(leaderboard.naive_column(h.name) for h in (DIRECTION, *ERROR_ONLY)),
+            lambda r, _: "/".join(
+                fmt_num(getattr(r, leaderboard.naive_column(h.name), None)) for h in (DIRECTION, *ERROR_ONLY)
+            ),
+        ),
+        # The whole record (accountability.board.record): the labels above and "shown" come from it.
+        BoardCell(
+            "record n: acc",
+            ("record_n", "record_accuracy"),
+            lambda r, _: (
+                f"{_count(getattr(r, 'record_n', None))}: {fmt_pct(getattr(r, 'record_accuracy', None))}"
+            ),
+        ),
+        BoardCell(
+            f"e vs {'/'.join(['coin', *(b.short for b in board_baselines())])}",
+            tuple(record.e_column(c) for c in record.comparisons()),
+            lambda r, _: "/".join(_e(getattr(r, record.e_column(c), None)) for c in record.comparisons()),
+        ),
+        BoardCell(
+            "shown (e)",
+            ("shown_skill", "e_skill"),
+            lambda r, _: (
+                ("yes" if getattr(r, "shown_skill", False) else "[red]no[/]")
+                + f" ({_e(getattr(r, 'e_skill', None))})"
+            ),
+        ),
     ]
     home = {c: cell for cell in cells for c in cell.columns}
     ordered: list[BoardCell] = []
@@ -500,6 +534,11 @@ def print_leaderboard(df, mode: str = "all") -> None:
     if "gated" in df.columns and not df["gated"].all():
         console.print(UNGATED_LEGEND, highlight=False, soft_wrap=True)
     console.print(verdict(df))
+
+
+def _e(e) -> str:
+    """An e-value in three figures ('-': no record)."""
+    return "-" if e is None or (isinstance(e, float) and math.isnan(e)) else f"{e:.3g}"
 
 
 def _p_q(p, q) -> str:

@@ -54,9 +54,9 @@ SPA_P = "upper"
 HISTORY_DAYS = 91  # calendar days before the window that choose each ticker's baseline
 
 LABEL_RULE = (
-    f"'beats' = Benjamini-Hochberg q <= {ALPHA:g} over every (ticker, baseline) one-sided exact test of this "
-    f"board: at most {ALPHA:.0%} of the labels are expected false, and a board of models without skill "
-    f"shows any label on at most {ALPHA:.0%} of evenings; p is each ticker's own test, q the adjusted one"
+    f"the window's q = Benjamini-Hochberg over every (ticker, baseline) one-sided exact test of this board's "
+    f"30 days (a description of the month: q <= {ALPHA:g} on at most {ALPHA:.0%} of boards of models without "
+    "skill, read once; the labels come from the whole record); p is each ticker's own test, q the adjusted one"
 )
 
 
@@ -76,7 +76,7 @@ def label_rule(board: pd.DataFrame | None = None) -> str:
     which = baselines.board_baselines()
     rows = scored_keys(board)
     return (
-        f"{LABEL_RULE}; this board's family: {baselines.family_size(rows)} tests = {rows} scored rows x "
+        f"{LABEL_RULE}; this board's window family: {baselines.family_size(rows)} tests = {rows} scored rows x "
         f"{len(which)} baselines ({', '.join(b.label for b in which)})"
     )
 
@@ -223,6 +223,14 @@ def loss_differentials(rows: pd.DataFrame, baseline_of: dict) -> pd.DataFrame:
     return pd.DataFrame(matrix, index=dates, columns=keys)
 
 
+# The window's answer describes a month: its baselines are chosen before the window and include no coin,
+# so in a market that turns, always-up falls below a coin and coin-flip models look better than it.
+WINDOW_NOTE = (
+    " A description of the month, not the label: the record's answer (anytime-valid, a coin among the "
+    "baselines) is the test."
+)
+
+
 @dataclass(frozen=True)
 class UniverseTest:
     """The board's one answer: does any model beat its baseline after the search over the tickers?"""
@@ -243,10 +251,10 @@ class UniverseTest:
 
     def describe(self) -> str:
         question = (
-            "Does any model beat its best no-hindsight baseline after the search over the "
-            f"{self.tickers} tickers?"
+            "In the 30-day window, does any model beat its best no-hindsight baseline after the search over "
+            f"the {self.tickers} tickers?"
         )
-        return self._answer(question) + self.caveat
+        return self._answer(question) + WINDOW_NOTE + self.caveat
 
     def _answer(self, question: str) -> str:
         if self.tickers == 0 or self.evenings == 0:

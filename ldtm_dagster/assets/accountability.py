@@ -19,6 +19,7 @@ from dagster import (
 )
 
 from ldtm_core.accountability.board import leaderboard as board
+from ldtm_core.accountability.board import record as board_record
 from ldtm_core.accountability.board.no_champion import without_champion
 from ldtm_core.accountability.ledger import audit, chain, fillback, refill
 from ldtm_core.accountability.ledger import snapshots as snaps
@@ -299,19 +300,26 @@ def leaderboard(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
     """Per-ticker accuracy over the last 30 days of filled snapshots, beside always-up and persistence;
-    "beats" by BH q over the board, one SPA answer for the universe, tickers without a champion named."""
+    labels by e-BH over each ticker's whole published record (anytime-valid), the universe's record answer
+    and the window's SPA, tickers without a champion named."""
     engine = database.engine(store)
     with failing_as("leaderboard"):
         table = board.leaderboard(engine, mode="all")
         answer = board.universe(engine, table, "all")
+        record_answer = board_record.record_answer(table)
         missing = without_champion(engine)
     rows = table.to_dict("records")
     metadata = {
         "verdict": board.verdict(table),
-        # What the label controls: BH over every (ticker, baseline) test of this board.
-        "label_controls": board_stats.label_rule(table),
-        # The universe's one answer: does any model beat its baseline after the search over the tickers?
-        "universe": answer.describe(),
+        # What the labels control (e-BH over the whole records) and what the board could show; then
+        # what the window's q is (a description).
+        "label_controls": board_record.evidence_rule(table),
+        "window_q": board_stats.label_rule(table),
+        # The universe's answer on the record (the test): does any model beat every baseline, a coin
+        # included? Then the window's SPA (a description of the month).
+        "universe": record_answer.describe(),
+        "universe_record": MetadataValue.json(record_answer.to_dict()),
+        "universe_window": answer.describe(),
         "universe_spa_p": MetadataValue.text("not tested")
         if math.isnan(answer.p_value)
         else MetadataValue.float(answer.p_value),
@@ -327,11 +335,12 @@ def leaderboard(
         # Filled evenings of tickers that were not members of the universe that evening (a dated
         # universe, `ldtm universe import`): kept, out of every figure here.
         "non_members_hidden": MetadataValue.json(board.hidden_non_members(engine, "all")),
-        # Labelled by BH q <= 0.05 over the board (label_controls).
+        # Labelled by e-BH over the tickers' whole records (label_controls).
         **{
             b.column("beats"): int(table[b.column("beats")].sum()) if rows else 0
             for b in baselines.board_baselines()
         },
+        "shown_skill": int(table["shown_skill"].sum()) if rows else 0,
         # Each ticker's own exact one-sided test at the 5 % level, unadjusted: read 103 at a time, about
         # 5 of them are luck (kept so the adjusted count above can be compared with it).
         "beats_always_up_p_le_0_05": int((table["skill_p_value"] <= 0.05).sum()) if rows else 0,

@@ -1,10 +1,12 @@
 """Leaderboard: every ticker's 30-day next-day accuracy beside always-up, persistence and the skill tests;
-"beats" by BH q over the board, the universe's SPA answer, and the tickers without a production model."""
+labels from anytime-valid evidence over each ticker's whole published record (e-BH), the universe's
+record answer and the window's SPA, and the tickers without a production model."""
 
 import pandas as pd
 import streamlit as st
 
 from ldtm_core.accountability.board.leaderboard import (
+    IN_SAMPLE_CAVEAT,
     MODES,
     SIGNIFICANCE,
     UNGATED_LEGEND,
@@ -12,17 +14,20 @@ from ldtm_core.accountability.board.leaderboard import (
     hidden_in_sample,
     hidden_ungated,
     leaderboard,
+    naive_column,
     non_member_note,
     universe,
     verdict,
 )
 from ldtm_core.accountability.board.no_champion import without_champion
+from ldtm_core.accountability.board.record import e_column, evidence_rule, record_answer
 from ldtm_core.accountability.shadow.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow.shadow import side_by_side
 from ldtm_core.config import Settings
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.scoring.baselines import Baseline, board_baselines
 from ldtm_core.scoring.board_stats import label_rule
+from ldtm_core.scoring.evidence import COIN
 from ldtm_dashboard.charts import leaderboard_chart
 from ldtm_dashboard.data import database_caption, engine, first_evening_hint
 
@@ -98,12 +103,31 @@ def baseline_config(b: Baseline) -> dict:
         b.column("q"): PCT(
             f"q vs {b.short}",
             format="%.3f",
-            help="Benjamini-Hochberg q over every (ticker, baseline) test of this board: 'beats' needs q <= 0.05",
+            help="Benjamini-Hochberg q over every (ticker, baseline) test of the window: a description of "
+            "the month, not the label",
         ),
         b.column("beats"): st.column_config.CheckboxColumn(
-            f"beats {b.short}", help=f"q vs {b.short} <= 0.05"
+            f"beats {b.short}",
+            help=f"shown to beat {b.label} on the whole published record: e-BH at 0.05 over every "
+            "(ticker, baseline) e-value, anytime-valid",
+        ),
+        e_column(b.name): PCT(
+            f"e vs {b.short}",
+            format="%.3g",
+            help=f"the record's e-value against {b.label} on the evenings the two disagree (1: no evidence)",
         ),
     }
+
+
+RECORD_CONFIG = {
+    "record_n": PCT("record n", help="scored evenings of the ticker's whole published record"),
+    "record_accuracy": PCT("record acc.", format="percent", help="direction accuracy over the record"),
+    e_column(COIN): PCT("e vs coin", format="%.3g", help="the record's e-value against a fair coin"),
+    "e_skill": PCT("e (all)", format="%.3g", help="the smallest of the record's e-values, coin included"),
+    "shown_skill": st.column_config.CheckboxColumn(
+        "shown", help="shown to beat every baseline, a coin included: e-BH at 0.05 over the tickers' e (all)"
+    ),
+}
 
 
 COLUMNS = display_columns()
@@ -113,6 +137,7 @@ COLUMN_CONFIG = {
     "wilson_low": PCT("95% low", format="percent", help="Wilson interval, lower end"),
     "wilson_high": PCT("95% high", format="percent", help="Wilson interval, upper end"),
     **{k: v for b in board_baselines() for k, v in baseline_config(b).items()},
+    **RECORD_CONFIG,
     f"{DIRECTION.name}_mape": PCT(f"|err| {DIRECTION.abbr} %", format="%.2f"),
     **{
         f"{h.name}_mape": PCT(
@@ -135,6 +160,15 @@ COLUMN_CONFIG = {
             "target date (a week's evenings share one next Monday) are one outcome, not several",
         )
         for h in ERROR_ONLY
+    },
+    **{
+        naive_column(h.name): PCT(
+            f"no-change |err| {h.abbr} %",
+            format="%.2f",
+            help="the mean |error| of predicting no move (the run-date close) on the same rows: a model "
+            "whose |err| is not below it has no error skill",
+        )
+        for h in (DIRECTION, *ERROR_ONLY)
     },
     "gated": st.column_config.CheckboxColumn("gated", help=f"unticked = {UNGATED_LEGEND}"),
 }
@@ -196,14 +230,18 @@ if board.empty:
     st.stop()
 
 st.markdown(f"**{verdict(full_board)}**")
+# The universe's answers: on the whole record (the test), then the window's SPA (a description).
+on_record = record_answer(full_board, IN_SAMPLE_CAVEAT if include_in_sample else "")
+(st.success if on_record.rejects else st.info)(on_record.describe())
 answer = universe(
     engine(), full_board, mode, include_in_sample=include_in_sample, include_ungated=include_ungated
 )
-(st.success if answer.rejects else st.info)(answer.describe())
+st.caption(answer.describe())
 st.caption(
+    f"Labels: {evidence_rule(full_board)}. "
     f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
     f"snapshots ending at the newest). p is each ticker's one-sided exact test of 'right more often than the "
-    f"baseline' on the rows where the two disagree; {label_rule(full_board)}. A higher accuracy alone is not evidence. "
+    f"baseline' on the window's rows where the two disagree; {label_rule(full_board)}. A higher accuracy alone is not evidence. "
     "The next-Monday and one-month errors each cover the 30 days ending at their own newest filled target, "
     "with their row counts and the distinct target dates those rows stand on."
     + (f" {hidden} in-sample rows hidden; 'Include in-sample replays' shows them." if hidden else "")
@@ -212,16 +250,21 @@ st.caption(
 )
 left, mid, right = st.columns(3)
 left.metric("tickers scored", len(board))
-mid.metric("beat always-up", int(board["beats_always_up"].sum()))
+mid.metric(
+    "shown to beat every baseline",
+    int(board["shown_skill"].sum()),
+    help="a coin included, on the whole published record (e-BH over the tickers, anytime-valid)",
+)
 right.metric(
-    f"p <= {SIGNIFICANCE:g}, unadjusted",
+    f"window p <= {SIGNIFICANCE:g}, unadjusted",
     int((board["skill_p_value"] <= SIGNIFICANCE).sum()),
-    help="each ticker's own test, before the adjustment for reading the whole board",
+    help="each ticker's own 30-day test vs always-up, before the adjustment for reading the whole board: "
+    "a description of the month, not evidence",
 )
 
 with st.expander("Filter", expanded=False):
     needle = st.text_input("Ticker contains", "").strip().upper()
-    only_beating = st.checkbox("Only models that beat always-up")
+    only_beating = st.checkbox("Only models shown to beat every baseline")
     # Stale rows (no filled evening in the window) have no n: a board of only those has no maximum.
     most = int(board["n"].max()) if board["n"].notna().any() else 0
     min_n = st.slider("At least n evenings", 0, max(most, 1), 0)
@@ -229,7 +272,7 @@ shown = board
 if needle:
     shown = shown[shown["ticker"].str.contains(needle, regex=False)]
 if only_beating:
-    shown = shown[shown["beats_always_up"]]
+    shown = shown[shown["shown_skill"]]
 shown = shown[shown["n"] >= min_n]
 
 st.dataframe(shown[COLUMNS], hide_index=True, column_config=COLUMN_CONFIG)

@@ -162,8 +162,13 @@ def test_the_board_table_columns_are_the_display_columns(monkeypatch):
         "model/persist. only",
         "p (q) vs persist.",
         "beats persist.",
+        # The whole record's evidence: the labels come from it (accountability.board.record).
+        "record n: acc",
+        "e vs coin/up/persist.",
+        "shown (e)",
         f"|err| {DIRECTION.abbr}",
         *(f"|err| {h.abbr} (n, dates)" for h in ERROR_ONLY),
+        f"no-change |err| {'/'.join(h.abbr for h in (DIRECTION, *ERROR_ONLY))}",
     ]
     shown = [c for cell in cells for c in cell.columns]
     assert sorted(shown + ["window_start", "window_end"]) == sorted(lb.DISPLAY_COLUMNS)

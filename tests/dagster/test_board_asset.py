@@ -1,4 +1,4 @@
-"""The `leaderboard` asset's metadata says what "beats" controls, gives the universe's SPA answer and names
+"""The `leaderboard` asset's metadata says what "beats" controls, gives the universe's answers and names
 each ticker without a production model with its reason (issue 27)."""
 
 from __future__ import annotations
@@ -31,8 +31,15 @@ def test_the_leaderboard_asset_says_what_it_controls_and_who_has_no_champion(
     assert result.success
     [mat] = result.asset_materializations_for_node("leaderboard")
     meta = mat.metadata
-    assert "Benjamini-Hochberg q <= 0.05" in meta["label_controls"].value
-    assert "after the search over the 3 tickers" in meta["universe"].value
+    # The labels: e-BH over the whole records, saying what the board could show; the window's q apart.
+    assert "e-BH at 0.05 over the 3 tickers with a record" in meta["label_controls"].value
+    assert "60% after ~" in meta["label_controls"].value
+    assert "Benjamini-Hochberg over every (ticker, baseline)" in meta["window_q"].value
+    # The universe: the record's answer (coin included), then the window's SPA, described as such.
+    assert "a coin included, on its whole published record (3 tickers" in meta["universe"].value
+    assert meta["universe_record"].data["tickers"] == 3
+    assert "after the search over the 3 tickers" in meta["universe_window"].value
+    assert "A description of the month, not the label" in meta["universe_window"].value
     assert meta["universe_spa"].data["tickers"] == 3 and 0 <= meta["universe_spa_p"].value <= 1
     assert {"q_vs_always_up", "q_vs_persistence", "next_monday_dates", "one_month_dates"} <= {
         c.name for c in meta["table"].value.schema.columns

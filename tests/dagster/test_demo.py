@@ -52,7 +52,8 @@ def test_the_demos_instance_holds_a_materialisation_of_every_asset(tmp_path, mon
         board = leaderboard.asset_materialization.metadata
         assert "plot" in board and "beats_always_up_p_le_0_05" in board
         assert {"skill_p_value", "q_vs_always_up"} <= {c.name for c in board["table"].schema.columns}
-        assert "label_controls" in board and "after the search over" in board["universe"].value
+        assert "label_controls" in board and "after the search over" in board["universe_window"].value
+        assert "on its whole published record" in board["universe"].value
         checks = list(graph.asset_check_keys)
         latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(checks)
         ran = {k for k, r in latest.items() if r.status == AssetCheckExecutionRecordStatus.SUCCEEDED}

@@ -54,8 +54,14 @@ def test_leaderboard_shows_the_leaderboards_values(seeded):
     assert {"q_vs_always_up", "q_vs_persistence", "next_monday_dates", "one_month_dates"} <= set(
         shown.columns
     )
-    assert any("Benjamini-Hochberg q <= 0.05" in c.value for c in at.caption)
-    assert any("after the search over the 1 tickers" in b.value for b in [*at.info, *at.success])
+    # The labels: e-BH over the whole record, with what the board could show; the window's q described.
+    assert any("e-BH at 0.05 over the 1 tickers with a record" in c.value for c in at.caption)
+    assert any("60% after ~" in c.value and "Benjamini-Hochberg over every" in c.value for c in at.caption)
+    assert any(
+        "coin included, on its whole published record (1 tickers" in b.value for b in [*at.info, *at.success]
+    )
+    assert any("after the search over the 1 tickers" in c.value for c in at.caption)  # the window's SPA
+    assert {"record_n", "e_vs_coin", "e_skill", "shown_skill", "next_day_naive_mape"} <= set(shown.columns)
     missing = at.dataframe[1].value
     assert missing["ticker"].tolist() == ["NVDA"] and missing["reason"].iloc[0].startswith("gate ")
     [ungated_box] = [c for c in at.checkbox if c.label == "Include ungated candidates"]
@@ -75,11 +81,15 @@ def test_leaderboard_shows_the_leaderboards_values(seeded):
         "skill_p_value",
         "next_day_mape",
         "one_month_mape",
+        "record_n",
+        "e_skill",
+        "shown_skill",
+        "one_month_naive_mape",
     ):
         pd.testing.assert_series_equal(shown[column], expected.loc[shown.index, column], check_names=False)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["tickers scored"] == "2"
-    assert metrics["beat always-up"] == str(int(expected["beats_always_up"].sum()))
+    assert metrics["shown to beat every baseline"] == str(int(expected["shown_skill"].sum()))
     assert any("always-up" in m.value for m in at.markdown)  # the verdict
     assert len(charts(at)) == 1
     # Filters: a ticker substring narrows the table.

@@ -100,7 +100,6 @@ def test_a_registered_board_baseline_reaches_the_board_and_its_bh_family(momentu
     assert baselines.family_size(4) == 12
     # The family size is shown wherever the q-values are: the verdict and the label rule.
     shown = board.rename(columns={"key": "ticker"}).assign(stale=False)
-    assert "over the 12 (ticker, baseline) one-sided exact tests" in lb.verdict(shown)
     rule = board_stats.label_rule(shown)
     assert "12 tests = 4 scored rows x 3 baselines" in rule and "5-day momentum" in rule
     # The display columns, the CLI's cells and the SPA's choice of baseline follow the registry.
@@ -113,9 +112,11 @@ def test_a_registered_board_baseline_reaches_the_board_and_its_bh_family(momentu
         "momentum_5_p_value",
         "q_vs_momentum_5",
         "beats_momentum_5",
+        "e_vs_momentum_5",  # the record's evidence against it (accountability.board.record)
     ]
     labels = [c.label for c in board_cells()]
     assert {"5-day momentum", "model/mom5 only", "p (q) vs mom5", "beats mom5"} <= set(labels)
+    assert "e vs coin/up/persist./mom5" in labels
     assert "momentum_5_n" in lb.counts()
     rows = _rows(np.random.default_rng(4))
     rows["momentum_5_right"] = rows["momentum_5_has"]  # momentum is right on every evening it calls

@@ -26,6 +26,8 @@ from ldtm_core.accountability.gate.gate import run_gate
 from ldtm_core.cli import app
 from ldtm_core.schema import snapshots
 from ldtm_core.scoring import board_stats
+from ldtm_core.scoring.board_stats import HISTORY_DAYS
+from ldtm_core.scoring.evidence import e_bh, e_value
 
 FIRST = dt.date(2024, 1, 1)
 
@@ -206,16 +208,27 @@ def _board_rows(engine, spec, days=25):
 
 def test_the_database_board_labels_with_bh_and_answers_with_spa(engine):
     spec = {f"C{i:02d}": 0.5 for i in range(20)} | {"EDGE1": 1.0, "EDGE2": 1.0}
-    flags = _board_rows(engine, spec)
+    flags = _board_rows(engine, spec, days=80)
     board = leaderboard(engine).set_index("ticker")
-    window = flags[flags["run_date"] >= board["window_start"].min()]
+    start = board["window_start"].min()
+    window = flags[flags["run_date"] >= start]
     expected = board_stats.board_from_rows(window).set_index("key")
     for col in ("skill_p_value", "persistence_p_value", "q_vs_always_up", "q_vs_persistence"):
         assert board[col].sort_index().to_numpy() == pytest.approx(expected[col].sort_index().to_numpy()), col
-    assert board["beats_always_up"].sort_index().tolist() == expected["beats_always_up"].sort_index().tolist()
+    # The labels are the whole record's (80 evenings), e-BH over the board's e-values.
+    whole = board_stats.baseline_figures(flags, "key").set_index("key").loc[board.index]
+    e_up = e_value(whole["model_only"], whole["up_only"])
+    assert board["e_vs_always_up"].to_numpy() == pytest.approx(e_up)
+    assert board["e_vs_coin"].to_numpy() == pytest.approx(e_value(whole["hits"], whole["n"] - whole["hits"]))
+    family = np.concatenate([e_up, board["e_vs_persistence"]])
+    assert board["beats_always_up"].tolist() == e_bh(family)[: len(board)].tolist()
     assert bool(board.loc["EDGE1", "beats_always_up"]) and bool(board.loc["EDGE2", "beats_persistence"])
+    assert sorted(board.index[board["shown_skill"]]) == ["EDGE1", "EDGE2"]
     answer = universe(engine, leaderboard(engine))
-    assert answer == board_stats.universe_test(window, window.iloc[0:0], sorted(spec))
+    before = flags[
+        (flags["run_date"] < start) & (flags["run_date"] >= start - dt.timedelta(days=HISTORY_DAYS))
+    ]
+    assert answer == board_stats.universe_test(window, before, sorted(spec))
     assert answer.rejects and answer.best in ("EDGE1", "EDGE2")
     assert answer.tickers == 22 and answer.evenings == len(window["run_date"].unique())
 
@@ -278,7 +291,7 @@ def test_the_verdict_counts_the_tests_of_the_baselines_the_board_scores(monkeypa
             "beats_always_up": [False, False, False],
         }
     )
-    assert "over the 6 (ticker, baseline) one-sided exact tests" in verdict(board)
+    assert "the window's 6 tests" in verdict(board)
     trend = dataclasses.replace(baselines.by_name("trend"), on_board=True)
     monkeypatch.setattr(baselines, "REGISTRY", (*baselines.REGISTRY[:2], trend))
-    assert "over the 9 (ticker, baseline) one-sided exact tests" in verdict(board)
+    assert "the window's 9 tests" in verdict(board)

@@ -42,6 +42,7 @@ import math
 import pandas as pd
 from sqlalchemy import Engine, func, not_, select
 
+from ldtm_core.accountability.board import record
 from ldtm_core.accountability.board.reads import (
     Bounds,
     as_date,
@@ -55,7 +56,7 @@ from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.learning.registry import SHADOW, serving_models
 from ldtm_core.schema import snapshots
-from ldtm_core.scoring import baselines, board_stats
+from ldtm_core.scoring import baselines, board_stats, evidence
 from ldtm_core.scoring.board_stats import ALPHA, UniverseTest
 from ldtm_core.scoring.skill import SkillTest, format_p_value
 
@@ -105,8 +106,10 @@ def display_columns() -> list[str]:
         "wilson_high",
         *(b.column(w) for b in baselines.board_baselines() for w in ("accuracy", "n")),
         *tests,
+        *record.display_columns(),
         f"{DIRECTION.name}_mape",
         *(f"{h.name}_{c}" for h in ERROR_ONLY for c in ("mape", "n", "dates")),
+        *(naive_column(h.name) for h in (DIRECTION, *ERROR_ONLY)),
         "window_start",
         "window_end",
     ]
@@ -166,7 +169,11 @@ def view_name(by_model: bool, include_in_sample: bool, include_ungated: bool) ->
 
 
 def leaderboard(
-    engine: Engine, mode: str = "all", include_in_sample: bool = False, include_ungated: bool = False
+    engine: Engine,
+    mode: str = "all",
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+    with_record: bool = True,
 ) -> pd.DataFrame:
     """One row per ticker for `mode` (all / live / replay), best direction accuracy first.
 
@@ -184,7 +191,9 @@ def leaderboard(
     df = _with_baselines(engine, df, mode, **flags)
     df = _with_target_dates(engine, df, mode, bounds=bounds, **flags)
     df = _with_stale_rows(engine, df, mode, include_ungated)
-    df = board_stats.label_board(df)
+    df = board_stats.label_board(df)  # the window's q-values (a description)
+    if with_record:
+        df = record.with_evidence(engine, df, mode, **flags)  # the labels: the whole record's evidence
     df["in_sample_included"] = include_in_sample  # the sentences say so (verdict, universe)
     # Stale rows (accuracy NaN) go last.
     return df.sort_values(["direction_accuracy", "ticker"], ascending=[False, True]).reset_index(drop=True)
@@ -231,7 +240,11 @@ def _with_stale_rows(engine: Engine, board: pd.DataFrame, mode: str, include_ung
 
 
 def leaderboard_by_model(
-    engine: Engine, mode: str = "all", include_in_sample: bool = False, include_ungated: bool = False
+    engine: Engine,
+    mode: str = "all",
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+    with_record: bool = True,
 ) -> pd.DataFrame:
     """Per-model accuracy: one row per (ticker, model_version), each version on its own rows (out of
     sample unless `include_in_sample`, gated unless `include_ungated`)."""
@@ -242,6 +255,8 @@ def leaderboard_by_model(
     df = _with_baselines(engine, df, mode, by_model=True, **flags)
     df = _with_target_dates(engine, df, mode, by_model=True, bounds=bounds, **flags)
     df = board_stats.label_board(df)
+    if with_record:
+        df = record.with_evidence(engine, df, mode, by_model=True, **flags)
     df["in_sample_included"] = include_in_sample
     return df.sort_values(["ticker", "model_version"]).reset_index(drop=True)
 
@@ -358,10 +373,14 @@ def _with_target_dates(
     (`next_monday_n`, `one_month_n`). The same rows as the view (first row per evening on the ticker board,
     the same in-sample / ungated / shadow rules, the 30 days ending at the horizon's newest filled target
     over the whole board): a week's five evenings share one next-Monday target, so ~20 rows stand on 4-5
-    dates and are not 20 independent outcomes."""
+    dates and are not 20 independent outcomes. Beside each horizon's mean |error|, the no-change
+    forecast's on the same rows (`{horizon}_naive_mape`): a next-day |error| of 1.6 % is what predicting
+    no move already gets."""
     board = board.copy()
     for col in DATE_COUNTS.values():
         board[col] = 0
+    for h in (DIRECTION, *ERROR_ONLY):
+        board[naive_column(h.name)] = math.nan
     if board.empty:
         return board
     s = snapshots.c
@@ -398,12 +417,14 @@ def _with_target_dates(
                 latest = bounds.latest[horizon]  # the view's, on the same rows
             if latest is None:
                 continue
-            stmt = select(*cols, s.mode, s.run_date, date.label("target")).where(
+            actual = s[f"{horizon}_actual"]
+            stmt = select(*cols, s.mode, s.run_date, date.label("target"), actual, s.run_date_close).where(
                 *where, err.is_not(None), date <= latest, date >= latest - dt.timedelta(days=29)
             )
             if mode != "all":
                 stmt = stmt.where(s.mode == mode)
-            rows = pd.DataFrame(conn.execute(stmt).all(), columns=[*keys, "mode", "run_date", "target"])
+            names = [*keys, "mode", "run_date", "target", "actual", "close"]
+            rows = pd.DataFrame(conn.execute(stmt).all(), columns=names)
             rows = rows[membership.row_mask(rows["ticker"], pd.to_datetime(rows["run_date"]))]
             if rows.empty:
                 continue
@@ -412,7 +433,41 @@ def _with_target_dates(
                 int(counts.get(k if by_model else k[0], 0))
                 for k in board[keys].itertuples(index=False, name=None)
             ]
+            board[naive_column(horizon)] = _naive_mape(board, rows, keys, by_model)
+        # The next-day window is the view's per row (window_start..window_end), on the run date.
+        stmt = select(*cols, s.mode, s.run_date, s.next_day_actual, s.run_date_close).where(
+            *where,
+            s.next_day_actual.is_not(None),
+            s.run_date.between(board["window_start"].min(), board["window_end"].max()),
+        )
+        if mode != "all":
+            stmt = stmt.where(s.mode == mode)
+        rows = pd.DataFrame(conn.execute(stmt).all(), columns=[*keys, "mode", "run_date", "actual", "close"])
+        rows = rows[membership.row_mask(rows["ticker"], pd.to_datetime(rows["run_date"]))]
+        if not rows.empty:
+            rows["run_date"] = pd.to_datetime(rows["run_date"]).dt.date
+            span = board[[*keys, "window_start", "window_end"]]
+            rows = rows.merge(span, on=keys)
+            rows = rows[(rows["run_date"] >= rows["window_start"]) & (rows["run_date"] <= rows["window_end"])]
+            board[naive_column(DIRECTION.name)] = _naive_mape(board, rows, keys, by_model)
     return board
+
+
+def naive_column(horizon: str) -> str:
+    """The no-change forecast's mean |pct error| of `horizon` on the board row's own rows."""
+    return f"{horizon}_naive_mape"
+
+
+def _naive_mape(board: pd.DataFrame, rows: pd.DataFrame, keys: list[str], by_model: bool) -> list[float]:
+    """Per board row: the mean |pct error| a no-change forecast (the run-date close) made on these rows,
+    the comparator of the model's mean |error| (a ratio below 1 beats it, MASE-style)."""
+    actual = rows["actual"].astype(float)
+    err = ((rows["close"].astype(float) - actual) / actual).abs() * 100
+    means = err.groupby([rows[k] for k in keys]).mean()
+    return [
+        float(means.get(k if by_model else k[0], math.nan))
+        for k in board[keys].itertuples(index=False, name=None)
+    ]
 
 
 def hidden_in_sample(engine: Engine, mode: str = "all") -> int:
@@ -530,33 +585,62 @@ def verdict(df: pd.DataFrame) -> str:
 def _verdict(df: pd.DataFrame) -> str:
     if df.empty:
         return "No filled snapshots in the window yet: nothing to score."
-    # "Beats" only with the board-wide test (beats_always_up needs BH q <= SIGNIFICANCE over every
-    # (ticker, baseline) test of the board); a higher accuracy on 30 days is often luck, and in a falling
-    # market always-up is below a coin: each such model is named with its p and q, one below 50 % says so.
-    beat = int(df["beats_always_up"].sum())
-    ahead = df[(df["direction_accuracy"] > df["always_up_accuracy"]) & ~df["beats_always_up"]]
-    tests = baselines.family_size(len(df))  # the BH family: board_stats.label_board's
+    return _record_sentence(df) + _window_sentence(df)
+
+
+def _record_sentence(df: pd.DataFrame) -> str:
+    """The label: shown to beat every baseline (a coin included) on the whole published record, e-BH over
+    the tickers (accountability.board.record); a negative says what the board could have shown."""
+    if "shown_skill" not in df:
+        return ""
+    rows = int((df["record_n"] > 0).sum())
     rule = (
-        f"BH q <= {SIGNIFICANCE:g} over the {tests} (ticker, baseline) one-sided exact tests of this board, "
-        f"controlling the false-label rate at {SIGNIFICANCE:.0%}"
+        f"anytime-valid e-values over each ticker's whole published record, e-BH at {SIGNIFICANCE:g} over "
+        f"the {rows} tickers with a record: at most {SIGNIFICANCE:.0%} of the labels are expected false on "
+        "any evening it is read"
     )
-    if beat == 0 and ahead.empty:
-        return f"No model beats the always-up baseline ({len(df)} tickers scored; {rule})."
-    if beat == 0:
-        head = f"No model beats always-up ({rule}; {len(df)} tickers scored)."
-    elif beat < len(df):
-        head = f"{beat} of {len(df)} models beat always-up ({rule}); {len(df) - beat} do not."
+    shown = df[df["shown_skill"].astype(bool)]
+    if shown.empty:
+        head = (
+            f"No model is shown to beat every baseline, a coin included ({rule}); "
+            f"{evidence.detectable(max(rows, 1))}."
+        )
     else:
-        head = f"All {len(df)} models beat always-up ({rule})."
+        named = ", ".join(
+            f"{r.ticker} {r.record_accuracy * 100:.1f}% over {r.record_n} evenings (e = {r.e_skill:.3g})"
+            for r in shown.sort_values("e_skill", ascending=False).head(10).itertuples(index=False)
+        )
+        more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
+        head = f"{len(shown)} of {rows} models are shown to beat every baseline, a coin included ({rule}): {named}{more}."
+    up = int(df["beats_always_up"].sum())
+    if up > len(shown):
+        head += f" {up} are shown to beat always-up (not all of them a coin)."
+    return head
+
+
+def _window_sentence(df: pd.DataFrame) -> str:
+    """The 30-day window, described: a higher accuracy on 30 days is often luck, and in a falling market
+    always-up is below a coin: each model ahead of always-up there is named with the window's exact p and
+    its BH q over the board's window tests (a description, not the label)."""
+    ahead = df[df["direction_accuracy"] > df["always_up_accuracy"]]
+    tests = baselines.family_size(len(df))  # the window's BH family (board_stats.label_board)
     if ahead.empty:
-        return head
+        return (
+            f" In the 30-day window no model was more accurate than always-up ({len(df)} tickers scored, "
+            f"the window's {tests} tests)."
+        )
     named = ", ".join(
         f"{r.ticker} {r.direction_accuracy * 100:.1f}% vs {r.always_up_accuracy * 100:.1f}%, "
         f"p = {format_p_value(r.skill_p_value)}, q = {format_p_value(_q(r))}"
         + (", below 50%" if r.direction_accuracy < 0.5 else "")
-        for r in ahead.itertuples(index=False)
+        for r in ahead.head(20).itertuples(index=False)
     )
-    return f"{head} More accurate than always-up but not significantly (not evidence of skill): {named}."
+    more = f" and {len(ahead) - 20} more" if len(ahead) > 20 else ""
+    return (
+        f" In the 30-day window {len(ahead)} of {len(df)} were more accurate than always-up (a description, "
+        f"not evidence of skill; p is each ticker's exact test, q BH over the window's {tests} tests): "
+        f"{named}{more}."
+    )
 
 
 def _q(row) -> float:

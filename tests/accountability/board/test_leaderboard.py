@@ -6,6 +6,7 @@ import datetime as dt
 import math
 import random
 
+import numpy as np
 import pytest
 from accountability_helpers import registry_row
 from scipy.stats import binomtest
@@ -16,6 +17,7 @@ from ldtm_core.accountability.board.reads import recent_next_day
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS, NAMES
 from ldtm_core.schema import model_registry, snapshots
+from ldtm_core.scoring.evidence import e_bh, evenings_to_show
 
 LATEST = dt.date(2024, 5, 31)
 
@@ -115,6 +117,11 @@ def _build(engine):
     return inside
 
 
+def _mean_naive(rows, horizon: str) -> float:
+    errs = [abs(r["run_date_close"] - r[f"{horizon}_actual"]) / r[f"{horizon}_actual"] * 100 for r in rows]
+    return sum(errs) / len(errs)
+
+
 def _expected(all_rows):
     # Ties (a zero move) are scored by nobody: out of n, hits, always-up and persistence; errors count.
     rows = [r for r in all_rows if r["next_day_actual"] != r["run_date_close"]]
@@ -150,6 +157,12 @@ def _expected(all_rows):
         "next_day_mape": sum(abs(r["next_day_pct_error"]) for r in all_rows) / len(all_rows),
         "next_monday_mape": sum(abs(r["next_monday_pct_error"]) for r in all_rows) / len(all_rows),
         "one_month_mape": sum(om) / len(om),
+        # The no-change forecast (the run-date close) on the same rows of each horizon.
+        "next_day_naive_mape": _mean_naive(all_rows, "next_day"),
+        "next_monday_naive_mape": _mean_naive(all_rows, "next_monday"),
+        "one_month_naive_mape": _mean_naive(
+            [r for r in all_rows if r["one_month_pct_error"] is not None], "one_month"
+        ),
         "window_start": min(r["run_date"] for r in all_rows),
         "window_end": max(r["run_date"] for r in all_rows),
     }
@@ -174,14 +187,16 @@ def test_every_number_matches_a_direct_computation(engine, mode):
             "next_day_mape",
             "next_monday_mape",
             "one_month_mape",
+            "next_day_naive_mape",
+            "next_monday_naive_mape",
+            "one_month_naive_mape",
         ):
             assert got[c] == pytest.approx(exp[c]), c
         assert got["window_end"] == exp["window_end"] and got["window_start"] == exp["window_start"]
-        # "Beats" needs the exact test too (issue 21), not only a higher accuracy, and its BH q over
-        # every (ticker, baseline) test of the board (issue 27).
-        assert bool(got["beats_always_up"]) == (
-            exp["direction_accuracy"] > exp["always_up_accuracy"] and got["q_vs_always_up"] <= 0.05
-        )
+        # "Beats" is the record's evidence (e-BH over the board's e-values), never a higher accuracy alone;
+        # the window's BH q describes the month.
+        family = np.concatenate([board["e_vs_always_up"], board["e_vs_persistence"]])
+        assert board["beats_always_up"].tolist() == e_bh(family)[: len(board)].tolist()
         assert got["q_vs_always_up"] >= got["skill_p_value"]
         # The exact skill test on the same rows: discordant counts, and scipy's one-sided binomial tail.
         assert (got["model_only"], got["up_only"]) == (exp["model_only"], exp["up_only"])
@@ -231,10 +246,15 @@ def test_small_known_case_and_verdict(engine):
     # concordant (both wrong), row 1 concordant (both right). p = P(X >= 2 | n=2) = 1/4.
     assert (got["model_only"], got["up_only"]) == (2, 0)
     assert got["skill_p_value"] == 0.25
-    assert verdict(leaderboard(engine)) == (
-        "No model beats always-up (BH q <= 0.05 over the 2 (ticker, baseline) one-sided exact tests of this "
-        "board, controlling the false-label rate at 5%; 1 tickers scored). More accurate than always-up but "
-        "not significantly (not evidence of skill): CCC 75.0% vs 25.0%, p = 0.250, q = 0.500."
+    said = verdict(leaderboard(engine))
+    # The label is the record's (4 evenings: far too few), and the negative says what it could show.
+    assert said.startswith("No model is shown to beat every baseline, a coin included (anytime-valid")
+    assert f"60% after ~{evenings_to_show(0.6, 1, share=0.5):,} scored evenings" in said
+    # The window is described, with its exact p and BH q, and called a description.
+    assert said.endswith(
+        "In the 30-day window 1 of 1 were more accurate than always-up (a description, not evidence of "
+        "skill; p is each ticker's exact test, q BH over the window's 2 tests): CCC 75.0% vs 25.0%, "
+        "p = 0.250, q = 0.500."
     )
     # No replay rows: nothing scored, and the ticker is named as stale rather than dropped.
     replay = leaderboard(engine, "replay")
@@ -256,9 +276,10 @@ def test_verdict_says_plainly_when_no_model_beats_always_up(engine):
         )
     board = leaderboard(engine)
     assert board.iloc[0]["direction_accuracy"] == 0 and board.iloc[0]["always_up_accuracy"] == 1
-    assert verdict(board) == (
-        "No model beats the always-up baseline (1 tickers scored; BH q <= 0.05 over the 2 (ticker, baseline) "
-        "one-sided exact tests of this board, controlling the false-label rate at 5%)."
+    said = verdict(board)
+    assert said.startswith("No model is shown to beat every baseline, a coin included")
+    assert said.endswith(
+        "In the 30-day window no model was more accurate than always-up (1 tickers scored, the window's 2 tests)."
     )
 
 

@@ -1,0 +1,171 @@
+"""Benchmark: the board's labels read every evening for years, in flat, rising, falling and turning markets.
+
+    .venv/bin/python benchmarks/record_null.py            # 200 boards of 103 tickers x 1,260 evenings
+    .venv/bin/python benchmarks/record_null.py --quick    # a smoke run (seconds)
+
+Each ticker's model is a coin (no skill) unless planted; each evening's direction follows a common market
+move with probability RHO (tickers fall together), else its own draw, at the market's up-rate. Every
+evening the board is read: the record's labels (accountability.board.record: e-values from
+`evidence.e_value` on the cumulative counts against a coin, always-up and persistence, the smallest per
+ticker, e-BH over the tickers) and, for comparison, the window's old rule (the 30-evening exact sign test
+vs always-up and persistence, BH over the board's tests, q <= 0.05). Figures: the share of evenings with
+any false label, the share of boards ever showing one in the horizon, the record answer's false Yes
+(universe e >= 1/alpha), and the evenings a lone planted edge needs before the record labels it.
+It prints a Markdown table and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+from scipy.stats import binom  # noqa: E402
+
+from ldtm_core.learning.precision import describe_cpu  # noqa: E402
+from ldtm_core.scoring import evidence  # noqa: E402
+
+RHO = 0.5  # the share of a ticker's moves that are the market's
+WINDOW = 21  # evenings in the board's 30 calendar days
+ALPHA = evidence.ALPHA
+# name: the market's up-rate per evening (a function of the evening's share of the horizon)
+MARKETS = {
+    "flat": lambda x: 0.50 + 0 * x,
+    "rising": lambda x: 0.56 + 0 * x,
+    "falling": lambda x: 0.44 + 0 * x,
+    "turning 56 to 44": lambda x: np.where(x < 0.5, 0.56, 0.44),
+    "turning 50 to 40": lambda x: np.where(x < 0.5, 0.50, 0.40),
+}
+
+
+def directions(rng, tickers: int, evenings: int, up_rate) -> np.ndarray:
+    """(evenings, tickers) booleans: the day went up."""
+    rate = up_rate(np.arange(evenings) / evenings)[:, None]
+    market = rng.random((evenings, 1)) < rate
+    own = rng.random((evenings, tickers)) < rate
+    return np.where(rng.random((evenings, tickers)) < RHO, market, own)
+
+
+def record_labels(right: np.ndarray, up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per evening: (shown, universe_yes) of the record's labels, read on the cumulative counts."""
+    persist = np.vstack([np.zeros((1, up.shape[1]), bool), up[1:] == up[:-1]])
+    has_prev = np.vstack([np.zeros((1, up.shape[1]), bool), np.ones((up.shape[0] - 1, up.shape[1]), bool)])
+    pairs = [
+        (right, ~right),  # a coin
+        (right & ~up, ~right & up),  # always-up
+        (right & ~persist & has_prev, ~right & persist & has_prev),  # persistence
+    ]
+    e = np.min([evidence.e_value(np.cumsum(w, 0), np.cumsum(lo, 0)) for w, lo in pairs], axis=0)
+    return evidence.e_bh_rows(e), e.mean(axis=1) >= 1 / ALPHA
+
+
+def window_labels(right: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Per evening: the old rule's labels (exact sign tests on the last WINDOW evenings vs always-up and
+    persistence, BH over both families together, q <= alpha), any per ticker."""
+    persist = np.vstack([np.zeros((1, up.shape[1]), bool), up[1:] == up[:-1]])
+
+    def rolling(x):
+        c = np.cumsum(np.vstack([np.zeros((1, x.shape[1])), x]), 0)
+        return c[WINDOW:] - c[:-WINDOW]
+
+    ps = []
+    for base in (up, persist):
+        b, c = rolling(right & ~base), rolling(~right & base)
+        ps.append(np.where(b + c > 0, binom.sf(b - 1, b + c, 0.5), 1.0))
+    p = np.concatenate(ps, axis=1)
+    found = evidence.e_bh_rows(1 / np.maximum(p, 1e-300))  # BH on p is e-BH on 1/p
+    half = found.shape[1] // 2
+    return found[:, :half] | found[:, half:]
+
+
+def run(sims: int, tickers: int, evenings: int, seed: int, window: bool) -> list[tuple]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, up_rate in MARKETS.items():
+        any_evening, ever, yes_evening, yes_ever, old_evening, old_ever = [], [], [], [], [], []
+        for _ in range(sims):
+            up = directions(rng, tickers, evenings, up_rate)
+            right = rng.random(up.shape) < 0.5
+            shown, yes = record_labels(right, up)
+            any_evening.append(shown.any(1).mean())
+            ever.append(shown.any())
+            yes_evening.append(yes.mean())
+            yes_ever.append(yes.any())
+            if window:
+                old = window_labels(right, up)
+                old_evening.append(old.any(1).mean())
+                old_ever.append(old.any())
+        out.append(
+            (
+                name,
+                np.mean(any_evening),
+                np.mean(ever),
+                np.mean(yes_evening),
+                np.mean(yes_ever),
+                np.mean(old_evening) if window else np.nan,
+                np.mean(old_ever) if window else np.nan,
+            )
+        )
+    return out
+
+
+def evenings_to_label(rate: float, sims: int, tickers: int, evenings: int, seed: int) -> tuple[float, float]:
+    """(median evenings until a lone planted ticker right `rate` of evenings is shown, share shown within
+    the horizon), in a flat market of coins."""
+    rng = np.random.default_rng(seed)
+    first = []
+    for _ in range(sims):
+        up = directions(rng, tickers, evenings, MARKETS["flat"])
+        p = np.full(tickers, 0.5)
+        p[0] = rate
+        right = rng.random(up.shape) < p
+        shown, _ = record_labels(right, up)
+        hit = np.flatnonzero(shown[:, 0])
+        first.append(hit[0] + 1 if hit.size else np.inf)
+    first = np.asarray(first)
+    return float(np.median(first)), float(np.isfinite(first).mean())
+
+
+def pct(x: float) -> str:
+    return "–" if np.isnan(x) else f"{x * 100:.1f} %"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sims", type=int, default=200)
+    ap.add_argument("--tickers", type=int, default=103)
+    ap.add_argument("--evenings", type=int, default=1260, help="5 years of sessions")
+    ap.add_argument("--seed", type=int, default=20261128)
+    ap.add_argument("--quick", action="store_true", help="20 boards of 30 tickers x 300 evenings")
+    args = ap.parse_args()
+    if args.quick:
+        args.sims, args.tickers, args.evenings = 20, 30, 300
+    t0 = time.perf_counter()
+    print(f"CPU: {describe_cpu()}; {args.sims} boards of {args.tickers} tickers x {args.evenings} evenings\n")
+    print(
+        "| market (no model has skill) | any label, per evening | any label ever | record Yes, per evening "
+        "| record Yes ever | window rule: any label, per evening | window rule: ever |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, *figures in run(args.sims, args.tickers, args.evenings, args.seed, window=True):
+        print(f"| {name} | " + " | ".join(pct(f) for f in figures) + " |")
+    print(
+        "\n| planted lone edge (flat market, right ...) | median evenings to label | labelled within horizon |"
+    )
+    print("|---|---:|---:|")
+    for rate in (0.52, 0.55, 0.60, 0.70):
+        median, share = evenings_to_label(
+            rate, max(args.sims // 4, 5), args.tickers, args.evenings, args.seed
+        )
+        shown = "never" if np.isinf(median) else f"{median:,.0f}"
+        print(f"| {rate:.0%} | {shown} | {pct(share)} |")
+    print(f"\n{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

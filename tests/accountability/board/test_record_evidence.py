@@ -1,0 +1,121 @@
+"""The board's labels come from each ticker's whole published record (accountability.board.record).
+
+A month never accumulates evidence, and read every evening its exact tests label coin-flip models; the
+record's e-values grow with every evening an edge persists and stay valid however often they are read
+(tests/scoring/test_evidence.py simulates both). Here, on the database: the record is the board's own
+selection over every stored evening; a coin-flip model in a falling market beats always-up but is never
+"shown to beat every baseline"; a persistent edge with a quiet last month is labelled; the sentences
+say what the labels control and what the board could have shown.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+from sqlalchemy import insert
+from test_leaderboard import _activate, _model, _row
+
+from ldtm_core.accountability.board import record
+from ldtm_core.accountability.board.leaderboard import leaderboard, verdict
+from ldtm_core.schema import snapshots
+from ldtm_core.scoring.evidence import e_value, evenings_to_show
+
+START = dt.date(2023, 1, 2)
+
+
+def _history(conn, ticker, ups, rights, **kw):
+    """One filled evening per day from START: went up (`ups[i]`), the model right (`rights[i]`)."""
+    mid = _model(conn, ticker)
+    _activate(conn, mid)
+    rows = []
+    for i, (up, right) in enumerate(zip(ups, rights, strict=True)):
+        actual = 101.0 if up else 99.0
+        pred = actual if right else (99.0 if up else 101.0)
+        # The close before was below: persistence says up every evening (so it is right with always-up).
+        rows.append(
+            _row(ticker, mid, START + dt.timedelta(days=i), 100.0, 99.0, pred, actual, "live", 1, 1) | kw
+        )
+    conn.execute(insert(snapshots), rows)
+    return mid
+
+
+def test_a_coin_in_a_falling_market_beats_always_up_but_is_never_shown_to_have_skill(engine):
+    rng = np.random.default_rng(1)
+    ups = rng.random(400) < 0.3  # a long fall: always-up is right 30 % of evenings
+    rights = rng.random(400) < 0.5  # a coin-flip model
+    with engine.begin() as conn:
+        _history(conn, "FALL", ups, rights)
+    got = leaderboard(engine).iloc[0]
+    wins, losses = int((rights & ~ups).sum()), int((~rights & ups).sum())
+    assert got["record_n"] == 400 and got["e_vs_always_up"] == pytest.approx(e_value(wins, losses))
+    assert got["e_vs_coin"] == pytest.approx(e_value(rights.sum(), 400 - rights.sum()))
+    assert bool(got["beats_always_up"])  # true: a coin beats always-up in a fall
+    assert not bool(got["shown_skill"]) and got["e_skill"] == got["e_vs_coin"] < 20
+    said = verdict(leaderboard(engine))
+    assert said.startswith("No model is shown to beat every baseline, a coin included")
+    assert "1 are shown to beat always-up (not all of them a coin)" in said
+    answer = record.record_answer(leaderboard(engine))
+    assert not answer.rejects and "No evidence yet" in answer.describe()
+
+
+def test_a_persistent_edge_is_labelled_from_its_record_while_its_month_is_quiet(engine):
+    rng = np.random.default_rng(2)
+    n = 500
+    ups = rng.random(n) < 0.5
+    rights = rng.random(n) < 0.7
+    rights[-30:] = np.arange(30) % 2 == 0  # the last month: a coin's 50 %
+    coins = {f"C{i}": rng.random(n) < 0.5 for i in range(5)}
+    with engine.begin() as conn:
+        _history(conn, "EDGE", ups, rights)
+        for t, r in coins.items():
+            _history(conn, t, ups, r)
+        # A re-prediction of EDGE's last 20 evenings by a second model: never counted twice.
+        mid = _model(conn, "EDGE")
+        conn.execute(
+            insert(snapshots),
+            [
+                _row("EDGE", mid, START + dt.timedelta(days=i), 100.0, 99.0, 99.0, 101.0, "live", 1, 1)
+                | {"model_version": "v2", "prev_hash": f"v2{i}"}
+                for i in range(n - 20, n)
+            ],
+        )
+    board = leaderboard(engine).set_index("ticker")
+    edge = board.loc["EDGE"]
+    assert edge["q_vs_always_up"] > 0.05  # the month says nothing
+    assert edge["record_n"] == n and edge["record_start"] == START
+    assert edge["record_accuracy"] == pytest.approx(rights.mean())
+    assert bool(edge["shown_skill"]) and bool(edge["beats_always_up"])
+    assert not board.drop(index="EDGE")["shown_skill"].any()
+    said = verdict(board.reset_index())
+    assert said.startswith("1 of 6 models are shown to beat every baseline, a coin included")
+    assert "): EDGE 6" in said and "over 500 evenings (e = " in said
+    answer = record.record_answer(board.reset_index())
+    assert answer.rejects and answer.shown == 1 and "Yes:" in answer.describe()
+    # The per-model board keeps each version's own record.
+    from ldtm_core.accountability.board.leaderboard import leaderboard_by_model
+
+    by_model = leaderboard_by_model(engine).set_index(["ticker", "model_version"])
+    assert by_model.loc[("EDGE", "v1"), "record_n"] == n and by_model.loc[("EDGE", "v2"), "record_n"] == 20
+
+
+def test_in_sample_rows_are_out_of_the_record_unless_asked_and_then_said(engine):
+    with engine.begin() as conn:
+        _history(conn, "INS", [True, False] * 100, [True] * 200, in_sample=True)
+    assert leaderboard(engine).empty or leaderboard(engine)["record_n"].sum() == 0
+    shown = leaderboard(engine, include_in_sample=True)
+    assert shown.iloc[0]["record_n"] == 200 and bool(shown.iloc[0]["shown_skill"])
+    from ldtm_core.accountability.board.leaderboard import IN_SAMPLE_CAVEAT
+
+    assert "in-sample rows included" in verdict(shown)
+    assert "in-sample rows included" in record.record_answer(shown, IN_SAMPLE_CAVEAT).describe()
+
+
+def test_the_rule_says_what_the_board_could_show():
+    import pandas as pd
+
+    board = pd.DataFrame({"record_n": [10, 0, 5]})
+    rule = record.evidence_rule(board)
+    assert "over the 2 tickers with a record" in rule
+    assert f"60% after ~{evenings_to_show(0.6, 2, share=0.5):,} scored evenings" in rule
