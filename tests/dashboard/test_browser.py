@@ -35,6 +35,17 @@ PAGES = [  # (screenshot, path, title, selectors that must be rendered); the def
     ("runs", "runs", "Runs", ['[data-testid="stDataFrame"]', '[data-testid="stMetric"]']),
 ]
 
+# Sentences a reader must see rendered: the board's record answer (coin included) and what its labels
+# control and could show, beside the window's answer described as a description.
+TEXTS = {
+    "leaderboard": (
+        "a coin included, on its whole published record",
+        "shown to beat every baseline",
+        "would be shown among",
+        "A description of the month, not the label",
+    )
+}
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -129,4 +140,7 @@ def test_every_page_renders_in_a_real_browser(served, browser, tmp_path):
         errors = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
         assert not errors, f"{path}: Streamlit exception box: {errors[0].text[:500]}"
         assert "Page not found" not in browser.page_source, path
+        shown = browser.find_element(By.TAG_NAME, "body").text
+        for text in TEXTS.get(name, ()):
+            assert text in shown, (path, text)
         assert (shots / f"{name}.png").stat().st_size > 10_000
