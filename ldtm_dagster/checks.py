@@ -13,7 +13,8 @@ the bar arrives fills it in; this check names the stale tickers and why, up fron
 
 `leaderboard_decay` warns (never blocks: a decaying model still predicts until an operator rolls it back
 or a retrain replaces it) and names each ticker whose published production record (across model changes,
-each row against the promise of the model that made it) fell below what was promised
+each row against the promise of the model that made it, its backtest accuracy shrunk for the gate's
+selection; the table shows both) fell below what was promised
 (ldtm_core.accountability.decay.decay), with the drift of its features beside it. Each alarm episode (an
 unbroken stretch in WARN, named by its first evening) is posted to the notification webhook once: the
 keys already alarmed are kept in the check's own metadata and read back from its recent evaluations.

@@ -1,5 +1,6 @@
-"""A planted live record for the decay tests: an active model promoted on a backtest that promised 60 %,
-then filled evenings whose hits are drawn at 60 % and, when `decay_at` is given, at 45 % from there on."""
+"""A planted live record for the decay tests: an active model promoted on a backtest that showed 60 %,
+then filled evenings whose hits are drawn at 60 % and, when `decay_at` is given, at 45 % from there on.
+The reader's promise is that figure shrunk for the gate's selection (`PLANTED_PROMISE`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import pandas as pd
 from accountability_helpers import add_backtest, make_model
 from sqlalchemy import insert
 
-from ldtm_core.accountability.decay import cusum
+from ldtm_core.accountability.decay import cusum, decay
+from ldtm_core.accountability.decay.record import DEFAULT_LEVEL, Promise
 from ldtm_core.learning import registry
 from ldtm_core.schema import gate_decisions, snapshots
 
 # 250 backtest rows at 60 %, always-up 52 %: discordant 60 won by the model vs 40 by always-up.
 PROMISE = (250, 0.60, 0.52, 1.5, 0, 60, 40)
+# What the reader makes of it: the gate decision stores no report, so the default first deployment's level.
+PLANTED_PROMISE = Promise("b", "gate decision", 250, 0.60, 0.52, 60, 40, level=DEFAULT_LEVEL)
 
 
 def evenings(n: int, start: str = "2023-02-01") -> list[dt.date]:
@@ -81,12 +85,16 @@ def planted_record(engine, ticker, model_id, n=400, decay_at=None, seed=1) -> li
     that must not count: in-sample replays (all misses) and an ungated candidate's rows (all misses).
 
     With `decay_at`, the record ends on the evening the accuracy chart first signals after the drop: the
-    night the check must warn (the chart the reader runs: p0 60 %, p1 50 %, ARL0 2 x 1000)."""
+    night the check must warn (the chart the reader runs: `PLANTED_PROMISE`, ARL0 2 x 1000), drawn as far
+    past `n` as that takes (the promise is the 60 % shrunk to ~54 % for the gate's selection, so a fall
+    to 45 % takes ~190 evenings on average to signal)."""
     rng = np.random.default_rng(seed)
+    if decay_at is not None:
+        n = max(n, decay_at + 1000)
     rate = np.where(np.arange(n) < (decay_at if decay_at is not None else n), 0.60, 0.45)
     hits, ups = rng.random(n) < rate, rng.random(n) < 0.52
     if decay_at is not None:
-        _, signals = cusum.run(cusum.design(0.60, 0.50, 2000), ~hits)
+        _, signals = cusum.run(decay.designs_of(PLANTED_PROMISE, decay.DecaySettings())[0], ~hits)
         n = next(i for i in signals if i >= decay_at) + 1
         hits, ups = hits[:n], ups[:n]
     days = evenings(n)

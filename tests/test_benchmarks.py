@@ -434,3 +434,28 @@ def test_edge_lag(bench):
     kept = got[("persistent", "next_close")]
     assert kept["gross"] > 1.5 and kept["held"] > 0.02, kept
     assert re.search(r"\d+ s on ", out)
+
+
+def test_decay_null(bench):
+    """A tiny run: the gated models' backtest figure overstates their true 55 %, the shrunk promise does
+    not, and the table has a row per promise."""
+    out = bench("decay_null", "--reps", "400", "--years", "1", "--after", "1", "--trials", "1")
+    assert "| trials | promise | passers | mean promised accuracy |" in out
+    got = dict(re.findall(rf"^\| 1 \| (backtest|shrunk|truth) \| \d+ \| ({NUMBER}) % \|", out, re.M))
+    assert set(got) == {"backtest", "shrunk", "truth"}, out
+    assert float(got["backtest"]) > 57 and float(got["shrunk"]) <= 55 and float(got["truth"]) == 55.0
+    assert re.search(r"\d+ s on ", out)
+
+
+def test_record_null(bench):
+    """--quick: read every evening, the record's labels stay off coin-flip boards in every market while
+    the window's old rule labels them; the planted-edge table has a row per edge."""
+    out = bench("record_null", "--quick")
+    pct = r"([\d.]+) %"
+    for market in ("flat", "rising", "falling", "turning 56 to 44", "turning 50 to 40"):
+        m = re.search(rf"^\| {market} \| " + r" \| ".join([pct] * 6) + r" \|$", out, re.M)
+        assert m, (market, out)
+        record_any, record_ever, yes_evening, yes_ever, old_any, old_ever = map(float, m.groups())
+        assert record_ever <= 15 and yes_ever <= 15, (market, m.groups())
+    assert re.search(r"^\| 70% \| [\d,]+ \| [\d.]+ % \|$", out, re.M), out
+    assert re.search(r"^\d+ s$", out, re.M)

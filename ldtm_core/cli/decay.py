@@ -45,6 +45,7 @@ def decay_cmd(
         "models",
         "live acc",
         "promised",
+        "backtest",
         "always-up",
         "CUSUM / h",
         "vs up / h",
@@ -68,6 +69,7 @@ def decay_cmd(
             str(t.models),
             fmt_pct(r["live_accuracy"]),
             fmt_pct(r["promised_accuracy"]),
+            fmt_pct(r["backtest_accuracy"]),
             fmt_pct(r["always_up_accuracy"]),
             "—" if r["cusum"] is None else f"{r['cusum']:.2f} / {r['threshold']:.2f}",
             "—" if r["cusum_vs_up"] is None else f"{r['cusum_vs_up']:.2f} / {r['threshold_vs_up']:.2f}",
@@ -78,6 +80,13 @@ def decay_cmd(
             state,
         )
     console.print(table)
+    console.print(
+        "promised: what each chart expects, the exact lower confidence bound of the backtest accuracy at the "
+        "level the gate judged the model at; backtest: the raw figure, which overstates a model kept because "
+        "it passed",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(report.summary(), highlight=False, soft_wrap=True)
     if report.without_active:
         console.print(

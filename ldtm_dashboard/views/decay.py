@@ -21,8 +21,14 @@ COLUMN_CONFIG = {
     "promised_accuracy": PCT(
         "promised",
         format="percent",
-        help="mean over the record of each row's promise: the pooled accuracy of the backtest the gate "
-        "promoted the model that wrote it on",
+        help="mean over the record of each row's promise, what the charts expect: the exact lower "
+        "confidence bound of the pooled accuracy of the backtest the gate promoted the model that wrote it "
+        "on, at the level the gate judged it at (a backtest kept because it passed overstates the model)",
+    ),
+    "backtest_accuracy": PCT(
+        "backtest",
+        format="percent",
+        help="the same backtests' raw pooled accuracy, before the selection margin is taken off",
     ),
     "always_up_accuracy": PCT("always-up", format="percent", help="on the same evenings"),
     "cusum": PCT("CUSUM", format="%.2f", help="accuracy chart: evidence of a drop of delta points"),
@@ -61,7 +67,9 @@ else:
 st.caption(
     "A Bernoulli CUSUM per ticker on its published record across model changes (a weekly promotion does "
     "not wipe the evidence), each filled out-of-sample evening judged against the promise of the model that "
-    f"made it: in control that accuracy, out of control {settings.delta * 100:g} points lower; a second chart on the "
+    f"made it: in control that accuracy, out of control {settings.delta * 100:g} points lower. The promise is "
+    "the backtest's accuracy shrunk for the gate's selection (its exact lower bound at the level the gate "
+    "judged it at; 'backtest' shows the raw figure); a second chart on the "
     "evenings where model and always-up disagree. Thresholds are designed (exact Markov-chain run length) "
     f"for one false alarm per {settings.arl0:g} sessions per ticker; one alarm episode is notified once. PSI: "
     f"the last {settings.psi_sessions} sessions after the recipe's data cutoff (its first model's) against "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from accountability_helpers import make_settings
 from dagster import AssetCheckKey, AssetKey, materialize
-from decay_helpers import planted_model, planted_record
+from decay_helpers import PLANTED_PROMISE, planted_model, planted_record
 from ldtm_dagster_helpers import tiny_resources
 
 from ldtm_core.db import get_engine
@@ -42,7 +42,9 @@ def test_decay_warns_names_the_ticker_posts_once_and_passes_when_stable(
     assert check.metadata["decaying"].value == ["AAPL"] and check.metadata["checked"].value == 2
     rows = {r.data["ticker"]: r.data for r in check.metadata["table"].value.records}
     assert rows["AAPL"]["decaying"] and not rows["NVDA"]["decaying"]
-    assert rows["AAPL"]["live_n"] > 200 and abs(rows["AAPL"]["promised_accuracy"] - 0.60) < 1e-9
+    assert rows["AAPL"]["live_n"] > 200 and abs(rows["AAPL"]["backtest_accuracy"] - 0.60) < 1e-9
+    # The chart's promise: the backtest's figure shrunk for the gate's selection, shown beside it.
+    assert abs(rows["AAPL"]["promised_accuracy"] - PLANTED_PROMISE.promised) < 1e-4  # as tabled
     assert rows["AAPL"]["signals"] >= 1 and rows["AAPL"]["alarm_since"] == rows["AAPL"]["last_signal"]
     assert rows["AAPL"]["threshold"] > rows["AAPL"]["cusum"] >= 0  # restarted at 0 after the signal
     assert {"psi_max", "psi_feature", "live_accuracy", "alarm_since"} <= set(rows["AAPL"])
@@ -62,12 +64,11 @@ def _two_chart_episode():
     """A record whose vs-always-up chart signals on evening i and whose accuracy chart signals on j,
     i < j < i + hold: one unbroken WARN stretch from i, in which the first chart leaves its hold on
     evening i + hold while the second still holds it. Returns (hits, ups, i, j)."""
-    from decay_helpers import PROMISE, evenings
+    from decay_helpers import evenings
 
-    from ldtm_core.accountability.decay.decay import DecaySettings, Promise, charts_for
+    from ldtm_core.accountability.decay.decay import DecaySettings, charts_for
 
-    n, acc, up_rate, err, leak, mo, uo = PROMISE
-    promise = Promise("b", "gate decision", n, acc, up_rate, mo, uo)
+    promise = PLANTED_PROMISE  # what the reader makes of the planted model's gate backtest
     settings = DecaySettings()
     for seed in range(50):
         rng = np.random.default_rng(seed)

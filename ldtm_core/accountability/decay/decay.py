@@ -8,7 +8,11 @@ Per ticker with an active model, every night:
   of a drop keeps accumulating (a chart that restarted at every promotion needed 17-20 misses in a row
   within the ~5 evenings a weekly champion serves: it could never fire).
 - The promise: per row, the pooled next-day direction accuracy of the backtest the gate passed the model
-  that wrote it on (`decay.record.promises_of`); rows of a model with no promise are not judged.
+  that wrote it on (`decay.record.promises_of`), shrunk for selection: its exact one-sided lower
+  confidence bound at the level the gate judged the model at (`Promise.promised`; a backtest kept because
+  it passed overstates the model: charts against the raw figure alarmed ~5x the designed rate on
+  unchanged gated true-55 % models, against the bound 0.5x; `benchmarks/decay_null.py`). Both figures
+  are reported. Rows of a model with no promise are not judged.
 - Chart 1, accuracy: a Bernoulli CUSUM (ldtm_core.accountability.decay.cusum) on the nightly direction hits,
   each row in control at its model's promised accuracy p0 and out of control at p0 - delta, each step in
   units of its own design's threshold (`cusum.run_normalised`: with one promise throughout this is the
@@ -16,8 +20,9 @@ Per ticker with an active model, every night:
   measured in tests/test_decay_record.py).
 - Chart 2, against always-up on the same evenings: only evenings where exactly one of the two was right
   carry evidence about the difference (the McNemar argument of skill.py). On those the model's win share
-  was promised as q0 = model_only / (model_only + up_only) by the same backtest; the chart is the same
-  Bernoulli CUSUM on the discordant evenings with q0 -> q0 - delta. Its run length counts discordant
+  was promised as q0 by the same backtest (model_only / (model_only + up_only), shrunk the same way:
+  `Promise.promised_vs_up`); the chart is the same Bernoulli CUSUM on the discordant evenings with
+  q0 -> q0 - delta. Its run length counts discordant
   evenings, so its ARL is designed for ARL0_sessions x r0, r0 the promised share of discordant evenings.
 - False alarms: with both charts each is designed for 2 x ARL0 sessions, so a ticker's false alarms
   (either chart) come at most once per ~ARL0 sessions (the per-session alarm rates add at most).
@@ -122,7 +127,8 @@ class TickerDecay:
     reason: str = ""  # why no chart runs (no promise, no live rows)
     models: int = 0  # models whose published rows make up the record
     judged: int = 0  # rows whose model had a promise to judge them against
-    promised: float | None = None  # the judged rows' mean promised accuracy
+    promised: float | None = None  # the judged rows' mean promised accuracy (shrunk for selection)
+    backtest: float | None = None  # the judged rows' mean raw backtest accuracy, beside it
     dates: list = field(default_factory=list, repr=False)  # the record's evenings, for the episode
     hold: int = 5
 
@@ -173,7 +179,11 @@ class TickerDecay:
             "live_models": self.models,
             "promised_accuracy": self.promised
             if self.promised is not None
+            else (self.promise.promised if self.promise else None),
+            "backtest_accuracy": self.backtest
+            if self.backtest is not None
             else (self.promise.accuracy if self.promise else None),
+            "promise_level": self.promise.level if self.promise else None,
             "always_up_accuracy": self.always_up_accuracy,
             "cusum": acc.statistic if acc else None,
             "threshold": acc.h if acc else None,
@@ -197,11 +207,18 @@ class TickerDecay:
         if not self.charts:
             return f"{self.ticker}: not checked ({self.reason})"
         label = {"accuracy": "CUSUM", "vs_always_up": "vs always-up"}
-        promised = self.row()["promised_accuracy"]
+        row = self.row()
+        promised, backtest = row["promised_accuracy"], row["backtest_accuracy"]
         models = f" of {self.models} models" if self.models > 1 else ""
+        why = (
+            f" (backtest {backtest * 100:.1f}%, less the margin by which a backtest that passed the gate "
+            "overstates it)"
+            if backtest is not None and promised < backtest - 5e-4
+            else ""
+        )
         head = (
             f"{self.ticker} model {self.model_id}: live {self.accuracy * 100:.1f}% on {self.n} published "
-            f"evenings{models} vs promised {promised * 100:.1f}% (always-up "
+            f"evenings{models} vs promised {promised * 100:.1f}%{why} (always-up "
             f"{self.always_up_accuracy * 100:.1f}% on the same evenings); "
             + ", ".join(f"{label[c.name]} {c.statistic:.2f} / h {c.h:.2f}" for c in self.charts)
         )
@@ -225,6 +242,7 @@ TABLE_COLUMNS = [
     "live_models",
     "live_accuracy",
     "promised_accuracy",
+    "backtest_accuracy",
     "always_up_accuracy",
     "cusum",
     "threshold",
@@ -253,6 +271,18 @@ def episode_start(dates: list, signal_dates: list, hold: int) -> dt.date | None:
             break
         start = i
     return dates[start]
+
+
+def episodes(dates: list, signal_dates, hold: int) -> list:
+    """The first evening of every WARN episode on the record (the rule of `episode_start`): a signal more
+    than `hold` evenings after the one before it starts a new episode. What a false-alarm rate counts."""
+    index = {d: i for i, d in enumerate(dates)}
+    out, last = [], None
+    for i in sorted({index[d] for d in signal_dates if d in index}):
+        if last is None or i - last > hold:
+            out.append(dates[i])
+        last = i
+    return out
 
 
 def run_chart(
@@ -286,12 +316,12 @@ def run_chart(
 
 
 def designs_of(promise: Promise | None, settings: DecaySettings) -> tuple:
-    """(accuracy design or None, vs-always-up design or None) for rows judged against `promise`."""
+    """(accuracy design or None, vs-always-up design or None) for rows judged against `promise`: in
+    control at what it promised (`Promise.promised`, `promised_vs_up`), not its raw backtest figures."""
     if promise is None:
         return None, None
-    return _designs(
-        float(promise.accuracy), promise.n, promise.model_only, promise.up_only, settings.delta, settings.arl0
-    )
+    rate = promise.discordant / promise.n if promise.n else 1.0
+    return _designs(float(promise.promised), promise.promised_vs_up, rate, settings.delta, settings.arl0)
 
 
 # Designs on a grid: a chart's design costs ~0.1 s (an ARL bisection), and with weekly promotions every
@@ -306,15 +336,17 @@ def _floor(x: float, grid: int) -> float:
     return math.floor(x * grid + 1e-9) / grid
 
 
-@lru_cache(maxsize=4096)
-def _designs(accuracy, n, model_only, up_only, delta, arl0) -> tuple:
+def _designs(accuracy: float, share: float | None, rate: float, delta, arl0) -> tuple:
     p0 = _floor(float(np.clip(accuracy, 0.02, 0.98)), ACCURACY_GRID)
-    discordant = (model_only or 0) + (up_only or 0)
-    q0 = _floor(model_only / discordant, ACCURACY_GRID) if discordant else None
+    q0 = None if share is None else _floor(float(share), ACCURACY_GRID)
+    return _designs_on_grid(p0, q0, min(1.0, math.ceil(rate * RATE_GRID - 1e-9) / RATE_GRID), delta, arl0)
+
+
+@lru_cache(maxsize=4096)
+def _designs_on_grid(p0, q0, rate, delta, arl0) -> tuple:
     two = q0 is not None and q0 - delta > 0.01 and 0 < q0 < 0.99
     arl = arl0 * (2 if two else 1)
     acc = cusum.design(p0, p0 - delta, arl) if p0 - delta > 0.01 else None
-    rate = min(1.0, math.ceil(discordant / n * RATE_GRID - 1e-9) / RATE_GRID) if n else 1.0
     vs_up = cusum.design(q0, q0 - delta, max(arl * rate, 1.0)) if two else None
     return acc, vs_up
 
@@ -375,9 +407,10 @@ def _fill(out: TickerDecay, promises, hits, ups, dates, settings: DecaySettings)
     out.n, out.hits, out.up_hits, out.dates = len(dates), int(hits.sum()), int(ups.sum()), dates
     if dates:
         out.first_evening, out.last_evening = dates[0], dates[-1]
-    judged = [p.accuracy for p in promises if p is not None]
+    judged = [p for p in promises if p is not None]
     out.judged = len(judged)
-    out.promised = float(np.mean(judged)) if judged else None
+    out.promised = float(np.mean([p.promised for p in judged])) if judged else None
+    out.backtest = float(np.mean([p.accuracy for p in judged])) if judged else None
     if not out.n:
         out.reason = "no filled out-of-sample published evening yet"
     elif not out.judged:
@@ -428,7 +461,9 @@ class DecayReport:
         rule = (
             f"Bernoulli CUSUM on each ticker's published record across model changes, drop of "
             f"{self.settings.delta * 100:g} points, designed false-alarm rate one per "
-            f"{self.settings.arl0:g} sessions per ticker"
+            f"{self.settings.arl0:g} sessions per ticker; each promise is the exact lower confidence bound "
+            "of its backtest accuracy at the level the gate judged it at, since a backtest kept because it "
+            "passed overstates the model"
         )
         models = f"{len(self.tickers)} active model{'' if len(self.tickers) == 1 else 's'}"
         expect = (

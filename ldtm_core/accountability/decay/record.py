@@ -4,10 +4,19 @@ the promise of each model that made a row of it, and the feature drift since the
 - The record: per evening the published row (the first non-shadow row of the evening, in id order) when
   an active model wrote it, filled and out of sample, in run-date order, whichever model wrote it. A weekly
   promotion changes the model, not the record: the evidence of a drop keeps accumulating.
-- The promise of a model: the pooled next-day direction accuracy of the backtest the gate passed it on
-  (`gate_decisions` -> `backtest_folds`; a shadow's conclusion, with no folds, is not that backtest); a
-  model promoted without a recorded decision falls back to its newest backtest of its own config, and the
-  report says so. Each row is judged against the promise of the model that wrote it.
+- The promise of a model: the backtest the gate passed it on (`gate_decisions` -> `backtest_folds`; a
+  shadow's conclusion, with no folds, is not that backtest), pooled over its folds; a model promoted
+  without a recorded decision falls back to its newest backtest of its own config, and the report says
+  so. Each row is judged against the promise of the model that wrote it.
+- The promise is shrunk for selection (`Promise.promised`): only backtests that passed the gate are
+  charted, so their accuracy overstates the model (true-55 % models that passed the first-deployment
+  test showed 60 % on average, and charts against that alarmed ~5x the designed rate:
+  `benchmarks/decay_null.py`). The chart expects the exact one-sided (Clopper-Pearson) lower confidence
+  bound of the backtest's hit rate at the level the gate judged the model at (read from its stored
+  report, `judged_level`): by test-interval duality every accuracy below it is rejected by the gate's own
+  exact test at that level, so a model that barely beat a coin promises a coin, and a clear winner keeps
+  most of its edge. The vs-always-up share gets the same bound (the gate's McNemar test is the same exact
+  test on the discordant rows). The raw backtest figure (`Promise.accuracy`) is kept and shown beside it.
 - Drift: PSI of the model's input features, the last `psi_sessions` sessions after the recipe's data cutoff (the
   earliest data cutoff of the ticker's models with the serving model's config signature) against
   everything up to it. A weekly retrain of one recipe moves the model's own cutoff every week, which left
@@ -17,13 +26,19 @@ the promise of each model that made a row of it, and the feature drift since the
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binomtest
 from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.decay.drift import FeatureDrift, feature_drift, model_inputs
+from ldtm_core.accountability.gate.ledger import spend
+from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
 from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
 from ldtm_core.learning.registry import SHADOW, ModelRecord, config_signature, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
@@ -31,10 +46,29 @@ from ldtm_core.scoring.skill import pooled_direction
 
 RECORD_COLUMNS = ["run_date", "model_id", "hit", "up"]
 
+# For a promise whose gate report is not stored (a decision before revision 0023, or no decision): the
+# level of a first deployment's claims at the default alpha, one trial (what every ticker's first model faced).
+DEFAULT_LEVEL = spend(DEFAULT_ALPHA, 1)
+
+
+@lru_cache(maxsize=65536)
+def lower_bound(hits: int, n: int, level: float) -> float:
+    """The exact one-sided (Clopper-Pearson) lower confidence bound of a hit rate, at confidence 1 - level:
+    every rate below it is rejected by the exact binomial test at `level`."""
+    if n <= 0:
+        return float("nan")
+    ci = binomtest(int(hits), int(n), alternative="greater").proportion_ci(1.0 - level, method="exact")
+    return float(ci.low)
+
 
 @dataclass(frozen=True)
 class Promise:
-    """What the backtest behind the promotion said, pooled over its folds."""
+    """What the backtest behind the promotion said, pooled over its folds, and what the chart expects of it.
+
+    `accuracy` and the discordant counts are the backtest's own figures. `level` is the one-sided level the
+    gate judged the model's claims at; the chart runs against `promised` / `promised_vs_up`, their exact
+    lower bounds at that level (the backtest figure overstates a model that was kept because it passed).
+    `level` None: a promise known without selection (a simulation's truth), taken as it is."""
 
     backtest_id: str
     source: str  # "gate decision" or "newest backtest (no passed gate decision recorded)"
@@ -43,6 +77,65 @@ class Promise:
     always_up_accuracy: float
     model_only: int | None  # discordant rows vs always-up; None before revision 0013
     up_only: int | None
+    level: float | None = None
+
+    @property
+    def hits(self) -> int:
+        return int(round(self.accuracy * self.n))
+
+    @property
+    def discordant(self) -> int:
+        return (self.model_only or 0) + (self.up_only or 0)
+
+    @property
+    def share_vs_up(self) -> float | None:
+        """The backtest's share of the discordant rows the model won (None: no counts or none)."""
+        return self.model_only / self.discordant if self.discordant else None
+
+    @property
+    def promised(self) -> float:
+        """The accuracy the accuracy chart expects in control."""
+        if self.level is None:
+            return float(self.accuracy)
+        return lower_bound(self.hits, self.n, self.level)
+
+    @property
+    def promised_vs_up(self) -> float | None:
+        """The share of the discordant evenings the vs-always-up chart expects the model to win."""
+        if self.level is None or not self.discordant:
+            return self.share_vs_up
+        return lower_bound(int(self.model_only), self.discordant, self.level)
+
+
+def judged_level(report: dict | None) -> float:
+    """The one-sided level the gate judged a model's claims at, from its stored report (`GateReport.to_dict`):
+    the comparison's adjusted alpha (a superiority claim, spent by the trials ledger), else its alpha (a
+    refresh's non-inferiority, the absolute rule); DEFAULT_LEVEL when the report or its comparison is missing
+    (the seed policy, a decision before revision 0023, no decision)."""
+    comparison = (report or {}).get("comparison")
+    if not isinstance(comparison, dict):
+        comparison = {}
+    for key in ("alpha_adjusted", "alpha"):
+        value = comparison.get(key)
+        if isinstance(value, int | float) and 0.0 < value < 1.0 and math.isfinite(value):
+            return float(value)
+    return DEFAULT_LEVEL
+
+
+def _report(text: str | None) -> dict | None:
+    try:
+        out = json.loads(text) if text else None
+    except ValueError:  # a damaged report: the default level, not a failed check
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def promise_from(backtest_id: str, source: str, folds, report: dict | None = None) -> Promise | None:
+    """The promise of the backtest `folds` (backtest_folds rows: a DataFrame or records), judged at the level
+    of `report` (the gate's stored report, `judged_level`); None when the folds decided no row."""
+    frame = folds if isinstance(folds, pd.DataFrame) else pd.DataFrame(list(folds))
+    pooled = _pooled(backtest_id, frame)
+    return None if pooled is None else Promise(backtest_id, source, *pooled, level=judged_level(report))
 
 
 def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise | None]:
@@ -52,7 +145,7 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
         return {}
     with engine.connect() as conn:
         passed = conn.execute(
-            select(gate_decisions.c.model_id, gate_decisions.c.backtest_id)
+            select(gate_decisions.c.model_id, gate_decisions.c.backtest_id, gate_decisions.c.report_json)
             .where(
                 gate_decisions.c.model_id.in_(ids),
                 gate_decisions.c.passed.is_(True),
@@ -60,7 +153,7 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
             )
             .order_by(gate_decisions.c.id)
         ).all()
-        chosen = {mid: (str(bid), "gate decision") for mid, bid in passed}  # the newest wins
+        chosen = {mid: (str(bid), "gate decision", text) for mid, bid, text in passed}  # the newest wins
         missing = [m for m in models if m.id not in chosen]
         if missing:
             own = conn.execute(
@@ -73,8 +166,8 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
             wanted = {m.id: config_signature(m.config) for m in missing}
             for mid, bid, sig in own:
                 if sig == wanted[mid]:
-                    chosen[mid] = (str(bid), "newest backtest (no passed gate decision recorded)")
-        bids = sorted({b for b, _ in chosen.values()})
+                    chosen[mid] = (str(bid), "newest backtest (no passed gate decision recorded)", None)
+        bids = sorted({b for b, _, _ in chosen.values()})
         folds = (
             pd.DataFrame(
                 conn.execute(select(backtest_folds).where(backtest_folds.c.backtest_id.in_(bids)))
@@ -90,9 +183,9 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
         if m.id not in chosen:
             out[m.id] = None
             continue
-        bid, source = chosen[m.id]
+        bid, source, text = chosen[m.id]
         p = by_backtest.get(bid)
-        out[m.id] = None if p is None else Promise(bid, source, *p)
+        out[m.id] = None if p is None else Promise(bid, source, *p, level=judged_level(_report(text)))
     return out
 
 
@@ -102,7 +195,7 @@ def _pooled(bid: str, folds: pd.DataFrame) -> tuple | None:
     direction = pooled_direction(folds.to_dict("records"))  # ties out of the promise
     if not direction.scored:
         return None
-    known = folds["model_only_hits"].notna().all()
+    known = "model_only_hits" in folds and folds["model_only_hits"].notna().all()
     return (
         direction.scored,
         direction.accuracy,

@@ -56,20 +56,50 @@ def first_deployment_pass_rate(
     """Share of `reps` first-deployment judgements that pass: `gate.evaluate` (minimum evidence and the
     seed's bar), then, under the evidence policy, `champion_challenger.first_deployment`. The default
     backtest is 3 quarterly folds of 63 sessions (189 rows); `accuracy` 0.5 is no skill."""
+    passes = first_deployment_passes(
+        reps,
+        folds=folds,
+        rows=rows,
+        up_rate=up_rate,
+        accuracy=accuracy,
+        thresholds=thresholds,
+        trials=trials,
+        seed=seed,
+    )
+    return len(passes) / reps
+
+
+def first_deployment_passes(
+    reps: int,
+    *,
+    folds: int = 3,
+    rows: int = 63,
+    up_rate: float = 0.5,
+    accuracy: float = 0.5,
+    thresholds: GateThresholds | None = None,
+    trials: int = 1,
+    seed: int = 0,
+) -> list[tuple[list[dict], dict]]:
+    """The judgements among `reps` first deployments (as `first_deployment_pass_rate` judges them) that
+    pass: each one's backtest folds and what its stored gate report would say of the comparison
+    ({"comparison": Comparison.to_dict()}, empty under the seed policy). What the decay monitor is then
+    handed: only the models that passed."""
     t = thresholds or GateThresholds()
     rng = np.random.default_rng(seed)
-    passed = 0
+    out = []
     for _ in range(reps):
         f = _folds(rng, folds, rows, up_rate, accuracy)
         fig, _ = evaluate(f, t)
         if fig["decision"] != "pass":
             continue
+        report: dict = {}
         if t.policy == "evidence":
-            hits = fig["hits"]
-            if cc.first_deployment(fig["skill"], t, hits, fig["scored"], trials).decision != "pass":
+            comparison = cc.first_deployment(fig["skill"], t, fig["hits"], fig["scored"], trials)
+            if comparison.decision != "pass":
                 continue
-        passed += 1
-    return passed / reps
+            report = {"comparison": comparison.to_dict()}
+        out.append((f, report))
+    return out
 
 
 def recipe_search_pass_rate(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from sqlalchemy import insert
 
 from ldtm_core.accountability.decay import cusum, decay
 from ldtm_core.accountability.decay.decay import DecaySettings, Promise
+from ldtm_core.accountability.decay.record import DEFAULT_LEVEL
 from ldtm_core.learning import registry
 from ldtm_core.schema import gate_decisions, snapshots
 
@@ -118,7 +120,8 @@ def test_a_planted_drop_survives_a_promotion_every_five_evenings(engine, db_url,
     days = evenings(n, "2023-03-01")
     ids = _chain(engine, settings, "AAPL", n // WEEK, dt.date(2023, 2, 28))
     rng = np.random.default_rng(11)
-    hits = rng.random(n) < np.where(np.arange(n) < drop, 0.60, 0.45)
+    # To 40 %: each week's backtest showed 60 %, promised ~54 % after the gate's selection is taken off.
+    hits = rng.random(n) < np.where(np.arange(n) < drop, 0.60, 0.40)
     ups = rng.random(n) < 0.52
     # Each evening published by the champion of its week (the one whose promise judges the row).
     rows = [
@@ -127,8 +130,9 @@ def test_a_planted_drop_survives_a_promotion_every_five_evenings(engine, db_url,
     ]
     with engine.begin() as conn:
         conn.execute(insert(snapshots), rows)
-    # Evaluate on the evening the record's chart first signals after the drop.
-    promises = [_promise(0.60)] * n
+    # Evaluate on the evening the record's chart first signals after the drop (each gate decision stored
+    # without a report: promised at the default level's bound).
+    promises = [replace(_promise(0.60), level=DEFAULT_LEVEL)] * n
     first = min(
         days.index(d)
         for c in decay.charts_for_record(promises, hits, ups, days, DecaySettings())
@@ -142,10 +146,12 @@ def test_a_planted_drop_survives_a_promotion_every_five_evenings(engine, db_url,
     [t] = report.tickers
     assert t.model_id == ids[-1] and t.decaying, t.describe()  # the serving model: the newest
     assert t.n == first + 1 and t.models == first // WEEK + 1 > 20  # every week's rows count
-    assert t.promised == pytest.approx(0.60) and t.alarm_since == days[first]
+    assert t.promised == pytest.approx(promises[0].promised) and t.backtest == pytest.approx(0.60)
+    assert t.promised < 0.55 and t.alarm_since == days[first]
     assert t.alarm_key == f"AAPL/{days[first]}"
     row = t.row()
-    assert row["live_models"] == t.models and row["promised_accuracy"] == pytest.approx(0.60)
+    assert row["live_models"] == t.models and row["promised_accuracy"] == pytest.approx(t.promised)
+    assert row["backtest_accuracy"] == pytest.approx(0.60)
     # PSI from the recipe's cutoff (the first week's model), not the serving model's last-week cutoff.
     assert t.drift.reference_end == dt.date(2023, 2, 28) and len(t.drift.values) == 11
     assert t.drift.recent_rows == 63
