@@ -16,7 +16,8 @@ evenings left pending. At each (N, years) cell one evening is timed, in the nigh
   ingest     one new session's bars for N tickers (`ingest_frame`)
   features   the incremental feature build of N tickers (`build_features`)
   predict    predict + chained write of N rows, models loaded cold (`snapshots.predict`)
-  board      the leaderboard (`leaderboard`)
+  board      the leaderboard (`leaderboard`), its labels from each ticker's whole record included
+  board: horizon answers  the next-Monday and one-month answers on the whole record (`horizon_answers`)
   audit full every row (`audit.verify`, mode full) -- what the nightly did before issue 31
   audit nightly  what is new since the last verified heads (mode incremental; one evening)
   decay      the decay check of every active model (`decay.check`)
@@ -54,6 +55,7 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ldtm_core.accountability.board.leaderboard import leaderboard  # noqa: E402
+from ldtm_core.accountability.board.record import horizon_answers  # noqa: E402
 from ldtm_core.accountability.decay import decay
 from ldtm_core.accountability.ledger import audit, audit_anchor
 from ldtm_core.accountability.ledger.chain import CHAIN_VERSION, chain_heads, row_hash  # noqa: E402
@@ -92,6 +94,7 @@ STEPS = (
     "features",
     "predict",
     "board",
+    "board: horizon answers",
     "audit full",
     "audit nightly",
     "decay (per 100 tickers)",
@@ -320,7 +323,9 @@ def run_cell(store: Store, full_audit: bool) -> dict[str, float]:
     fillback(eng)  # tonight's fills: the earlier evenings whose targets just arrived
     out["audit nightly"], rep = _timed(lambda: audit.verify(eng, mode="incremental", record=True))
     assert rep.ok and rep.mode == "incremental", rep.problems[:5]
-    out["board"], _ = _timed(lambda: leaderboard(eng))
+    out["board"], board = _timed(lambda: leaderboard(eng))
+    # The error horizons' answers on the whole record (the CLI, the asset and the dashboard show them).
+    out["board: horizon answers"], _ = _timed(lambda: horizon_answers(eng, sorted(board["ticker"]), "all"))
     # The decay check costs ~0.7 s per ticker whatever the store (measured): timed on a fixed sample of
     # DECAY_SAMPLE tickers, so its years exponent is measured and the tickers one is not.
     out["decay (per 100 tickers)"], _ = _timed(lambda: decay.check(eng, store.tickers[:DECAY_SAMPLE]))

@@ -325,7 +325,7 @@ def leaderboard_cmd(
         universe,
     )
     from ldtm_core.accountability.board.no_champion import without_champion
-    from ldtm_core.accountability.board.record import evidence_rule, record_answer
+    from ldtm_core.accountability.board.record import evidence_rule, horizon_answers, record_answer
     from ldtm_core.scoring.board_stats import label_rule
 
     engine = open_db()
@@ -344,6 +344,9 @@ def leaderboard_cmd(
         # The universe's answers: the record's (the test), then the window's SPA (a description).
         caveat = IN_SAMPLE_CAVEAT if include_in_sample else ""
         console.print(record_answer(board, caveat).describe(), highlight=False, soft_wrap=True)
+        tickers = sorted(board["ticker"])
+        for answer in horizon_answers(engine, tickers, mode, **flags):
+            console.print(answer.describe() + caveat, highlight=False, soft_wrap=True)
         console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
     # What the labels control and what the board could show, then what the window's q is.
     console.print(f"[dim]{evidence_rule(board)}[/]", highlight=False, soft_wrap=True)

@@ -307,6 +307,7 @@ def leaderboard(
         table = board.leaderboard(engine, mode="all")
         answer = board.universe(engine, table, "all")
         record_answer = board_record.record_answer(table)
+        by_horizon = board_record.horizon_answers(engine, sorted(table["ticker"]), "all")
         missing = without_champion(engine)
     rows = table.to_dict("records")
     metadata = {
@@ -319,6 +320,8 @@ def leaderboard(
         # included? Then the window's SPA (a description of the month).
         "universe": record_answer.describe(),
         "universe_record": MetadataValue.json(record_answer.to_dict()),
+        # The error horizons' answers on the record: closer to the answer than no change, more often?
+        "universe_by_horizon": MetadataValue.json([a.describe() for a in by_horizon]),
         "universe_window": answer.describe(),
         "universe_spa_p": MetadataValue.text("not tested")
         if math.isnan(answer.p_value)

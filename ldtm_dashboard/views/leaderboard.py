@@ -20,7 +20,7 @@ from ldtm_core.accountability.board.leaderboard import (
     verdict,
 )
 from ldtm_core.accountability.board.no_champion import without_champion
-from ldtm_core.accountability.board.record import e_column, evidence_rule, record_answer
+from ldtm_core.accountability.board.record import e_column, evidence_rule, horizon_answers, record_answer
 from ldtm_core.accountability.shadow.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow.shadow import side_by_side
 from ldtm_core.config import Settings
@@ -233,6 +233,14 @@ st.markdown(f"**{verdict(full_board)}**")
 # The universe's answers: on the whole record (the test), then the window's SPA (a description).
 on_record = record_answer(full_board, IN_SAMPLE_CAVEAT if include_in_sample else "")
 (st.success if on_record.rejects else st.info)(on_record.describe())
+for by_horizon in horizon_answers(
+    engine(),
+    sorted(full_board["ticker"]),
+    mode,
+    include_in_sample=include_in_sample,
+    include_ungated=include_ungated,
+):
+    st.caption(by_horizon.describe())
 answer = universe(
     engine(), full_board, mode, include_in_sample=include_in_sample, include_ungated=include_ungated
 )

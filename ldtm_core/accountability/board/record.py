@@ -14,8 +14,10 @@ beat every baseline" only when it beats each of them, so a coin-flip model in a 
 does beat always-up) is never labelled. Both hold their false-discovery rate on every evening they are
 read, for as long as the record grows.
 
-The read covers every stored evening of the board's tickers: its cost grows with the record
-(docs/performance.md), unlike the window's bounded reads.
+The record's counts are one GROUP BY in the database over the accuracy view's own selection, with no
+window (`sql_figures`); its cost grows with the stored rows, far slower than reading them into Python
+(docs/performance.md). The error horizons get their answers the same way (`horizon_answers`): closer to
+the answer than no change, one row per target, no two overlapping.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam, text
 
+from ldtm_core import accuracy_views
 from ldtm_core.accountability.board.reads import next_day_rows, scored_rows
+from ldtm_core.horizons import ERROR_ONLY
 from ldtm_core.scoring import baselines, board_stats, evidence
 
 FIRST_DAY, LAST_DAY = dt.date(1900, 1, 1), dt.date(9999, 12, 31)  # the whole record
@@ -60,17 +64,95 @@ def with_evidence(
     """The board with its record's figures (`record_n`, `record_accuracy`, `record_start`), each
     comparison's e-value, `e_skill` and the labels (`beats_*`, `shown_skill`), a copy."""
     cols = ["ticker", "model_version"] if by_model else ["ticker"]
-    rows = pd.DataFrame()
-    if len(board):
-        raw = next_day_rows(engine, sorted(board["ticker"].unique()), FIRST_DAY, LAST_DAY)
-        rows = scored_rows(
-            raw,
-            mode,
-            by_model=by_model,
-            include_in_sample=include_in_sample,
-            include_ungated=include_ungated,
+    flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
+    if board.empty:
+        figures = record_figures(pd.DataFrame(), cols)
+    elif all(b.name in SQL_COUNTS for b in baselines.board_baselines()):
+        figures = sql_figures(engine, mode, by_model=by_model, **flags)
+    else:
+        figures = python_figures(engine, sorted(board["ticker"].unique()), mode, by_model=by_model, **flags)
+    return label(board, figures, cols)
+
+
+# Board baselines whose record the database counts: (its call was right, it made one) from the row's
+# recorded closes, hashed with it, which is the call recorded with the row (chain version 3) too. The
+# record's counts are then one GROUP BY in the database instead of every stored row read into Python
+# (docs/performance.md); a registered baseline without SQL here is counted in Python.
+SQL_COUNTS = {
+    "always_up": ("s.next_day_actual > s.run_date_close", "1 = 1"),
+    "persistence": (
+        "((s.run_date_close > s.prev_close AND s.next_day_actual > s.run_date_close) OR "
+        "(s.run_date_close < s.prev_close AND s.next_day_actual < s.run_date_close))",
+        "s.prev_close IS NOT NULL",
+    ),
+}
+
+
+def sql_figures(
+    engine: Engine,
+    mode: str,
+    *,
+    by_model: bool,
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+) -> pd.DataFrame:
+    """`record_figures`' columns counted by the database over the accuracy view's own selection (its
+    scored-rows condition, accuracy_views, no window), ties out."""
+    from ldtm_core.accountability.board.leaderboard import view_name  # the board names its views
+
+    keys, scored = accuracy_views.views("0034")[view_name(by_model, include_in_sample, include_ungated)]
+    right = "s.next_day_direction_correct"
+    wrong = f"({right} IS NULL OR NOT {right})"  # as reads.next_day_rows: unknown is not a hit
+    sums = [
+        "COUNT(*) AS record_n",
+        f"SUM(CASE WHEN {right} THEN 1 ELSE 0 END) AS record_hits",
+        "MIN(s.run_date) AS record_start",
+    ]
+    for name, (b_right, b_has) in SQL_COUNTS.items():
+        sums.append(
+            f"SUM(CASE WHEN {right} AND ({b_has}) AND NOT {b_right} THEN 1 ELSE 0 END) AS {name}_wins"
         )
-    return label(board, record_figures(rows, cols), cols)
+        sums.append(f"SUM(CASE WHEN {wrong} AND ({b_has}) AND {b_right} THEN 1 ELSE 0 END) AS {name}_losses")
+    group = ", ".join(f"s.{k}" for k in keys)
+    # Fixed SQL from the view definitions and this module: no user text.
+    stmt = text(
+        f"SELECT {group}, s.mode, {', '.join(sums)} FROM snapshots s "  # noqa: S608
+        f"WHERE {scored} AND s.next_day_actual IS NOT NULL AND s.next_day_actual <> s.run_date_close "
+        f"GROUP BY {group}, s.mode"
+    )
+    with engine.connect() as conn:
+        got = pd.DataFrame(conn.execute(stmt).mappings().all())
+    if got.empty:
+        return record_figures(pd.DataFrame(), list(keys))
+    if mode != "all":
+        got = got[got["mode"] == mode]
+    got["record_start"] = pd.to_datetime(got["record_start"]).dt.date
+    counts = [c for c in got.columns if c not in (*keys, "mode", "record_start")]
+    out = got.groupby(list(keys), sort=True).agg({**dict.fromkeys(counts, "sum"), "record_start": "min"})
+    out = out.reset_index()
+    out[counts] = out[counts].astype("int64")
+    out[f"{evidence.COIN}_wins"] = out["record_hits"]
+    out[f"{evidence.COIN}_losses"] = out["record_n"] - out["record_hits"]
+    return out
+
+
+def python_figures(
+    engine: Engine,
+    tickers: list[str],
+    mode: str,
+    *,
+    by_model: bool,
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+) -> pd.DataFrame:
+    """`record_figures` from every stored row of these tickers, read into Python with each board
+    baseline's recorded call (reads.next_day_rows): any registered baseline, at the cost of the read."""
+    cols = ["ticker", "model_version"] if by_model else ["ticker"]
+    raw = next_day_rows(engine, tickers, FIRST_DAY, LAST_DAY)
+    rows = scored_rows(
+        raw, mode, by_model=by_model, include_in_sample=include_in_sample, include_ungated=include_ungated
+    )
+    return record_figures(rows, cols)
 
 
 def record_figures(rows: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -186,3 +268,109 @@ def record_answer(board: pd.DataFrame, caveat: str = "") -> RecordAnswer:
         shown=int(scored["shown_skill"].sum()) if len(scored) else 0,
         caveat=caveat,
     )
+
+
+@dataclass(frozen=True)
+class HorizonAnswer:
+    """An error horizon's universe answer on the record: does any model's forecast land closer to the
+    answer than no change (the run-date close) more often than not? One target per row, the targets of
+    a ticker's kept rows never overlapping, so each outcome is known before the next one is bet on."""
+
+    horizon: str  # Horizon.label
+    e: float  # the mean over tickers of each one's e-value (closer vs farther than no change)
+    tickers: int
+    targets: int  # non-overlapping targets scored, summed over tickers
+    closer: int  # of which the model was closer than no change
+    shown: int  # tickers e-BH labels
+
+    @property
+    def rejects(self) -> bool:
+        return self.tickers > 0 and self.e >= 1 / evidence.ALPHA
+
+    def describe(self) -> str:
+        question = (
+            f"{self.horizon[:1].upper()}{self.horizon[1:]}: does any model land closer to the answer than no "
+            f"change more often than not, on its whole record ({self.tickers} tickers, {self.targets:,} "
+            "non-overlapping targets)?"
+        )
+        if self.tickers == 0 or self.targets == 0:
+            return f"{question} Not tested: no filled targets."
+        share = f"closer on {self.closer:,} of {self.targets:,}"
+        if self.rejects:
+            return (
+                f"{question} Yes: e = {self.e:.3g} >= {1 / evidence.ALPHA:g} ({share}; {self.shown} shown)."
+            )
+        return f"{question} No evidence yet: e = {self.e:.3g} ({share}; a Yes needs {1 / evidence.ALPHA:g})."
+
+
+def horizon_answers(
+    engine: Engine,
+    tickers: list[str],
+    mode: str,
+    *,
+    include_in_sample: bool = False,
+    include_ungated: bool = False,
+) -> list[HorizonAnswer]:
+    """Each error-only horizon's answer (HorizonAnswer) over the board's tickers' whole records, by the
+    board's selection (first published row of an evening, out of sample and gated unless asked, members)."""
+    out = []
+    for h in ERROR_ONLY:
+        rows = horizon_rows(engine, tickers, h, mode, include_in_sample, include_ungated)
+        out.append(horizon_answer(h.label, rows))
+    return out
+
+
+def horizon_answer(label: str, rows: pd.DataFrame) -> HorizonAnswer:
+    """From rows of (ticker, run_date, target, pred, actual, close): keep per ticker the first row of
+    each target, then only rows whose run date is on or after the previous kept row's target (no overlap:
+    each answer is known before the next forecast is made)."""
+    if rows.empty:
+        return HorizonAnswer(label, 1.0, 0, 0, 0, 0)
+    rows = rows.sort_values(["ticker", "run_date"]).drop_duplicates(["ticker", "target"], keep="first")
+    kept = []
+    for _, g in rows.groupby("ticker", sort=True):
+        last = None
+        for r in g.itertuples(index=False):
+            if last is None or r.run_date >= last:  # its close is the last answer: known by then
+                kept.append(r)
+                last = r.target
+    k = pd.DataFrame(kept, columns=rows.columns)
+    model = (k["pred"].astype(float) - k["actual"].astype(float)).abs()
+    naive = (k["close"].astype(float) - k["actual"].astype(float)).abs()
+    k = k.assign(win=model < naive, loss=model > naive)  # equal: no evidence either way
+    per = k.groupby("ticker")[["win", "loss"]].sum()
+    e = evidence.e_value(per["win"].to_numpy(), per["loss"].to_numpy())
+    return HorizonAnswer(
+        label,
+        evidence.universe_e(e),
+        len(per),
+        int((k["win"] | k["loss"]).sum()),
+        int(k["win"].sum()),
+        int(evidence.e_bh(e).sum()),
+    )
+
+
+def horizon_rows(
+    engine: Engine, tickers: list[str], horizon, mode: str, include_in_sample: bool, include_ungated: bool
+) -> pd.DataFrame:
+    """The board's selection of filled `horizon` rows of these tickers over the whole record: the ticker
+    accuracy view's scored-rows condition (accuracy_views: first published row, in-sample, gated,
+    member), read by the database."""
+    from ldtm_core.accountability.board.leaderboard import view_name  # the board names its views
+
+    _, scored = accuracy_views.views("0034")[view_name(False, include_in_sample, include_ungated)]
+    date, pred, actual = (horizon.col(w) for w in ("date", "pred", "actual"))
+    # Fixed SQL from the view definitions and the horizon registry; tickers are bound parameters.
+    stmt = text(
+        f"SELECT s.ticker, s.run_date, s.mode, s.{date}, s.{pred}, s.{actual}, s.run_date_close "  # noqa: S608
+        f"FROM snapshots s WHERE {scored} AND s.{actual} IS NOT NULL AND s.ticker IN :tickers"
+    ).bindparams(bindparam("tickers", expanding=True))
+    names = ["ticker", "run_date", "mode", "target", "pred", "actual", "close"]
+    with engine.connect() as conn:
+        raw = pd.DataFrame(conn.execute(stmt, {"tickers": list(tickers)}).all(), columns=names)
+    if mode != "all":
+        raw = raw[raw["mode"] == mode]
+    raw = raw.assign(
+        run_date=pd.to_datetime(raw["run_date"]).dt.date, target=pd.to_datetime(raw["target"]).dt.date
+    )
+    return raw[["ticker", "run_date", "target", "pred", "actual", "close"]]

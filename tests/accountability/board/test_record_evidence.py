@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 
 import numpy as np
+import pandas as pd
 import pytest
 from sqlalchemy import insert
 from test_leaderboard import _activate, _model, _row
@@ -119,3 +120,86 @@ def test_the_rule_says_what_the_board_could_show():
     rule = record.evidence_rule(board)
     assert "over the 2 tickers with a record" in rule
     assert f"60% after ~{evenings_to_show(0.6, 2, share=0.5):,} scored evenings" in rule
+
+
+@pytest.mark.parametrize("by_model", [False, True])
+@pytest.mark.parametrize("flags", [{}, {"include_in_sample": True}, {"include_ungated": True}])
+def test_the_database_counts_the_record_as_the_rows_read_in_python_do(db_url, tmp_path, by_model, flags):
+    """The record's counts come from one GROUP BY over the view's selection (cost: docs/performance.md);
+    on a store with re-predictions, in-sample and ungated evenings, ties, shadow rows and a dated
+    universe they equal the counts of every row read into Python with its recorded calls."""
+    from sqlalchemy import update
+    from test_board_bounded_reads import _store
+
+    from ldtm_core.data.membership import Span, import_membership
+
+    url = f"sqlite:///{tmp_path}/r.db" if db_url.startswith("sqlite") else db_url
+    engine = _store(url, old=True)
+    with engine.begin() as conn:  # some shadow rows, never counted
+        conn.execute(update(snapshots).where(snapshots.c.id % 17 == 0).values(model_status="shadow"))
+    import_membership(engine, [Span("AAA", dt.date(2020, 1, 1)), Span("BBB", dt.date(2024, 9, 1))], "t")
+    cols = ["ticker", "model_version"] if by_model else ["ticker"]
+    for mode in ("all", "live", "replay"):
+        fast = record.sql_figures(engine, mode, by_model=by_model, **flags)
+        slow = record.python_figures(engine, ["AAA", "BBB", "GONE"], mode, by_model=by_model, **flags)
+        fast = fast[slow.columns].sort_values(cols).reset_index(drop=True)
+        slow = slow.sort_values(cols).reset_index(drop=True)
+        assert len(slow) >= 2 and slow["record_n"].sum() > 150
+        pd.testing.assert_frame_equal(fast, slow, check_dtype=False)
+
+
+def _weekly(rng, tickers, weeks, rate):
+    """Five evenings a week sharing one next-Monday target; the model lands closer than no change on
+    a target with probability rate[ticker] (the same answer for the week's five rows: they overlap)."""
+    rows = []
+    for t, r in zip(tickers, rate, strict=True):
+        for w in range(weeks):
+            monday = START + dt.timedelta(days=7 * (w + 1))
+            actual = 100 + rng.normal()
+            closer = rng.random() < r
+            for d in range(5):
+                close = 100.0
+                pred = actual + (0.1 if closer else 5.0) * (1 if rng.random() < 0.5 else -1)
+                if not closer:
+                    close = actual + 0.1
+                run = monday - dt.timedelta(days=7 - d)
+                rows.append((t, run, monday, pred, actual, close))
+    return pd.DataFrame(rows, columns=["ticker", "run_date", "target", "pred", "actual", "close"])
+
+
+def test_a_week_answer_counts_each_target_once_and_finds_a_planted_edge():
+    rng = np.random.default_rng(4)
+    planted = record.horizon_answer("next Monday", _weekly(rng, ["EDGE", "C1", "C2"], 150, [0.8, 0.5, 0.5]))
+    assert planted.targets == 450  # 3 tickers x 150 targets, not 5 overlapping rows each
+    assert planted.rejects and planted.shown == 1 and "Yes" in planted.describe()
+    assert planted.describe().startswith(
+        "Next Monday: does any model land closer to the answer than no change"
+    )
+
+
+def test_week_answers_on_coin_flip_models_rarely_say_yes():
+    """Under no skill (closer on half of the targets) read at the end of 3 years: false Yes <= alpha."""
+    rng = np.random.default_rng(8)
+    sims, yes = 150, 0
+    for _ in range(sims):
+        frame = _weekly(rng, [f"T{i}" for i in range(10)], 150, [0.5] * 10)
+        yes += record.horizon_answer("next Monday", frame).rejects
+    assert yes / sims <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / sims)
+
+
+def test_the_cli_prints_the_record_answers_under_the_board(engine, ldtm_env):
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+
+    rng = np.random.default_rng(3)
+    with engine.begin() as conn:
+        _history(conn, "AAA", rng.random(60) < 0.5, rng.random(60) < 0.5)
+    out = " ".join(CliRunner().invoke(app, ["leaderboard"]).output.split())
+    assert (
+        "Does any model beat every baseline, a coin included, on its whole published record (1 tickers" in out
+    )
+    assert "Next Monday: does any model land closer to the answer than no change" in out
+    assert "One month: does any model land closer" in out
+    assert "In the 30-day window, does any model beat its best no-hindsight baseline" in out
+    assert "would be shown among 1 tickers" in out
