@@ -327,14 +327,16 @@ def horizon_answer(label: str, rows: pd.DataFrame) -> HorizonAnswer:
     if rows.empty:
         return HorizonAnswer(label, 1.0, 0, 0, 0, 0)
     rows = rows.sort_values(["ticker", "run_date"]).drop_duplicates(["ticker", "target"], keep="first")
+    run = pd.to_datetime(rows["run_date"]).to_numpy("datetime64[D]")
+    target = pd.to_datetime(rows["target"]).to_numpy("datetime64[D]")
     kept = []
-    for _, g in rows.groupby("ticker", sort=True):
-        last = None
-        for r in g.itertuples(index=False):
-            if last is None or r.run_date >= last:  # its close is the last answer: known by then
-                kept.append(r)
-                last = r.target
-    k = pd.DataFrame(kept, columns=rows.columns)
+    for idx in rows.groupby("ticker", sort=True).indices.values():
+        r, t = run[idx], target[idx]
+        i = 0
+        while i < len(idx):  # one step per kept row: the next run on or after this row's target
+            kept.append(idx[i])  # its close is the last answer: known by then
+            i = max(i + 1, int(np.searchsorted(r, t[i], side="left")))
+    k = rows.iloc[np.sort(kept)]
     model = (k["pred"].astype(float) - k["actual"].astype(float)).abs()
     naive = (k["close"].astype(float) - k["actual"].astype(float)).abs()
     k = k.assign(win=model < naive, loss=model > naive)  # equal: no evidence either way

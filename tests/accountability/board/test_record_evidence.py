@@ -203,3 +203,19 @@ def test_the_cli_prints_the_record_answers_under_the_board(engine, ldtm_env):
     assert "One month: does any model land closer" in out
     assert "In the 30-day window, does any model beat its best no-hindsight baseline" in out
     assert "would be shown among 1 tickers" in out
+
+
+def test_overlapping_month_targets_are_thinned_to_ones_known_before_the_next():
+    runs = [START + dt.timedelta(days=i) for i in range(100)]
+    frame = pd.DataFrame(
+        {
+            "ticker": "AAA",
+            "run_date": runs,
+            "target": [d + dt.timedelta(days=30) for d in runs],
+            "pred": 101.0,
+            "actual": 101.5,
+            "close": 100.0,
+        }
+    )
+    got = record.horizon_answer("one month", frame)
+    assert got.targets == 4 and got.closer == 4  # runs 0, 30, 60, 90: each on or after the last target
