@@ -240,7 +240,7 @@ for by_horizon in horizon_answers(
     include_in_sample=include_in_sample,
     include_ungated=include_ungated,
 ):
-    st.caption(by_horizon.describe())
+    st.caption(by_horizon.describe() + (IN_SAMPLE_CAVEAT if include_in_sample else ""))
 answer = universe(
     engine(), full_board, mode, include_in_sample=include_in_sample, include_ungated=include_ungated
 )

@@ -313,11 +313,15 @@ def horizon_answers(
 ) -> list[HorizonAnswer]:
     """Each error-only horizon's answer (HorizonAnswer) over the board's tickers' whole records, by the
     board's selection (first published row of an evening, out of sample and gated unless asked, members)."""
-    out = []
-    for h in ERROR_ONLY:
-        rows = horizon_rows(engine, tickers, h, mode, include_in_sample, include_ungated)
-        out.append(horizon_answer(h.label, rows))
-    return out
+    rows = horizon_rows(engine, tickers, mode, include_in_sample, include_ungated)
+    return [
+        horizon_answer(h.label, rows[rows[f"{h.name}_closer"].notna()].rename(columns=_renamed(h)))
+        for h in ERROR_ONLY
+    ]
+
+
+def _renamed(h) -> dict:
+    return {h.col("date"): "target", f"{h.name}_closer": "closer"}
 
 
 def horizon_answer(label: str, rows: pd.DataFrame) -> HorizonAnswer:
@@ -337,9 +341,11 @@ def horizon_answer(label: str, rows: pd.DataFrame) -> HorizonAnswer:
             kept.append(idx[i])  # its close is the last answer: known by then
             i = max(i + 1, int(np.searchsorted(r, t[i], side="left")))
     k = rows.iloc[np.sort(kept)]
-    model = (k["pred"].astype(float) - k["actual"].astype(float)).abs()
-    naive = (k["close"].astype(float) - k["actual"].astype(float)).abs()
-    k = k.assign(win=model < naive, loss=model > naive)  # equal: no evidence either way
+    if "closer" not in k:
+        model = (k["pred"].astype(float) - k["actual"].astype(float)).abs()
+        naive = (k["close"].astype(float) - k["actual"].astype(float)).abs()
+        k = k.assign(closer=np.sign(naive - model))
+    k = k.assign(win=k["closer"] > 0, loss=k["closer"] < 0)  # equal: no evidence either way
     per = k.groupby("ticker")[["win", "loss"]].sum()
     e = evidence.e_value(per["win"].to_numpy(), per["loss"].to_numpy())
     return HorizonAnswer(
@@ -353,26 +359,38 @@ def horizon_answer(label: str, rows: pd.DataFrame) -> HorizonAnswer:
 
 
 def horizon_rows(
-    engine: Engine, tickers: list[str], horizon, mode: str, include_in_sample: bool, include_ungated: bool
+    engine: Engine, tickers: list[str], mode: str, include_in_sample: bool, include_ungated: bool
 ) -> pd.DataFrame:
-    """The board's selection of filled `horizon` rows of these tickers over the whole record: the ticker
-    accuracy view's scored-rows condition (accuracy_views: first published row, in-sample, gated,
-    member), read by the database."""
+    """The board's selection of these tickers' rows over the whole record, one read for every error
+    horizon: run date, each horizon's target date and `{name}_closer` (1: the forecast landed closer to
+    the answer than no change, -1 farther, 0 as close; NULL: not filled). The ticker accuracy view's
+    scored-rows condition (accuracy_views: first published row, in-sample, gated, member)."""
     from ldtm_core.accountability.board.leaderboard import view_name  # the board names its views
 
     _, scored = accuracy_views.views("0034")[view_name(False, include_in_sample, include_ungated)]
-    date, pred, actual = (horizon.col(w) for w in ("date", "pred", "actual"))
+    cols, filled = [], []
+    for h in ERROR_ONLY:
+        pred, actual = f"s.{h.col('pred')}", f"s.{h.col('actual')}"
+        model, naive = f"ABS({pred} - {actual})", f"ABS(s.run_date_close - {actual})"
+        cols.append(f"s.{h.col('date')}")
+        cols.append(
+            f"CASE WHEN {actual} IS NULL THEN NULL WHEN {model} < {naive} THEN 1 "
+            f"WHEN {model} > {naive} THEN -1 ELSE 0 END AS {h.name}_closer"
+        )
+        filled.append(f"{actual} IS NOT NULL")
     # Fixed SQL from the view definitions and the horizon registry; tickers are bound parameters.
     stmt = text(
-        f"SELECT s.ticker, s.run_date, s.mode, s.{date}, s.{pred}, s.{actual}, s.run_date_close "  # noqa: S608
-        f"FROM snapshots s WHERE {scored} AND s.{actual} IS NOT NULL AND s.ticker IN :tickers"
+        f"SELECT s.ticker, s.run_date, s.mode, {', '.join(cols)} FROM snapshots s "  # noqa: S608
+        f"WHERE {scored} AND ({' OR '.join(filled)}) AND s.ticker IN :tickers"
     ).bindparams(bindparam("tickers", expanding=True))
-    names = ["ticker", "run_date", "mode", "target", "pred", "actual", "close"]
+    names = [
+        "ticker",
+        "run_date",
+        "mode",
+        *(c for h in ERROR_ONLY for c in (h.col("date"), f"{h.name}_closer")),
+    ]
     with engine.connect() as conn:
         raw = pd.DataFrame(conn.execute(stmt, {"tickers": list(tickers)}).all(), columns=names)
     if mode != "all":
         raw = raw[raw["mode"] == mode]
-    raw = raw.assign(
-        run_date=pd.to_datetime(raw["run_date"]).dt.date, target=pd.to_datetime(raw["target"]).dt.date
-    )
-    return raw[["ticker", "run_date", "target", "pred", "actual", "close"]]
+    return raw

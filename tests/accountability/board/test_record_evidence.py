@@ -195,6 +195,20 @@ def test_the_cli_prints_the_record_answers_under_the_board(engine, ldtm_env):
     rng = np.random.default_rng(3)
     with engine.begin() as conn:
         _history(conn, "AAA", rng.random(60) < 0.5, rng.random(60) < 0.5)
+    # The database's read of each horizon gives the answer the stored rows give by hand.
+    with engine.connect() as conn:
+        stored = pd.DataFrame(conn.execute(snapshots.select()).mappings().all())
+    for h, got in zip(
+        ("next_monday", "one_month"), record.horizon_answers(engine, ["AAA"], "all"), strict=True
+    ):
+        named = {
+            f"{h}_date": "target",
+            f"{h}_pred": "pred",
+            f"{h}_actual": "actual",
+            "run_date_close": "close",
+        }
+        frame = stored.rename(columns=named)[["ticker", "run_date", "target", "pred", "actual", "close"]]
+        assert got == record.horizon_answer(got.horizon, frame) and got.targets > 0
     out = " ".join(CliRunner().invoke(app, ["leaderboard"]).output.split())
     assert (
         "Does any model beat every baseline, a coin included, on its whole published record (1 tickers" in out
