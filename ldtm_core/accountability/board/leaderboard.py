@@ -44,12 +44,14 @@ from sqlalchemy import Engine, func, not_, select
 
 from ldtm_core.accountability.board import record
 from ldtm_core.accountability.board.reads import (
+    TICKER_VIEW_WITH_IN_SAMPLE,
     Bounds,
     as_date,
     newest_filled_run_dates,
     next_day_rows,
     read_view,
     scored_rows,
+    view_name,
 )
 from ldtm_core.data.membership import load_membership
 from ldtm_core.errors import InputError
@@ -145,27 +147,11 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-# The views (migrations 0017, 0021): first row per evening or per model; in-sample and ungated rows
-# left out unless the view's name says they are kept.
-TICKER_VIEW = "accuracy_30d"
-TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
-MODEL_VIEW = "accuracy_30d_by_model"
-MODEL_VIEW_WITH_IN_SAMPLE = "accuracy_30d_by_model_with_in_sample"
 # Distinct target dates under each horizon's rows (computed in Python from the same rows as the view).
 DATE_COUNTS = {h.name: f"{h.name}_dates" for h in ERROR_ONLY}
 UNGATED_LEGEND = (
     "ungated: predicted by a candidate that never passed the gate (the ticker has no active model)"
 )
-
-
-def view_name(by_model: bool, include_in_sample: bool, include_ungated: bool) -> str:
-    """The accuracy view for these choices (fixed names only: never user text)."""
-    name = MODEL_VIEW if by_model else TICKER_VIEW
-    if include_in_sample and include_ungated:
-        return f"{name}_with_in_sample_and_ungated"
-    if include_in_sample:
-        return f"{name}_with_in_sample"
-    return f"{name}_with_ungated" if include_ungated else name
 
 
 def leaderboard(

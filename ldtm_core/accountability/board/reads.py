@@ -29,6 +29,24 @@ SLACK_DAYS = 7
 LATEST = {h.name: f"{accuracy_views.LATEST_PREFIX}{h.name}" for h in (DIRECTION, *ERROR_ONLY)}
 
 
+# The views (migrations 0017, 0021): first row per evening or per model; in-sample and ungated rows
+# left out unless the view's name says they are kept.
+TICKER_VIEW = "accuracy_30d"
+TICKER_VIEW_WITH_IN_SAMPLE = "accuracy_30d_with_in_sample"
+MODEL_VIEW = "accuracy_30d_by_model"
+MODEL_VIEW_WITH_IN_SAMPLE = "accuracy_30d_by_model_with_in_sample"
+
+
+def view_name(by_model: bool, include_in_sample: bool, include_ungated: bool) -> str:
+    """The accuracy view for these choices (fixed names only: never user text)."""
+    name = MODEL_VIEW if by_model else TICKER_VIEW
+    if include_in_sample and include_ungated:
+        return f"{name}_with_in_sample_and_ungated"
+    if include_in_sample:
+        return f"{name}_with_in_sample"
+    return f"{name}_with_ungated" if include_ungated else name
+
+
 @dataclass(frozen=True)
 class Bounds:
     """What a bounded read of a view found: every row the view used has run_date >= since, and each

@@ -30,7 +30,7 @@ import pandas as pd
 from sqlalchemy import Engine, bindparam, text
 
 from ldtm_core import accuracy_views
-from ldtm_core.accountability.board.reads import next_day_rows, scored_rows
+from ldtm_core.accountability.board.reads import next_day_rows, scored_rows, view_name
 from ldtm_core.horizons import ERROR_ONLY
 from ldtm_core.scoring import baselines, board_stats, evidence
 
@@ -98,8 +98,6 @@ def sql_figures(
 ) -> pd.DataFrame:
     """`record_figures`' columns counted by the database over the accuracy view's own selection (its
     scored-rows condition, accuracy_views, no window), ties out."""
-    from ldtm_core.accountability.board.leaderboard import view_name  # the board names its views
-
     keys, scored = accuracy_views.views("0034")[view_name(by_model, include_in_sample, include_ungated)]
     right = "s.next_day_direction_correct"
     wrong = f"({right} IS NULL OR NOT {right})"  # as reads.next_day_rows: unknown is not a hit
@@ -365,8 +363,6 @@ def horizon_rows(
     horizon: run date, each horizon's target date and `{name}_closer` (1: the forecast landed closer to
     the answer than no change, -1 farther, 0 as close; NULL: not filled). The ticker accuracy view's
     scored-rows condition (accuracy_views: first published row, in-sample, gated, member)."""
-    from ldtm_core.accountability.board.leaderboard import view_name  # the board names its views
-
     _, scored = accuracy_views.views("0034")[view_name(False, include_in_sample, include_ungated)]
     cols, filled = [], []
     for h in ERROR_ONLY:
@@ -389,6 +385,8 @@ def horizon_rows(
         "mode",
         *(c for h in ERROR_ONLY for c in (h.col("date"), f"{h.name}_closer")),
     ]
+    if not tickers:  # nothing to read (and an empty IN list is typed NULL on PostgreSQL)
+        return pd.DataFrame(columns=names)
     with engine.connect() as conn:
         raw = pd.DataFrame(conn.execute(stmt, {"tickers": list(tickers)}).all(), columns=names)
     if mode != "all":

@@ -182,12 +182,12 @@ def test_a_window_below_the_newest_filled_evenings_is_read_whole(sqlite_url, uns
             .where(snapshots.c.run_date > LATEST - dt.timedelta(days=unscored))
             .values(in_sample=True)
         )
-    got, bounds = board._read(engine, board.TICKER_VIEW, board.COLUMNS, "all")
+    got, bounds = board._read(engine, board_reads.TICKER_VIEW, board.COLUMNS, "all")
     assert (bounds is None) == (unscored == 80)  # 80 days is below the first read: the whole view
     if bounds is not None:
         assert got["window_end"].max() == LATEST - dt.timedelta(days=max(unscored, 0))
     key = ["ticker"]
-    want = _whole_view(engine, board.TICKER_VIEW)
+    want = _whole_view(engine, board_reads.TICKER_VIEW)
     _same(got.sort_values(key).reset_index(drop=True), want.sort_values(key).reset_index(drop=True))
 
 
