@@ -459,3 +459,17 @@ def test_record_null(bench):
         assert record_ever <= 15 and yes_ever <= 15, (market, m.groups())
     assert re.search(r"^\| 70% \| [\d,]+ \| [\d.]+ % \|$", out, re.M), out
     assert re.search(r"^\d+ s$", out, re.M)
+
+
+def test_psi_null(bench):
+    """--quick: old and new drift flag on unchanged and planted tickers, through `drift.feature_drift`."""
+    out = bench("psi_null", "--quick")
+    assert "| kind | case | tickers | old rule: ticker flagged | new rule: ticker flagged |" in out
+    rows = re.findall(
+        rf"^\| (null|planted) \| ([^|]+) \| 8 \| {NUMBER} % ± {NUMBER} \| ({NUMBER}) % ± {NUMBER} \|",
+        out,
+        re.M,
+    )
+    assert [k for k, _, _ in rows] == ["null", "null", "planted", "planted"], out
+    assert all(float(share) <= 50 for kind, _, share in rows if kind == "null")
+    assert re.search(rf"feature_drift: {NUMBER} ms per ticker", out) and re.search(r"\d+ s on ", out)

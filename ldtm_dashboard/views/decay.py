@@ -42,8 +42,9 @@ COLUMN_CONFIG = {
     ),
     "psi_unusual": st.column_config.TextColumn(
         "PSI unusual",
-        help="features whose PSI is beyond the 95th percentile of the training window's own stretches of "
-        "the same length (consecutive sessions are autocorrelated: the usual bands alone over-flag)",
+        help="features whose PSI is beyond what unchanged inputs show, calibrated on a null simulated from "
+        "the training window: a ticker whose inputs did not change lists any at most 5 % of the time "
+        "(consecutive sessions are autocorrelated: the usual bands alone over-flag)",
     ),
 }
 
@@ -74,8 +75,9 @@ st.caption(
     f"for one false alarm per {settings.arl0:g} sessions per ticker; one alarm episode is notified once. PSI: "
     f"the last {settings.psi_sessions} sessions after the recipe's data cutoff (its first model's) against "
     "the rows up to it, decile bins; < 0.1 stable, "
-    "0.1-0.25 moderate, >= 0.25 significant, read beside 'PSI unusual' (the training window's own "
-    "stretches of the same length set what is normal for the feature). What to do on an alarm: docs/operations.md (Decay)."
+    "0.1-0.25 moderate, >= 0.25 significant, read beside 'PSI unusual' (limits simulated from the training "
+    "window: an unchanged ticker lists any feature at most 5 % of the time). What to do on an alarm: "
+    "docs/operations.md (Decay)."
 )
 left, mid, right = st.columns(3)
 left.metric("active models", len(report.tickers))

@@ -197,7 +197,7 @@ class TickerDecay:
             "psi_max": self.drift.max_psi if self.drift else None,
             "psi_feature": self.drift.max_feature if self.drift else None,
             "psi_band": self.drift.band if self.drift else "unknown",
-            # Features beyond the PSI their own training window shows over stretches of this length.
+            # Features beyond their PSI limit: an unchanged ticker lists any at most 5 % of the time.
             "psi_unusual": ", ".join(self.drift.unusual) if self.drift else "",
             "promise_source": self.promise.source if self.promise else None,
             "note": self.reason,

@@ -17,21 +17,26 @@ basis-free.
 Calibration: the usual bands assume independent draws. A recent window of 63 consecutive sessions is
 not that: the inputs are strongly autocorrelated (a 30-day range position moves slowly), so the PSI of an
 unchanged series over 63 sessions is often far above 0.25 (measured on the synthetic market: median 0.47
-for `close`; 0.14 for 63 independent draws). `unusual` is the drift signal, calibrated as a family: on a
-ticker whose inputs did not change, the chance that any of its inputs is listed is at most FAMILY_ALPHA
-(5 %), whichever the number of inputs. Each input's `limits` entry is the PSI it must exceed, read off a
-null simulated from the reference (training) window alone (`null_limits`): each input's normal scores
-(ranks through the normal quantile, ties kept) get an AR(p) (Yule-Walker, p by AIC up to MAX_LAG), the
-inputs' innovations their correlation; pairs (a reference as long as the training window, a recent window
-as long as the recent one, ~100 sessions apart) are simulated and mapped back through the reference's own
-values (so its point masses, e.g. at a window's min or max, stay), and their PSIs computed as above. The
-AR coefficients are estimated, and with persistence near 1 the plug-in fit alone flagged 10-16 % of
-unchanged tickers (it understates persistence); so each simulated pair uses coefficients drawn around the
-fit as the estimate scatters around the truth (a bootstrap of the fit on references simulated from it,
-reflected about the estimate: 2 fit - refit, which also removes the estimate's bias). The limits are one
-high quantile of each input's simulated PSIs, the same for all inputs, chosen so that the share of
-simulated pairs beyond any limit (each pair judged against limits from the others) is at most 5 %.
-Deterministic: the simulation is seeded by the ticker.
+for `close` over the training window's own 63-session stretches; 0.14 for 63 independent draws).
+
+`unusual` is the drift signal, calibrated as a family: on a ticker whose inputs did not change, the
+chance that any of its inputs is listed is at most FAMILY_ALPHA (5 %), whatever the number of inputs. An
+input is listed when its PSI exceeds its `limits` entry, read off a null simulated from the reference
+(training) window alone (`null_limits`, seeded by the ticker, so deterministic):
+- each input's normal scores (ranks through the normal quantile, ties averaged) get an AR(p) (Yule-Walker,
+  p by AIC up to MAX_LAG); the inputs' innovations keep their correlation;
+- the AR is estimated, and near persistence 1 the estimate understates it (in trials the plug-in fit
+  alone flagged ~10 % of unchanged AR(1) tickers at phi 0.95): each simulation uses coefficients drawn as
+  the estimate scatters around the truth, 2 fit - refit, the refit on a reference simulated from the fit
+  (a parametric bootstrap reflected about the estimate, which also removes its bias);
+- pairs are simulated (a reference as long as the training window, recent windows as long as the recent
+  one, SEPARATION sessions apart), mapped back through the reference's own values (its point masses, e.g.
+  an input at its window's minimum, stay), and their PSIs computed as above;
+- the limits are one upper order statistic of each input's simulated PSIs, the same for every input,
+  the highest at which at most 5 % of the simulated pairs exceed any limit (each judged against limits
+  from the other pairs, so a new exchangeable pair does so with probability <= 5 %).
+An input so persistent that unchanged windows often sit wholly in one decile reaches PSI's ceiling (~8.3)
+under the null: its limit is that ceiling, and PSI cannot call it unusual.
 """
 
 from __future__ import annotations

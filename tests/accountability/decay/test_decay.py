@@ -158,15 +158,20 @@ def test_psi_against_a_hand_computed_case():
     ]
 
 
-def test_unusual_drift_is_judged_against_the_training_windows_own_stretches():
-    # Each 20-row stretch of the reference holds every decile twice: no stretch drifts, p95 = 0.
-    reference = pd.DataFrame({"f": np.tile(np.arange(10.0), 20), "g": np.tile(np.arange(10.0), 20)})
-    assert drift.stretch_psi(reference["f"].to_numpy(), 20) == pytest.approx(np.zeros(10))
-    recent = pd.DataFrame({"f": np.tile(np.arange(10.0), 2), "g": np.full(20, 9.0)})
+def test_unusual_drift_is_judged_against_limits_simulated_from_the_training_window():
+    rng = np.random.default_rng(3)
+    reference = pd.DataFrame({"f": rng.standard_normal(500), "g": rng.standard_normal(500)})
+    recent = pd.DataFrame({"f": rng.standard_normal(63), "g": rng.standard_normal(63) + 3.0})
     fd = drift.feature_drift("X", reference, recent)
-    assert fd.null_p95 == {"f": pytest.approx(0.0), "g": pytest.approx(0.0)}
-    assert fd.values["f"] == pytest.approx(0.0) and fd.unusual == ["g"] and fd.max_feature == "g"
-    assert "beyond the training window's own spread: g" in fd.describe()
+    assert set(fd.limits) == {"f", "g"} and all(0 < v < 5 for v in fd.limits.values())
+    assert fd.unusual == ["g"] and fd.max_feature == "g"
+    assert "beyond what unchanged inputs show (family 5%): g" in fd.describe()
+    # A function of the reference and the recent window's length only, and reproducible.
+    again = drift.feature_drift("X", reference, recent.assign(g=rng.standard_normal(63)))
+    assert again.limits == fd.limits and again.unusual == []
+    # Too short a reference for the simulation: PSI alone, nothing called unusual.
+    short = drift.feature_drift("X", reference.iloc[: drift.MIN_REFERENCE - 1], recent)
+    assert short.values and short.limits == {} and short.unusual == []
 
 
 def test_model_inputs_are_the_window_normalised_newest_row():
