@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy.signal import lfilter
 
 from ldtm_core.accountability.decay import drift
@@ -72,3 +73,20 @@ def test_the_simulated_psi_is_the_psi_the_flag_reads():
             [drift.psi(ref[i].astype(float), recent[i, j].astype(float)) for j in range(2)] for i in range(6)
         ]
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_vectorised_fit_is_statsmodels_yule_walker():
+    """The null's batched autocovariances and Yule-Walker solve (hand-written for speed) match statsmodels."""
+    from statsmodels.regression.linear_model import yule_walker
+    from statsmodels.tsa.stattools import acovf
+
+    rng = np.random.default_rng(2)
+    z = np.cumsum(rng.normal(size=(3, 400)), axis=1) * 0.1 + rng.normal(size=(3, 400))
+    acov = drift._acov_rows(z, 5)
+    for row, got in zip(z, acov, strict=True):
+        assert got == pytest.approx(acovf(row, nlag=5, fft=True), rel=1e-4, abs=1e-6)
+    coefs = drift._yule_walker(acov, 3)
+    for row, got in zip(z, coefs, strict=True):
+        assert got == pytest.approx(
+            yule_walker(row, order=3, method="mle", result_object=False)[0], rel=1e-3, abs=1e-4
+        )
