@@ -5,6 +5,7 @@ The reader's promise is that figure shrunk for the gate's selection (`PLANTED_PR
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import numpy as np
 import pandas as pd
@@ -26,8 +27,9 @@ def evenings(n: int, start: str = "2023-02-01") -> list[dt.date]:
     return [d.date() for d in pd.bdate_range(start, periods=n)]
 
 
-def planted_model(engine, settings, ticker: str, seed: int = 0) -> int:
-    """An active model whose passed gate decision points at a backtest that promised 60 %."""
+def planted_model(engine, settings, ticker: str, seed: int = 0, report: dict | None = None) -> int:
+    """An active model whose passed gate decision points at a backtest that promised 60 % (discordant
+    60 won of 100), the decision storing `report` (None: a decision recorded before reports were)."""
     model_id = make_model(engine, settings, ticker, seed=seed, trained_on=dt.date(2023, 1, 31))
     bid = add_backtest(engine, model_id, [PROMISE], ticker=ticker)
     registry.promote(engine, model_id, "test", settings)
@@ -39,6 +41,7 @@ def planted_model(engine, settings, ticker: str, seed: int = 0) -> int:
                 ticker=ticker,
                 passed=True,
                 decided_at=dt.datetime.now(dt.UTC),
+                report_json=None if report is None else json.dumps(report),
             )
         )
     return model_id

@@ -10,21 +10,17 @@ monitor's own charts (`decay.charts_for`)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
 
 import numpy as np
 import pytest
-from accountability_helpers import add_backtest, make_model, make_settings
-from decay_helpers import evenings
-from sqlalchemy import insert
+from accountability_helpers import make_settings
+from decay_helpers import evenings, planted_model
 
 from ldtm_core.accountability.decay import decay, record
 from ldtm_core.accountability.decay.decay import DecaySettings
 from ldtm_core.accountability.gate import sim as gate_sim
 from ldtm_core.learning import registry
-from ldtm_core.schema import gate_decisions
 
 TRUE, DROPPED = 0.55, 0.50  # the model's true accuracy, and after the planted drop
 REPS, SEED = 2500, 41  # first deployments judged; ~12 % of true-55 % models pass
@@ -96,30 +92,10 @@ def test_an_unchanged_gated_model_alarms_at_most_at_the_designed_rate_and_a_drop
     assert np.median(delays) < 500
 
 
-def _gated_model(engine, settings, ticker: str, report: dict | None) -> int:
-    """An active model promoted on a 250-row backtest at 60 % (discordant 60 won of 100), its passed gate
-    decision storing `report` (None: a decision recorded before reports were)."""
-    model_id = make_model(engine, settings, ticker, trained_on=dt.date(2023, 1, 31))
-    bid = add_backtest(engine, model_id, [(250, 0.60, 0.52, 1.5, 0, 60, 40)], ticker=ticker)
-    registry.promote(engine, model_id, "test", settings)
-    with engine.begin() as conn:
-        conn.execute(
-            insert(gate_decisions).values(
-                backtest_id=bid,
-                model_id=model_id,
-                ticker=ticker,
-                passed=True,
-                decided_at=dt.datetime.now(dt.UTC),
-                report_json=None if report is None else json.dumps(report),
-            )
-        )
-    return model_id
-
-
 def test_the_reader_takes_the_level_from_the_stored_gate_report(engine, db_url, tmp_path):
     settings = make_settings(tmp_path, db_url)
-    third_try = _gated_model(
-        engine, settings, "AAPL", {"comparison": {"alpha": 0.05, "alpha_adjusted": 0.0034}}
+    third_try = planted_model(
+        engine, settings, "AAPL", report={"comparison": {"alpha": 0.05, "alpha_adjusted": 0.0034}}
     )
     promise = record.promise_of(engine, registry.get_model(engine, third_try))
     assert promise.accuracy == pytest.approx(0.60) and promise.level == pytest.approx(0.0034)
