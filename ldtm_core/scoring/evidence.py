@@ -31,6 +31,7 @@ probability <= alpha however often it is read, and under a persistent edge it gr
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import logsumexp
@@ -91,6 +92,7 @@ def universe_e(e_values) -> float:
     return float(e.mean()) if e.size else 1.0
 
 
+@lru_cache(maxsize=1024)  # ~50 ms a call, pure in four numbers; every board sentence asks it again
 def evenings_to_show(rate: float, family: int, alpha: float = ALPHA, share: float = 1.0) -> int | None:
     """Scored evenings after which a lone model winning `rate` of its counted evenings reaches e-BH's line
     for one discovery in a family of `family` (e >= family / alpha), on its expected path; `share` is the

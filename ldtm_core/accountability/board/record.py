@@ -323,8 +323,8 @@ def _renamed(h) -> dict:
 
 
 def horizon_answer(label: str, rows: pd.DataFrame) -> HorizonAnswer:
-    """From rows of (ticker, run_date, target, pred, actual, close): keep per ticker the first row of
-    each target, then only rows whose run date is on or after the previous kept row's target (no overlap:
+    """From rows of (ticker, run_date, target, closer: 1 the forecast landed closer to the answer than no
+    change, -1 farther, 0 as close; `horizon_rows`): keep per ticker the first row of each target, then only rows whose run date is on or after the previous kept row's target (no overlap:
     each answer is known before the next forecast is made)."""
     if rows.empty:
         return HorizonAnswer(label, 1.0, 0, 0, 0, 0)
@@ -339,10 +339,6 @@ def horizon_answer(label: str, rows: pd.DataFrame) -> HorizonAnswer:
             kept.append(idx[i])  # its close is the last answer: known by then
             i = max(i + 1, int(np.searchsorted(r, t[i], side="left")))
     k = rows.iloc[np.sort(kept)]
-    if "closer" not in k:
-        model = (k["pred"].astype(float) - k["actual"].astype(float)).abs()
-        naive = (k["close"].astype(float) - k["actual"].astype(float)).abs()
-        k = k.assign(closer=np.sign(naive - model))
     k = k.assign(win=k["closer"] > 0, loss=k["closer"] < 0)  # equal: no evidence either way
     per = k.groupby("ticker")[["win", "loss"]].sum()
     e = evidence.e_value(per["win"].to_numpy(), per["loss"].to_numpy())

@@ -148,6 +148,13 @@ def test_the_database_counts_the_record_as_the_rows_read_in_python_do(db_url, tm
         pd.testing.assert_frame_equal(fast, slow, check_dtype=False)
 
 
+def _closer(frame: pd.DataFrame) -> pd.DataFrame:
+    """By hand, per row: 1 when the forecast landed closer to the answer than no change, -1 farther."""
+    model = (frame["pred"].astype(float) - frame["actual"].astype(float)).abs()
+    naive = (frame["close"].astype(float) - frame["actual"].astype(float)).abs()
+    return frame.assign(closer=np.sign(naive - model))
+
+
 def _weekly(rng, tickers, weeks, rate):
     """Five evenings a week sharing one next-Monday target; the model lands closer than no change on
     a target with probability rate[ticker] (the same answer for the week's five rows: they overlap)."""
@@ -169,7 +176,9 @@ def _weekly(rng, tickers, weeks, rate):
 
 def test_a_week_answer_counts_each_target_once_and_finds_a_planted_edge():
     rng = np.random.default_rng(4)
-    planted = record.horizon_answer("next Monday", _weekly(rng, ["EDGE", "C1", "C2"], 150, [0.8, 0.5, 0.5]))
+    planted = record.horizon_answer(
+        "next Monday", _closer(_weekly(rng, ["EDGE", "C1", "C2"], 150, [0.8, 0.5, 0.5]))
+    )
     assert planted.targets == 450  # 3 tickers x 150 targets, not 5 overlapping rows each
     assert planted.rejects and planted.shown == 1 and "Yes" in planted.describe()
     assert planted.describe().startswith(
@@ -183,7 +192,7 @@ def test_week_answers_on_coin_flip_models_rarely_say_yes():
     sims, yes = 150, 0
     for _ in range(sims):
         frame = _weekly(rng, [f"T{i}" for i in range(10)], 150, [0.5] * 10)
-        yes += record.horizon_answer("next Monday", frame).rejects
+        yes += record.horizon_answer("next Monday", _closer(frame)).rejects
     assert yes / sims <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / sims)
 
 
@@ -208,7 +217,7 @@ def test_the_cli_prints_the_record_answers_under_the_board(engine, ldtm_env):
             "run_date_close": "close",
         }
         frame = stored.rename(columns=named)[["ticker", "run_date", "target", "pred", "actual", "close"]]
-        assert got == record.horizon_answer(got.horizon, frame) and got.targets > 0
+        assert got == record.horizon_answer(got.horizon, _closer(frame)) and got.targets > 0
     out = " ".join(CliRunner().invoke(app, ["leaderboard"]).output.split())
     assert (
         "Does any model beat every baseline, a coin included, on its whole published record (1 tickers" in out
@@ -231,5 +240,5 @@ def test_overlapping_month_targets_are_thinned_to_ones_known_before_the_next():
             "close": 100.0,
         }
     )
-    got = record.horizon_answer("one month", frame)
+    got = record.horizon_answer("one month", _closer(frame))
     assert got.targets == 4 and got.closer == 4  # runs 0, 30, 60, 90: each on or after the last target
