@@ -56,9 +56,8 @@ SPENDING = "alpha spending: the k-th try at alpha * 6 / (pi^2 k^2), so any numbe
 
 @dataclass(frozen=True)
 class Evidence:
-    key: (
-        str  # sha256 of what the folds consumed (`_fold_token`), or of the backtest id for folds without keys
-    )
+    # sha256 of what the folds consumed (`_fold_token`), or of the backtest id for folds without keys
+    key: str
     cutoffs: tuple[str, ...]  # ISO dates
     from_fold_keys: bool  # False: folds predating stored keys (revision 0022), keyed by backtest id
 
