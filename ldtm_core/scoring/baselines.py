@@ -123,6 +123,9 @@ REGISTRY: tuple[Baseline, ...] = (
         trailing_majority,
         f"the majority sign of the last {TREND_SESSIONS} sessions' moves",
         sessions=TREND_SESSIONS + 1,
+        # On the board from chain version 3 rows that recorded its call: it reads 22 closes, more than a
+        # row carries, so older rows are not its to score (no call).
+        on_board=True,
     ),
 )
 

@@ -4,7 +4,7 @@ Two questions, two tests, both pure functions of per-row flags so a simulation (
 runs exactly what the board runs:
 
 * **Which tickers "beat" a baseline?** Each (ticker, baseline) has its one-sided exact sign test on the
-  evenings where the model and the baseline disagree (`skill.py`). Read 206 at a time, p <= 0.05 labels
+  evenings where the model and the baseline disagree (`skill.py`). Read 309 at a time (103 tickers x 3 baselines), p <= 0.05 labels
   several coin-flip models every evening, so the label is set by Benjamini-Hochberg over all the board's
   (ticker, baseline) p-values (`multipletests(..., method="fdr_bh")`): q <= 0.05 means at most 5 % of the
   labels on a board are expected to be false, and under the complete null (no model has skill) the
@@ -17,7 +17,7 @@ runs exactly what the board runs:
   market on the same evenings); the stationary bootstrap's mean block is 1 session because the next-day
   horizon is 1 session and next-day direction misses carry no measurable serial dependence (a longer
   block with ~21 evenings shrinks the bootstrap variance and over-rejects: 9 % at block 2, measured).
-  Each ticker's baseline is chosen *before* its window (the better of always-up and persistence over
+  Each ticker's baseline is chosen *before* its window (the best of the board's baselines over
   the ticker's filled evenings in the `HISTORY_DAYS` before it; always-up without history): choosing
   the better one inside the window, with hindsight, raises every bar by the luck of the better of two
   and the test never rejects (measured: 0 % size, 3 % power on 10 tickers at 65 %). An evening a ticker
@@ -68,16 +68,27 @@ def scored_keys(board: pd.DataFrame) -> int:
     return int(scored.sum())
 
 
+def window_tests(board: pd.DataFrame) -> int:
+    """The board's window BH family: one test per (scored row, board baseline that made a call on the
+    row's evenings), at most `baselines.family_size` (a baseline with no recorded call has no test)."""
+    scored = board["n"] > 0 if "n" in board else pd.Series(False, index=board.index)
+    if "stale" in board:
+        scored &= ~board["stale"].astype(bool)
+    which = [b.column("p") for b in baselines.board_baselines() if b.column("p") in board]
+    return int(board.loc[scored, which].notna().to_numpy().sum())
+
+
 def label_rule(board: pd.DataFrame | None = None) -> str:
     """LABEL_RULE, with the size of this board's BH family when given: one test per (row, board
-    baseline), `baselines.family_size`."""
+    baseline with a call there), `window_tests`."""
     if board is None:
         return LABEL_RULE
     which = baselines.board_baselines()
     rows = scored_keys(board)
     return (
-        f"{LABEL_RULE}; this board's window family: {baselines.family_size(rows)} tests = {rows} scored rows x "
-        f"{len(which)} baselines ({', '.join(b.label for b in which)})"
+        f"{LABEL_RULE}; this board's window family: {window_tests(board)} tests over {rows} scored rows x "
+        f"{len(which)} baselines ({', '.join(b.label for b in which)}; a baseline without a recorded call "
+        "on a row's evenings has no test there)"
     )
 
 
@@ -160,9 +171,10 @@ def baseline_figures(rows: pd.DataFrame, keys: str | list[str]) -> pd.DataFrame:
         out[b.column("n")] = n.to_numpy()
         out[b.column("model_only")] = g[f"{b.name}:model_only"].to_numpy()
         out[b.column("base_only")] = g[f"{b.name}:base_only"].to_numpy()
+        # No call on any of the group's rows (a baseline recorded only from chain version 3): no test.
         out[b.column("p")] = [
-            SkillTest(a, c).p_value
-            for a, c in zip(g[f"{b.name}:model_only"], g[f"{b.name}:base_only"], strict=True)
+            SkillTest(a, c).p_value if k else np.nan
+            for a, c, k in zip(g[f"{b.name}:model_only"], g[f"{b.name}:base_only"], n, strict=True)
         ]
     return out
 

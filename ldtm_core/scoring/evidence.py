@@ -8,7 +8,7 @@ probability <= alpha however often it is read, and under a persistent edge it gr
 
 * **One comparison.** On each scored evening a comparison either gives the model a win or a loss (or
   nothing). Against a coin every evening counts: a win is a right call. Against a baseline that makes a
-  call (always-up, persistence), only the evenings where the two disagree count (the exact sign test's
+  call (always-up, persistence, the trailing majority), only the evenings where the two disagree count (the exact sign test's
   rows): a win is the model right and the baseline wrong. No edge means a win has probability <= 1/2
   given the past. The e-value is a mixture of likelihood ratios over a grid of win rates above 1/2,
 

@@ -299,7 +299,7 @@ def fillbacks(
 def leaderboard(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
-    """Per-ticker accuracy over the last 30 days of filled snapshots, beside always-up and persistence;
+    """Per-ticker accuracy over the last 30 days of filled snapshots, beside the board's baselines;
     labels by e-BH over each ticker's whole published record (anytime-valid), the universe's record answer
     and the window's SPA, tickers without a champion named."""
     engine = database.engine(store)

@@ -1,4 +1,4 @@
-"""Leaderboard: every ticker's 30-day next-day accuracy beside always-up, persistence and the skill tests;
+"""Leaderboard: every ticker's 30-day next-day accuracy beside the board's baselines and the skill tests;
 labels from anytime-valid evidence over each ticker's whole published record (e-BH), the universe's
 record answer and the window's SPA, and the tickers without a production model."""
 

@@ -52,7 +52,7 @@ def _rows(rng, keys=("AAA", "BBB", "CCC", "DDD"), evenings=40) -> pd.DataFrame:
             "model_right": rng.random(n) < 0.6,
         }
     )
-    for b in ("always_up", "persistence", "momentum_5"):
+    for b in ("always_up", "persistence", "trend", "momentum_5"):
         out[f"{b}_right"] = rng.random(n) < 0.5
         out[f"{b}_has"] = True
     out.loc[out["run_date"] < SESSIONS, "momentum_5_has"] = False  # no call without 5 sessions before
@@ -90,18 +90,21 @@ def test_a_registered_board_baseline_reaches_the_board_and_its_bh_family(momentu
     for what in ("accuracy", "n", "model_only", "base_only", "p", "q", "beats"):
         assert momentum.column(what) in board, what
     assert (board["momentum_5_n"] == 40 - SESSIONS).all()
-    # One BH family over every (ticker, board baseline) test: 4 tickers x 3 baselines.
+    # One BH family over every (ticker, board baseline) test: 4 tickers x 4 baselines.
     ps = np.concatenate(
-        [board[c].to_numpy() for c in ("skill_p_value", "persistence_p_value", "momentum_5_p_value")]
+        [
+            board[c].to_numpy()
+            for c in ("skill_p_value", "persistence_p_value", "trend_p_value", "momentum_5_p_value")
+        ]
     )
     q = multipletests(ps, method="fdr_bh")[1]
-    assert board["q_vs_momentum_5"].to_numpy() == pytest.approx(q[8:])
+    assert board["q_vs_momentum_5"].to_numpy() == pytest.approx(q[12:])
     assert board["q_vs_always_up"].to_numpy() == pytest.approx(q[:4])
-    assert baselines.family_size(4) == 12
+    assert baselines.family_size(4) == 16
     # The family size is shown wherever the q-values are: the verdict and the label rule.
     shown = board.rename(columns={"key": "ticker"}).assign(stale=False)
     rule = board_stats.label_rule(shown)
-    assert "12 tests = 4 scored rows x 3 baselines" in rule and "5-day momentum" in rule
+    assert "16 tests over 4 scored rows x 4 baselines" in rule and "5-day momentum" in rule
     # The display columns, the CLI's cells and the SPA's choice of baseline follow the registry.
     columns = lb.display_columns()
     assert [c for c in columns if "momentum_5" in c] == [
@@ -116,7 +119,7 @@ def test_a_registered_board_baseline_reaches_the_board_and_its_bh_family(momentu
     ]
     labels = [c.label for c in board_cells()]
     assert {"5-day momentum", "model/mom5 only", "p (q) vs mom5", "beats mom5"} <= set(labels)
-    assert "e vs coin/up/persist./mom5" in labels
+    assert "e vs coin/up/persist./trend/mom5" in labels
     assert "momentum_5_n" in lb.counts()
     rows = _rows(np.random.default_rng(4))
     rows["momentum_5_right"] = rows["momentum_5_has"]  # momentum is right on every evening it calls

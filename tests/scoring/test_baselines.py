@@ -97,10 +97,15 @@ def test_the_registry_is_the_one_list():
     assert names[:3] == ["always_up", "persistence", "trend"]
     assert tuple(b.name for b in baselines.gate_baselines()) == baselines.BASELINES
     assert baselines.LABELS["trend"] == f"trailing-{TREND_SESSIONS} majority"
-    assert [b.name for b in baselines.board_baselines()] == ["always_up", "persistence"]
-    assert baselines.family_size(103) == 206
+    # A coin is the record's own comparison; the trailing majority is recorded with each row (chain v3).
+    assert [b.name for b in baselines.board_baselines()] == ["always_up", "persistence", "trend"]
+    assert baselines.family_size(103) == 309
     # Always-up's board columns kept their published names; the others follow the baseline's name.
-    up, persist = baselines.board_baselines()
+    up, persist, trend = baselines.board_baselines()
+    assert trend.sessions > 2 and (trend.column("p"), trend.column("beats")) == (
+        "trend_p_value",
+        "beats_trend",
+    )
     assert (up.column("p"), up.column("model_only"), up.column("q")) == (
         "skill_p_value",
         "model_only",

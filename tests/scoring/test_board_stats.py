@@ -25,7 +25,7 @@ from ldtm_core.accountability.board.no_champion import without_champion
 from ldtm_core.accountability.gate.gate import run_gate
 from ldtm_core.cli import app
 from ldtm_core.schema import snapshots
-from ldtm_core.scoring import board_stats
+from ldtm_core.scoring import baselines, board_stats
 from ldtm_core.scoring.board_stats import HISTORY_DAYS
 from ldtm_core.scoring.evidence import e_bh, e_value
 
@@ -34,7 +34,7 @@ FIRST = dt.date(2024, 1, 1)
 
 def _universe(rng, evenings=21, tickers=103, up_rate=0.5, edge=(0, 0.5), history=0, market=0.5):
     """Rows of one board: per ticker and evening, whether the model was right, the price rose, and
-    persistence was right. Each ticker follows a common market move with probability `market` (tickers
+    persistence and the trailing majority were right. Each ticker follows a common market move with probability `market` (tickers
     move together, as real ones do), else its own; the model is right with probability 0.5, or
     `edge[1]` for the first `edge[0]` tickers. Returns (rows in the window, rows before it, keys)."""
     total = evenings + history + 1
@@ -44,6 +44,13 @@ def _universe(rng, evenings=21, tickers=103, up_rate=0.5, edge=(0, 0.5), history
     p = np.full(tickers, 0.5)
     p[: edge[0]] = edge[1]
     right = rng.random((total - 1, tickers)) < p
+    # The trailing majority's call on each run date, from the closes these moves make (scoring.baselines).
+    close = np.cumprod(np.where(up, 1.01, 0.99), axis=0)
+    prev = np.vstack([np.full((1, tickers), np.nan), close[:-1]])
+    rows_at = np.arange(total - 1)
+    trend_up = np.column_stack(
+        [baselines.trailing_majority(close[:, j], prev[:, j], rows_at) > 0 for j in range(tickers)]
+    )
     days = [FIRST + dt.timedelta(days=i) for i in range(total - 1)]
     keys = [f"T{i:03d}" for i in range(tickers)]
     rows = pd.DataFrame(
@@ -54,6 +61,7 @@ def _universe(rng, evenings=21, tickers=103, up_rate=0.5, edge=(0, 0.5), history
             "up": tomorrow.ravel(),
             "persist_right": (today == tomorrow).ravel(),
             "has_prev": True,
+            "trend_right": (trend_up == tomorrow).ravel(),
         }
     )
     cut = days[history]
@@ -75,6 +83,9 @@ def test_q_values_are_statsmodels_bh_over_the_tested_rows_only():
             "persistence_accuracy": [0.5, 0.5, np.nan],
             "skill_p_value": [0.001, 0.04, 1.0],
             "persistence_p_value": [0.002, 0.3, 1.0],
+            # No recorded trailing-majority call on these rows: no test, not in the family.
+            "trend_accuracy": [np.nan] * 3,
+            "trend_p_value": [np.nan] * 3,
         }
     )
     got = board_stats.label_board(board)
@@ -87,7 +98,7 @@ def test_q_values_are_statsmodels_bh_over_the_tested_rows_only():
 
 def test_a_null_universe_shows_beats_on_at_most_5_percent_of_boards():
     """103 coin-flip models, 21 evenings a board: the old per-ticker p <= 0.05 labelled some ticker on
-    nearly every board; BH over the board's 206 tests labels one on at most 5 %."""
+    nearly every board; BH over the board's 309 tests labels one on at most 5 %."""
     rng = np.random.default_rng(20271)
     boards, labelled, old_rule = 100, 0, 0
     for i in range(boards):
@@ -155,6 +166,7 @@ def test_loss_differentials_use_the_baseline_chosen_before_the_window():
             "up": [False, False, True, True],
             "persist_right": [True, True, False, False],
             "has_prev": [True, True, True, False],
+            "trend_right": [False, True, False, True],
         }
     )
     before = pd.DataFrame(  # A: persistence was better before the window; B: always-up
@@ -163,6 +175,7 @@ def test_loss_differentials_use_the_baseline_chosen_before_the_window():
             "up": [False, False, True],
             "persist_right": [True, True, False],
             "has_prev": True,
+            "trend_right": False,  # the trailing majority was wrong on every evening before
         }
     )
     chosen = board_stats.best_baselines(before, ["A", "B", "C"])
@@ -184,6 +197,10 @@ def _board_rows(engine, spec, days=25):
             mid = _model(conn, t)
             _activate(conn, mid)
             moves = rng.random(days + 1) < 0.52
+            close = np.cumprod(np.where(moves, 1.01, 0.99))
+            prev_close = np.concatenate([[np.nan], close[:-1]])
+            # The trailing majority as predict records it on each run date (chain version 3).
+            trend = baselines.trailing_majority(close, prev_close, np.arange(days))
             for i in range(days):
                 d = dt.date(2024, 5, 1) + dt.timedelta(days=i)
                 went_up, was_up = bool(moves[i + 1]), bool(moves[i])
@@ -191,7 +208,11 @@ def _board_rows(engine, spec, days=25):
                 actual = 101.0 if went_up else 99.0
                 pred = actual if right else (99.0 if went_up else 101.0)
                 prev = 99.0 if was_up else 101.0
-                rows.append(_row(t, mid, d, 100.0, prev, pred, actual, "live", 1.0, 1.0))
+                calls = {"always_up": 1.0, "persistence": 1.0 if was_up else -1.0, "trend": trend[i]}
+                rows.append(
+                    _row(t, mid, d, 100.0, prev, pred, actual, "live", 1.0, 1.0)
+                    | {"chain_version": 3, "baseline_calls": baselines.encode_calls(calls)}
+                )
                 flags.append(
                     {
                         "key": t,
@@ -200,6 +221,7 @@ def _board_rows(engine, spec, days=25):
                         "up": went_up,
                         "persist_right": went_up == was_up,
                         "has_prev": True,
+                        "trend_right": (trend[i] > 0) == went_up,
                     }
                 )
         conn.execute(insert(snapshots), rows)
@@ -213,14 +235,17 @@ def test_the_database_board_labels_with_bh_and_answers_with_spa(engine):
     start = board["window_start"].min()
     window = flags[flags["run_date"] >= start]
     expected = board_stats.board_from_rows(window).set_index("key")
-    for col in ("skill_p_value", "persistence_p_value", "q_vs_always_up", "q_vs_persistence"):
+    cols = [f"{w}_{b.name}" for b in baselines.board_baselines() for w in ("q_vs",)]
+    for col in (*(b.column("p") for b in baselines.board_baselines()), *cols):
         assert board[col].sort_index().to_numpy() == pytest.approx(expected[col].sort_index().to_numpy()), col
     # The labels are the whole record's (80 evenings), e-BH over the board's e-values.
     whole = board_stats.baseline_figures(flags, "key").set_index("key").loc[board.index]
     e_up = e_value(whole["model_only"], whole["up_only"])
     assert board["e_vs_always_up"].to_numpy() == pytest.approx(e_up)
     assert board["e_vs_coin"].to_numpy() == pytest.approx(e_value(whole["hits"], whole["n"] - whole["hits"]))
-    family = np.concatenate([e_up, board["e_vs_persistence"]])
+    family = np.concatenate([e_up, board["e_vs_persistence"], board["e_vs_trend"]])
+    e_trend = e_value(whole["trend_model_only"], whole["trend_only"])
+    assert board["e_vs_trend"].to_numpy() == pytest.approx(e_trend) and (whole["trend_n"] == 80).all()
     assert board["beats_always_up"].tolist() == e_bh(family)[: len(board)].tolist()
     assert bool(board.loc["EDGE1", "beats_always_up"]) and bool(board.loc["EDGE2", "beats_persistence"])
     assert sorted(board.index[board["shown_skill"]]) == ["EDGE1", "EDGE2"]
@@ -275,8 +300,9 @@ def test_a_ticker_refused_by_the_gate_is_named_with_its_reason(ldtm_env, engine,
 
 
 def test_the_verdict_counts_the_tests_of_the_baselines_the_board_scores(monkeypatch):
-    """The BH family is every (ticker, board baseline) test (scoring.baselines' registry): the verdict's
-    count follows the registry, not a number written beside it (issue 39)."""
+    """The BH family is every (ticker, board baseline) test (scoring.baselines' registry), a baseline with
+    no recorded call on a row's evenings having none there: the verdict's count follows the registry and
+    the rows, not a number written beside it (issue 39)."""
     import dataclasses
 
     from ldtm_core.accountability.board.leaderboard import verdict
@@ -286,12 +312,20 @@ def test_the_verdict_counts_the_tests_of_the_baselines_the_board_scores(monkeypa
         {
             "ticker": ["AAA", "BBB", "CCC"],
             "stale": [False, False, False],
+            "n": [20, 20, 20],
             "direction_accuracy": [0.4, 0.4, 0.4],
             "always_up_accuracy": [0.6, 0.6, 0.6],
             "beats_always_up": [False, False, False],
+            "skill_p_value": [0.9, 0.9, 0.9],
+            "persistence_p_value": [0.5, 0.5, 0.5],
+            # CCC's window rows predate the recorded trailing majority: no call, no test.
+            "trend_p_value": [0.5, 0.5, np.nan],
         }
     )
-    assert "the window's 6 tests" in verdict(board)
-    trend = dataclasses.replace(baselines.by_name("trend"), on_board=True)
+    assert "the window's 8 tests" in verdict(board)
+    assert "this board's window family: 8 tests over 3 scored rows x 3 baselines" in board_stats.label_rule(
+        board
+    )
+    trend = dataclasses.replace(baselines.by_name("trend"), on_board=False)
     monkeypatch.setattr(baselines, "REGISTRY", (*baselines.REGISTRY[:2], trend))
-    assert "the window's 9 tests" in verdict(board)
+    assert "the window's 6 tests" in verdict(board)

@@ -39,6 +39,7 @@ import dataclasses
 import datetime as dt
 import math
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, not_, select
 
@@ -311,7 +312,9 @@ def _with_baselines(
                 board[col] = board[col].astype("int64")
         col = b.column("p")
         got = figures[col].reindex(index) if col in figures else pd.Series(float("nan"), index=index)
-        board[col] = got.fillna(SkillTest(0, 0).p_value).to_numpy(float)
+        # No call on the window's rows (no row, or a baseline recorded only from chain version 3): no test.
+        called = board[b.column("n")].to_numpy() > 0
+        board[col] = np.where(called, got.fillna(SkillTest(0, 0).p_value).to_numpy(float), np.nan)
     return board
 
 
@@ -609,7 +612,7 @@ def _window_sentence(df: pd.DataFrame) -> str:
     always-up is below a coin: each model ahead of always-up there is named with the window's exact p and
     its BH q over the board's window tests (a description, not the label)."""
     ahead = df[df["direction_accuracy"] > df["always_up_accuracy"]]
-    tests = baselines.family_size(len(df))  # the window's BH family (board_stats.label_board)
+    tests = board_stats.window_tests(df)  # the window's BH family (board_stats.label_board)
     if ahead.empty:
         return (
             f" In the 30-day window no model was more accurate than always-up ({len(df)} tickers scored, "

@@ -23,6 +23,7 @@ the answer than no change, one row per target, no two overlapping.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,17 +68,15 @@ def with_evidence(
     flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
     if board.empty:
         figures = record_figures(pd.DataFrame(), cols)
-    elif all(b.name in SQL_COUNTS for b in baselines.board_baselines()):
+    elif all(counted_in_sql(b) for b in baselines.board_baselines()):
         figures = sql_figures(engine, mode, by_model=by_model, **flags)
     else:
         figures = python_figures(engine, sorted(board["ticker"].unique()), mode, by_model=by_model, **flags)
     return label(board, figures, cols)
 
 
-# Board baselines whose record the database counts: (its call was right, it made one) from the row's
-# recorded closes, hashed with it, which is the call recorded with the row (chain version 3) too. The
-# record's counts are then one GROUP BY in the database instead of every stored row read into Python
-# (docs/performance.md); a registered baseline without SQL here is counted in Python.
+# Board baselines whose record the database counts from the row's recorded closes: (its call was right,
+# it made one), hashed with the row, which is the call recorded with it (chain version 3) too.
 SQL_COUNTS = {
     "always_up": ("s.next_day_actual > s.run_date_close", "1 = 1"),
     "persistence": (
@@ -86,6 +85,42 @@ SQL_COUNTS = {
         "s.prev_close IS NOT NULL",
     ),
 }
+
+
+def counted_from_closes(b: baselines.Baseline) -> bool:
+    """`b`'s call follows from a row's own recorded closes, so every row of the record is its to score;
+    a baseline reading more closes is scored only where the row recorded its call (chain version 3)."""
+    return b.sessions <= 2
+
+
+def counted_in_sql(b: baselines.Baseline) -> bool:
+    """The database counts `b`'s record: from the row's closes (SQL_COUNTS), or, for a baseline that
+    reads more closes than a row carries, from the call recorded with the row (`recorded_call_sql`).
+    Any other registered baseline is counted in Python (`python_figures`)."""
+    return b.name in SQL_COUNTS or not counted_from_closes(b)
+
+
+def recorded_call_sql(name: str) -> tuple[str, str, dict[str, str]]:
+    """(right, has, bind parameters) of baseline `name` from snapshots.baseline_calls, as reads.row_calls
+    reads it: the recorded call of a chain-version-3 row (canonical JSON, baselines.encode_calls), no call
+    on an older row or a row that recorded none (null or absent)."""
+    key = json.dumps(name).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    params = {f"{name}_{word}": f"%{key}:{call}%" for word, call in (("up", 1), ("down", -1), ("flat", 0))}
+    said = {word: f"s.baseline_calls LIKE :{name}_{word} ESCAPE '\\'" for word in ("up", "down", "flat")}
+    hashed = "s.chain_version >= 3"
+    right = (
+        f"({hashed} AND (({said['up']} AND s.next_day_actual > s.run_date_close) OR "
+        f"({said['down']} AND s.next_day_actual < s.run_date_close)))"
+    )
+    has = f"({hashed} AND ({said['up']} OR {said['down']} OR {said['flat']}))"
+    return right, has, params
+
+
+def _count_sql(b: baselines.Baseline) -> tuple[str, str, dict[str, str]]:
+    """(right, has, bind parameters) of a baseline the database counts (`counted_in_sql`)."""
+    if b.name in SQL_COUNTS:
+        return (*SQL_COUNTS[b.name], {})
+    return recorded_call_sql(b.name)
 
 
 def sql_figures(
@@ -106,7 +141,11 @@ def sql_figures(
         f"SUM(CASE WHEN {right} THEN 1 ELSE 0 END) AS record_hits",
         "MIN(s.run_date) AS record_start",
     ]
-    for name, (b_right, b_has) in SQL_COUNTS.items():
+    params: dict[str, str] = {}
+    for b in baselines.board_baselines():
+        b_right, b_has, more = _count_sql(b)
+        params.update(more)
+        name = b.name
         sums.append(
             f"SUM(CASE WHEN {right} AND ({b_has}) AND NOT {b_right} THEN 1 ELSE 0 END) AS {name}_wins"
         )
@@ -119,7 +158,7 @@ def sql_figures(
         f"GROUP BY {group}, s.mode"
     )
     with engine.connect() as conn:
-        got = pd.DataFrame(conn.execute(stmt).mappings().all())
+        got = pd.DataFrame(conn.execute(stmt, params).mappings().all())
     if got.empty:
         return record_figures(pd.DataFrame(), list(keys))
     if mode != "all":
@@ -199,11 +238,13 @@ def evidence_rule(board: pd.DataFrame) -> str:
     """What the labels control, and what this board could show (the sentence under every board)."""
     rows = int((board["record_n"] > 0).sum()) if "record_n" in board else 0
     which = baselines.board_baselines()
+    recorded = [b.label for b in which if not counted_from_closes(b)]
+    only = f"; {', '.join(recorded)} only on evenings whose row recorded its call" if recorded else ""
     return (
         f"'beats' and 'shown to beat every baseline' come from each ticker's whole published record, not "
         f"the 30-day window: anytime-valid e-values (a mixture of likelihood ratios over win rates "
         f"{', '.join(f'{g:.0%}' for g in evidence.GRID)}; against a coin every evening, against "
-        f"{', '.join(b.label for b in which)} the evenings they disagree) with e-BH at {evidence.ALPHA:g} "
+        f"{', '.join(b.label for b in which)} the evenings they disagree{only}) with e-BH at {evidence.ALPHA:g} "
         f"over the {rows} tickers with a record, so the expected share of false labels stays <= "
         f"{evidence.ALPHA:.0%} on every evening the board is read, for as long as the record grows; "
         f"{evidence.detectable(max(rows, 1))}"

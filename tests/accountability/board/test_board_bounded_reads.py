@@ -26,6 +26,7 @@ from ldtm_core.accountability.board import reads as board_reads
 from ldtm_core.db import get_engine
 from ldtm_core.migrate import upgrade
 from ldtm_core.schema import model_registry, snapshots
+from ldtm_core.scoring.baselines import encode_calls
 from ldtm_core.scoring.board_stats import HISTORY_DAYS
 
 LATEST = dt.date(2025, 6, 27)
@@ -54,7 +55,19 @@ def _row(rng, ticker, mid, version, d, **kw) -> dict:
         "next_day_direction_correct": None if actual == close else sign(pred - close) == sign(actual - close),
         "next_monday_actual": actual, "next_monday_pct_error": rng.uniform(-8, 8),
         "one_month_actual": actual, "one_month_pct_error": rng.uniform(-12, 12),
-    } | kw  # fmt: skip
+    } | _calls(d, close) | kw  # fmt: skip
+
+
+def _calls(d: dt.date, close: float) -> dict:
+    """The recorded calls, varied by evening: the trailing majority up, down, flat (0), no call (null) or
+    absent on chain-version-3 rows; a chain-version-2 row's calls are not hashed, so never read."""
+    k = d.toordinal() % 7
+    if k == 6:
+        return {"chain_version": 2, "baseline_calls": encode_calls({"trend": -1.0})}
+    if k == 5:
+        return {"chain_version": 3, "baseline_calls": encode_calls({"always_up": 1.0})}
+    trend = (1.0, -1.0, 0.0, float("nan"), 1.0)[k]
+    return {"chain_version": 3, "baseline_calls": encode_calls({"always_up": 1.0, "trend": trend})}
 
 
 def _store(url: str, old: bool):

@@ -21,9 +21,11 @@ from test_leaderboard import _activate, _model, _row
 from ldtm_core.accountability.board import record
 from ldtm_core.accountability.board.leaderboard import leaderboard, verdict
 from ldtm_core.schema import snapshots
+from ldtm_core.scoring.baselines import board_baselines, encode_calls
 from ldtm_core.scoring.evidence import e_value, evenings_to_show
 
 START = dt.date(2023, 1, 2)
+CALLS_UP = encode_calls({b.name: 1.0 for b in board_baselines()})
 
 
 def _history(conn, ticker, ups, rights, **kw):
@@ -34,9 +36,12 @@ def _history(conn, ticker, ups, rights, **kw):
     for i, (up, right) in enumerate(zip(ups, rights, strict=True)):
         actual = 101.0 if up else 99.0
         pred = actual if right else (99.0 if up else 101.0)
-        # The close before was below: persistence says up every evening (so it is right with always-up).
+        # The close before was below: persistence says up every evening (so it is right with always-up),
+        # and so does the trailing majority, recorded with the row as predict records it (chain version 3).
         rows.append(
-            _row(ticker, mid, START + dt.timedelta(days=i), 100.0, 99.0, pred, actual, "live", 1, 1) | kw
+            _row(ticker, mid, START + dt.timedelta(days=i), 100.0, 99.0, pred, actual, "live", 1, 1)
+            | {"chain_version": 3, "baseline_calls": CALLS_UP}
+            | kw
         )
     conn.execute(insert(snapshots), rows)
     return mid
@@ -59,6 +64,34 @@ def test_a_coin_in_a_falling_market_beats_always_up_but_is_never_shown_to_have_s
     assert "1 are shown to beat always-up (not all of them a coin)" in said
     answer = record.record_answer(leaderboard(engine))
     assert not answer.rejects and "No evidence yet" in answer.describe()
+
+
+def test_a_model_that_follows_the_trailing_majority_is_never_shown_to_have_skill(engine):
+    """A market that trends (the trailing majority right 65 % of evenings, up half the time and down half)
+    and a model that only says what the trailing majority says: it beats a coin, always-up and persistence
+    by far, but never the trailing majority it copies, so it is never shown to have skill of its own."""
+    rng = np.random.default_rng(3)
+    n = 600
+    trend = [1.0 if i // 100 % 2 == 0 else -1.0 for i in range(n)]  # 100 evenings up-trend, 100 down, ...
+    ups = [(c > 0) == (r < 0.65) for c, r in zip(trend, rng.random(n), strict=True)]
+    with engine.begin() as conn:
+        mid = _model(conn, "COPY")
+        _activate(conn, mid)
+        rows = []
+        for i, (call, up) in enumerate(zip(trend, ups, strict=True)):
+            actual = 101.0 if up else 99.0
+            calls = {b.name: 1.0 for b in board_baselines()} | {"trend": call}
+            rows.append(
+                _row(
+                    "COPY", mid, START + dt.timedelta(days=i), 100.0, 99.0, 100.0 + call, actual, "live", 1, 1
+                )
+                | {"chain_version": 3, "baseline_calls": encode_calls(calls)}
+            )
+        conn.execute(insert(snapshots), rows)
+    got = leaderboard(engine).iloc[0]
+    assert got["e_vs_coin"] > 1e6 and got["e_vs_always_up"] > 1e6 and bool(got["beats_always_up"])
+    assert got["e_vs_trend"] == 1.0 and not bool(got["beats_trend"])  # no evening where the two disagree
+    assert not bool(got["shown_skill"]) and got["e_skill"] == 1.0
 
 
 def test_a_persistent_edge_is_labelled_from_its_record_while_its_month_is_quiet(engine):
@@ -145,6 +178,8 @@ def test_the_database_counts_the_record_as_the_rows_read_in_python_do(db_url, tm
         fast = fast[slow.columns].sort_values(cols).reset_index(drop=True)
         slow = slow.sort_values(cols).reset_index(drop=True)
         assert len(slow) >= 2 and slow["record_n"].sum() > 150
+        for b in board_baselines():  # each baseline has disagreements to count, the recorded trend too
+            assert (slow[f"{b.name}_wins"] + slow[f"{b.name}_losses"]).sum() > 0, b.name
         pd.testing.assert_frame_equal(fast, slow, check_dtype=False)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text, update
@@ -449,8 +450,13 @@ def test_a_mixed_v2_v3_chain_verifies_and_a_recorded_baseline_call_is_covered(
         ).all()
     assert [r.chain_version for r in rows] == [2, 2, 3, 3]
     calls = json.loads(rows[3].baseline_calls)
-    assert set(calls) == {"always_up", "persistence"} and calls["always_up"] == 1
+    assert set(calls) == {"always_up", "persistence", "trend"} and calls["always_up"] == 1
     assert calls["persistence"] == (1 if rows[3].run_date_close > rows[3].prev_close else -1)
+    # The trailing-21 majority of the 21 moves up to the run date, from the ticker's closes that evening.
+    close = df.sort_values("date")["close"].to_numpy(float)
+    at = sorted(df["date"].unique()).index(dates[3])
+    moves = np.sign(np.diff(close[at - 21 : at + 1]))
+    assert len(moves) == 21 and calls["trend"] == (-1 if moves.sum() < 0 else 1)
     assert verify(engine).ok
     _, restore = _restoring(engine, rows[3].id)
     flipped = json.dumps({**calls, "persistence": -calls["persistence"]})
