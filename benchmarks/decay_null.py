@@ -108,7 +108,7 @@ def fmt_delay(x: float, horizon: int) -> str:
     return f"> {horizon}" if not math.isfinite(x) else f"{x:.0f}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20_000, help="first deployments judged per case")
     ap.add_argument("--accuracy", type=float, default=0.55, help="the models' true next-day accuracy")
@@ -118,7 +118,7 @@ def main() -> int:
     ap.add_argument("--trials", default="1,3", help="the trials ledger's count at the judgement, per case")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="1000 first deployments, 1 + 1 years, trials 1")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.years, args.after, args.trials = 1000, 1, 1, "1"
     settings = decay.DecaySettings()

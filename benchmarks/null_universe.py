@@ -2,6 +2,13 @@
 
     .venv/bin/python benchmarks/null_universe.py            # 103 tickers, 252 evenings, 52 retrains
     .venv/bin/python benchmarks/null_universe.py --quick    # a smoke run (seconds)
+    .venv/bin/python benchmarks/null_universe.py --also record,decay,psi   # and the other nulls' tables
+
+`--also` runs the nulls measured on their own models after this table, each through its own script
+(quick with `--quick`): `record` the board's labels read every evening for five years in flat, rising,
+falling and turning markets, and the evenings a lone edge needs (record_null.py); `decay` false decay
+episodes per ticker-year with and without the shrunk promise, and the delay on a planted drop
+(decay_null.py); `psi` drift flags on undrifted tickers and planted drifts (psi_null.py).
 
 Two universes of models whose next-day direction is simulated, so the truth is known exactly:
   (a) no skill: every model's direction is a coin flip independent of the future;
@@ -26,12 +33,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # --also: the sibling benchmarks
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -56,6 +65,7 @@ YEAR = 2025  # the evenings judged; the quarters before it feed the first backte
 FOLDS = 3  # DEFAULT_FOLDS: the backtest's quarters per judgement (~189 rows)
 EDGE, DROP_BEFORE, DROP_AFTER = 0.56, 0.55, 0.45
 PLANTED = 10  # tickers per planted case
+ALSO = {"record": "record_null", "decay": "decay_null", "psi": "psi_null"}  # --also: the other nulls
 
 # --- adapters: one per figure, each calling the project's public function -------------------------
 
@@ -485,7 +495,7 @@ def paired_figures(closes, sims: int, rng, thresholds) -> list[tuple]:
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--quick", action="store_true", help="smoke run: 22 tickers, 20 evenings, 10 sims, 1 year"
@@ -495,7 +505,13 @@ def main() -> int:
     ap.add_argument("--sims", type=int, default=400, help="simulations per paired figure (400)")
     ap.add_argument("--years", type=int, default=5, help="simulated years of the gate's rates (5)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the market and of the model calls")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--also", default="", help=f"comma-separated, of {', '.join(ALSO)}: their tables after this one"
+    )
+    args = ap.parse_args(argv)
+    also = [a for a in args.also.split(",") if a]
+    if unknown := sorted(set(also) - set(ALSO)):
+        ap.error(f"--also: unknown {', '.join(unknown)}; choose from {', '.join(ALSO)}")
     if args.quick:
         args.tickers, args.evenings, args.sims, args.years = 2 * PLANTED + 2, 20, 10, 1
     if args.tickers < 2 * PLANTED + 1:
@@ -518,6 +534,9 @@ def main() -> int:
     for case, figure, value in sorted(rows, key=lambda r: r[0]):
         print(f"| {case} | {figure} | {value} | |")
     print(f"\nwall {time.perf_counter() - t0:.0f} s")
+    for name in also:
+        print(f"\n## {name}: benchmarks/{ALSO[name]}.py{' --quick' if args.quick else ''}\n", flush=True)
+        importlib.import_module(ALSO[name]).main(["--quick"] if args.quick else [])
     return 0
 
 

@@ -111,13 +111,13 @@ def share(p: float, n: int) -> str:
     return f"{100 * p:.1f} % ± {100 * math.sqrt(max(p * (1 - p), 1e-12) / n):.1f}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tickers", type=int, default=400, help="tickers per null case")
     ap.add_argument("--planted", type=int, default=200, help="tickers per planted-drift case")
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--quick", action="store_true", help="8 tickers per case, one planted size per kind")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     cases = [
         ("null", "AR(1) inputs", lambda rng: ar_inputs(rng)),
         ("null", "random-walk inputs", lambda rng: walk_inputs(rng)),

@@ -6,9 +6,9 @@
 Each ticker's model is a coin (no skill) unless planted; each evening's direction follows a common market
 move with probability RHO (tickers fall together), else its own draw, at the market's up-rate. Every
 evening the board is read: the record's labels (accountability.board.record: e-values from
-`evidence.e_value` on the cumulative counts against a coin, always-up and persistence, the smallest per
-ticker, e-BH over the tickers) and, for comparison, the window's old rule (the 30-evening exact sign test
-vs always-up and persistence, BH over the board's tests, q <= 0.05). Figures: the share of evenings with
+`evidence.e_value` on the cumulative counts against a coin, always-up, persistence and the trailing-21
+majority, the smallest per ticker, e-BH over the tickers) and, for comparison, the window's old rule
+(the 30-evening exact sign test vs always-up and persistence, BH over the board's tests, q <= 0.05). Figures: the share of evenings with
 any false label, the share of boards ever showing one in the horizon, the record answer's false Yes
 (universe e >= 1/alpha), and the evenings a lone planted edge needs before the record labels it.
 It prints a Markdown table and the CPU.
@@ -28,6 +28,7 @@ from scipy.stats import binom  # noqa: E402
 
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.scoring import evidence  # noqa: E402
+from ldtm_core.scoring.baselines import TREND_SESSIONS  # noqa: E402
 
 RHO = 0.5  # the share of a ticker's moves that are the market's
 WINDOW = 21  # evenings in the board's 30 calendar days
@@ -50,14 +51,26 @@ def directions(rng, tickers: int, evenings: int, up_rate) -> np.ndarray:
     return np.where(rng.random((evenings, tickers)) < RHO, market, own)
 
 
+def trend_right(up: np.ndarray) -> np.ndarray:
+    """Per evening: the trailing majority (scoring.baselines.TREND_SESSIONS moves up to the evening, ties
+    and none: up) called the next day right."""
+    moves = np.vstack([np.zeros((1, up.shape[1])), np.where(up, 1.0, -1.0)])
+    c = np.cumsum(moves, 0)  # c[t]: the moves before evening t (up[t - 1] is the move into evening t)
+    t = np.arange(up.shape[0])
+    total = c[t] - c[np.maximum(t - TREND_SESSIONS, 0)]
+    return (total >= 0) == up
+
+
 def record_labels(right: np.ndarray, up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per evening: (shown, universe_yes) of the record's labels, read on the cumulative counts."""
     persist = np.vstack([np.zeros((1, up.shape[1]), bool), up[1:] == up[:-1]])
     has_prev = np.vstack([np.zeros((1, up.shape[1]), bool), np.ones((up.shape[0] - 1, up.shape[1]), bool)])
+    trend = trend_right(up)
     pairs = [
         (right, ~right),  # a coin
         (right & ~up, ~right & up),  # always-up
         (right & ~persist & has_prev, ~right & persist & has_prev),  # persistence
+        (right & ~trend, ~right & trend),  # the trailing majority
     ]
     e = np.min([evidence.e_value(np.cumsum(w, 0), np.cumsum(lo, 0)) for w, lo in pairs], axis=0)
     return evidence.e_bh_rows(e), e.mean(axis=1) >= 1 / ALPHA
@@ -134,14 +147,14 @@ def pct(x: float) -> str:
     return "–" if np.isnan(x) else f"{x * 100:.1f} %"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=200)
     ap.add_argument("--tickers", type=int, default=103)
     ap.add_argument("--evenings", type=int, default=1260, help="5 years of sessions")
     ap.add_argument("--seed", type=int, default=20261128)
     ap.add_argument("--quick", action="store_true", help="20 boards of 30 tickers x 300 evenings")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
         args.sims, args.tickers, args.evenings = 20, 30, 300
     t0 = time.perf_counter()

@@ -324,9 +324,15 @@ def test_lr_schedule(bench):
 
 
 def test_null_universe(bench):
-    """--quick: every figure of the issue-27 table is printed, through the project's own functions."""
-    out = bench("null_universe", "--quick")
+    """--quick: every figure of the issue-27 table is printed, through the project's own functions; `--also`
+    prints the other nulls' tables after it (here the record's labels read every evening)."""
+    out = bench("null_universe", "--quick", "--also", "record")
     assert "machine: " in out and "| case | figure | before | after |" in out
+    record = out.split("## record: benchmarks/record_null.py --quick", 1)[1]
+    assert "| market (no model has skill) |" in record and "| turning 50 to 40 |" in record
+    assert "| planted lone edge (flat market, right ...) |" in record
+    with pytest.raises(SystemExit):
+        bench("null_universe", "--quick", "--also", "record,nonsense")
     figures = re.findall(r"^\| ([ab]) \| (.+?) \| (.+?) \| \|$", out, re.M)
     names = [f for _, f, _ in figures]
     for wanted in (

@@ -32,6 +32,21 @@ def test_the_e_value_is_the_mixture_of_binomial_likelihood_ratios():
     assert np.isfinite(evidence.e_value(np.array([10_000]), np.array([0]))).all()
 
 
+def test_the_simulated_trailing_majority_is_the_board_baselines_call():
+    """record_null's vectorised trailing majority equals scoring.baselines' call on the closes the same
+    moves make (the board's baseline, recorded with each row)."""
+    from ldtm_core.scoring.baselines import trailing_majority
+
+    rng = np.random.default_rng(5)
+    up = rng.random((300, 4)) < np.array([0.3, 0.5, 0.5, 0.7])
+    got = record_null.trend_right(up)
+    for j in range(up.shape[1]):
+        close = np.cumprod(np.concatenate([[100.0], np.where(up[:, j], 1.01, 0.99)]))  # close[t]: evening t
+        prev = np.concatenate([[np.nan], close[:-1]])
+        call = trailing_majority(close, prev, np.arange(len(up)))
+        assert ((call > 0) == up[:, j]).tolist() == got[:, j].tolist()
+
+
 def test_e_bh_is_bh_on_one_over_e_and_the_fast_rows_agree():
     rng = np.random.default_rng(3)
     for _ in range(200):
