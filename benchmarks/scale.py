@@ -74,6 +74,7 @@ from ldtm_core.learning.model import LDTM, get_profile  # noqa: E402
 from ldtm_core.learning.registry import register_candidate, serving_models  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.schema import run_log, snapshots  # noqa: E402
+from ldtm_core.scoring import baselines  # noqa: E402
 
 SESSIONS_PER_YEAR = 252
 PENDING = 250  # evenings left unfilled for the fillback step
@@ -178,6 +179,12 @@ class Store:
         position = {d: i for i, d in enumerate(self.sessions)}
         c = self.closes[self.tickers].to_numpy()  # sessions x tickers, looked up by row position
         row_of = {d: i for i, d in enumerate(self.closes.index)}
+        # Each board baseline's call as predict records it with the row (chain version 3 hashes it).
+        prev = np.vstack([np.full((1, c.shape[1]), np.nan), c[:-1]])
+        at = np.arange(len(c))
+        calls = [
+            baselines.calls(c[:, j], prev[:, j], at, baselines.board_baselines()) for j in range(c.shape[1])
+        ]
         rows, logs = [], []
         for k, d in enumerate(days):
             run_id = str(uuid.uuid4())
@@ -202,6 +209,7 @@ class Store:
                     "in_sample": False, "neutral_band_pct": BAND, "next_day_date": nd[k],
                     "next_monday_date": nm[k], "one_month_date": om[k], "run_id": run_id, "created_at": created,
                     "chain_version": CHAIN_VERSION,
+                    "baseline_calls": baselines.encode_calls({n: v[row_of[d]] for n, v in calls[j].items()}),
                 }  # fmt: skip
                 r["prev_hash"] = heads.get(t, "")
                 r["row_hash"] = heads[t] = row_hash(r["prev_hash"], r)
