@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-INCLUDE=python3,python3-venv,python3-pip,ca-certificates
+INCLUDE=python3,python3-venv,python3-pip,ca-certificates,libgomp1
 inputs=$(echo "debootstrap minbase bookworm $INCLUDE v1" | sha256sum | cut -c1-16)
 rootfs=$LDTM_DEPLOY_CACHE/rootfs-$inputs
 if [[ $(image_inputs "$LDTM_BASE_IMAGE") == "$inputs" && -d $rootfs/usr ]]; then

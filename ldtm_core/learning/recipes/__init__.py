@@ -1,0 +1,1 @@
+"""Model recipes beyond the per-ticker LSTM: tabular models fitted on a panel of many tickers."""

@@ -1,0 +1,249 @@
+"""Tabular recipes: ridge (scikit-learn) and LightGBM fitted on a panel of many tickers' point-in-time
+features (`price_features`), predicting each horizon's log return ln(close on its target date / close).
+
+A row is one (ticker, date): its features read only bars up to that date, its targets only that
+ticker's later closes, so targets are labels and never features. scikit-learn and LightGBM are imported
+only inside the functions that fit or rebuild a model: the Dagster code server imports this without them.
+Artifacts (save/load) are JSON data, never code: see `artifacts.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ldtm_core.data import price_features
+from ldtm_core.data.calendar import target_dates
+from ldtm_core.errors import InputError
+from ldtm_core.horizons import HORIZONS
+
+KINDS = ("ridge", "lightgbm")
+# What a target is: part of the signature, since a change of definition makes two fits incomparable.
+TARGET_DEFINITION = "log_return(close[target_date] / close[date]), XNYS sessions"
+
+
+def target_columns() -> list[str]:
+    """The target columns, in HORIZONS order (the order of every prediction's columns)."""
+    return [f"target_{h.name}" for h in HORIZONS]
+
+
+def _days(dates: pd.Series) -> np.ndarray:
+    return pd.DatetimeIndex(pd.to_datetime(dates, errors="coerce")).values.astype("datetime64[D]")
+
+
+def panel_targets(bars: pd.DataFrame) -> pd.DataFrame:
+    """Per row of `bars` (columns ticker, date, close): `ticker`, `date`, then `target_{h.name}` for
+    each horizon, the log return from the row's close to the same ticker's close on the horizon's target
+    date; NaN where that ticker has no bar on that date (yet). Index and row order are the input's."""
+    missing = [c for c in ("ticker", "date", "close") if c not in bars.columns]
+    if missing:
+        raise InputError(f"panel targets: bars lack column(s) {', '.join(map(repr, missing))}")
+    close = pd.to_numeric(bars["close"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    if not (np.isfinite(close) & (close > 0)).all():
+        raise InputError("panel targets: column 'close' must hold positive numbers only")
+    days = _days(bars["date"])
+    if np.isnat(days).any():
+        raise InputError("panel targets: column 'date' holds a value that is not a date")
+    codes, _ = pd.factorize(bars["ticker"], use_na_sentinel=False)
+    # One sortable int64 key per (ticker, day), so a target is looked up in its own ticker's bars only.
+    ticker_part = codes.astype(np.int64) << 32
+
+    def key(d: np.ndarray) -> np.ndarray:
+        return ticker_part + d.astype(np.int64) + (1 << 31)  # days before 1970 are negative
+
+    row_keys = key(days)
+    order = np.argsort(row_keys, kind="stable")
+    sorted_keys = row_keys[order]
+    if (dup := np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])).size:
+        first = order[dup[0]]
+        raise InputError(
+            f"panel targets: ticker {bars['ticker'].iloc[first]!r} has two bars on {days[first]}"
+        )
+
+    out = pd.DataFrame({"ticker": bars["ticker"].array, "date": bars["date"].array}, index=bars.index)
+    when_by_name = target_dates(days)
+    for h in HORIZONS:
+        when = when_by_name[h.name]
+        known = ~np.isnat(when)  # NaT: past the calendar's end
+        want = key(np.where(known, when, days))
+        pos = np.searchsorted(sorted_keys, want)
+        hit = known & (pos < len(sorted_keys))
+        hit[hit] = sorted_keys[pos[hit]] == want[hit]
+        target_close = np.full(len(close), np.nan)
+        target_close[hit] = close[order[pos[hit]]]
+        out[f"target_{h.name}"] = np.log(target_close / close)
+    return out
+
+
+def training_frame(bars: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(X, Y, keys) from a panel of bars: features (`price_features.compute_panel`), targets
+    (`panel_targets`) and their (ticker, date), row for row, keeping only rows where every feature and
+    target is known (no warm-up, no target still ahead). All three share a fresh RangeIndex."""
+    features = price_features.compute_panel(bars)
+    targets = panel_targets(bars)
+    x = features[list(price_features.feature_names())]
+    y = targets[target_columns()]
+    complete = np.isfinite(x.to_numpy()).all(axis=1) & np.isfinite(y.to_numpy()).all(axis=1)
+    keys = features.loc[complete, ["ticker", "date"]].reset_index(drop=True)
+    return x[complete].reset_index(drop=True), y[complete].reset_index(drop=True), keys
+
+
+@dataclass(frozen=True)
+class TabularConfig:
+    """One recipe's settings. Ridge reads `alpha`; LightGBM the rest (named as LGBMRegressor's)."""
+
+    kind: str = "ridge"
+    alpha: float = 1.0
+    num_leaves: int = 15
+    learning_rate: float = 0.05
+    n_estimators: int = 200
+    min_child_samples: int = 50
+    subsample: float = 0.8
+    subsample_freq: int = 1  # LightGBM bags rows only when this is positive
+    colsample_bytree: float = 0.8
+    seed: int = 0
+    deterministic: bool = True
+    num_threads: int = 1
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise InputError(f"tabular recipe kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TabularConfig:
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise InputError(f"tabular config: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+    @property
+    def signature(self) -> str:
+        """sha256 of the config, the feature definitions, the horizons and the target definition as
+        canonical JSON: two fits with one signature saw the same recipe on the same inputs' definitions."""
+        spec = {
+            "config": self.to_dict(),
+            "features_fingerprint": price_features.fingerprint(),
+            "horizons": [h.name for h in HORIZONS],
+            "targets": TARGET_DEFINITION,
+        }
+        blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+    def lightgbm_params(self) -> dict[str, Any]:
+        """The booster's parameters under LightGBM's canonical names (aliases would warn)."""
+        return {
+            "objective": "regression",
+            "num_leaves": self.num_leaves,
+            "learning_rate": self.learning_rate,
+            "min_data_in_leaf": self.min_child_samples,
+            "bagging_fraction": self.subsample,
+            "bagging_freq": self.subsample_freq,
+            "feature_fraction": self.colsample_bytree,
+            "seed": self.seed,
+            "deterministic": self.deterministic,
+            # Row-wise histograms, chosen up front: the automatic choice is timed, hence not reproducible.
+            "force_row_wise": True,
+            "num_threads": self.num_threads,
+            "verbosity": -1,
+        }
+
+
+@dataclass
+class TabularModel:
+    """A fitted recipe. `estimator`: the scikit-learn Pipeline (ridge, all horizons at once) or one
+    LightGBM Booster per horizon, in HORIZONS order."""
+
+    config: TabularConfig
+    estimator: Any
+    features: tuple[str, ...] = field(default_factory=price_features.feature_names)
+
+    @property
+    def kind(self) -> str:
+        return self.config.kind
+
+    @property
+    def signature(self) -> str:
+        return self.config.signature
+
+    def predict(self, x: pd.DataFrame | np.ndarray) -> np.ndarray:
+        """Log returns [n, len(HORIZONS)] for feature rows `x` (columns `features`, or an array in
+        their order). Raises InputError naming the recipe when the estimator's output is not that."""
+        values = _matrix(x, self.features, f"{self.kind} predict: X")
+        n, width = len(values), len(HORIZONS)
+        if n == 0:
+            return np.empty((0, width))
+        if self.kind == "ridge":
+            out = np.asarray(self.estimator.predict(values), dtype=np.float64)
+        else:
+            columns = []
+            for h, booster in zip(HORIZONS, self.estimator, strict=True):
+                col = np.asarray(booster.predict(values, num_threads=self.config.num_threads), np.float64)
+                if col.shape != (n,):
+                    raise InputError(f"lightgbm predicted shape {col.shape} for {h.name}, expected ({n},)")
+                columns.append(col)
+            out = np.column_stack(columns)
+        if out.shape != (n, width):
+            raise InputError(f"{self.kind} predicted shape {out.shape}, expected ({n}, {width})")
+        bad = int((~np.isfinite(out)).sum())
+        if bad:
+            raise InputError(f"{self.kind} predicted {bad} non-finite value(s) (NaN/inf) of {out.size}")
+        return out
+
+
+def _matrix(data: pd.DataFrame | np.ndarray, columns: list[str] | tuple[str, ...], what: str) -> np.ndarray:
+    """float64 [n, len(columns)] from a frame holding `columns` (taken in that order) or an array
+    already in it; every value finite (training drops incomplete rows, so a model has never seen NaN)."""
+    if isinstance(data, pd.DataFrame):
+        missing = [c for c in columns if c not in data.columns]
+        if missing:
+            raise InputError(
+                f"{what} lacks column(s) {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}"
+            )
+        values = data[list(columns)].to_numpy(dtype=np.float64)
+    else:
+        values = np.asarray(data, dtype=np.float64)
+        if values.ndim != 2 or values.shape[1] != len(columns):
+            raise InputError(f"{what} has shape {values.shape}, expected (n, {len(columns)})")
+    bad = int((~np.isfinite(values)).sum())
+    if bad:
+        raise InputError(f"{what} holds {bad} non-finite value(s) (NaN/inf)")
+    return values
+
+
+def fit(x: pd.DataFrame | np.ndarray, y: pd.DataFrame | np.ndarray, cfg: TabularConfig) -> TabularModel:
+    """Fit `cfg`'s recipe on features `x` (`price_features.feature_names()`) and targets `y`
+    (`target_columns()`), as `training_frame` returns them."""
+    features = price_features.feature_names()
+    xs = _matrix(x, features, f"{cfg.kind} fit: X")
+    ys = _matrix(y, target_columns(), f"{cfg.kind} fit: Y")
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise InputError(f"{cfg.kind} fit: X has {len(xs)} rows and Y {len(ys)}; need equal, at least 2")
+    if cfg.kind == "ridge":
+        from sklearn.linear_model import Ridge
+        from sklearn.pipeline import Pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        # Scaled first: the penalty then weighs every feature alike whatever its units.
+        estimator = Pipeline([("scale", StandardScaler()), ("ridge", Ridge(alpha=cfg.alpha))])
+        estimator.fit(xs, ys)
+    else:
+        import lightgbm
+
+        params = cfg.lightgbm_params()
+        estimator = tuple(
+            lightgbm.train(
+                params,
+                lightgbm.Dataset(xs, label=ys[:, j], feature_name=list(features), params=params),
+                num_boost_round=cfg.n_estimators,
+            )
+            for j in range(len(HORIZONS))
+        )
+    return TabularModel(config=cfg, estimator=estimator, features=features)
