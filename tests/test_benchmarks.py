@@ -479,3 +479,62 @@ def test_psi_null(bench):
     assert [k for k, _, _ in rows] == ["null", "null", "planted", "planted"], out
     assert all(float(share) <= 50 for kind, _, share in rows if kind == "null")
     assert re.search(rf"feature_drift: {NUMBER} ms per ticker", out) and re.search(r"\d+ s on ", out)
+
+
+def test_recipes(bench, tmp_path, capsys):
+    """--quick: a row per recipe variant with numbers in every cell, the SYNEDGE columns; then two
+    tickers' CSVs through --csv-dir, and a CSV with a bad row refused naming its file and line."""
+    out = bench("recipes", "--quick")
+    assert "| recipe | fit s (all tickers) | predict ms (1 evening) | fit memory MiB | rows |" in out
+    assert "| SYNEDGE direction | SYNEDGE always-up | SYNEDGE p vs always-up |" in out
+    p = r"(?:< )?[\d.]+"  # format_p_value: "0.040" or "< 0.001"
+    ic = r"-?[\d.]+ \((?:-?[\d.]+|–)\)"  # mean IC (t), "–" when too short to test
+    # fit s, predict ms, memory, rows, direction, always-up, coin, p vs always-up, p vs coin
+    row = rf"({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ([\d.]+) % \| ([\d.]+) % \| 50.0 % \| {p} \| {p} \| "
+    synedge = rf"[\d.]+ % \| [\d.]+ % \| {p}"
+    labels = (
+        "ridge, global",
+        "ridge, per ticker",
+        "lightgbm, global (50 trees)",
+        "lightgbm, per ticker (20 trees)",
+    )
+    scored = set()
+    for label in labels:
+        line = rf"^\| {re.escape(label)} \| {row}{ic} \| {ic} \| {ic} \| {synedge} \|$"
+        m = re.search(line, out, re.M)
+        assert m, (label, out)
+        scored.add(int(m.group(4).replace(",", "")))
+    assert len(scored) == 1 and scored.pop() > 1000, out  # every variant on the same rows
+    assert re.search(r"^per ticker: \d+ ticker-folds fitted, \d+ skipped", out, re.M), out
+    assert re.search(r"\d+ s on ", out)
+
+    bars = generate(["AAA", "BBB"], "2023-01-02", "2025-12-31", seed=3)
+    for ticker, frame in bars.groupby("ticker"):
+        frame.drop(columns=["ticker", "adj_close"]).to_csv(tmp_path / f"{ticker.lower()}.csv", index=False)
+    out = bench("recipes", "--quick", "--csv-dir", str(tmp_path))
+    assert "CSV bars from" in out and "2 tickers" in out, out
+    assert re.search(rf"^\| ridge, per ticker \| {row}", out, re.M), out
+    assert "SYNEDGE: 0 rows (not in this data)" in out
+
+    bad = tmp_path / "ccc.csv"
+    text = (tmp_path / "aaa.csv").read_text().splitlines()
+    fields = text[5].split(",")  # the 5th data row: line 6
+    fields[4] = "n/a"  # its close
+    text[5] = ",".join(fields)
+    bad.write_text("\n".join(text) + "\n")
+    module = sys.modules["recipes"]  # as `bench` loaded it (its dataclasses need it registered)
+    assert module.main(["--quick", "--csv-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}, line 6: close must be a positive number, got 'n/a'" in err, err
+
+
+def test_board_baselines(bench, tmp_path):
+    """The side-by-side board cost runs on any store (here an empty one) and refuses a non-board name."""
+    from ldtm_core.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    upgrade(url)
+    out = bench("board_baselines", "--url", url, "--runs", "2")
+    assert "| as registered |" in out and "| without trend |" in out and re.search(r"ratio: [\d.]+x", out)
+    with pytest.raises(SystemExit):
+        bench("board_baselines", "--url", url, "--baseline", "nonsense")
