@@ -1,0 +1,499 @@
+"""Benchmark: every recipe on the same folds, side by side (first version: the tabular recipes).
+
+    .venv/bin/python benchmarks/recipes.py                      # full universe + SYNEDGE, 8 years, 3 folds
+    .venv/bin/python benchmarks/recipes.py --quick              # 12 tickers, 3 years, 2 folds (seconds)
+    .venv/bin/python benchmarks/recipes.py --csv-dir ~/bars     # your own daily bars instead
+
+Each recipe (`learning/recipes/tabular.py`: ridge, LightGBM) runs two ways on the same rows: global (one
+fit over all tickers' rows, the pooled model) and per ticker (one fit per ticker on its own rows only),
+so a row of the table answers "pooled or per ticker?" for that recipe. Features are
+`price_features.compute_panel`, targets each horizon's log return (`tabular.training_frame`).
+
+Folds are walk-forward: the last `--folds` blocks of 63 evenings (a quarter) of the rows whose every
+target is known (so the last month of bars only serves as targets), each fold's model fitted on every
+row whose latest target date is before the fold's first evening (purged: no training row's target
+reaches into the test quarter). Per ticker, a ticker with fewer than MIN_TICKER_ROWS training rows in a
+fold gets no model there (counted below the table), and its test rows are left out of every variant's
+score, so all rows of the table stand on the same rows. LightGBM per ticker grows fewer trees than the
+global fit (the table says how many): one fit per ticker, fold and horizon is the cost.
+
+Columns: fit s is the wall time of one fold's fit(s) for all tickers (mean over folds); predict ms of one
+evening of all tickers (the fold's last evening, median of 5, mean over folds; per ticker: one predict
+call per ticker); memory is the peak resident set during the fit above the RSS before it (VmHWM reset
+through /proc/self/clear_refs; where Linux does not allow that, tracemalloc's peak, which misses
+LightGBM's own C++ allocations: the line above the table says which). Direction is the sign of the
+predicted next-day log return against the realised one, ties (no move) out, beside always-up and a
+coin on the same rows. Its p's: over the universe, one-sided tests over evenings of each evening's mean
+of (model right - baseline right), clustered by date because tickers move together on an evening
+(`scoring.hac.mean_test`); for SYNEDGE alone, the one-sided exact sign test (`scoring.baselines.score`,
+`skill`), pooled over the folds. IC is the mean per-evening cross-sectional Spearman rank IC of each horizon's predicted
+vs realised log return (`signals.ic.rowwise_pearson` on ranks, 3+ names an evening) with the t of the
+overlap-aware EWC test the signal report uses (`scoring.hac.mean_test`, overlap = the horizon's
+sessions; "–": fewer than 10 independent target periods, too short to test). The SYNEDGE columns are
+the planted ticker alone (`synthetic_market.PLANTED`: a known per-ticker edge, ~70 % next-day direction
+to a model that finds it).
+
+`--csv-dir DIR` reads every `*.csv` in DIR instead of the synthetic market: one file per ticker (ticker =
+the file's stem, upper case), a header with date, open, high, low, close, volume (any order, any case;
+other columns ignored), one row per session, dates increasing, prices positive, volume non-negative, all
+on one split/dividend basis. A bad file or row is an error naming the file and its line, e.g.
+
+    .venv/bin/python benchmarks/recipes.py --csv-dir ~/bars --years 10
+
+(`--years` keeps the last N years; without it every bar is used). It prints a Markdown table and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+from ldtm_core.accountability.signals.ic import rowwise_pearson  # noqa: E402
+from ldtm_core.data.calendar import calendar_bounds, target_dates  # noqa: E402
+from ldtm_core.data.synthetic_market import PLANTED, generate  # noqa: E402
+from ldtm_core.data.universe import load_universe, validate_ticker  # noqa: E402
+from ldtm_core.errors import InputError  # noqa: E402
+from ldtm_core.horizons import DIRECTION, HORIZONS  # noqa: E402
+from ldtm_core.learning.precision import describe_cpu  # noqa: E402
+from ldtm_core.learning.recipes.tabular import TabularConfig, fit, target_columns, training_frame  # noqa: E402
+from ldtm_core.scoring import baselines, hac  # noqa: E402
+from ldtm_core.scoring.skill import format_p_value, sign_test_p_value  # noqa: E402
+
+END = dt.date(2025, 12, 31)  # the synthetic market's last session asked for (fixed: reproducible figures)
+FOLD_SESSIONS = 63  # a quarter of evenings per fold
+MIN_TICKER_ROWS = 252  # a year of training rows, or that ticker gets no per-ticker model in the fold
+PLANTED_TICKER = next(iter(PLANTED))  # SYNEDGE
+QUICK_TICKERS = 12
+CSV_COLUMNS = ("date", "open", "high", "low", "close", "volume")
+PREDICT_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A recipe and how it is fitted: once on all tickers' rows, or once per ticker on its own."""
+
+    label: str
+    cfg: TabularConfig
+    per_ticker: bool
+
+
+def variants(trees: int, ticker_trees: int, seed: int, threads: int) -> list[Variant]:
+    ridge = TabularConfig(kind="ridge")
+    lgbm = TabularConfig(kind="lightgbm", seed=seed, num_threads=threads)
+    return [
+        Variant("ridge, global", ridge, False),
+        Variant("ridge, per ticker", ridge, True),
+        Variant(f"lightgbm, global ({trees} trees)", replace(lgbm, n_estimators=trees), False),
+        Variant(
+            f"lightgbm, per ticker ({ticker_trees} trees)", replace(lgbm, n_estimators=ticker_trees), True
+        ),
+    ]
+
+
+# --- data ----------------------------------------------------------------------------------------------
+
+
+def _fail(path: Path, line: int | None, what: str):
+    where = f"{path}, line {line}" if line is not None else str(path)
+    raise InputError(f"{where}: {what}")
+
+
+def read_csv_bars(path: Path) -> pd.DataFrame:
+    """One ticker's bars from a CSV (module docstring), validated: InputError names the file and line."""
+    ticker = validate_ticker(path.stem)
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except pd.errors.EmptyDataError:
+        _fail(path, None, "the file is empty (expected a header: date, open, high, low, close, volume)")
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        _fail(path, None, f"not a readable CSV ({e})")
+    raw.columns = [str(c).strip().lower() for c in raw.columns]
+    missing = [c for c in CSV_COLUMNS if c not in raw.columns]
+    if missing:
+        _fail(path, 1, f"the header lacks column(s) {', '.join(missing)} (has {', '.join(raw.columns)})")
+    if raw.columns.duplicated().any():
+        _fail(path, 1, f"the header repeats column(s) {', '.join(raw.columns[raw.columns.duplicated()])}")
+    line = np.arange(len(raw)) + 2  # the header is line 1
+    blank = (raw == "").all(axis=1).to_numpy()  # an empty line: skipped, the others keep their numbers
+    raw, line = raw[~blank].reset_index(drop=True), line[~blank]
+    if raw.empty:
+        _fail(path, None, "no rows under the header")
+
+    def first_bad(bad: np.ndarray, message: Callable[[int], str]) -> None:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            _fail(path, int(line[i]), message(i))
+
+    text = raw["date"].str.strip()
+    try:
+        dates = pd.to_datetime(text, errors="coerce", format="ISO8601")
+        if dates.dt.tz is not None:
+            dates = dates.dt.tz_localize(None)
+    except (ValueError, TypeError, AttributeError) as e:  # e.g. time zones mixed: no one line to blame
+        _fail(path, None, f"column date cannot be read as dates ({e})")
+    first_bad(dates.isna().to_numpy(), lambda i: f"date {raw['date'].iloc[i]!r} is not a date (YYYY-MM-DD)")
+    days = dates.dt.normalize()
+    lo, hi = (pd.Timestamp(d) for d in calendar_bounds())
+    first_bad(
+        ((days < lo) | (days > hi)).to_numpy(),
+        lambda i: f"date {text.iloc[i]} is outside the trading calendar ({lo.date()}..{hi.date()})",
+    )
+    d = days.to_numpy()
+    back = np.r_[False, d[1:] <= d[:-1]]
+    first_bad(
+        back,
+        lambda i: (
+            f"date {text.iloc[i]} "
+            + ("is repeated" if d[i] == d[i - 1] else f"comes after {text.iloc[i - 1]}")
+            + ": dates must increase (one row per session, oldest first)"
+        ),
+    )
+    out = {"ticker": ticker, "date": days.dt.date.to_numpy()}
+    for col in CSV_COLUMNS[1:]:
+        x = pd.to_numeric(raw[col].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+        ok = np.isfinite(x) & ((x >= 0) if col == "volume" else (x > 0))
+        need = "a non-negative number" if col == "volume" else "a positive number"
+        first_bad(~ok, lambda i, col=col, need=need: f"{col} must be {need}, got {raw[col].iloc[i]!r}")
+        out[col] = x
+    return pd.DataFrame(out)
+
+
+def read_csv_dir(directory: Path, limit: int | None = None) -> pd.DataFrame:
+    """Every `*.csv` in `directory` (sorted by name; the first `limit`) as one panel of bars."""
+    if not directory.is_dir():
+        raise InputError(f"--csv-dir {directory}: not a directory")
+    paths = sorted(p for p in directory.iterdir() if p.suffix.lower() == ".csv" and p.is_file())
+    if not paths:
+        raise InputError(f"--csv-dir {directory}: no *.csv files")
+    if limit is not None:
+        paths = paths[:limit]
+    seen: dict[str, Path] = {}
+    frames = []
+    for p in paths:
+        try:
+            ticker = validate_ticker(p.stem)
+        except InputError as e:
+            _fail(p, None, f"the file name is not a ticker: {e}")
+        if ticker in seen:
+            _fail(p, None, f"ticker {ticker} again (also {seen[ticker].name})")
+        seen[ticker] = p
+        frames.append(read_csv_bars(p))
+    return pd.concat(frames, ignore_index=True)
+
+
+def trim_years(bars: pd.DataFrame, years: float) -> pd.DataFrame:
+    last = pd.Timestamp(max(bars["date"]))
+    first = (last - pd.Timedelta(days=round(365.25 * years))).date()
+    return bars[bars["date"] >= first].reset_index(drop=True)
+
+
+def synthetic_bars(universe: str, years: float, seed: int, quick: bool) -> pd.DataFrame:
+    tickers = [t for t in load_universe(universe) if t != PLANTED_TICKER]
+    if quick:
+        tickers = tickers[: QUICK_TICKERS - 1]
+    tickers.append(PLANTED_TICKER)
+    start = END - dt.timedelta(days=round(365.25 * years))
+    bars = generate(tickers, start, END, seed=seed)
+    return bars[["ticker", "date", "open", "high", "low", "close", "volume"]]
+
+
+# --- measuring -----------------------------------------------------------------------------------------
+
+
+def _status_kib(key: str) -> int:
+    for row in Path("/proc/self/status").read_text().splitlines():
+        if row.startswith(key + ":"):
+            return int(row.split()[1])
+    raise OSError(f"no {key} in /proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # 5: reset VmHWM to the current RSS (Linux >= 4.0)
+        return _status_kib("VmHWM") <= _status_kib("VmRSS") + 1024
+    except OSError:
+        return False
+
+
+MEMORY_BY_RSS = _reset_peak_rss()
+MEMORY_KIND = (
+    "peak RSS during the fit above the RSS before it (VmHWM reset through /proc/self/clear_refs)"
+    if MEMORY_BY_RSS
+    else "tracemalloc's peak during the fit (Python and numpy allocations; LightGBM's C++ heap not seen)"
+)
+
+
+@contextmanager
+def peak_memory(into: list[float]):
+    """Appends the fit's peak memory in MiB (MEMORY_KIND) to `into`."""
+    if MEMORY_BY_RSS:
+        _reset_peak_rss()
+        before = _status_kib("VmRSS")
+        yield
+        into.append((_status_kib("VmHWM") - before) / 1024)
+    else:
+        tracemalloc.start()
+        try:
+            yield
+            into.append(tracemalloc.get_traced_memory()[1] / 2**20)
+        finally:
+            tracemalloc.stop()
+
+
+# --- the run -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """One variant's figures over the folds; `pred` [rows, horizons], NaN where it predicted nothing."""
+
+    pred: np.ndarray
+    fit_s: list[float] = field(default_factory=list)
+    predict_s: list[float] = field(default_factory=list)
+    memory_mib: list[float] = field(default_factory=list)
+    fitted: int = 0  # per ticker: ticker-folds with a model
+    skipped: int = 0  # per ticker: ticker-folds with test rows but too few training rows
+
+
+def fold_evenings(dates: np.ndarray, folds: int) -> list[np.ndarray]:
+    """The test evenings of each fold: the last `folds` blocks of FOLD_SESSIONS evenings, oldest first."""
+    evenings = np.unique(dates)
+    need = folds * FOLD_SESSIONS
+    if len(evenings) < need + MIN_TICKER_ROWS:
+        raise InputError(
+            f"{len(evenings)} evenings with every target known: {folds} folds of {FOLD_SESSIONS} need "
+            f"{need} plus at least {MIN_TICKER_ROWS} to train on (more --years, or fewer --folds)"
+        )
+    tail = evenings[len(evenings) - need :]
+    return [tail[k * FOLD_SESSIONS : (k + 1) * FOLD_SESSIONS] for k in range(folds)]
+
+
+def _timed_predict(predict: Callable[[], object]) -> float:
+    times = []
+    for _ in range(PREDICT_REPEATS):
+        t0 = time.perf_counter()
+        predict()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_fold(
+    v: Variant, tally: Tally, x: np.ndarray, y: np.ndarray, tickers: np.ndarray, train, test, evening
+):
+    """Fit `v` on the `train` rows, predict the `test` rows into `tally.pred`, time one `evening`."""
+    if not v.per_ticker:
+        with peak_memory(tally.memory_mib):
+            t0 = time.perf_counter()
+            model = fit(x[train], y[train], v.cfg)
+            tally.fit_s.append(time.perf_counter() - t0)
+        rows = np.flatnonzero(test)
+        tally.pred[rows] = model.predict(x[rows])
+        one = np.flatnonzero(evening)
+        tally.predict_s.append(_timed_predict(lambda: model.predict(x[one])))
+        return
+    models = {}
+    names = np.unique(tickers[test])
+    with peak_memory(tally.memory_mib):
+        t0 = time.perf_counter()
+        for name in names:
+            mine = train & (tickers == name)
+            if mine.sum() < MIN_TICKER_ROWS:
+                tally.skipped += 1
+                continue
+            models[name] = fit(x[mine], y[mine], v.cfg)
+        tally.fit_s.append(time.perf_counter() - t0)
+    tally.fitted += len(models)
+    for name, model in models.items():
+        rows = np.flatnonzero(test & (tickers == name))
+        tally.pred[rows] = model.predict(x[rows])
+    at = {name: np.flatnonzero(evening & (tickers == name)) for name in models}
+    at = {k: r for k, r in at.items() if len(r)}
+    tally.predict_s.append(_timed_predict(lambda: [models[k].predict(x[r]) for k, r in at.items()]))
+
+
+def evening_ic(dates: np.ndarray, tickers: np.ndarray, pred: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """Per evening (in date order): the Spearman rank IC across tickers (NaN below 3 names)."""
+    _, day = np.unique(dates, return_inverse=True)
+    name, _ = pd.factorize(tickers)
+    shape = (int(day.max()) + 1, int(name.max()) + 1)
+    p, r = np.full(shape, np.nan), np.full(shape, np.nan)
+    p[day, name], r[day, name] = pred, real
+    return rowwise_pearson(pd.DataFrame(p).rank(axis=1).to_numpy(), pd.DataFrame(r).rank(axis=1).to_numpy())
+
+
+def pct(x: float) -> str:
+    return "–" if not np.isfinite(x) else f"{x * 100:.1f} %"
+
+
+def direction(
+    pred_next: np.ndarray, real_next: np.ndarray, dates: np.ndarray | None = None
+) -> tuple[float, float, int, str, str]:
+    """(model accuracy, always-up's, scored rows, p vs always-up, p vs a coin) on these rows, ties out.
+
+    One ticker's rows (`dates` None): the exact one-sided sign tests. Many tickers' rows (`dates` given):
+    tickers move together on one evening, so rows are not independent draws; the p's are then one-sided
+    t-tests over evenings (clustered by date) of each evening's mean of (model right - baseline right),
+    through the overlap-aware `hac.mean_test` at the next-day horizon."""
+    if not len(real_next):
+        return np.nan, np.nan, 0, "–", "–"
+    right = np.sign(pred_next) == np.sign(real_next)
+    up = baselines.by_name("always_up")
+    calls = {up.name: up.call(np.zeros(0), np.zeros(0), np.arange(len(real_next)))}
+    # score() reads sign(actual - close): the realised log return against 0 is the same sign.
+    paired = baselines.score(right, real_next, np.zeros(len(real_next)), calls)[up.name]
+    decided = real_next != 0
+    hits = int(right[decided].sum())
+    n = paired.n
+    acc = hits / n if n else np.nan
+    if dates is None:
+        return (
+            acc,
+            paired.accuracy,
+            n,
+            format_p_value(paired.p_value),
+            format_p_value(sign_test_p_value(hits, n - hits)),
+        )
+    frame = pd.DataFrame(
+        {"date": dates[decided], "model": right[decided], "up": real_next[decided] > 0}
+    ).groupby("date", sort=True)
+    by_evening = frame.mean()
+    vs_up = hac.mean_test((by_evening["model"] - by_evening["up"]).to_numpy(float), DIRECTION.overlap)
+    vs_coin = hac.mean_test((by_evening["model"] - 0.5).to_numpy(float), DIRECTION.overlap)
+    return acc, paired.accuracy, n, format_p_value(vs_up.p_greater), format_p_value(vs_coin.p_greater)
+
+
+def ic_cell(dates, tickers, pred, real, overlap: int) -> str:
+    ic = evening_ic(dates, tickers, pred, real)
+    test = hac.mean_test(ic, overlap)
+    if not np.isfinite(test.mean):
+        return "–"
+    t = f"{test.t:.2f}" if np.isfinite(test.t) else "–"
+    return f"{test.mean:.3f} ({t})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--universe", default="full", help="synthetic tickers (SYNEDGE is always added)")
+    ap.add_argument("--years", type=float, default=None, help="history (default 8; --csv-dir: all of it)")
+    ap.add_argument("--seed", type=int, default=0, help="the synthetic market's and LightGBM's seed")
+    ap.add_argument("--csv-dir", type=Path, default=None, help="daily bars, one CSV per ticker (see above)")
+    ap.add_argument("--folds", type=int, default=3, help=f"walk-forward folds of {FOLD_SESSIONS} evenings")
+    ap.add_argument("--trees", type=int, default=200, help="LightGBM global: boosting rounds per horizon")
+    ap.add_argument("--ticker-trees", type=int, default=100, help="LightGBM per ticker: rounds per horizon")
+    ap.add_argument("--threads", type=int, default=1, help="LightGBM's and BLAS's threads")
+    ap.add_argument(
+        "--quick", action="store_true", help=f"{QUICK_TICKERS} tickers, 3 years, 2 folds, 50/20 trees"
+    )
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.years, args.folds, args.trees, args.ticker_trees = args.years or 3, 2, 50, 20
+    try:
+        return _run(args)
+    except InputError as e:
+        print(f"recipes: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    t_start = time.perf_counter()
+    if args.folds < 1:
+        raise InputError(f"--folds {args.folds}: need at least 1")
+    if args.csv_dir is not None:
+        bars = read_csv_dir(args.csv_dir.expanduser(), QUICK_TICKERS if args.quick else None)
+        if args.years:
+            bars = trim_years(bars, args.years)
+        source = f"CSV bars from {args.csv_dir}"
+    else:
+        years = args.years or 8
+        bars = synthetic_bars(args.universe, years, args.seed, args.quick)
+        source = f"synthetic market (seed {args.seed}), universe {args.universe} + {PLANTED_TICKER}, {years:g} years to {END}"
+    x_frame, y_frame, keys = training_frame(bars)
+    x, y = x_frame.to_numpy(np.float64), y_frame.to_numpy(np.float64)
+    tickers = keys["ticker"].astype(str).to_numpy()
+    dates = pd.to_datetime(keys["date"]).to_numpy().astype("datetime64[D]")
+    # A row trains a fold only when its latest target date is before the fold's first evening (purge).
+    last_target = np.max(np.column_stack(list(target_dates(dates).values())), axis=1)
+    folds = fold_evenings(dates, args.folds)
+    t_data = time.perf_counter() - t_start
+
+    print(f"CPU: {describe_cpu()}; threads: {args.threads} (LightGBM's, and BLAS's through threadpoolctl)")
+    print(
+        f"{source}: {bars['ticker'].nunique()} tickers, {len(bars):,} bars, {len(x):,} rows with every "
+        f"feature and target; {args.folds} folds of {FOLD_SESSIONS} evenings from {folds[0][0]} to "
+        f"{folds[-1][-1]} (data {t_data:.0f} s)"
+    )
+    print(f"memory: {MEMORY_KIND}\n")
+
+    runs = variants(args.trees, args.ticker_trees, args.seed, args.threads)
+    tallies = {v.label: Tally(np.full((len(x), len(HORIZONS)), np.nan)) for v in runs}
+    for v in runs:  # imports and first-call set-up outside the timed, measured fits
+        fit(x[:MIN_TICKER_ROWS], y[:MIN_TICKER_ROWS], replace(v.cfg, n_estimators=2)).predict(x[:1])
+    tested = np.zeros(len(x), dtype=bool)
+    # BLAS (ridge) on as many threads as LightGBM: otherwise its spare threads time the machine's load.
+    with threadpool_limits(limits=args.threads):
+        for evenings in folds:
+            train = last_target < evenings[0]
+            test = np.isin(dates, evenings)
+            tested |= test
+            evening = dates == evenings[-1]
+            for v in runs:
+                run_fold(v, tallies[v.label], x, y, tickers, train, test, evening)
+
+    # Every variant on the same rows: those every variant predicted (per ticker skips a few tickers).
+    scored = tested & np.all([np.isfinite(t.pred).all(axis=1) for t in tallies.values()], axis=0)
+    left_out = int(tested.sum() - scored.sum())
+    d = target_columns().index(f"target_{DIRECTION.name}")  # the direction horizon's column
+    real = y[scored]
+    planted = tickers[scored] == PLANTED_TICKER
+
+    heads = [f"IC {h.abbr} (t)" for h in HORIZONS]
+    print(
+        "| recipe | fit s (all tickers) | predict ms (1 evening) | fit memory MiB | rows | next-day direction "
+        "| always-up | coin | p vs always-up | p vs coin | "
+        + " | ".join(heads)
+        + f" | {PLANTED_TICKER} direction "
+        f"| {PLANTED_TICKER} always-up | {PLANTED_TICKER} p vs always-up |"
+    )
+    print("|---|" + "---:|" * (12 + len(HORIZONS)))
+    for v in runs:
+        t = tallies[v.label]
+        pred = t.pred[scored]
+        acc, up, n, p_up, p_coin = direction(pred[:, d], real[:, d], dates[scored])
+        ics = [
+            ic_cell(dates[scored], tickers[scored], pred[:, j], real[:, j], h.overlap)
+            for j, h in enumerate(HORIZONS)
+        ]
+        s_acc, s_up, _, s_p, _ = direction(pred[planted, d], real[planted, d])
+        print(
+            f"| {v.label} | {statistics.fmean(t.fit_s):.3f} | {statistics.fmean(t.predict_s) * 1e3:.2f} "
+            f"| {max(t.memory_mib):.1f} | {n:,} | {pct(acc)} | {pct(up)} | 50.0 % | {p_up} | {p_coin} | "
+            + " | ".join(ics)
+            + f" | {pct(s_acc)} | {pct(s_up)} | {s_p} |"
+        )
+    per = next(t for v, t in zip(runs, tallies.values(), strict=True) if v.per_ticker)
+    print(
+        f"\nper ticker: {per.fitted} ticker-folds fitted, {per.skipped} skipped (< {MIN_TICKER_ROWS} training "
+        f"rows); {left_out:,} test rows of skipped tickers left out of every row above "
+        f"({int(scored.sum()):,} scored, ties out of direction). {PLANTED_TICKER}: "
+        f"{int(planted.sum())} rows{'' if planted.any() else ' (not in this data)'}."
+    )
+    print(f"\n{time.perf_counter() - t_start:.0f} s on {describe_cpu()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
