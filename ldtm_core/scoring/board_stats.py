@@ -4,11 +4,12 @@ Two questions, two tests, both pure functions of per-row flags so a simulation (
 runs exactly what the board runs:
 
 * **Which tickers "beat" a baseline?** Each (ticker, baseline) has its one-sided exact sign test on the
-  evenings where the model and the baseline disagree (`skill.py`). Read 309 at a time (103 tickers x 3 baselines), p <= 0.05 labels
-  several coin-flip models every evening, so the label is set by Benjamini-Hochberg over all the board's
-  (ticker, baseline) p-values (`multipletests(..., method="fdr_bh")`): q <= 0.05 means at most 5 % of the
-  labels on a board are expected to be false, and under the complete null (no model has skill) the
-  chance that a board shows any label is at most 5 %. BH holds for independent or positively dependent
+  evenings where the model and the baseline disagree (`skill.py`). Read 309 at a time (103 tickers x 3
+  baselines), p <= 0.05 labels several coin-flip models every evening, so the label is set by
+  Benjamini-Hochberg over all the board's (ticker, baseline) p-values (`multipletests(...,
+  method="fdr_bh")`): q <= 0.05 means at most 5 % of the labels on a board are expected to be false,
+  and under the complete null (no model has skill) the chance that a board shows any label is at most
+  5 %. BH holds for independent or positively dependent
   tests (PRDS); tickers that move with the market are positively dependent. The per-ticker p stays beside.
 * **Does any model beat its best no-hindsight baseline, after the search over the tickers?** One answer per
   board: the data-snooping test of White (2000) / Hansen (2005), `arch.bootstrap.SPA`, on the per-(evening,
@@ -60,22 +61,24 @@ LABEL_RULE = (
 )
 
 
-def scored_keys(board: pd.DataFrame) -> int:
+def _scored(board: pd.DataFrame) -> pd.Series:
     """The board rows whose tests are in its BH family: scored (n > 0), not stale."""
     scored = board["n"] > 0 if "n" in board else pd.Series(False, index=board.index)
     if "stale" in board:
         scored &= ~board["stale"].astype(bool)
-    return int(scored.sum())
+    return scored
+
+
+def scored_keys(board: pd.DataFrame) -> int:
+    """How many board rows have tests in its BH family (`_scored`)."""
+    return int(_scored(board).sum())
 
 
 def window_tests(board: pd.DataFrame) -> int:
     """The board's window BH family: one test per (scored row, board baseline that made a call on the
     row's evenings), at most `baselines.family_size` (a baseline with no recorded call has no test)."""
-    scored = board["n"] > 0 if "n" in board else pd.Series(False, index=board.index)
-    if "stale" in board:
-        scored &= ~board["stale"].astype(bool)
     which = [b.column("p") for b in baselines.board_baselines() if b.column("p") in board]
-    return int(board.loc[scored, which].notna().to_numpy().sum())
+    return int(board.loc[_scored(board), which].notna().to_numpy().sum())
 
 
 def label_rule(board: pd.DataFrame | None = None) -> str:
