@@ -33,10 +33,11 @@ sessions; "–": fewer than 10 independent target periods, too short to test). T
 the planted ticker alone (`synthetic_market.PLANTED`: a known per-ticker edge, ~70 % next-day direction
 to a model that finds it).
 
-`--csv-dir DIR` reads every `*.csv` in DIR instead of the synthetic market: one file per ticker (ticker =
-the file's stem, upper case), a header with date, open, high, low, close, volume (any order, any case;
-other columns ignored), one row per session, dates increasing, prices positive, volume non-negative, all
-on one split/dividend basis. A bad file or row is an error naming the file and its line, e.g.
+`--csv-dir DIR` reads every `*.csv` and `*.parquet` in DIR instead of the synthetic market, as `ldtm
+ingest` reads price files (`data.price_files`): one file per ticker (ticker = the file's stem) or a long
+file with a ticker column, a header with date, open, high, low, close, volume (any case; Yahoo's
+headers too), all on one split/dividend basis. A bad file or row is an error naming the file, its line
+and date, e.g.
 
     .venv/bin/python benchmarks/recipes.py --csv-dir ~/bars --years 10
 
@@ -63,9 +64,10 @@ import pandas as pd  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from ldtm_core.accountability.signals.ic import rowwise_pearson  # noqa: E402
-from ldtm_core.data.calendar import calendar_bounds, target_dates  # noqa: E402
+from ldtm_core.data.calendar import target_dates  # noqa: E402
+from ldtm_core.data.price_files import expand_paths, read_price_file  # noqa: E402
 from ldtm_core.data.synthetic_market import PLANTED, generate  # noqa: E402
-from ldtm_core.data.universe import load_universe, validate_ticker  # noqa: E402
+from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.errors import InputError  # noqa: E402
 from ldtm_core.horizons import DIRECTION, HORIZONS  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
@@ -78,7 +80,7 @@ FOLD_SESSIONS = 63  # a quarter of evenings per fold
 MIN_TICKER_ROWS = 252  # a year of training rows, or that ticker gets no per-ticker model in the fold
 PLANTED_TICKER = next(iter(PLANTED))  # SYNEDGE
 QUICK_TICKERS = 12
-CSV_COLUMNS = ("date", "open", "high", "low", "close", "volume")
+BAR_COLUMNS = ["ticker", "date", "open", "high", "low", "close", "volume"]
 PREDICT_REPEATS = 5
 
 
@@ -107,92 +109,24 @@ def variants(trees: int, ticker_trees: int, seed: int, threads: int) -> list[Var
 # --- data ----------------------------------------------------------------------------------------------
 
 
-def _fail(path: Path, line: int | None, what: str):
-    where = f"{path}, line {line}" if line is not None else str(path)
-    raise InputError(f"{where}: {what}")
-
-
-def read_csv_bars(path: Path) -> pd.DataFrame:
-    """One ticker's bars from a CSV (module docstring), validated: InputError names the file and line."""
-    ticker = validate_ticker(path.stem)
-    try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
-    except pd.errors.EmptyDataError:
-        _fail(path, None, "the file is empty (expected a header: date, open, high, low, close, volume)")
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        _fail(path, None, f"not a readable CSV ({e})")
-    raw.columns = [str(c).strip().lower() for c in raw.columns]
-    missing = [c for c in CSV_COLUMNS if c not in raw.columns]
-    if missing:
-        _fail(path, 1, f"the header lacks column(s) {', '.join(missing)} (has {', '.join(raw.columns)})")
-    if raw.columns.duplicated().any():
-        _fail(path, 1, f"the header repeats column(s) {', '.join(raw.columns[raw.columns.duplicated()])}")
-    line = np.arange(len(raw)) + 2  # the header is line 1
-    blank = (raw == "").all(axis=1).to_numpy()  # an empty line: skipped, the others keep their numbers
-    raw, line = raw[~blank].reset_index(drop=True), line[~blank]
-    if raw.empty:
-        _fail(path, None, "no rows under the header")
-
-    def first_bad(bad: np.ndarray, message: Callable[[int], str]) -> None:
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            _fail(path, int(line[i]), message(i))
-
-    text = raw["date"].str.strip()
-    try:
-        dates = pd.to_datetime(text, errors="coerce", format="ISO8601")
-        if dates.dt.tz is not None:
-            dates = dates.dt.tz_localize(None)
-    except (ValueError, TypeError, AttributeError) as e:  # e.g. time zones mixed: no one line to blame
-        _fail(path, None, f"column date cannot be read as dates ({e})")
-    first_bad(dates.isna().to_numpy(), lambda i: f"date {raw['date'].iloc[i]!r} is not a date (YYYY-MM-DD)")
-    days = dates.dt.normalize()
-    lo, hi = (pd.Timestamp(d) for d in calendar_bounds())
-    first_bad(
-        ((days < lo) | (days > hi)).to_numpy(),
-        lambda i: f"date {text.iloc[i]} is outside the trading calendar ({lo.date()}..{hi.date()})",
-    )
-    d = days.to_numpy()
-    back = np.r_[False, d[1:] <= d[:-1]]
-    first_bad(
-        back,
-        lambda i: (
-            f"date {text.iloc[i]} "
-            + ("is repeated" if d[i] == d[i - 1] else f"comes after {text.iloc[i - 1]}")
-            + ": dates must increase (one row per session, oldest first)"
-        ),
-    )
-    out = {"ticker": ticker, "date": days.dt.date.to_numpy()}
-    for col in CSV_COLUMNS[1:]:
-        x = pd.to_numeric(raw[col].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
-        ok = np.isfinite(x) & ((x >= 0) if col == "volume" else (x > 0))
-        need = "a non-negative number" if col == "volume" else "a positive number"
-        first_bad(~ok, lambda i, col=col, need=need: f"{col} must be {need}, got {raw[col].iloc[i]!r}")
-        out[col] = x
-    return pd.DataFrame(out)
-
-
 def read_csv_dir(directory: Path, limit: int | None = None) -> pd.DataFrame:
-    """Every `*.csv` in `directory` (sorted by name; the first `limit`) as one panel of bars."""
+    """Every price file in `directory` (sorted by name; the first `limit`) as one panel of bars, read and
+    validated as `ldtm ingest` reads files (`data.price_files`: errors name the file, line and date)."""
     if not directory.is_dir():
         raise InputError(f"--csv-dir {directory}: not a directory")
-    paths = sorted(p for p in directory.iterdir() if p.suffix.lower() == ".csv" and p.is_file())
-    if not paths:
-        raise InputError(f"--csv-dir {directory}: no *.csv files")
-    if limit is not None:
-        paths = paths[:limit]
+    paths = expand_paths([directory])[:limit]
     seen: dict[str, Path] = {}
     frames = []
-    for p in paths:
-        try:
-            ticker = validate_ticker(p.stem)
-        except InputError as e:
-            _fail(p, None, f"the file name is not a ticker: {e}")
-        if ticker in seen:
-            _fail(p, None, f"ticker {ticker} again (also {seen[ticker].name})")
-        seen[ticker] = p
-        frames.append(read_csv_bars(p))
-    return pd.concat(frames, ignore_index=True)
+    for path in paths:
+        frame = read_price_file(path)
+        for ticker in frame["ticker"].unique():
+            if ticker in seen:
+                raise InputError(f"{path}: ticker {ticker} again (also {seen[ticker].name})")
+            seen[ticker] = path
+        frames.append(frame)
+    bars = pd.concat(frames, ignore_index=True)
+    bars["date"] = bars["date"].dt.date
+    return bars[BAR_COLUMNS]
 
 
 def trim_years(bars: pd.DataFrame, years: float) -> pd.DataFrame:
@@ -208,7 +142,7 @@ def synthetic_bars(universe: str, years: float, seed: int, quick: bool) -> pd.Da
     tickers.append(PLANTED_TICKER)
     start = END - dt.timedelta(days=round(365.25 * years))
     bars = generate(tickers, start, END, seed=seed)
-    return bars[["ticker", "date", "open", "high", "low", "close", "volume"]]
+    return bars[BAR_COLUMNS]
 
 
 # --- measuring -----------------------------------------------------------------------------------------

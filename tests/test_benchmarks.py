@@ -525,7 +525,8 @@ def test_recipes(bench, tmp_path, capsys):
     module = sys.modules["recipes"]  # as `bench` loaded it (its dataclasses need it registered)
     assert module.main(["--quick", "--csv-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"{bad}, line 6: close must be a positive number, got 'n/a'" in err, err
+    day = (tmp_path / "aaa.csv").read_text().splitlines()[5].split(",")[0]
+    assert f"{bad}: 1 bad line(s): line 6 ({day}): missing close" in err, err
 
 
 def test_board_baselines(bench, tmp_path):
