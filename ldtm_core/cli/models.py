@@ -53,36 +53,64 @@ def train(
         "--warm-start/--cold-start",
         help="fine-tune each ticker's active model when its architecture matches (default: cold, see docs/performance.md)",
     ),
+    recipe: str = typer.Option(
+        "lstm",
+        "--recipe",
+        "-r",
+        help="lstm (one network per ticker) | ridge | lightgbm (one fit for all the tickers); docs/architecture.md",
+    ),
 ) -> None:
     """Train, checkpoint and register a candidate model per ticker."""
     from ldtm_core.data.universe import load_universe, resolve_tickers
+    from ldtm_core.learning import recipes
     from ldtm_core.learning.training import parse_overrides
-    from ldtm_core.learning.training_pool import train_many
-    from ldtm_core.learning.tuning_store import check_profile
 
     cfg_settings = settings()
-    parsed = parse_overrides(overrides)
-    check_profile(profile, parsed)  # refuse a bad profile/override before touching anything
+    chosen_recipe = recipes.get(recipe)  # refuse a bad recipe, profile or override before anything else
+    if chosen_recipe.name == recipes.LSTM:
+        from ldtm_core.learning.tuning_store import check_profile
+
+        parsed = parse_overrides(overrides)
+        check_profile(profile, parsed)
+    else:
+        from ldtm_core.learning.recipes.global_fit import recipe_config
+        from ldtm_core.learning.recipes.tabular import TabularConfig
+
+        for name, given in (("--profile", profile != "reference"), ("--warm-start", warm_start)):
+            if given:
+                raise InputError(f"{name} applies to the {recipes.LSTM} recipe, not to {recipe}")
+        parsed = parse_overrides(overrides, TabularConfig)
+        recipe_config(recipe, parsed)
+        profile = recipe
     when = parse_date(as_of, "--as-of")
     universe = load_universe(cfg_settings.universe)
     selection = None if tickers.strip().lower() == "all" else tickers
     chosen = resolve_tickers(selection, universe, allow_new=allow_new)
-    open_db(cfg_settings)
+    engine = open_db(cfg_settings)
     cfg_settings.require_writable(cfg_settings.checkpoint_dir, "the trained checkpoints")
     from ldtm_core.learning.warm_start import DEFAULT_WARM_START
     from ldtm_core.progress import progress
 
-    with progress("train", len(chosen)) as advance:
-        outcomes = train_many(
-            cfg_settings,
-            chosen,
-            profile,
-            overrides=parsed,
-            as_of=when,
-            max_workers=workers,
-            warm_start=DEFAULT_WARM_START if warm_start is None else warm_start,
-            on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
-        )
+    if chosen_recipe.scope == "global":
+        from ldtm_core.learning.recipes.global_fit import train_global
+
+        with progress(f"train {recipe}", 1) as advance:
+            outcomes = train_global(engine, cfg_settings, recipe, chosen, as_of=when, overrides=parsed)
+            advance(f"{recipe} fitted")
+    else:
+        from ldtm_core.learning.training_pool import train_many
+
+        with progress("train", len(chosen)) as advance:
+            outcomes = train_many(
+                cfg_settings,
+                chosen,
+                profile,
+                overrides=parsed,
+                as_of=when,
+                max_workers=workers,
+                warm_start=DEFAULT_WARM_START if warm_start is None else warm_start,
+                on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
+            )
 
     counts = print_outcomes(
         f"train ({profile})",

@@ -25,6 +25,7 @@ from ldtm_core.errors import CheckpointError, InputError, NotFoundError
 from ldtm_core.faults import pause_point
 from ldtm_core.learning.checkpoints import sha256_file, write_atomic
 from ldtm_core.learning.model import ModelConfig
+from ldtm_core.learning.recipes import LSTM, RECIPE_KEY, recipe_of
 from ldtm_core.schema import model_registry, registry_events
 
 SHADOW = "shadow"  # registry status and snapshots.model_status of a shadow model and its rows
@@ -57,6 +58,13 @@ def record_event(
     )
 
 
+def stored_config(cfg, recipe: str = LSTM) -> str:
+    """A registry row's config JSON: the recipe's config, naming the recipe unless it is the LSTM (so
+    rows written before recipes existed and LSTM rows written now read alike)."""
+    config = cfg.to_dict()
+    return json.dumps(config if recipe == LSTM else {RECIPE_KEY: recipe, **config}, sort_keys=True)
+
+
 def register_candidate(
     engine: Engine,
     *,
@@ -74,32 +82,68 @@ def register_candidate(
     reason: str = "trained",
 ) -> int:
     """Insert a `candidate` row and its creation event in one transaction; returns the model id."""
-    now = dt.datetime.now(dt.UTC)
+    ids = register_candidates(
+        engine,
+        tickers=[ticker],
+        cfg=cfg,
+        profile=profile,
+        trained_on_date=trained_on_date,
+        checkpoint_path=checkpoint_path,
+        checkpoint_sha256=checkpoint_sha256,
+        val_loss=val_loss,
+        epochs=epochs,
+        device=device,
+        duration_s=duration_s,
+        metrics=metrics,
+        reason=reason,
+    )
+    return ids[ticker]
 
-    def work(conn: Connection) -> int:
-        model_id = conn.execute(
-            insert(model_registry)
-            .values(
-                ticker=ticker,
-                status="candidate",
-                profile=profile,
-                arch_signature=cfg.signature,
-                config_json=json.dumps(cfg.to_dict(), sort_keys=True),
-                trained_on_date=trained_on_date,
-                val_loss=val_loss,
-                epochs=epochs,
-                device=device,
-                duration_s=duration_s,
-                metrics_json=json.dumps(metrics or {}, sort_keys=True),
-                checkpoint_path=str(checkpoint_path),
-                checkpoint_sha256=checkpoint_sha256,
-                created_at=now,
-                updated_at=now,
-            )
-            .returning(model_registry.c.id)
-        ).scalar_one()
-        record_event(conn, model_id, ticker, None, "candidate", reason, at=now)
-        return model_id
+
+def register_candidates(
+    engine: Engine,
+    *,
+    tickers: Sequence[str],
+    cfg,
+    profile: str,
+    trained_on_date: dt.date,
+    checkpoint_path: str,
+    checkpoint_sha256: str,
+    val_loss: float | None,
+    recipe: str = LSTM,
+    epochs: int | None = None,
+    device: str | None = None,
+    duration_s: float | None = None,
+    metrics: dict | None = None,
+    reason: str = "trained",
+) -> dict[str, int]:
+    """One `candidate` row per ticker, all on one artifact (a global recipe's fit), and their creation
+    events, in one transaction: {ticker: model id}. `cfg`: the recipe's config (`to_dict`, `signature`)."""
+    now = dt.datetime.now(dt.UTC)
+    values = {
+        "status": "candidate",
+        "profile": profile,
+        "arch_signature": cfg.signature,
+        "config_json": stored_config(cfg, recipe),
+        "trained_on_date": trained_on_date,
+        "val_loss": val_loss,
+        "epochs": epochs,
+        "device": device,
+        "duration_s": duration_s,
+        "metrics_json": json.dumps(metrics or {}, sort_keys=True),
+        "checkpoint_path": str(checkpoint_path),
+        "checkpoint_sha256": checkpoint_sha256,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+    def work(conn: Connection) -> dict[str, int]:
+        ids = {}
+        for ticker in tickers:
+            stmt = insert(model_registry).values(ticker=ticker, **values).returning(model_registry.c.id)
+            ids[ticker] = conn.execute(stmt).scalar_one()
+            record_event(conn, ids[ticker], ticker, None, "candidate", reason, at=now)
+        return ids
 
     return run_in_transaction(engine, work)
 
@@ -131,7 +175,18 @@ class ModelRecord:
         return cls(**{f: m[f] for f in cls.__dataclass_fields__})
 
     @property
+    def recipe(self) -> str:
+        return recipe_of(self.config_json)
+
+    @property
     def config(self) -> ModelConfig:
+        """The LSTM's config; InputError naming the model and its recipe for any other recipe (a step
+        that only the per-ticker LSTM has must refuse another recipe by name, never misread it)."""
+        if self.recipe != LSTM:
+            raise InputError(
+                f"model {self.id} ({self.ticker}) is a {self.recipe} recipe: this step runs the "
+                f"per-ticker {LSTM} only"
+            )
         return ModelConfig.from_dict(json.loads(self.config_json))
 
     @property

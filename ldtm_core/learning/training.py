@@ -30,11 +30,12 @@ from ldtm_core.learning.warm_start import active_weights
 # ---------------------------------------------------------------------------------------------------
 
 
-def parse_overrides(pairs: list[str] | None) -> dict:
-    """`["hidden_size=64", "amp=off"]` -> typed dict; unknown fields or unparsable values are refused."""
+def parse_overrides(pairs: list[str] | None, config_cls=ModelConfig) -> dict:
+    """`["hidden_size=64", "amp=off"]` -> typed dict of `config_cls` (a recipe's config dataclass, the
+    LSTM's by default) fields; unknown fields or unparsable values are refused."""
     out: dict = {}
-    types = {f.name: f.type for f in fields(ModelConfig)}
-    defaults = ModelConfig()
+    types = {f.name: f.type for f in fields(config_cls)}
+    defaults = config_cls()
     for pair in pairs or []:
         if "=" not in pair:
             raise InputError(f"--set {pair!r}: expected key=value")
@@ -44,7 +45,7 @@ def parse_overrides(pairs: list[str] | None) -> dict:
                 f"--set {key}: not configurable; it is the number of features (--set features=...)"
             )
         if key not in types:
-            raise InputError(f"--set {key}: unknown model config field; known: {', '.join(types)}")
+            raise InputError(f"--set {key}: unknown {config_cls.__name__} field; known: {', '.join(types)}")
         current = getattr(defaults, key)
         try:
             if isinstance(current, bool):

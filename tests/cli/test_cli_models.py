@@ -200,3 +200,31 @@ def test_export_out_into_a_missing_folder_fails_and_creates_nothing(ldtm_env, tm
 
     r = runner.invoke(app, ["export", "onnx", "--ticker", "AAPL", "--candidate", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "is a directory" in r.output
+
+
+def test_train_a_global_recipe_once_for_every_ticker(market, ldtm_env):
+    r = runner.invoke(app, ["train", "--tickers", "AAPL,NVDA,FER", "--recipe", "ridge", "--set", "alpha=2.5"])
+    assert r.exit_code == 0, r.output
+    assert "trained" in _line(r.output, "AAPL") and "trained" in _line(r.output, "NVDA")
+    assert "too little history for ridge" in _line(r.output, "FER")
+    rows = _rows(market)
+    assert [(row["ticker"], row["profile"]) for row in rows] == [("AAPL", "ridge"), ("NVDA", "ridge")]
+    assert rows[0]["checkpoint_sha256"] == rows[1]["checkpoint_sha256"]  # one fit, one artifact
+    assert '"alpha": 2.5' in rows[0]["config_json"] and '"recipe": "ridge"' in rows[0]["config_json"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--recipe", "gru"], "recipe 'gru' is unknown; known: lstm, ridge, lightgbm"),
+        (["--recipe", "ridge", "--profile", "demo"], "--profile applies to the lstm recipe, not to ridge"),
+        (["--recipe", "lightgbm", "--warm-start"], "--warm-start applies to the lstm recipe"),
+        (["--recipe", "ridge", "--set", "alpha=much"], "--set alpha='much': expected a float"),
+        (["--recipe", "ridge", "--set", "hidden_size=4"], "--set hidden_size: unknown TabularConfig field"),
+    ],
+)
+def test_train_refuses_a_bad_recipe_setting_before_touching_the_store(market, ldtm_env, args, message):
+    r = runner.invoke(app, ["train", "--tickers", "AAPL", *args])
+    assert r.exit_code != 0
+    assert message in " ".join(r.output.split()), r.output
+    assert _rows(market) == []

@@ -39,7 +39,7 @@ from sqlalchemy import Engine, and_, select
 from ldtm_core.accountability.ledger import runlog
 from ldtm_core.accountability.ledger.chain import write_rows_anchored
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
-from ldtm_core.data import feature_store
+from ldtm_core.data import feature_store, price_features
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
 from ldtm_core.data.features import warmup_rows
 from ldtm_core.data.membership import load_membership
@@ -58,6 +58,8 @@ from ldtm_core.learning.price_windows import (
     normalised_window,
     start_for,
 )
+from ldtm_core.learning.recipes import LSTM
+from ldtm_core.learning.recipes import serving as recipe_serving
 from ldtm_core.learning.registry import SHADOW, ModelRecord, serving_models, shadow_models
 from ldtm_core.schema import model_registry, prices, snapshots
 from ldtm_core.scoring import baselines
@@ -243,6 +245,9 @@ def _predict(
             result.not_members[t] = membership.why_not(t, run_date)
             log.info("predict %s: %s not predicted: %s", run_date, t, result.not_members[t])
     todo = [t for t in wanted if t in models and t not in result.not_members]
+    # Global recipes' models (learning.recipes) are served from their artifacts; the LSTMs below.
+    by_recipe = {t: models[t] for t in todo if models[t].recipe != LSTM}
+    todo = [t for t in todo if t not in by_recipe]
 
     # load: one prices query, each checkpoint once
     loaded: dict[str, tuple[ModelRecord, Weights]] = {}
@@ -255,8 +260,12 @@ def _predict(
             result.skipped[t] = _cannot_run(models[t], t, exc)
     # A shadow predicts only beside an active champion that loaded (never as the ticker's only row).
     shadow_loaded: dict[str, tuple[ModelRecord, Weights]] = {}
-    champions = [t for t in loaded if loaded[t][0].status == "active"]
+    champions = [t for t in [*loaded, *by_recipe] if models[t].status == "active"]
+    shadow_by_recipe: dict[str, ModelRecord] = {}
     for t, rec in shadow_models(engine, champions).items():
+        if rec.recipe != LSTM:
+            shadow_by_recipe[t] = rec
+            continue
         try:
             shadow_loaded[t] = (rec, load_verified_model(rec, t))
         except Exception as exc:  # noqa: BLE001 - a broken shadow must not stop the published row
@@ -267,7 +276,9 @@ def _predict(
     shadow_features = {t: m.cfg.features for t, (_, m) in shadow_loaded.items()}
     cfgs = [m.cfg for _, m in [*loaded.values(), *shadow_loaded.values()]]
     need = max((c.window + warmup_rows(c.features) for c in cfgs), default=0) + RSI_SETTLE_ROWS
-    arrays = load_price_arrays(engine, list(loaded), start_for(run_date, need), run_date) if loaded else {}
+    need = max(need, price_features.LOOKBACK + 1) if by_recipe else need
+    read = [*loaded, *by_recipe]
+    arrays = load_price_arrays(engine, read, start_for(run_date, need), run_date) if read else {}
     t1 = time.perf_counter()
     result.phases["load"] = round(t1 - t0, 4)
 
@@ -290,6 +301,15 @@ def _predict(
     s_preds, s_failed = _forward_grouped([i for i in shadow_inputs if i.ticker in preds], shadow_loaded)
     result.shadow_skipped.update(s_failed)
     shadow_inputs = [inp for inp in shadow_inputs if inp.ticker in s_preds]
+    r_inputs, r_preds, r_skipped = _recipe_forecasts(by_recipe, arrays, run_date)
+    result.skipped.update(r_skipped)
+    inputs += r_inputs
+    preds.update(r_preds)
+    shadow_by_recipe = {t: rec for t, rec in shadow_by_recipe.items() if t in preds}
+    r_inputs, r_preds, r_skipped = _recipe_forecasts(shadow_by_recipe, arrays, run_date)
+    result.shadow_skipped.update(r_skipped)
+    shadow_inputs += r_inputs
+    s_preds.update(r_preds)
     t3 = time.perf_counter()
     result.phases["forward"] = round(t3 - t2, 4)
 
@@ -345,6 +365,19 @@ def _predict(
     result.used_candidate = sorted(r["ticker"] for r in rows if r["model_status"] == "candidate")
     result.in_sample = sorted(r["ticker"] for r in rows if r["in_sample"])
     result.model_versions = {r["ticker"]: r["model_version"] for r in rows}
+
+
+def _recipe_forecasts(
+    recs: dict[str, ModelRecord], arrays: dict, run_date: dt.date
+) -> tuple[list[_Input], dict[str, np.ndarray], dict[str, str]]:
+    """Global recipes' forecasts (learning.recipes.serving) as inputs beside the LSTMs' (they read no
+    window): (inputs, {ticker: prices}, {ticker: why skipped})."""
+    if not recs:
+        return [], {}, {}
+    preds, closes, skipped = recipe_serving.predict(recs, arrays, run_date)
+    no_window = np.empty((0, 0), dtype=np.float32)
+    inputs = [_Input(t, recs[t], no_window, np.nan, np.nan, *closes[t]) for t in preds]
+    return inputs, preds, skipped
 
 
 def _baseline_calls(series: dict | None, run_date: dt.date) -> str:

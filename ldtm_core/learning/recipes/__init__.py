@@ -1,1 +1,50 @@
-"""Model recipes beyond the per-ticker LSTM: tabular models fitted on a panel of many tickers."""
+"""Recipes: a model family with its config, the unit LDTM trains, serves and judges.
+
+`lstm` is the per-ticker network (learning.training, learning.backtest). The others are global: fitted
+once on every member ticker's rows (`global_fit`), stored as one data artifact, and registered per
+ticker, so the registry still says per ticker which model serves. A registry row names its recipe in
+its config JSON (`"recipe"`); a row without one is the LSTM (every row written before recipes existed).
+
+This module stays import-light (no torch, scikit-learn or LightGBM): the registry reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ldtm_core.errors import InputError
+
+LSTM = "lstm"
+RECIPE_KEY = "recipe"  # the key of a registry row's config JSON that names its recipe
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    scope: str  # "per ticker": one fit per ticker; "global": one fit for the whole universe
+    doc: str
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(LSTM, "per ticker", "2-layer LSTM on each ticker's normalised 11-feature windows"),
+        Recipe("ridge", "global", "ridge regression (scikit-learn) on the price_features library"),
+        Recipe("lightgbm", "global", "LightGBM, one booster per horizon, on the price_features library"),
+    )
+}
+
+
+def get(name: str) -> Recipe:
+    """The recipe called `name`; InputError listing the known ones otherwise."""
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise InputError(f"recipe {name!r} is unknown; known: {', '.join(RECIPES)}") from None
+
+
+def recipe_of(config_json: str) -> str:
+    """The recipe a registry row's stored config names (`lstm` when it names none)."""
+    config = json.loads(config_json)
+    return str(config.get(RECIPE_KEY, LSTM)) if isinstance(config, dict) else LSTM
