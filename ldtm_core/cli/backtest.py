@@ -84,18 +84,24 @@ def backtest_cmd(
         _backtest_many(tickers, folds, workers, warm, False if no_reuse else None, end_d)
         return
     cfg = settings()
-    res = run_backtest(
-        open_db(cfg),
-        cfg,
-        validate_ticker(ticker),
-        get_profile(profile) if profile else None,
-        folds=folds,
-        model_id=model_id,
-        test_sessions=test_sessions,
-        warm_start=warm,
-        reuse=False if no_reuse else None,
-        end=end_d,
-    )
+    options = {"warm_start": warm, "reuse": False if no_reuse else None, "end": end_d}
+    if profile:
+        res = run_backtest(
+            open_db(cfg),
+            cfg,
+            validate_ticker(ticker),
+            get_profile(profile),
+            folds=folds,
+            model_id=model_id,
+            test_sessions=test_sessions,
+            **options,
+        )
+    else:  # the model's own recipe: an LSTM's walk-forward, or a global recipe's fit on its panel
+        from ldtm_core.accountability.gate.backtest_pool import backtest_model
+
+        res = backtest_model(
+            open_db(cfg), cfg, validate_ticker(ticker), folds, model_id, test_sessions, **options
+        )
     table = Table(
         "fold",
         "cutoff",
@@ -138,9 +144,9 @@ def backtest_cmd(
         console.print(f"the model {paired.verdict()}", highlight=False, soft_wrap=True)
     if res.tuning_note:
         err_console.print(f"[yellow]{res.tuning_note}[/]", highlight=False, soft_wrap=True)
-    from ldtm_core.learning.registry import config_signature, get_model
+    from ldtm_core.learning.registry import get_model
 
-    own = res.model_id is not None and config_signature(get_model(open_db(cfg), res.model_id).config) == (
+    own = res.model_id is not None and get_model(open_db(cfg), res.model_id).recipe_signature == (
         res.config_signature
     )
     console.print(

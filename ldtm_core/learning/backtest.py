@@ -377,7 +377,7 @@ def run_backtest(
     member of the universe (`member_rows`, `fold_calendar.fold_spans`).
 
     Each fold is planned (`_plan`), fitted or reused (`_fit_or_reuse`) and scored (`_score`) in turn;
-    the folds are written at the end, in one transaction (`_write_folds`).
+    the folds are written at the end, in one transaction (`write_folds`).
     """
     t0 = time.perf_counter()
     ticker = validate_ticker(ticker)
@@ -425,7 +425,7 @@ def run_backtest(
         result.folds.append(FoldResult(plan.fold, plan.window, fit, _score(samples, plan.test_idx, preds)))
         start = fitted if warm_start else _Start()
     result.tuning_note = _tuning_note(ticker, result.folds, seen_by_study)
-    _write_folds(engine, result, _stored_rows(result))
+    write_folds(engine, result, stored_rows(result))
     result.duration_s = time.perf_counter() - t0
     return result
 
@@ -543,15 +543,22 @@ def _fit_or_reuse(bt: _Backtest, plan: _FoldPlan, start: _Start) -> tuple[FoldFi
 
 def _score(samples: SampleSet, test_idx: np.ndarray, preds: np.ndarray) -> FoldScores:
     """The next-day column of `preds` on the fold's test rows: hits, always-up, error, paired baselines."""
-    test = samples.subset(test_idx)
-    pred = preds[:, 0]
-    hits, up, mape, ties = score(pred, test.target_close[:, 0], test.close)
-    skill = skill_test(pred, test.target_close[:, 0], test.close)
+    return score_rows(samples.close, samples.prev_close, samples.target_close[:, 0], test_idx, preds[:, 0])
+
+
+def score_rows(
+    close: np.ndarray, prev_close: np.ndarray, next_close: np.ndarray, test_idx: np.ndarray, pred: np.ndarray
+) -> FoldScores:
+    """A fold's scores from one ticker's series (`close`, `prev_close`, `next_close`: the next session's
+    close, per row) and the predicted next-day price `pred` of its test rows `test_idx`, any recipe's."""
+    actual, now = next_close[test_idx], close[test_idx]
+    hits, up, mape, ties = score(pred, actual, now)
+    skill = skill_test(pred, actual, now)
     paired = baselines.score(
-        np.sign(pred - test.close) == np.sign(test.target_close[:, 0] - test.close),
-        test.target_close[:, 0],
-        test.close,
-        baselines.calls(samples.close, samples.prev_close, test_idx),
+        np.sign(pred - now) == np.sign(actual - now),
+        actual,
+        now,
+        baselines.calls(close, prev_close, test_idx),
     )
     return FoldScores(len(test_idx), hits, up, ties, mape, skill.model_only, skill.up_only, paired)
 
@@ -571,7 +578,7 @@ def _tuning_note(ticker: str, folds: list[FoldResult], seen_by_study: TuningSeen
     )
 
 
-def _stored_rows(result: BacktestResult) -> list[dict]:
+def stored_rows(result: BacktestResult) -> list[dict]:
     """One backtest_folds row per fold."""
     now = dt.datetime.now(dt.UTC)
     return [
@@ -604,7 +611,7 @@ def _stored_rows(result: BacktestResult) -> list[dict]:
     ]
 
 
-def _write_folds(engine: Engine, result: BacktestResult, rows: list[dict]) -> None:
+def write_folds(engine: Engine, result: BacktestResult, rows: list[dict]) -> None:
     """The fold rows and each fold's baselines (backtest_fold_baselines, revision 0031), one transaction."""
     extra = [
         r for f in result.folds for r in baselines.fold_rows(result.backtest_id, f.fold, f.scores.baselines)

@@ -179,6 +179,13 @@ class ModelRecord:
         return recipe_of(self.config_json)
 
     @property
+    def recipe_signature(self) -> str:
+        """What makes two fits the same recipe (the gate's champion kinds, the trials ledger, the fold
+        store): the LSTM's whole config (`config_signature`), another recipe's own signature (its config,
+        feature definitions, horizons and target definition)."""
+        return config_signature(self.config) if self.recipe == LSTM else self.arch_signature
+
+    @property
     def config(self) -> ModelConfig:
         """The LSTM's config; InputError naming the model and its recipe for any other recipe (a step
         that only the per-ticker LSTM has must refuse another recipe by name, never misread it)."""
@@ -275,6 +282,14 @@ def shadow_models(
         stmt = stmt.where(model_registry.c.ticker.in_(list(tickers)))
     with _conn(conn_or_engine) as conn:
         return {r.ticker: r for r in (ModelRecord.from_row(x) for x in conn.execute(stmt))}
+
+
+def models_on_artifact(conn_or_engine: Connection | Engine, checkpoint_path: str) -> list[ModelRecord]:
+    """Every registry row trained into this artifact file, by ticker: a global recipe's fit registers one
+    row per ticker on one file (its name is unique to the fit), so these rows are that fit's panel."""
+    stmt = select(*_COLS).where(model_registry.c.checkpoint_path == checkpoint_path)
+    with _conn(conn_or_engine) as conn:
+        return [ModelRecord.from_row(r) for r in conn.execute(stmt.order_by(model_registry.c.ticker))]
 
 
 def list_models(engine: Engine, ticker: str | None = None) -> list[ModelRecord]:

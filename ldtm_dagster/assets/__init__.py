@@ -5,6 +5,7 @@ from .backtests import backtests
 from .checkpoints import checkpoints
 from .market import features, prices
 from .models import onnx_exports, promotions
+from .recipes import recipe_fits
 from .signals import signal_performance
 from .tuning import hpo_studies
 
@@ -12,6 +13,7 @@ __all__ = [
     "prices",
     "features",
     "checkpoints",
+    "recipe_fits",
     "backtests",
     "promotions",
     "onnx_exports",

@@ -84,6 +84,28 @@ def test_a_global_recipe_fits_once_and_every_ticker_serves_it_through_the_record
     assert verify(engine).ok
 
 
+def _lstm_spans(engine, ticker: str) -> list[tuple]:
+    from ldtm_core.data.feature_store import prices_and_features
+    from ldtm_core.data.samples import build_samples
+    from ldtm_core.learning.fold_calendar import fold_spans
+    from ldtm_core.learning.model import get_profile
+
+    cfg = get_profile("reference")
+    prices, feats = prices_and_features(engine, ticker, features=cfg.features)
+    samples = build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
+    _, spans = fold_spans(samples, 2)
+    day = lambda v: pd.Timestamp(v).date()  # noqa: E731
+    return [
+        (
+            day(s.cutoff),
+            day(samples.dates[s.test_idx[0]]),
+            day(samples.dates[s.test_idx[-1]]),
+            len(s.test_idx),
+        )
+        for s in spans
+    ]
+
+
 def ingest_bars(engine, ticker: str) -> pd.DataFrame:
     from ldtm_core.schema import prices
 
@@ -159,3 +181,40 @@ def test_recipe_settings_are_checked_before_anything_runs():
     with pytest.raises(InputError, match="--set kind"):
         global_fit.recipe_config("ridge", {"kind": "lightgbm"})
     assert global_fit.recipe_config("lightgbm", {"n_estimators": 7}).n_estimators == 7
+
+
+def test_a_global_fit_is_backtested_on_its_panel_once_per_fold_and_scored_per_ticker(store):
+    from ldtm_core.accountability.gate.gate import newest_backtest
+    from ldtm_core.learning import fold_cache
+    from ldtm_core.learning.backtest import score
+    from ldtm_core.learning.recipes.global_backtest import backtest_fit
+
+    engine, settings = store
+    outcomes = global_fit.train_global(engine, settings, "ridge", TICKERS)
+    bt = backtest_fit(engine, settings, outcomes[0].model_id, folds=2)
+
+    assert sorted(bt.results) == TICKERS and bt.skipped == {} and bt.refit_folds == 2
+    bars = ingest_bars(engine, "NVDA")
+    for o in outcomes:
+        rec = get_model(engine, o.model_id)
+        _, folds = newest_backtest(engine, rec.id, rec.arch_signature)  # what the gate reads
+        assert [f["fold"] for f in folds] == [1, 2] and all(f["leakage_rows"] == 0 for f in folds)
+        # Where the per-ticker LSTM backtest puts this ticker's folds: same cutoffs, same test sessions.
+        lstm = _lstm_spans(engine, rec.ticker)
+        assert [(f["cutoff"], f["test_start"], f["test_end"], f["n"]) for f in folds] == lstm
+    # NVDA's fold 2 scored from its stored predictions against its own closes.
+    _, folds = newest_backtest(engine, outcomes[2].model_id)
+    dates, pred = fold_cache.stored_predictions(engine, folds[1]["fold_key"])
+    close = bars.set_index("date")["close"]
+    now = close.loc[pd.DatetimeIndex(dates)].to_numpy()
+    nxt = close.shift(-1).loc[pd.DatetimeIndex(dates)].to_numpy()
+    hits, up, _, ties = score(pred[:, 0], nxt, now)
+    assert folds[1]["n"] == len(dates) and folds[1]["ties"] == ties
+    assert folds[1]["direction_accuracy"] == pytest.approx(hits / (len(dates) - ties))
+
+    again = backtest_fit(engine, settings, outcomes[0].model_id, folds=2)
+    assert (again.refit_folds, again.reused_folds) == (0, 2)  # every fold reused from the store
+    for t in TICKERS:
+        a = [f.scores for f in bt.results[t].folds]
+        b = [f.scores for f in again.results[t].folds]
+        assert a == b

@@ -40,7 +40,7 @@ from ldtm_core.accountability.decay.drift import FeatureDrift, feature_drift, mo
 from ldtm_core.accountability.gate.ledger import spend
 from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
 from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
-from ldtm_core.learning.registry import SHADOW, ModelRecord, config_signature, list_models
+from ldtm_core.learning.registry import SHADOW, ModelRecord, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
 from ldtm_core.scoring.skill import pooled_direction
 
@@ -163,7 +163,7 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
                 .where(backtest_folds.c.model_id.in_([m.id for m in missing]))
                 .order_by(backtest_folds.c.id)
             ).all()
-            wanted = {m.id: config_signature(m.config) for m in missing}
+            wanted = {m.id: m.recipe_signature for m in missing}
             for mid, bid, sig in own:
                 if sig == wanted[mid]:
                     chosen[mid] = (str(bid), "newest backtest (no passed gate decision recorded)", None)
@@ -256,8 +256,8 @@ def models_by_id(engine: Engine, ids) -> dict[int, ModelRecord]:
 
 def recipe_cutoff(engine: Engine, model: ModelRecord) -> dt.date:
     """The earliest data cutoff among the ticker's models of `model`'s config signature (its recipe)."""
-    sig = config_signature(model.config)
-    same = [m.trained_on_date for m in list_models(engine, model.ticker) if config_signature(m.config) == sig]
+    sig = model.recipe_signature
+    same = [m.trained_on_date for m in list_models(engine, model.ticker) if m.recipe_signature == sig]
     return min([*same, model.trained_on_date])
 
 

@@ -19,7 +19,8 @@ from ldtm_core.data.universe import validate_ticker
 from ldtm_core.errors import InputError, LDTMError
 from ldtm_core.learning.backtest import DEFAULT_FOLDS, DEFAULT_WARM_START, BacktestResult, run_backtest
 from ldtm_core.learning.gpu_slots import SlotPlan
-from ldtm_core.learning.registry import newest_candidate
+from ldtm_core.learning.recipes import LSTM, global_backtest
+from ldtm_core.learning.registry import get_model, newest_candidate
 from ldtm_core.learning.ticker_pool import map_tickers
 from ldtm_core.scoring.board_stats import bh_qvalues
 
@@ -70,6 +71,27 @@ def backtest_q_values(outcomes: list[BacktestOutcome]) -> dict[str, float]:
     return {t: float(v) for (t, _), v in zip(tested, q, strict=True)}
 
 
+def backtest_model(
+    engine: Engine,
+    settings: Settings,
+    ticker: str,
+    folds: int = DEFAULT_FOLDS,
+    model_id: int | None = None,
+    test_sessions: int | None = None,
+    **kw,
+) -> BacktestResult:
+    """The backtest of model `model_id` (default: the ticker's newest candidate) by its recipe: the
+    per-ticker LSTM's walk-forward (`run_backtest`, `kw` its options), or a global recipe's fit on its
+    whole panel with this ticker's folds written (`recipes.global_backtest`)."""
+    rec = get_model(engine, model_id) if model_id is not None else newest_candidate(engine, ticker)
+    if rec is not None and rec.ticker == ticker and rec.recipe != LSTM:
+        end, reuse = kw.get("end"), kw.get("reuse")
+        return global_backtest.backtest_ticker(engine, settings, rec, folds, test_sessions, end, reuse)
+    return run_backtest(
+        engine, settings, ticker, folds=folds, model_id=model_id, test_sessions=test_sessions, **kw
+    )
+
+
 def backtest_candidate(
     engine: Engine,
     ticker: str,
@@ -88,7 +110,7 @@ def backtest_candidate(
     if candidate is None:
         return BacktestOutcome(ticker, "no candidate")
     try:
-        result = run_backtest(
+        result = backtest_model(
             engine,
             settings,
             ticker,

@@ -45,8 +45,9 @@ from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import fold_cache
 from ldtm_core.learning.backtest import DEFAULT_WARM_START, predict_prices, run_backtest
-from ldtm_core.learning.model import LDTM, ModelConfig
-from ldtm_core.learning.registry import ModelRecord, active_model, config_signature
+from ldtm_core.learning.model import LDTM, ModelConfig, get_profile
+from ldtm_core.learning.recipes import LSTM, global_backtest
+from ldtm_core.learning.registry import ModelRecord, active_model
 from ldtm_core.schema import backtest_fold_results, corporate_actions
 from ldtm_core.scoring import baselines
 from ldtm_core.scoring.paired import PairedComparison, compare, mcnemar_p
@@ -239,7 +240,7 @@ def judge(
             note="the backtest predates stored per-row predictions (revision 0022): it cannot be paired "
             "with the champion, which stays; backtest the candidate again for the paired comparison",
         )
-    same = config_signature(champion.config) == config_signature(candidate.config)
+    same = champion.recipe_signature == candidate.recipe_signature
     rebased = basis_changed(engine, candidate.ticker, folds)
     if rebased:
         # The stored predictions are on the price basis of the backtest; today's rows are not.
@@ -284,6 +285,15 @@ def basis_changed(engine: Engine, ticker: str, folds: list[dict]) -> str | None:
 def _samples(engine: Engine, ticker: str, cfg: ModelConfig, end) -> SampleSet:
     prices, feats = prices_and_features(engine, ticker, end=end, features=cfg.features)
     return build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
+
+
+def _pairing_config(*records: ModelRecord) -> ModelConfig:
+    """The config whose samples give the paired rows' closes and answers: the first LSTM's among
+    `records`, else the reference profile's (a global recipe reads no window; only the dates matter)."""
+    for rec in records:
+        if rec.recipe == LSTM:
+            return rec.config
+    return get_profile("reference")
 
 
 def _index(samples: SampleSet, dates: np.ndarray) -> np.ndarray:
@@ -342,7 +352,13 @@ def champion_backtest(
 ):
     """The champion's config backtested on the candidate's folds: the same fold count, cutoffs and test
     rows (`max_fold_rows` reproduces them: each fold tests min(its quarter, test_sessions)), the same
-    chain and prices, so the stored folds' keys match and a second call refits nothing."""
+    chain and prices, so the stored folds' keys match and a second call refits nothing. A global
+    recipe's champion is backtested as its whole fit (`recipes.global_backtest`): its folds fit on its
+    panel, not on this ticker alone."""
+    if champion.recipe != LSTM:
+        return global_backtest.backtest_ticker(
+            engine, settings, champion, folds, max_fold_rows, end, reuse=kw.get("reuse")
+        )
     return run_backtest(
         engine,
         settings,
@@ -362,7 +378,7 @@ def prepare_champion(engine: Engine, settings: Settings, candidate: ModelRecord,
     champion runs another recipe, backtest its config on the same folds so the gate's side reuses them.
     Returns that backtest, or None when there is nothing to pair (no champion, same recipe)."""
     champion = active_model(engine, candidate.ticker)
-    if champion is None or config_signature(champion.config) == result.config_signature or not result.folds:
+    if champion is None or champion.recipe_signature == result.config_signature or not result.folds:
         return None
     return champion_backtest(
         engine,
@@ -416,7 +432,7 @@ def _configs(engine, settings, candidate, champion, folds, thresholds, trials: i
         common, i1, i2 = np.intersect1d(d1, d2, return_indices=True)
         if len(common):
             parts.append((int(f["fold"]), common, p1[i1], p2[i2]))
-    samples = _samples(engine, candidate.ticker, candidate.config, end)
+    samples = _samples(engine, candidate.ticker, _pairing_config(candidate, champion), end)
     out.paired = _pair(samples, parts, ("candidate", "champion"), thresholds.error_margin)
     out.decision, out.criteria = decide(CONFIGS, out.paired, thresholds, out.alpha_adjusted)
     return out
@@ -425,9 +441,17 @@ def _configs(engine, settings, candidate, champion, folds, thresholds, trials: i
 def _refresh(engine, settings, candidate, champion, folds, thresholds) -> Comparison:
     out = Comparison(REFRESH, "insufficient evidence", thresholds.alpha, champion_model_id=champion.id)
     end = folds[0].get("data_end")
-    samples = _samples(engine, candidate.ticker, candidate.config, end)
+    samples = _samples(engine, candidate.ticker, _pairing_config(candidate), end)
     parts, missing = [], []
     for prev, f in zip(folds, folds[1:], strict=False):
+        if candidate.recipe != LSTM:
+            # A global recipe's fold stores the previous fold's fit's predictions on its rows.
+            stale = global_backtest.stale_predictions(engine, f["fold_key"])
+            if stale is None:
+                missing.append(str(prev["fold"]))
+            else:
+                parts.append((int(f["fold"]), *stale))
+            continue
         stale = fold_cache.load(engine, settings, prev["fold_key"])
         stored = fold_cache.stored_predictions(engine, f["fold_key"])
         if stale is None or stale.weights is None or stored is None:

@@ -54,7 +54,6 @@ from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning.registry import (
     _conn,
     active_model,
-    config_signature,
     get_model,
     lock_ticker,
     newest_candidate,
@@ -251,7 +250,7 @@ def run_gate(
         raise InputError(f"model {model_id} belongs to {rec.ticker}, not {ticker}")
     if rec.status != "candidate":
         raise InputError(f"model {model_id} of {ticker} is {rec.status}; the gate only judges candidates")
-    own = config_signature(rec.config)
+    own = rec.recipe_signature
     found = newest_backtest(engine, model_id, own)
     if found is None:
         other = newest_backtest(engine, model_id)
@@ -297,7 +296,7 @@ def run_gate(
         kind = (
             gate_ledger.FIRST
             if champion is None
-            else (gate_ledger.REFRESH if config_signature(champion.config) == own else gate_ledger.RECIPE)
+            else (gate_ledger.REFRESH if champion.recipe_signature == own else gate_ledger.RECIPE)
         )
         trials = gate_ledger.trials(engine, ticker, own, evidence, thresholds.alpha)
         prev = trials.previous
