@@ -73,13 +73,13 @@ def train(
         parsed = parse_overrides(overrides)
         check_profile(profile, parsed)
     else:
+        from ldtm_core.learning.recipes.family import family
         from ldtm_core.learning.recipes.global_fit import recipe_config
-        from ldtm_core.learning.recipes.tabular import TabularConfig
 
         for name, given in (("--profile", profile != "reference"), ("--warm-start", warm_start)):
             if given:
                 raise InputError(f"{name} applies to the {recipes.LSTM} recipe, not to {recipe}")
-        parsed = parse_overrides(overrides, TabularConfig)
+        parsed = parse_overrides(overrides, family(recipe).config)
         recipe_config(recipe, parsed)
         profile = recipe
     when = parse_date(as_of, "--as-of")

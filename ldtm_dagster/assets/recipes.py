@@ -9,8 +9,8 @@ from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, a
 from pydantic import Field
 
 from ldtm_core.errors import LDTMError
+from ldtm_core.learning.recipes.family import family
 from ldtm_core.learning.recipes.global_fit import recipe_config, train_global
-from ldtm_core.learning.recipes.tabular import TabularConfig
 from ldtm_core.learning.training import parse_overrides
 
 from ..metadata import records_table
@@ -32,7 +32,7 @@ def recipe_fits(
 ) -> MaterializeResult:
     """A global recipe fitted once on every member ticker's rows; a candidate registered per ticker."""
     try:
-        overrides = parse_overrides(config.set, TabularConfig)
+        overrides = parse_overrides(config.set, family(config.recipe).config)
         recipe_config(config.recipe, overrides)  # a bad recipe or setting fails before any read
         engine, settings = database.engine(store), database.settings(store)
         outcomes = train_global(

@@ -17,6 +17,7 @@ from ldtm_core.errors import InputError
 
 LSTM = "lstm"
 RECIPE_KEY = "recipe"  # the key of a registry row's config JSON that names its recipe
+_TABULAR = "ldtm_core.learning.recipes.tabular"
 
 
 @dataclass(frozen=True)
@@ -24,14 +25,17 @@ class Recipe:
     name: str
     scope: str  # "per ticker": one fit per ticker; "global": one fit for the whole universe
     doc: str
+    family: str | None = None  # a global recipe's `recipes.family.Family`, as "module:attribute"
 
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe(LSTM, "per ticker", "2-layer LSTM on each ticker's normalised 11-feature windows"),
-        Recipe("ridge", "global", "ridge regression (scikit-learn) on the price_features library"),
-        Recipe("lightgbm", "global", "LightGBM, one booster per horizon, on the price_features library"),
+        Recipe("ridge", "global", "ridge regression (scikit-learn) on price_features", f"{_TABULAR}:RIDGE"),
+        Recipe(
+            "lightgbm", "global", "LightGBM, a booster per horizon, on price_features", f"{_TABULAR}:LIGHTGBM"
+        ),
     )
 }
 

@@ -1,6 +1,7 @@
-"""Tabular models as data: one JSON file (format "ldtm-tabular"), written atomically and loaded only
-after its sha256 matches the registry's. It is parsed as JSON and nothing else (no pickle, no joblib),
-so a file can hold numbers and LightGBM's own model text but never code to run.
+"""Global recipes' models as data: one JSON file (format "ldtm-tabular"), written atomically and loaded
+only after its sha256 matches the registry's. It is parsed as JSON and nothing else (no pickle, no
+joblib), so a file can hold numbers and a library's own model text but never code to run: the recipe's
+family (`family.Family`) dumps its fitted state as JSON data and rebuilds it from that data.
 
 Ridge is stored as the fitted scaler's and Ridge's arrays and rebuilt as the same scikit-learn objects,
 so prediction stays scikit-learn's; LightGBM as each horizon's `Booster.model_to_string()`.
@@ -13,38 +14,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ldtm_core.data import price_features
 from ldtm_core.errors import CheckpointError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.checkpoints import write_atomic
-from ldtm_core.learning.recipes.tabular import KINDS, TabularConfig, TabularModel
+from ldtm_core.learning.recipes import RECIPES
+from ldtm_core.learning.recipes.family import family
+from ldtm_core.learning.recipes.tabular import TabularModel
 
 FORMAT = "ldtm-tabular"
 VERSION = 1
 
 
-def _ridge_payload(model: TabularModel) -> dict[str, Any]:
-    scaler, ridge = model.estimator.named_steps["scale"], model.estimator.named_steps["ridge"]
-    return {
-        "scaler": {
-            "mean": scaler.mean_.tolist(),
-            "scale": scaler.scale_.tolist(),
-            "var": scaler.var_.tolist(),
-        },
-        "ridge": {"coef": ridge.coef_.tolist(), "intercept": ridge.intercept_.tolist()},
-    }
-
-
-def _lightgbm_payload(model: TabularModel) -> dict[str, Any]:
-    boosters = zip(HORIZONS, model.estimator, strict=True)
-    return {"boosters": {h.name: booster.model_to_string() for h, booster in boosters}}
-
-
 def to_document(model: TabularModel) -> dict[str, Any]:
-    """The artifact's JSON object."""
-    payload = _ridge_payload(model) if model.kind == "ridge" else _lightgbm_payload(model)
+    """The artifact's JSON object: the recipe's config and its family's `dump` of the fitted state."""
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -53,7 +36,7 @@ def to_document(model: TabularModel) -> dict[str, Any]:
         "features": list(model.features),
         "features_fingerprint": price_features.fingerprint(),
         "horizons": [h.name for h in HORIZONS],
-        "payload": payload,
+        "payload": family(model.kind).dump(model.estimator),
     }
 
 
@@ -66,48 +49,6 @@ def save(model: TabularModel, path: Path | str) -> str:
 
 def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
-
-
-def _array(values, shape: tuple[int, ...], what: str) -> np.ndarray:
-    out = np.asarray(values, dtype=np.float64)
-    if out.shape != shape:
-        raise ValueError(f"{what} has shape {out.shape}, expected {shape}")
-    return out
-
-
-def _rebuild_ridge(cfg: TabularConfig, payload: dict, n_features: int):
-    from sklearn.linear_model import Ridge
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    # The fitted attributes scikit-learn's own transform and predict read, restored as fit left them.
-    scaler = StandardScaler()
-    scaler.mean_ = _array(payload["scaler"]["mean"], (n_features,), "scaler mean")
-    scaler.scale_ = _array(payload["scaler"]["scale"], (n_features,), "scaler scale")
-    scaler.var_ = _array(payload["scaler"]["var"], (n_features,), "scaler var")
-    scaler.n_features_in_ = n_features
-    ridge = Ridge(alpha=cfg.alpha)
-    ridge.coef_ = _array(payload["ridge"]["coef"], (len(HORIZONS), n_features), "ridge coef")
-    ridge.intercept_ = _array(payload["ridge"]["intercept"], (len(HORIZONS),), "ridge intercept")
-    ridge.n_features_in_ = n_features
-    return Pipeline([("scale", scaler), ("ridge", ridge)])
-
-
-def _rebuild_lightgbm(payload: dict, features: list[str]):
-    import lightgbm
-
-    texts = payload["boosters"]
-    if sorted(texts) != sorted(h.name for h in HORIZONS):
-        raise ValueError(f"boosters for {sorted(texts)}, expected one per horizon")
-    boosters = []
-    for h in HORIZONS:
-        if not isinstance(texts[h.name], str):
-            raise ValueError(f"the {h.name} booster is not LightGBM model text")
-        booster = lightgbm.Booster(model_str=texts[h.name])
-        if booster.feature_name() != features:
-            raise ValueError(f"the {h.name} booster reads features {booster.feature_name()[:3]}…")
-        boosters.append(booster)
-    return tuple(boosters)
 
 
 def load(path: Path | str, expected_sha256: str) -> TabularModel:
@@ -134,8 +75,9 @@ def load(path: Path | str, expected_sha256: str) -> TabularModel:
     if doc.get("version") != VERSION:
         raise CheckpointError(f"{who} has version {doc.get('version')!r}; this code reads version {VERSION}")
     kind = doc.get("kind")
-    if kind not in KINDS:
-        raise CheckpointError(f"{who} has unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    known = [r.name for r in RECIPES.values() if r.family]
+    if kind not in known:
+        raise CheckpointError(f"{who} has unknown kind {kind!r} (known: {', '.join(known)})")
     current = price_features.fingerprint()
     features = list(price_features.feature_names())
     if doc.get("features_fingerprint") != current or doc.get("features") != features:
@@ -147,13 +89,11 @@ def load(path: Path | str, expected_sha256: str) -> TabularModel:
     if doc.get("horizons") != horizons:
         raise CheckpointError(f"{who} predicts horizons {doc.get('horizons')}, not {horizons}")
     try:
-        cfg = TabularConfig.from_dict(doc["config"])
-        if cfg.kind != kind:
-            raise ValueError(f"its config says kind {cfg.kind!r}")
-        if kind == "ridge":
-            estimator = _rebuild_ridge(cfg, doc["payload"], len(features))
-        else:
-            estimator = _rebuild_lightgbm(doc["payload"], features)
+        if doc["config"].get("kind") != kind:
+            raise ValueError(f"its config says kind {doc['config'].get('kind')!r}")
+        fam = family(kind)
+        cfg = fam.config.from_dict(doc["config"])
+        estimator = fam.load(doc["payload"], cfg, len(features))
     except Exception as exc:  # a missing key, a wrong shape, LightGBM refusing its model text
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{who} is inconsistent: {first}") from None

@@ -45,6 +45,7 @@ from ldtm_core.learning.backtest import (
 )
 from ldtm_core.learning.fold_calendar import FOLD_PERIOD
 from ldtm_core.learning.recipes import artifacts, tabular
+from ldtm_core.learning.recipes.family import RecipeConfig, config_from, family
 from ldtm_core.learning.recipes.global_fit import panel_bars
 from ldtm_core.learning.registry import ModelRecord, get_model, models_on_artifact
 from ldtm_core.schema import backtest_fold_results
@@ -117,18 +118,22 @@ def fold_places(panel: Panel, folds: int, test_sessions: int | None) -> list[Fol
     return out
 
 
-def runtime(cfg: tabular.TabularConfig) -> fold_cache.Runtime:
-    """What does a recipe fit's arithmetic: its library's version and the recipe code's syntax trees."""
+def runtime(cfg: RecipeConfig) -> fold_cache.Runtime:
+    """What does a recipe fit's arithmetic: its libraries' versions and the syntax trees of the recipe
+    code (its family's module, the features, the artifact format and the fit around them)."""
     import importlib.metadata as md
+    import sys
 
     from ldtm_core.learning.recipes import global_fit
 
-    library = "scikit-learn" if cfg.kind == "ridge" else "lightgbm"
+    fam = family(cfg.kind)
+    libraries = ", ".join(f"{lib} {md.version(lib)}" for lib in fam.libraries)
     code = hashlib.sha256()
-    for module in (tabular, price_features, artifacts, global_fit):
+    modules = (sys.modules[fam.fit.__module__], tabular, price_features, artifacts, global_fit)
+    for module in dict.fromkeys(modules):
         path = Path(module.__file__)
         code.update(fold_cache.code_digest(path.name, path.read_text()).encode())
-    return fold_cache.Runtime("float64", "cpu", f"{library} {md.version(library)}", code.hexdigest())
+    return fold_cache.Runtime("float64", "cpu", libraries, code.hexdigest())
 
 
 def _digest(*arrays: np.ndarray) -> str:
@@ -233,11 +238,7 @@ def backtest_fit(
     t0 = time.perf_counter()
     records = fit_records(engine, model_id)
     head = records[0]
-    if head.recipe not in tabular.KINDS:
-        raise InputError(f"model {model_id} ({head.ticker}) is a {head.recipe} model, not a global recipe's")
-    cfg = tabular.TabularConfig.from_dict(
-        {k: v for k, v in json.loads(head.config_json).items() if k != "recipe"}
-    )
+    cfg = config_from(head.recipe, json.loads(head.config_json))
     sig = cfg.signature
     by_ticker = {r.ticker: r for r in records}
     tickers = sorted(by_ticker)

@@ -22,20 +22,19 @@ from ldtm_core.data.calendar import target_dates
 from ldtm_core.errors import InputError, LDTMError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.recipes import get
-from ldtm_core.learning.recipes.tabular import KINDS, TabularConfig
+from ldtm_core.learning.recipes.family import RecipeConfig, family
 from ldtm_core.learning.training import MIN_LABELED_SAMPLES, TrainOutcome
 
 PRICE_FIELDS = ("open", "high", "low", "close", "volume")
 
 
-def recipe_config(name: str, overrides: dict | None = None) -> TabularConfig:
+def recipe_config(name: str, overrides: dict | None = None) -> RecipeConfig:
     """The config of global recipe `name` with `overrides` (`training.parse_overrides`) applied."""
-    recipe = get(name)
-    if recipe.name not in KINDS:
-        raise InputError(f"recipe {name!r} is not a global recipe (global: {', '.join(KINDS)})")
+    get(name)  # an unknown name is refused listing every recipe
     if "kind" in (overrides or {}):
         raise InputError("--set kind: the recipe is chosen with --recipe")
-    return TabularConfig.from_dict({**TabularConfig().to_dict(), **(overrides or {}), "kind": name})
+    config = family(name).config
+    return config.from_dict({**config().to_dict(), **(overrides or {}), "kind": name})
 
 
 def panel_bars(arrays: dict[str, dict]) -> pd.DataFrame:

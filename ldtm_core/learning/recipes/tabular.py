@@ -9,9 +9,7 @@ Artifacts (save/load) are JSON data, never code: see `artifacts.py`.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,10 +19,9 @@ from ldtm_core.data import price_features
 from ldtm_core.data.calendar import target_dates
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
+from ldtm_core.learning.recipes.family import TARGET_DEFINITION, Family, RecipeConfig, family  # noqa: F401
 
 KINDS = ("ridge", "lightgbm")
-# What a target is: part of the signature, since a change of definition makes two fits incomparable.
-TARGET_DEFINITION = "log_return(close[target_date] / close[date]), XNYS sessions"
 
 
 def target_columns() -> list[str]:
@@ -94,8 +91,8 @@ def training_frame(bars: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
 
 
 @dataclass(frozen=True)
-class TabularConfig:
-    """One recipe's settings. Ridge reads `alpha`; LightGBM the rest (named as LGBMRegressor's)."""
+class TabularConfig(RecipeConfig):
+    """Ridge's and LightGBM's settings. Ridge reads `alpha`; LightGBM the rest (named as LGBMRegressor's)."""
 
     kind: str = "ridge"
     alpha: float = 1.0
@@ -106,36 +103,12 @@ class TabularConfig:
     subsample: float = 0.8
     subsample_freq: int = 1  # LightGBM bags rows only when this is positive
     colsample_bytree: float = 0.8
-    seed: int = 0
     deterministic: bool = True
     num_threads: int = 1
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise InputError(f"tabular recipe kind {self.kind!r} is not one of {', '.join(KINDS)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TabularConfig:
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise InputError(f"tabular config: unknown field(s) {', '.join(sorted(unknown))}")
-        return cls(**d)
-
-    @property
-    def signature(self) -> str:
-        """sha256 of the config, the feature definitions, the horizons and the target definition as
-        canonical JSON: two fits with one signature saw the same recipe on the same inputs' definitions."""
-        spec = {
-            "config": self.to_dict(),
-            "features_fingerprint": price_features.fingerprint(),
-            "horizons": [h.name for h in HORIZONS],
-            "targets": TARGET_DEFINITION,
-        }
-        blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        return hashlib.sha256(blob.encode("ascii")).hexdigest()
 
     def lightgbm_params(self) -> dict[str, Any]:
         """The booster's parameters under LightGBM's canonical names (aliases would warn)."""
@@ -158,10 +131,10 @@ class TabularConfig:
 
 @dataclass
 class TabularModel:
-    """A fitted recipe. `estimator`: the scikit-learn Pipeline (ridge, all horizons at once) or one
-    LightGBM Booster per horizon, in HORIZONS order."""
+    """A fitted global recipe: its config and the state its family fitted (ridge: the scikit-learn
+    Pipeline, all horizons at once; LightGBM: one Booster per horizon, in HORIZONS order)."""
 
-    config: TabularConfig
+    config: RecipeConfig
     estimator: Any
     features: tuple[str, ...] = field(default_factory=price_features.feature_names)
 
@@ -175,21 +148,12 @@ class TabularModel:
 
     def predict(self, x: pd.DataFrame | np.ndarray) -> np.ndarray:
         """Log returns [n, len(HORIZONS)] for feature rows `x` (columns `features`, or an array in
-        their order). Raises InputError naming the recipe when the estimator's output is not that."""
+        their order). Raises InputError naming the recipe when its output is not that, or not finite."""
         values = _matrix(x, self.features, f"{self.kind} predict: X")
         n, width = len(values), len(HORIZONS)
         if n == 0:
             return np.empty((0, width))
-        if self.kind == "ridge":
-            out = np.asarray(self.estimator.predict(values), dtype=np.float64)
-        else:
-            columns = []
-            for h, booster in zip(HORIZONS, self.estimator, strict=True):
-                col = np.asarray(booster.predict(values, num_threads=self.config.num_threads), np.float64)
-                if col.shape != (n,):
-                    raise InputError(f"lightgbm predicted shape {col.shape} for {h.name}, expected ({n},)")
-                columns.append(col)
-            out = np.column_stack(columns)
+        out = np.asarray(family(self.kind).predict(self.estimator, values, self.config), dtype=np.float64)
         if out.shape != (n, width):
             raise InputError(f"{self.kind} predicted shape {out.shape}, expected ({n}, {width})")
         bad = int((~np.isfinite(out)).sum())
@@ -218,7 +182,7 @@ def _matrix(data: pd.DataFrame | np.ndarray, columns: list[str] | tuple[str, ...
     return values
 
 
-def fit(x: pd.DataFrame | np.ndarray, y: pd.DataFrame | np.ndarray, cfg: TabularConfig) -> TabularModel:
+def fit(x: pd.DataFrame | np.ndarray, y: pd.DataFrame | np.ndarray, cfg: RecipeConfig) -> TabularModel:
     """Fit `cfg`'s recipe on features `x` (`price_features.feature_names()`) and targets `y`
     (`target_columns()`), as `training_frame` returns them."""
     features = price_features.feature_names()
@@ -226,24 +190,112 @@ def fit(x: pd.DataFrame | np.ndarray, y: pd.DataFrame | np.ndarray, cfg: Tabular
     ys = _matrix(y, target_columns(), f"{cfg.kind} fit: Y")
     if len(xs) != len(ys) or len(xs) < 2:
         raise InputError(f"{cfg.kind} fit: X has {len(xs)} rows and Y {len(ys)}; need equal, at least 2")
-    if cfg.kind == "ridge":
-        from sklearn.linear_model import Ridge
-        from sklearn.pipeline import Pipeline
-        from sklearn.preprocessing import StandardScaler
+    return TabularModel(config=cfg, estimator=family(cfg.kind).fit(xs, ys, cfg), features=features)
 
-        # Scaled first: the penalty then weighs every feature alike whatever its units.
-        estimator = Pipeline([("scale", StandardScaler()), ("ridge", Ridge(alpha=cfg.alpha))])
-        estimator.fit(xs, ys)
-    else:
-        import lightgbm
 
-        params = cfg.lightgbm_params()
-        estimator = tuple(
-            lightgbm.train(
-                params,
-                lightgbm.Dataset(xs, label=ys[:, j], feature_name=list(features), params=params),
-                num_boost_round=cfg.n_estimators,
-            )
-            for j in range(len(HORIZONS))
+# --- the two built-in families ------------------------------------------------------------------------
+
+
+def _fit_ridge(xs: np.ndarray, ys: np.ndarray, cfg: TabularConfig):
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    # Scaled first: the penalty then weighs every feature alike whatever its units.
+    return Pipeline([("scale", StandardScaler()), ("ridge", Ridge(alpha=cfg.alpha))]).fit(xs, ys)
+
+
+def _dump_ridge(estimator) -> dict[str, Any]:
+    scaler, ridge = estimator.named_steps["scale"], estimator.named_steps["ridge"]
+    return {
+        "scaler": {
+            "mean": scaler.mean_.tolist(),
+            "scale": scaler.scale_.tolist(),
+            "var": scaler.var_.tolist(),
+        },
+        "ridge": {"coef": ridge.coef_.tolist(), "intercept": ridge.intercept_.tolist()},
+    }
+
+
+def _array(values, shape: tuple[int, ...], what: str) -> np.ndarray:
+    out = np.asarray(values, dtype=np.float64)
+    if out.shape != shape:
+        raise ValueError(f"{what} has shape {out.shape}, expected {shape}")
+    return out
+
+
+def _load_ridge(payload: dict, cfg: TabularConfig, n_features: int):
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    # The fitted attributes scikit-learn's own transform and predict read, restored as fit left them.
+    scaler = StandardScaler()
+    scaler.mean_ = _array(payload["scaler"]["mean"], (n_features,), "scaler mean")
+    scaler.scale_ = _array(payload["scaler"]["scale"], (n_features,), "scaler scale")
+    scaler.var_ = _array(payload["scaler"]["var"], (n_features,), "scaler var")
+    scaler.n_features_in_ = n_features
+    ridge = Ridge(alpha=cfg.alpha)
+    ridge.coef_ = _array(payload["ridge"]["coef"], (len(HORIZONS), n_features), "ridge coef")
+    ridge.intercept_ = _array(payload["ridge"]["intercept"], (len(HORIZONS),), "ridge intercept")
+    ridge.n_features_in_ = n_features
+    return Pipeline([("scale", scaler), ("ridge", ridge)])
+
+
+def _fit_lightgbm(xs: np.ndarray, ys: np.ndarray, cfg: TabularConfig):
+    import lightgbm
+
+    params, names = cfg.lightgbm_params(), list(price_features.feature_names())
+    return tuple(
+        lightgbm.train(
+            params,
+            lightgbm.Dataset(xs, label=ys[:, j], feature_name=names, params=params),
+            num_boost_round=cfg.n_estimators,
         )
-    return TabularModel(config=cfg, estimator=estimator, features=features)
+        for j in range(len(HORIZONS))
+    )
+
+
+def _predict_lightgbm(boosters, xs: np.ndarray, cfg: TabularConfig) -> np.ndarray:
+    columns = []
+    for h, booster in zip(HORIZONS, boosters, strict=True):
+        col = np.asarray(booster.predict(xs, num_threads=cfg.num_threads), np.float64)
+        if col.shape != (len(xs),):
+            raise InputError(f"lightgbm predicted shape {col.shape} for {h.name}, expected ({len(xs)},)")
+        columns.append(col)
+    return np.column_stack(columns)
+
+
+def _dump_lightgbm(boosters) -> dict[str, Any]:
+    return {"boosters": {h.name: b.model_to_string() for h, b in zip(HORIZONS, boosters, strict=True)}}
+
+
+def _load_lightgbm(payload: dict, cfg: TabularConfig, n_features: int):
+    import lightgbm
+
+    features = list(price_features.feature_names())
+    texts = payload["boosters"]
+    if sorted(texts) != sorted(h.name for h in HORIZONS):
+        raise ValueError(f"boosters for {sorted(texts)}, expected one per horizon")
+    boosters = []
+    for h in HORIZONS:
+        if not isinstance(texts[h.name], str):
+            raise ValueError(f"the {h.name} booster is not LightGBM model text")
+        booster = lightgbm.Booster(model_str=texts[h.name])
+        if booster.feature_name() != features:
+            raise ValueError(f"the {h.name} booster reads features {booster.feature_name()[:3]}…")
+        boosters.append(booster)
+    return tuple(boosters)
+
+
+RIDGE = Family(
+    TabularConfig,
+    _fit_ridge,
+    lambda estimator, xs, cfg: estimator.predict(xs),
+    _dump_ridge,
+    _load_ridge,
+    libraries=("scikit-learn",),
+)
+LIGHTGBM = Family(
+    TabularConfig, _fit_lightgbm, _predict_lightgbm, _dump_lightgbm, _load_lightgbm, libraries=("lightgbm",)
+)

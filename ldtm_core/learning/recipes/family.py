@@ -1,0 +1,89 @@
+"""What a global recipe is made of: its settings (`RecipeConfig`) and its family (`Family`): how it fits,
+predicts and stores its fitted state. Ridge and LightGBM are two families (`tabular`); yours is a third,
+in one module, registered with one line in `recipes.RECIPES` (docs/architecture.md, "Add a recipe").
+
+Every family reads the same inputs: X, the `price_features` library's columns for each (ticker, evening),
+and Y, each horizon's log return to its target date. LDTM does everything else: the panel, the purge,
+the folds, the artifact file (JSON data, sha256-verified, never code), the registry, the gate, serving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from ldtm_core.data import price_features
+from ldtm_core.errors import InputError
+from ldtm_core.horizons import HORIZONS
+from ldtm_core.learning.recipes import RECIPES, get
+
+# What a target is: part of the signature, since a change of definition makes two fits incomparable.
+TARGET_DEFINITION = "log_return(close[target_date] / close[date]), XNYS sessions"
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    """A global recipe's settings: subclass it as a frozen dataclass with a default for every field
+    (`ldtm train --recipe R --set field=value` sets them). `kind` is the recipe's name; `seed` is part of
+    every fold's key."""
+
+    kind: str = ""
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RecipeConfig:
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise InputError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+    @property
+    def signature(self) -> str:
+        """sha256 of the config, the feature definitions, the horizons and the target definition as
+        canonical JSON: two fits with one signature saw the same recipe on the same inputs' definitions."""
+        spec = {
+            "config": self.to_dict(),
+            "features_fingerprint": price_features.fingerprint(),
+            "horizons": [h.name for h in HORIZONS],
+            "targets": TARGET_DEFINITION,
+        }
+        blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one global recipe fits, predicts and stores itself. Arrays are float64; X is [n, features]
+    in `price_features.feature_names()` order, Y and predictions [n, len(HORIZONS)] in HORIZONS order."""
+
+    config: type[RecipeConfig]
+    fit: Callable[[Any, Any, Any], Any]  # (X, Y, config) -> the fitted state
+    predict: Callable[[Any, Any, Any], Any]  # (state, X, config) -> predicted log returns
+    dump: Callable[[Any], dict]  # state -> JSON data (numbers, strings, lists, dicts): the artifact
+    load: Callable[[dict, Any, int], Any]  # (that data, config, number of features) -> the state
+    libraries: tuple[str, ...] = ()  # distributions whose version is part of every fold's key
+
+
+def family(name: str) -> Family:
+    """The family of global recipe `name`, imported on first use (the registry names its module)."""
+    recipe = get(name)  # an unknown name is refused listing every recipe
+    if recipe.family is None:
+        known = ", ".join(r.name for r in RECIPES.values() if r.family)
+        raise InputError(f"recipe {name!r} is not a global recipe (global: {known})")
+    module, _, attr = recipe.family.partition(":")
+    found = getattr(importlib.import_module(module), attr, None)
+    if not isinstance(found, Family):
+        raise InputError(f"recipe {name!r}: {recipe.family} is not a recipes.family.Family")
+    return found
+
+
+def config_from(name: str, stored: dict[str, Any]) -> RecipeConfig:
+    """Recipe `name`'s config from its stored dict (a registry row's or an artifact's JSON)."""
+    return family(name).config.from_dict({**{k: v for k, v in stored.items() if k != "recipe"}, "kind": name})
