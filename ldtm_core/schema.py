@@ -342,6 +342,30 @@ gate_trials = Table(
     Index("ix_gate_trials_ticker", "ticker"),
 )
 
+# The ledger of universe verdicts (revision 0035): one row per (challenger recipe, evidence) judged by
+# `ldtm gate universe` (accountability.gate.universe): its figures and the level it was judged at.
+universe_trials = Table(
+    "universe_trials",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("recipe", String(32), nullable=False),
+    Column("config_signature", String(64), nullable=False),
+    Column("evidence_key", String(64), nullable=False),
+    Column("cutoffs", Text, nullable=False),
+    Column("tickers", Integer, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("evenings", Integer, nullable=False),
+    Column("difference", Float),
+    Column("std_error", Float),
+    Column("p_value", Float),
+    Column("detectable", Float),
+    Column("trials", Integer, nullable=False),
+    Column("alpha_adjusted", Float, nullable=False),
+    Column("decision", String(24), nullable=False),
+    Column("judged_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("config_signature", "evidence_key", name="uq_universe_trials_evidence"),
+)
+
 # Price files the `files:<dir>` source has ingested, by path + content hash (written with their prices).
 ingested_files = Table(
     "ingested_files",

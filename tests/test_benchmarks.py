@@ -539,3 +539,15 @@ def test_board_baselines(bench, tmp_path):
     assert "| as registered |" in out and "| without trend |" in out and re.search(r"ratio: [\d.]+x", out)
     with pytest.raises(SystemExit):
         bench("board_baselines", "--url", url, "--baseline", "nonsense")
+
+
+def test_universe_null(bench):
+    """--quick: every case judged both ways, each cell a share, the detectable difference shrinking with
+    more evenings."""
+    out = bench("universe_null", "--quick", "--tickers", "20")
+    rows = re.findall(
+        rf"^\| (63|250) \| (\d) points \| ({NUMBER})% \| ({NUMBER})% \| ({NUMBER}) points \|$", out, re.M
+    )
+    assert len(rows) == 8, out
+    detectable = {e: float(d) for e, edge, _, _, d in rows if edge == "0"}
+    assert detectable["250"] < detectable["63"]

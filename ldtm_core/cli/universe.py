@@ -9,6 +9,7 @@ import typer
 
 from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db, parse_date, settings
 from ldtm_core.data.universe import load_universe
+from ldtm_core.errors import InputError
 
 universe_app = typer.Typer(
     help="The ticker universe (no subcommand: list its tickers) and its membership history.",
@@ -99,4 +100,55 @@ def universe_show(
             f"[yellow]members on {day} outside LDTM_UNIVERSE={cfg.universe} (not served):[/] {' '.join(outside)}",
             highlight=False,
             soft_wrap=True,
+        )
+
+
+@universe_app.command("verdict")
+@handle_errors
+def universe_verdict_cmd(
+    recipe: str = typer.Option(
+        ..., "--recipe", "-r", help="the challenger recipe: its newest candidate per ticker"
+    ),
+    tickers: str = typer.Option("all", "--tickers", "-t", help="comma list, or 'all' for the universe"),
+    alpha: float = typer.Option(None, "--alpha", help="the family's level (default LDTM_GATE_ALPHA)"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="judge without adding to the universe trials ledger"
+    ),
+) -> None:
+    """Is RECIPE better than what serves now, over the universe? One date-clustered verdict (docs/reading-the-figures.md)."""
+    from rich.table import Table
+
+    from ldtm_core.accountability.gate.policy import GateThresholds
+    from ldtm_core.accountability.gate.universe import universe_verdict
+    from ldtm_core.cli.common import fmt_pct
+    from ldtm_core.data.universe import resolve_tickers
+
+    cfg = settings()
+    chosen = resolve_tickers(
+        None if tickers.strip().lower() == "all" else tickers, load_universe(cfg.universe)
+    )
+    level = GateThresholds.from_env().alpha if alpha is None else alpha
+    if not 0.0 < level < 1.0:
+        raise InputError(f"--alpha must be within (0, 1), not {level}")
+    v = universe_verdict(open_db(cfg), cfg, recipe, chosen, alpha=level, record=not dry_run)
+    table = Table(
+        "ticker", "rows", recipe, "champion", "champion recipe", title=f"universe verdict: {recipe}"
+    )
+    for r in v.per_ticker.itertuples():
+        table.add_row(
+            r.ticker,
+            str(r.rows),
+            fmt_pct(r.challenger_accuracy),
+            fmt_pct(r.champion_accuracy),
+            r.champion_recipe,
+        )
+    console.print(table)
+    console.print(v.summary(), highlight=False, soft_wrap=True)
+    for t, why in sorted(v.skipped.items()):
+        err_console.print(f"[yellow]{t}[/]: {why}", highlight=False)
+    if not dry_run:
+        console.print(
+            "recorded in the universe trials ledger"
+            if v.recorded
+            else "not recorded: judged before, or insufficient evidence"
         )

@@ -296,7 +296,7 @@ def _pairing_config(*records: ModelRecord) -> ModelConfig:
     return get_profile("reference")
 
 
-def _index(samples: SampleSet, dates: np.ndarray) -> np.ndarray:
+def rows_at(samples: SampleSet, dates: np.ndarray) -> np.ndarray:
     pos = np.searchsorted(samples.dates, dates)
     if np.any(pos >= len(samples)) or np.any(samples.dates[np.minimum(pos, len(samples) - 1)] != dates):
         raise InputError("a fold's test dates are not among the ticker's sessions: backtest again")
@@ -312,7 +312,7 @@ def _pair(
     """`parts`: (fold, dates, challenger [n, H], champion [n, H]) of the rows both sides predicted;
     `error_margin`: the |error| tests' practical margin (GateThresholds.error_margin)."""
     fold = np.concatenate([np.full(len(d), k) for k, d, _, _ in parts]) if parts else np.zeros(0, int)
-    idx = _index(samples, np.concatenate([d for _, d, _, _ in parts])) if parts else np.zeros(0, int)
+    idx = rows_at(samples, np.concatenate([d for _, d, _, _ in parts])) if parts else np.zeros(0, int)
     empty = np.zeros((0, len(HORIZONS)))
     return compare(
         np.concatenate([a for *_, a, _ in parts]) if parts else empty,
@@ -403,24 +403,46 @@ def _configs(engine, settings, candidate, champion, folds, thresholds, trials: i
         trials=trials,
         alpha_adjusted=gate_ledger.spend(thresholds.alpha, trials),
     )
-    end = folds[0].get("data_end")
     try:
-        champ = champion_backtest(
-            engine,
-            settings,
-            candidate.ticker,
-            champion,
-            len(folds),
-            max(int(f["n"]) for f in folds),
-            _warm(engine, folds),
-            end,
-        )
+        shared = paired_folds(engine, settings, candidate, champion, folds)
     except (InputError, NotFoundError) as exc:
         out.note = f"the champion's config could not be backtested on the same folds: {exc}"
         out.criteria = [Criterion("paired_rows", 0, ">=", thresholds.min_rows, False)]
         return out
+    champ = shared.champion
     out.champion_backtest_id = champ.backtest_id
     out.reused_folds, out.refit_folds = champ.reused_folds, champ.refit_folds
+    out.paired = _pair(shared.samples, shared.parts, ("candidate", "champion"), thresholds.error_margin)
+    out.decision, out.criteria = decide(CONFIGS, out.paired, thresholds, out.alpha_adjusted)
+    return out
+
+
+@dataclass
+class PairedFolds:
+    """The candidate's and the champion's predictions on the rows both predicted, fold by fold."""
+
+    champion: object  # the champion's BacktestResult on the candidate's folds
+    parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]  # (fold, dates, candidate, champion)
+    samples: SampleSet  # the ticker's closes and answers on those dates
+
+
+def paired_folds(
+    engine, settings, candidate: ModelRecord, champion: ModelRecord, folds: list[dict]
+) -> PairedFolds:
+    """The champion's recipe backtested on the candidate's folds (stored folds reused) and the two
+    sides' stored predictions paired on (fold, date). Raises InputError/NotFoundError when the
+    champion's side cannot be backtested there."""
+    end = folds[0].get("data_end")
+    champ = champion_backtest(
+        engine,
+        settings,
+        candidate.ticker,
+        champion,
+        len(folds),
+        max(int(f["n"]) for f in folds),
+        _warm(engine, folds),
+        end,
+    )
     theirs = {f.window.cutoff: f for f in champ.folds}
     parts = []
     for f in folds:
@@ -433,9 +455,7 @@ def _configs(engine, settings, candidate, champion, folds, thresholds, trials: i
         if len(common):
             parts.append((int(f["fold"]), common, p1[i1], p2[i2]))
     samples = _samples(engine, candidate.ticker, _pairing_config(candidate, champion), end)
-    out.paired = _pair(samples, parts, ("candidate", "champion"), thresholds.error_margin)
-    out.decision, out.criteria = decide(CONFIGS, out.paired, thresholds, out.alpha_adjusted)
-    return out
+    return PairedFolds(champ, parts, samples)
 
 
 def _refresh(engine, settings, candidate, champion, folds, thresholds) -> Comparison:
@@ -462,7 +482,7 @@ def _refresh(engine, settings, candidate, champion, folds, thresholds) -> Compar
         model.load_state_dict(fold_cache.load_weights(stale.weights))
         model.eval()
         with torch.no_grad():
-            old = predict_prices(model, samples.subset(_index(samples, dates)))
+            old = predict_prices(model, samples.subset(rows_at(samples, dates)))
         parts.append((int(f["fold"]), dates, refreshed, old))
     out.paired = _pair(samples, parts, ("refreshed", "stale"), thresholds.error_margin)
     out.decision, out.criteria = decide(REFRESH, out.paired, thresholds)

@@ -217,3 +217,19 @@ def first_deployment_yearly_rate(
                 hit += 1
                 break
     return hit / reps
+
+
+def universe_rows(
+    rng: np.random.Generator, evenings: int, tickers: int, edge: float, market_share: float = 0.8
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(challenger right, champion right, evening) for the universe verdict (`gate.universe`), one entry
+    per (evening, ticker). The day's market moves `market_share` of the tickers together. The challenger
+    makes one call per day for every ticker (a market-timing recipe: its rows of one day are one draw)
+    and is right on 1/2 + `edge` of the rows; the champion is a coin per row."""
+    market = rng.choice([-1, 1], size=(evenings, 1))
+    truth = np.where(rng.random((evenings, tickers)) < market_share, market, -market)
+    day_call = rng.choice([-1, 1], size=(evenings, 1)) * np.ones((1, tickers))
+    skilled = rng.random((evenings, tickers)) < 2 * edge  # called right; the rest by the day's call
+    challenger = np.where(skilled, truth, day_call) == truth
+    champion = rng.random((evenings, tickers)) < 0.5
+    return challenger.ravel(), champion.ravel(), np.repeat(np.arange(evenings), tickers)
