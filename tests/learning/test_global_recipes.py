@@ -218,3 +218,20 @@ def test_a_global_fit_is_backtested_on_its_panel_once_per_fold_and_scored_per_ti
         a = [f.scores for f in bt.results[t].folds]
         b = [f.scores for f in again.results[t].folds]
         assert a == b
+
+
+def test_backtesting_many_tickers_fits_each_fold_of_a_global_fit_once(store):
+    from ldtm_core.accountability.gate.backtest_pool import backtest_many
+
+    engine, settings = store
+    global_fit.train_global(engine, settings, "ridge", TICKERS)
+    seen = []
+    outcomes = backtest_many(settings, [*TICKERS, "TSLA"], folds=2, max_workers=1, on_outcome=seen.append)
+
+    assert [o.ticker for o in outcomes] == [*TICKERS, "TSLA"] and len(seen) == 4
+    assert [o.status for o in outcomes] == ["ok", "ok", "ok", "no candidate"]
+    # One fit per fold for the whole panel: one fold artifact each, every ticker's fold on it.
+    from ldtm_core.learning import fold_cache
+
+    assert len(list(fold_cache.weights_dir(settings).glob("recipe-ridge-*.json"))) == 2
+    assert {o.result.model_id for o in outcomes[:3]} == {m.id for m in list_models(engine)}

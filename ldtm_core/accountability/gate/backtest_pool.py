@@ -124,18 +124,55 @@ def backtest_candidate(
         )
     except LDTMError as exc:
         return BacktestOutcome(ticker, "failed", reason=mask_secrets(str(exc), settings.database_url))
+    return _with_champion(engine, settings, candidate, result, device=device, threads=threads, reuse=reuse)
+
+
+def _with_champion(engine, settings: Settings, candidate, result: BacktestResult, **kw) -> BacktestOutcome:
+    """The candidate's outcome, its champion's side backtested on the same folds. The gate pairs the two
+    on these folds: the champion's side is fitted here, within the slot plan, so the gate (one process,
+    one thread) only reads stored folds."""
     try:
-        # The gate pairs the candidate with the champion on these folds: fit the champion's side here,
-        # within the slot plan, so the gate (one process, one thread) only reads stored folds.
-        champion = prepare_champion(
-            engine, settings, candidate, result, device=device, threads=threads, reuse=reuse
-        )
+        champion = prepare_champion(engine, settings, candidate, result, **kw)
     except LDTMError as exc:  # the gate tries again and reports why it cannot pair
         why = mask_secrets(str(exc), settings.database_url)
         return BacktestOutcome(
-            ticker, "ok", result, reason=f"champion's config not backtested on these folds: {why}"
+            candidate.ticker, "ok", result, reason=f"champion's config not backtested on these folds: {why}"
         )
-    return BacktestOutcome(ticker, "ok", result, champion=champion)
+    return BacktestOutcome(candidate.ticker, "ok", result, champion=champion)
+
+
+def _global_fits(
+    settings: Settings, tickers: list[str], folds: int, reuse: bool | None, end: dt.date | None
+) -> dict[str, BacktestOutcome]:
+    """The tickers whose newest candidate is a global recipe's, each fit backtested once for all of its
+    tickers here (its folds are one fit each for the whole panel): {ticker: outcome}."""
+    from ldtm_core.db import get_engine
+
+    engine = get_engine(settings.database_url)
+    fits: dict[str, list] = {}
+    for t in tickers:
+        rec = newest_candidate(engine, t)
+        if rec is not None and rec.recipe != LSTM:
+            fits.setdefault(rec.checkpoint_path, []).append(rec)
+    out = {}
+    with global_backtest.shared_panels():
+        for recs in fits.values():
+            names = [r.ticker for r in recs]
+            try:
+                fit = global_backtest.backtest_fit(
+                    engine, settings, recs[0].id, folds, end=end, reuse=reuse, only=names
+                )
+            except Exception as exc:  # noqa: BLE001 - a recipe that fails fails its own tickers, by name
+                why = str(exc) if isinstance(exc, LDTMError) else f"{type(exc).__name__}: {exc}"
+                reason = mask_secrets(f"recipe {recs[0].recipe}: {why}", settings.database_url)
+                out.update({r.ticker: BacktestOutcome(r.ticker, "failed", reason=reason) for r in recs})
+                continue
+            for r in recs:
+                if r.ticker in fit.results:
+                    out[r.ticker] = _with_champion(engine, settings, r, fit.results[r.ticker], reuse=reuse)
+                else:
+                    out[r.ticker] = BacktestOutcome(r.ticker, "failed", reason=fit.skipped.get(r.ticker, ""))
+    return out
 
 
 def backtest_many(
@@ -154,15 +191,20 @@ def backtest_many(
     if folds < 1:
         raise InputError(f"folds must be >= 1, not {folds}")
     tickers = [validate_ticker(t) for t in tickers]
+    done = _global_fits(settings, tickers, folds, reuse, end)
+    for o in done.values():
+        (on_outcome or (lambda _o: None))(o)
     work = partial(
         backtest_candidate, settings=settings, folds=folds, warm_start=warm_start, reuse=reuse, end=end
     )
-    return map_tickers(
+    rest = map_tickers(
         settings,
-        tickers,
+        [t for t in tickers if t not in done],
         work,
         failed=lambda ticker, reason: BacktestOutcome(ticker, "failed", reason=reason),
         plan=plan,
         max_workers=max_workers,
         on_outcome=on_outcome,
     )
+    found = {**done, **{o.ticker: o for o in rest}}
+    return [found[t] for t in tickers]

@@ -39,7 +39,7 @@ from ldtm_core.accountability.gate.gate import newest_backtest
 from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
 from ldtm_core.config import Settings
 from ldtm_core.errors import InputError, NotFoundError
-from ldtm_core.learning.recipes import get
+from ldtm_core.learning.recipes import get, global_backtest
 from ldtm_core.learning.registry import ModelRecord, active_model, newest_candidate
 from ldtm_core.schema import universe_trials
 
@@ -139,34 +139,9 @@ def universe_verdict(
     challengers = _challengers(engine, recipe, tickers)
     skipped = {t: f"no candidate of recipe {recipe}" for t in tickers if t not in challengers}
     frames, per_ticker, evidence, signatures = [], [], [], set()
-    for t, rec in challengers.items():
-        champion = active_model(engine, t)
-        found = newest_backtest(engine, rec.id, rec.recipe_signature)
-        if champion is None or found is None:
-            skipped[t] = "no champion to compare with" if champion is None else "candidate not backtested"
-            continue
-        backtest_id, folds = found
-        try:
-            shared = cc.paired_folds(engine, settings, rec, champion, folds)
-        except (InputError, NotFoundError) as exc:
-            skipped[t] = f"champion not backtested on these folds: {exc}"
-            continue
-        rows = _rows(t, shared)
-        if rows.empty:
-            skipped[t] = "no paired rows"
-            continue
-        frames.append(rows)
-        per_ticker.append(
-            {
-                "ticker": t,
-                "rows": len(rows),
-                "challenger_accuracy": rows["challenger"].mean(),
-                "champion_accuracy": rows["champion"].mean(),
-                "champion_recipe": champion.recipe,
-            }
-        )
-        evidence.append((t, gate_ledger.evidence_of(engine, backtest_id, folds)))
-        signatures.add(rec.recipe_signature)
+    with global_backtest.shared_panels():  # a global champion's panel is read once, not per ticker
+        for t, rec in challengers.items():
+            _pair_one(engine, settings, t, rec, skipped, frames, per_ticker, evidence, signatures)
     paired = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["evening"])
     signature = hashlib.sha256(json.dumps(sorted(signatures)).encode()).hexdigest()
     key = hashlib.sha256(json.dumps(sorted((t, e.key) for t, e in evidence)).encode()).hexdigest()
@@ -195,6 +170,38 @@ def universe_verdict(
     if record and decision != INSUFFICIENT:
         out.recorded = _record(engine, out, signature, key, cutoffs)
     return out
+
+
+def _pair_one(engine, settings, t, rec, skipped, frames, per_ticker, evidence, signatures) -> None:
+    """Ticker `t`'s paired rows of candidate `rec` and its champion, appended to the collections (or why
+    not, in `skipped`)."""
+    champion = active_model(engine, t)
+    found = newest_backtest(engine, rec.id, rec.recipe_signature)
+    if champion is None or found is None:
+        skipped[t] = "no champion to compare with" if champion is None else "candidate not backtested"
+        return
+    backtest_id, folds = found
+    try:
+        shared = cc.paired_folds(engine, settings, rec, champion, folds)
+    except (InputError, NotFoundError) as exc:
+        skipped[t] = f"champion not backtested on these folds: {exc}"
+        return
+    rows = _rows(t, shared)
+    if rows.empty:
+        skipped[t] = "no paired rows"
+        return
+    frames.append(rows)
+    per_ticker.append(
+        {
+            "ticker": t,
+            "rows": len(rows),
+            "challenger_accuracy": rows["challenger"].mean(),
+            "champion_accuracy": rows["champion"].mean(),
+            "champion_recipe": champion.recipe,
+        }
+    )
+    evidence.append((t, gate_ledger.evidence_of(engine, backtest_id, folds)))
+    signatures.add(rec.recipe_signature)
 
 
 def _rows(ticker: str, shared: cc.PairedFolds) -> pd.DataFrame:

@@ -17,10 +17,14 @@ stored with an intact artifact is reused, not refitted.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +59,7 @@ from ldtm_core.schema import backtest_fold_results
 class Panel:
     """Every row (ticker, session) of the fit's tickers, in ticker then date order."""
 
-    tickers: np.ndarray  # object
+    tickers: np.ndarray  # str
     days: np.ndarray  # datetime64[D]
     x: np.ndarray  # [rows, features], NaN in warm-up
     y: np.ndarray  # [rows, H] log-return targets, NaN where not yet known
@@ -64,8 +68,11 @@ class Panel:
     next_close: np.ndarray  # the ticker's close on the next-day target date (NaN: not known)
     last_target: np.ndarray  # datetime64[D]: the latest target date a row's labels read
 
+    blocks: dict[str, tuple[int, int]]  # each ticker's rows: panel[lo:hi]
+
     def rows_of(self, ticker: str) -> np.ndarray:
-        return np.flatnonzero(self.tickers == ticker)
+        lo, hi = self.blocks[ticker]
+        return np.arange(lo, hi)
 
 
 def build_panel(arrays: dict[str, dict]) -> Panel:
@@ -74,10 +81,11 @@ def build_panel(arrays: dict[str, dict]) -> Panel:
     bars = panel_bars(arrays)
     feats = price_features.compute_panel(bars)
     targets = tabular.panel_targets(bars)
-    tickers = bars["ticker"].to_numpy(dtype=object)
+    tickers = bars["ticker"].to_numpy(dtype=str)
     days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")
     close = bars["close"].to_numpy(dtype=np.float64)
     same = np.r_[False, tickers[1:] == tickers[:-1]]
+    starts = np.flatnonzero(~same)
     prev_close = np.where(same, np.r_[np.nan, close[:-1]], np.nan)
     y = targets[tabular.target_columns()].to_numpy(dtype=np.float64)
     return Panel(
@@ -89,7 +97,42 @@ def build_panel(arrays: dict[str, dict]) -> Panel:
         prev_close,
         close * np.exp(y[:, 0]),
         target_dates(days)[HORIZONS[-1].name],
+        {
+            t: (int(lo), int(hi))
+            for t, lo, hi in zip(tickers[starts], starts, np.r_[starts[1:], len(tickers)], strict=True)
+        },
     )
+
+
+# Panels read within one `shared_panels()` scope (a verdict, a backtest of many tickers): every ticker
+# of one fit reads the same panel, so it is read and its features computed once, not once per ticker.
+_PANELS: ContextVar[dict | None] = ContextVar("ldtm_recipe_panels", default=None)
+
+
+@contextmanager
+def shared_panels() -> Iterator[None]:
+    """Within this scope, a fit's panel is read once (the scope of one command: the prices do not change
+    under it in any way its figures could tell)."""
+    token = _PANELS.set({}) if _PANELS.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _PANELS.reset(token)
+
+
+def _panel_for(engine: Engine, tickers: list[str], start: dt.date, stop: dt.date) -> tuple[Panel, np.ndarray]:
+    """(the panel of `tickers`' prices from `start` to `stop`, each row's universe membership)."""
+    from ldtm_core.learning.price_windows import load_price_arrays
+
+    cache, key = _PANELS.get(), (str(engine.url), tuple(tickers), start, stop)
+    if cache is not None and key in cache:
+        return cache[key]
+    panel = build_panel(load_price_arrays(engine, tickers, start, stop))
+    found = (panel, load_membership(engine).row_mask(panel.tickers, panel.days))
+    if cache is not None:
+        cache[key] = found
+    return found
 
 
 @dataclass(frozen=True)
@@ -119,6 +162,11 @@ def fold_places(panel: Panel, folds: int, test_sessions: int | None) -> list[Fol
 
 
 def runtime(cfg: RecipeConfig) -> fold_cache.Runtime:
+    return _runtime(cfg.kind)
+
+
+@functools.lru_cache(maxsize=16)
+def _runtime(kind: str) -> fold_cache.Runtime:
     """What does a recipe fit's arithmetic: its libraries' versions and the syntax trees of the recipe
     code (its family's module, the features, the artifact format and the fit around them)."""
     import importlib.metadata as md
@@ -126,7 +174,7 @@ def runtime(cfg: RecipeConfig) -> fold_cache.Runtime:
 
     from ldtm_core.learning.recipes import global_fit
 
-    fam = family(cfg.kind)
+    fam = family(kind)
     libraries = ", ".join(f"{lib} {md.version(lib)}" for lib in fam.libraries)
     code = hashlib.sha256()
     modules = (sys.modules[fam.fit.__module__], tabular, price_features, artifacts, global_fit)
@@ -163,8 +211,8 @@ def _plan(panel: Panel, place: FoldPlace, members: np.ndarray, sig: str, cfg, rt
     testable = known & np.isfinite(panel.next_close) & members & np.isin(panel.days, place.test_days)
     train_digest = _digest(panel.tickers[train], panel.days[train], panel.x[train], panel.y[train])
     tests, keys, prints = {}, {}, {}
-    for t in np.unique(panel.tickers):
-        rows = np.flatnonzero(testable & (panel.tickers == t))
+    for t, (lo, hi) in panel.blocks.items():
+        rows = lo + np.flatnonzero(testable[lo:hi])
         if not len(rows):
             continue
         tests[t] = rows
@@ -172,6 +220,17 @@ def _plan(panel: Panel, place: FoldPlace, members: np.ndarray, sig: str, cfg, rt
         prints[t] = _digest(np.frombuffer(train_digest.encode(), np.uint8), *test)
         keys[t] = fold_cache.fold_key(sig, prints[t], pd.Timestamp(place.cutoff).date(), cfg.seed, None, rt)
     return _Fold(place, train, tests, keys, prints)
+
+
+def _plans(panel, members, sig: str, cfg, rt, folds: int, test_sessions: int | None, read) -> list[_Fold]:
+    """Every fold's plan (within a `shared_panels()` scope, made once per fit and fold geometry)."""
+    cache, key = _PANELS.get(), ("plans", *read, sig, folds, test_sessions)
+    if cache is not None and key in cache:
+        return cache[key]
+    plans = [_plan(panel, p, members, sig, cfg, rt) for p in fold_places(panel, folds, test_sessions)]
+    if cache is not None:
+        cache[key] = plans
+    return plans
 
 
 def _stored(engine: Engine, keys: list[str]) -> dict[str, dict]:
@@ -192,8 +251,16 @@ def stale_predictions(engine: Engine, key: str) -> tuple[np.ndarray, np.ndarray,
 
 
 def _artifact(settings, stored: dict) -> Path | None:
+    """The fold's artifact when it verifies (one file serves every ticker of the fold: checked once per
+    `shared_panels()` scope)."""
+    cache, key = _PANELS.get(), ("artifact", stored["weights_file"], stored["weights_sha256"])
+    if cache is not None and key in cache:
+        return cache[key]
     path = fold_cache.weights_dir(settings) / stored["weights_file"]
-    return path if path.is_file() and fold_cache.sha256_file(path) == stored["weights_sha256"] else None
+    found = path if path.is_file() and fold_cache.sha256_file(path) == stored["weights_sha256"] else None
+    if cache is not None and found is not None:
+        cache[key] = found
+    return found
 
 
 def _prices(model, panel: Panel, rows: np.ndarray) -> np.ndarray:
@@ -233,7 +300,6 @@ def backtest_fit(
     `reuse` (default `settings.backtest_reuse`) takes a fold's stored outcome instead of refitting it."""
     reuse = settings.backtest_reuse if reuse is None else reuse
     from ldtm_core.data.prices import earliest_price_date, latest_price_date
-    from ldtm_core.learning.price_windows import load_price_arrays
 
     t0 = time.perf_counter()
     records = fit_records(engine, model_id)
@@ -246,10 +312,9 @@ def backtest_fit(
     stop = end or latest_price_date(engine, tickers)
     if start is None or stop is None:
         raise NotFoundError(f"no prices for the tickers of model {model_id}'s fit")
-    panel = build_panel(load_price_arrays(engine, tickers, start, stop))
-    members = load_membership(engine).row_mask(panel.tickers, panel.days)
+    panel, members = _panel_for(engine, tickers, start, stop)
     rt = runtime(cfg)
-    plans = [_plan(panel, p, members, sig, cfg, rt) for p in fold_places(panel, folds, test_sessions)]
+    plans = _plans(panel, members, sig, cfg, rt, folds, test_sessions, (tuple(tickers), start, stop))
     skipped = {
         t: f"{t} has no testable rows in fold {p.place.fold} (its quarter from {p.place.test_days[0]})"
         for p in plans
