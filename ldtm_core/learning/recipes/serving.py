@@ -22,7 +22,9 @@ from ldtm_core.learning.recipes.global_fit import panel_bars
 from ldtm_core.learning.recipes.tabular import TabularModel
 from ldtm_core.learning.registry import ModelRecord
 
-_CACHE: dict[tuple[str, str], TabularModel] = {}
+# Parsed models by content (sha256): a global fit's file, copied once per ticker when promoted, is parsed
+# once per process; every ticker's own file is still re-hashed against its registry row on every use.
+_CACHE: dict[str, TabularModel] = {}
 
 
 def clear_cache() -> None:
@@ -31,18 +33,17 @@ def clear_cache() -> None:
 
 def load_verified(rec: ModelRecord) -> TabularModel:
     """The registry row's artifact, verified against its sha256 and its recipe signature."""
-    key = (rec.load_path, rec.checkpoint_sha256)
-    if key in _CACHE:
-        digest = sha256_file(rec.load_path) if Path(rec.load_path).is_file() else None
+    if rec.checkpoint_sha256 in _CACHE:
+        path = Path(rec.load_path)
+        digest = sha256_file(path) if path.is_file() else None
         if digest != rec.checkpoint_sha256:
-            raise CheckpointError(
-                f"tabular model {rec.load_path} is missing or no longer matches the registry"
-            )
-        return _CACHE[key]
-    model = artifacts.load(rec.load_path, rec.checkpoint_sha256)
+            raise CheckpointError(f"tabular model {path} is missing or does not match the registry")
+        model = _CACHE[rec.checkpoint_sha256]
+    else:
+        model = artifacts.load(rec.load_path, rec.checkpoint_sha256)
+        _CACHE[rec.checkpoint_sha256] = model
     if model.signature != rec.arch_signature:
         raise CheckpointError(f"tabular model {rec.load_path} holds another recipe than its registry row")
-    _CACHE[key] = model
     return model
 
 
@@ -58,16 +59,20 @@ def feature_rows(
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
     """({ticker: its feature row on run_date}, {ticker: (close, previous close)}, {ticker: why skipped})."""
     skipped = {t: f"{t} has no prices up to {run_date}" for t in tickers if t not in arrays}
-    present = {t: arrays[t] for t in tickers if t in arrays}
-    frame = price_features.compute_panel(panel_bars(present)) if present else None
-    rows, closes = {}, {}
     day = np.datetime64(run_date, "D")
+    present = {t: arrays[t] for t in sorted(tickers) if t in arrays}
+    late = [t for t, a in present.items() if not len(a["date"]) or a["date"][-1] != day]
+    skipped.update({t: f"{t} has no price on {run_date}" for t in late})
+    present = {t: a for t, a in present.items() if t not in skipped}
     names = list(price_features.feature_names())
-    for t, a in present.items():
-        if not len(a["date"]) or a["date"][-1] != day:
-            skipped[t] = f"{t} has no price on {run_date}"
-            continue
-        last = frame.loc[frame["ticker"] == t, names].to_numpy(dtype=np.float64)[-1]
+    # A feature on the run date reads the LOOKBACK bars ending there and nothing before them.
+    tails = {t: {k: v[-price_features.LOOKBACK :] for k, v in a.items()} for t, a in present.items()}
+    values = price_features.compute_panel(panel_bars(tails))[names].to_numpy() if tails else None
+    # panel_bars stacks the tickers in sorted order: each one's last row ends its block.
+    ends = np.cumsum([len(a["date"]) for a in tails.values()]) - 1
+    rows, closes = {}, {}
+    for (t, a), end in zip(present.items(), ends, strict=True):
+        last = values[end]
         if not np.isfinite(last).all():
             skipped[t] = (
                 f"{t} has {len(a['date'])} price rows up to {run_date}; its features need "
@@ -84,16 +89,18 @@ def predict(
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
     """({ticker: predicted price per horizon}, {ticker: (close, previous close)}, {ticker: why not})."""
     rows, closes, skipped = feature_rows(arrays, list(recs), run_date)
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    groups: dict[str, list[str]] = defaultdict(list)
+    models = {}
     for t in rows:
-        groups[(recs[t].load_path, recs[t].checkpoint_sha256)].append(t)
-    preds: dict[str, np.ndarray] = {}
-    for members in groups.values():
         try:
-            model = load_verified(recs[members[0]])
-        except Exception as exc:  # noqa: BLE001 - an artifact that cannot load skips its own tickers only
-            skipped.update({t: cannot_run(recs[t], exc) for t in members})
+            models[t] = load_verified(recs[t])  # each ticker's own file, verified
+        except Exception as exc:  # noqa: BLE001 - an artifact that cannot load skips its own ticker only
+            skipped[t] = cannot_run(recs[t], exc)
             continue
+        groups[recs[t].checkpoint_sha256].append(t)
+    preds: dict[str, np.ndarray] = {}
+    for members in groups.values():  # one batch per fit
+        model = models[members[0]]
         try:
             batches = [(members, model.predict(np.stack([rows[t] for t in members])))]
         except Exception:  # noqa: BLE001 - one bad row spoils the batch: each ticker alone below
