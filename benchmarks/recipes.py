@@ -66,7 +66,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 from ldtm_core.accountability.signals.ic import rowwise_pearson  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.price_files import expand_paths, read_price_file  # noqa: E402
-from ldtm_core.data.synthetic_market import PLANTED, generate  # noqa: E402
+from ldtm_core.data.synthetic_market import FAMILY_OF, PLANTED, PLANTED_FAMILIES, generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.errors import InputError  # noqa: E402
 from ldtm_core.horizons import DIRECTION, HORIZONS  # noqa: E402
@@ -140,6 +140,8 @@ def synthetic_bars(universe: str, years: float, seed: int, quick: bool) -> pd.Da
     if quick:
         tickers = tickers[: QUICK_TICKERS - 1]
     tickers.append(PLANTED_TICKER)
+    for family in PLANTED_FAMILIES.values():  # quick: the first 4 of each family
+        tickers += list(family["members"][: 4 if quick else None])
     start = END - dt.timedelta(days=round(365.25 * years))
     bars = generate(tickers, start, END, seed=seed)
     return bars[BAR_COLUMNS]
@@ -418,6 +420,21 @@ def _run(args) -> int:
             + " | ".join(ics)
             + f" | {pct(s_acc)} | {pct(s_up)} | {s_p} |"
         )
+    family = np.array([FAMILY_OF.get(t, "") for t in tickers[scored]])
+    if (family != "").any():
+        # The planted families alone: an edge only pooled rows reveal, and one whose sign is each ticker's.
+        names = [n for n in PLANTED_FAMILIES if (family == n).any()]
+        print("\n| recipe | " + " | ".join(f"{n}: next-day direction | {n}: IC 1d (t)" for n in names) + " |")
+        print("|---|" + "---:|---:|" * len(names))
+        for v in runs:
+            pred = tallies[v.label].pred[scored]
+            cells = []
+            for n in names:
+                rows = family == n
+                acc = direction(pred[rows, d], real[rows, d], dates[scored][rows])[0]
+                ic = ic_cell(dates[scored][rows], tickers[scored][rows], pred[rows, d], real[rows, d], 1)
+                cells += [pct(acc), ic]
+            print(f"| {v.label} | " + " | ".join(cells) + " |")
     per = next(t for v, t in zip(runs, tallies.values(), strict=True) if v.per_ticker)
     print(
         f"\nper ticker: {per.fitted} ticker-folds fitted, {per.skipped} skipped (< {MIN_TICKER_ROWS} training "

@@ -62,6 +62,34 @@ LEVERED = {"QQQ": 1.0, "TQQQ": 3.0, "SQQQ": -3.0}
 PLANTED = {"SYNEDGE": {"rho": 0.0, "sigma": 0.015, "anchor_vol": 0.0005}}
 
 
+# Planted families (never in a universe; `benchmarks/recipes.py` adds them): edges that only one kind of
+# recipe can find, on symbols of 7 characters (no US listing has more than 5).
+# - pooled: every member's daily log return reverses the mean of its previous 5 by the same small amount,
+#   r_t = -b mean(r_{t-5..t-1}) + sigma e_t: corr(r_t, 5-day return) = -b / sqrt(5), 0.067 at b = 0.15.
+#   One ticker's few years hardly tell it from noise; every member's rows pooled do (a global recipe's).
+# - own_sign: each member's return continues its last one, or reverses it, by its own sign,
+#   r_t = s_i a r_{t-1} + sigma e_t, s_i = +1 for odd members and -1 for even: corr +-a, ~60 % next-day
+#   direction at a = 0.3 for a model of that ticker; pooled, the signs cancel (a per-ticker recipe's).
+PLANTED_FAMILIES = {
+    "pooled": {"members": tuple(f"SYNPL{i:02d}" for i in range(1, 31)), "b": 0.15, "sigma": 0.015},
+    "own_sign": {"members": tuple(f"SYNSG{i:02d}" for i in range(1, 11)), "a": 0.3, "sigma": 0.015},
+}
+FAMILY_OF = {t: name for name, f in PLANTED_FAMILIES.items() for t in f["members"]}
+
+
+def family_log_path(ticker: str, seed: int) -> np.ndarray:
+    """A planted family member's log price (from 0) on the whole weekday grid (PLANTED_FAMILIES)."""
+    name = FAMILY_OF[ticker]
+    f = PLANTED_FAMILIES[name]
+    shocks = f["sigma"] * _rng(seed, ticker, "family").standard_normal(GRID_LEN)
+    if name == "pooled":
+        ar = [1.0, *([f["b"] / 5] * 5)]  # r_t + (b/5) (r_{t-1} + ... + r_{t-5}) = sigma e_t
+    else:
+        sign = 1.0 if int(ticker[-2:]) % 2 else -1.0
+        ar = [1.0, -sign * f["a"]]  # r_t - s a r_{t-1} = sigma e_t
+    return np.cumsum(lfilter([1.0], ar, shocks))
+
+
 def _rng(seed: int, *names: str) -> np.random.Generator:
     return np.random.default_rng([seed, *(zlib.crc32(n.encode()) for n in names)])
 
@@ -106,6 +134,8 @@ def _ticker_frame(
         idio = LEVERED[ticker] * mkt + 0.002 * draws["shocks"].standard_normal(GRID_LEN)[grid_pos]
     elif ticker in PLANTED:
         idio = np.diff(planted_log_path(ticker, seed)[grid_pos], prepend=0.0)
+    elif ticker in FAMILY_OF:
+        idio = np.diff(family_log_path(ticker, seed)[grid_pos], prepend=0.0)
     else:
         regimes = _regime_path(draws["regimes"], GRID_LEN)[grid_pos]
         drift, vol, kappa = (np.array([REGIMES[r][k] for r in REGIME_NAMES])[regimes] for k in range(3))
