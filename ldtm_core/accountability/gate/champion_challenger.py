@@ -88,6 +88,7 @@ class Comparison:
     reused_folds: int = 0  # the champion side's folds taken from the store
     refit_folds: int = 0
     note: str = ""
+    champion_recipe: str = ""  # the champion's recipe (learning.recipes)
     trials: int = 1  # superiority judgements on these folds (gate_ledger), this one included
     alpha_adjusted: float | None = (
         None  # gate.ledger.spend(alpha, trials) for a superiority claim; None: alpha
@@ -106,7 +107,8 @@ class Comparison:
             # None of the serving model's predictions are used: its recipe's fold weights are.
             out += f" (the same recipe as the serving model {self.champion_model_id}; fold weights, not its predictions)"
         elif self.champion_model_id is not None:
-            out += f" (champion model {self.champion_model_id})"
+            recipe = f", {self.champion_recipe}" if self.champion_recipe else ""
+            out += f" (champion model {self.champion_model_id}{recipe})"
         if self.paired is not None:
             out += f"; {self.paired.describe()}"
         if self.champion_backtest_id:
@@ -123,6 +125,7 @@ class Comparison:
             "champion_backtest_id": self.champion_backtest_id,
             "champion_folds_reused": self.reused_folds,
             "champion_folds_refit": self.refit_folds,
+            "champion_recipe": self.champion_recipe,
             "note": self.note,
             "trials": self.trials,
             "alpha_adjusted": self.alpha_adjusted,
@@ -257,6 +260,7 @@ def judge(
         out = _configs(engine, settings, candidate, champion, folds, thresholds, trials)
     else:
         out = _refresh(engine, settings, candidate, champion, folds, thresholds)
+    out.champion_recipe = champion.recipe
     return out
 
 

@@ -350,6 +350,7 @@ def run_gate(
         policy=thresholds.policy,
         passed=fig["decision"] == "pass",
         trials=trials if kind in gate_ledger.COUNTED else None,
+        recipe=rec.recipe,
     )
     # A trial is a judgement that tested something: not a minimum-evidence refusal, not a repeat.
     ledgered = evidence is not None and (comparison is not None or report.decision == "fail")

@@ -45,6 +45,7 @@ class GateReport:
     promoted: PromoteResult | None = None
     notified: notify.NotifyResult | None = None
     trials: gate_ledger.Trials | None = None  # the trials ledger's count (evidence policy)
+    recipe: str = ""  # the candidate's recipe (learning.recipes): lstm, ridge, lightgbm, ...
 
     @property
     def failing(self) -> list[Criterion]:
@@ -93,7 +94,8 @@ class GateReport:
             "insufficient evidence": "INSUFFICIENT EVIDENCE",
             HELD: "HELD",
         }.get(self.decision, "FAILED")
-        head = f"gate {word} for {self.ticker} model {self.model_id} ({self.policy} policy)"
+        recipe = f"recipe {self.recipe}, " if self.recipe else ""
+        head = f"gate {word} for {self.ticker} model {self.model_id} ({recipe}{self.policy} policy)"
         p = self.promoted
         if self.decision == HELD and p is not None:
             head += (
@@ -126,6 +128,7 @@ class GateReport:
             "trials": self.trials.to_dict() if self.trials else None,
             "ticker": self.ticker,
             "model_id": self.model_id,
+            "recipe": self.recipe,
             "backtest_id": self.backtest_id,
             "passed": self.passed,
             "decision": self.decision,

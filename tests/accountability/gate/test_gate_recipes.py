@@ -78,6 +78,9 @@ def test_an_lstm_challenger_is_paired_with_a_recipe_champion_on_the_same_rows(st
 
     comparison = report.comparison
     assert comparison.evidence == cc.CONFIGS and comparison.champion_model_id == ids["AAPL"]
+    # Both recipes named where the report is read.
+    assert f"AAPL model {out.model_id} (recipe lstm, evidence policy)" in report.summary()
+    assert f"(champion model {ids['AAPL']}, ridge)" in report.summary()
     champion_folds = backtest_model(engine, settings, "AAPL", folds=2, model_id=ids["AAPL"])
     assert champion_folds.refit_folds == 0  # the recipe's folds were stored by its own backtest
     assert comparison.paired.n == sum(f.scores.n for f in champion_folds.folds)
