@@ -288,6 +288,32 @@ def _print_unfillable(marks) -> None:
         )
 
 
+def _print_by_recipe(engine, mode: str, label: str, flags: dict) -> None:
+    from rich.table import Table
+
+    from ldtm_core.accountability.board.recipes import by_recipe
+
+    table = Table(
+        "recipe", "tickers", "models", "n", "dir acc", "always-up (same rows)", title=f"by recipe ({label})"
+    )
+    for r in by_recipe(engine, mode, **flags).itertuples():
+        table.add_row(
+            r.recipe,
+            str(r.tickers),
+            str(r.models),
+            str(r.n),
+            fmt_pct(r.direction_accuracy),
+            fmt_pct(r.always_up_accuracy),
+        )
+    console.print(table)
+    console.print(
+        "[dim]Each recipe's models on their own rows of the window, summed: a description, not a paired test "
+        "(`ldtm universe verdict` pairs two recipes on the same folds).[/]",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @app.command("leaderboard")
 @handle_errors
 def leaderboard_cmd(
@@ -308,6 +334,9 @@ def leaderboard_cmd(
     ),
     shadow: bool = typer.Option(
         False, "--shadow", help="Also show each champion beside its shadow model on the same evenings"
+    ),
+    by_recipe: bool = typer.Option(
+        False, "--by-recipe", help="Also show each recipe's rows summed: recipes side by side (a description)"
     ),
 ) -> None:
     """30-day accuracy per ticker with Wilson interval, errors, and the board's baselines.
@@ -348,6 +377,8 @@ def leaderboard_cmd(
         for answer in horizon_answers(engine, tickers, mode, **flags):
             console.print(answer.describe() + caveat, highlight=False, soft_wrap=True)
         console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
+    if by_recipe:
+        _print_by_recipe(engine, mode, label, flags)
     # What the labels control and what the board could show, then what the window's q is.
     console.print(f"[dim]{evidence_rule(board)}[/]", highlight=False, soft_wrap=True)
     console.print(f"[dim]{label_rule(board)}[/]", highlight=False, soft_wrap=True)

@@ -20,6 +20,7 @@ from ldtm_core.accountability.board.leaderboard import (
     verdict,
 )
 from ldtm_core.accountability.board.no_champion import without_champion
+from ldtm_core.accountability.board.recipes import by_recipe
 from ldtm_core.accountability.board.record import e_column, evidence_rule, horizon_answers, record_answer
 from ldtm_core.accountability.shadow.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow.shadow import side_by_side
@@ -55,6 +56,26 @@ def shadow_section() -> None:
             "error_p": PCT(
                 "p (shadow errs more)", format="%.3f", help="Diebold-Mariano (EWC HAC), one-sided"
             ),
+        },
+    )
+
+
+def recipes_section(mode: str, include_in_sample: bool, include_ungated: bool) -> None:
+    """Each recipe's rows of the window summed, side by side (two or more recipes have served)."""
+    table = by_recipe(engine(), mode, include_in_sample=include_in_sample, include_ungated=include_ungated)
+    if len(table) < 2:
+        return
+    st.subheader("Recipes side by side")
+    st.caption(
+        "Each recipe's models on their own rows of the window, summed: a description, not a paired test "
+        "(`ldtm universe verdict` pairs two recipes on the same folds)."
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={
+            "direction_accuracy": PCT("dir acc", format="percent"),
+            "always_up_accuracy": PCT("always-up (same rows)", format="percent"),
         },
     )
 
@@ -289,5 +310,6 @@ if shown.empty:
 else:
     st.subheader("Accuracy with its 95% interval; the orange tick is always-up")
     st.altair_chart(leaderboard_chart(shown), width="stretch")
+recipes_section(mode, include_in_sample, include_ungated)
 no_champion_section()
 shadow_section()

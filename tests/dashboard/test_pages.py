@@ -222,3 +222,19 @@ def test_a_ticker_without_snapshots_is_said_so_and_no_other_is_shown_in_its_plac
     assert at.query_params["ticker"] in (asked, [asked])
     at.selectbox[0].set_value("AAPL").run()
     assert at.metric and at.query_params["ticker"] in ("AAPL", ["AAPL"])
+
+
+def test_the_leaderboard_shows_two_recipes_side_by_side(env, tmp_path):
+    from accountability_helpers import make_settings
+    from test_board_recipes import two_recipes
+
+    from ldtm_core.db import get_engine
+
+    two_recipes(get_engine(env), make_settings(tmp_path, env))
+    at = page("leaderboard")
+    assert "Recipes side by side" not in [h.value for h in at.subheader]  # gated rows only: none yet
+    next(c for c in at.checkbox if c.label == "Include ungated candidates").check().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Recipes side by side" in [h.value for h in at.subheader]
+    table = next(d.value for d in at.dataframe if "recipe" in d.value.columns)
+    assert sorted(table["recipe"]) == ["lstm", "ridge"] and sorted(table["tickers"]) == [1, 2]

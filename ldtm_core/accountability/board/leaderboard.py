@@ -302,7 +302,7 @@ def _with_baselines(
             rows = rows[(rows["run_date"] >= rows["window_start"]) & (rows["run_date"] <= rows["window_end"])]
         if not rows.empty:
             figures = board_stats.baseline_figures(rows, cols).set_index(cols)
-    index = pd.MultiIndex.from_tuples(keys) if by_model else pd.Index([k[0] for k in keys])
+    index = pd.MultiIndex.from_tuples(keys, names=cols) if by_model else pd.Index([k[0] for k in keys])
     for b in baselines.board_baselines():
         for what, empty in (("accuracy", float("nan")), ("n", 0), ("model_only", 0), ("base_only", 0)):
             col = b.column(what)
