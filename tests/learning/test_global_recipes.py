@@ -235,3 +235,25 @@ def test_backtesting_many_tickers_fits_each_fold_of_a_global_fit_once(store):
 
     assert len(list(fold_cache.weights_dir(settings).glob("recipe-ridge-*.json"))) == 2
     assert {o.result.model_id for o in outcomes[:3]} == {m.id for m in list_models(engine)}
+
+
+def test_decay_and_shadow_read_a_global_recipe_as_its_own(store):
+    """The decay monitor's drift reads the recipe's inputs (the price_features values), and a shadow of
+    a recipe is not ended as if its artifact were an LSTM checkpoint that no longer loads."""
+    from ldtm_core.accountability.decay.record import drift_of
+    from ldtm_core.accountability.shadow.shadow import checkpoint_problem
+
+    engine, settings = store
+    outcomes = global_fit.train_global(engine, settings, "ridge", TICKERS, as_of=AS_OF)
+    rec = get_model(engine, outcomes[0].model_id)
+
+    drift = drift_of(engine, rec, 40)
+    assert (
+        set(drift.values) == set(price_features.feature_names())
+        and drift.reference_end == rec.trained_on_date
+    )
+    assert checkpoint_problem(rec) is None
+    with open(rec.checkpoint_path, "a") as f:
+        f.write(" ")
+    serving.clear_cache()
+    assert "does not match the registry" in checkpoint_problem(rec)

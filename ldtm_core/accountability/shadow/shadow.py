@@ -373,9 +373,10 @@ class ShadowOutcome:
 def checkpoint_problem(rec: ModelRecord) -> str | None:
     """Why the shadow's checkpoint cannot be loaded now (the nightly skips such a shadow), or None."""
     from ldtm_core.learning.inference import load_verified_model
+    from ldtm_core.learning.recipes import LSTM, serving
 
     try:
-        load_verified_model(rec, rec.ticker)
+        load_verified_model(rec, rec.ticker) if rec.recipe == LSTM else serving.load_verified(rec)
     except Exception as exc:  # noqa: BLE001 - any reason a nightly would skip it ends the shadow
         return f"{type(exc).__name__}: {exc}"
     return None
