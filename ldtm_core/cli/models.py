@@ -154,6 +154,12 @@ def _model_checkpoint(engine, ticker: str, candidate: bool) -> tuple[str, str, i
 
     row = newest("candidate" if candidate else "active")
     if row is not None:
+        from ldtm_core.learning.registry import get_model
+
+        if (recipe := get_model(engine, row.id).recipe) != "lstm":
+            raise InputError(
+                f"model {row.id} of {ticker} is a {recipe} recipe: ONNX export is for the lstm recipe"
+            )
         return row.checkpoint_path, row.checkpoint_sha256, row.id
     if candidate:
         raise NotFoundError(f"no candidate model registered for ticker {ticker}; run `ldtm train` first")

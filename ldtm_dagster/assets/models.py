@@ -8,6 +8,7 @@ from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, Me
 
 from ldtm_core.accountability.gate import gate
 from ldtm_core.learning import export, registry
+from ldtm_core.learning.recipes import LSTM
 from ldtm_core.scoring import baselines
 
 from ..metadata import records_table
@@ -129,6 +130,8 @@ def onnx_exports(
         model = registry.active_model(engine, ticker)
         if model is None:
             return {"ticker": ticker, "status": "no active model"}
+        if model.recipe != LSTM:  # its artifact is already a portable JSON file
+            return {"ticker": ticker, "status": f"not exported: recipe {model.recipe} has no ONNX export"}
         out = settings.export_dir / f"{ticker}_ldtm_{model.version or model.id}.onnx"
         result = export.export_onnx(model.promoted_path or model.checkpoint_path, out)
         return {

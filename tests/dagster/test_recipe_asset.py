@@ -49,3 +49,27 @@ def test_recipe_fits_is_one_unpartitioned_step_in_the_models_group():
     graph = defs.resolve_asset_graph()
     node = graph.get(AssetKey("recipe_fits"))
     assert node.partitions_def is None and node.group_name == "models"
+
+
+def test_an_active_recipe_model_is_not_exported_to_onnx_and_says_why(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+    from ldtm_core.learning.registry import promote
+    from ldtm_dagster.assets import onnx_exports
+
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    engine = upgrade(url)
+    ingest_frame(engine, generate(["AAPL"], "2022-01-03", "2023-12-29", seed=7), "synthetic")
+    resources = tiny_resources(tmp_path / "home", url, universe="AAPL")
+    assert materialize([recipe_fits], resources=resources).success
+    promote(engine, list_models(engine)[0].id, reason="test")
+
+    result = materialize([onnx_exports], partition_key="AAPL", resources=resources)
+    assert result.success
+    summary = result.asset_materializations_for_node("onnx_exports")[0].metadata["summary"].value
+    assert summary.records[0].data["status"] == "not exported: recipe ridge has no ONNX export"
+    monkeypatch.setenv("LDTM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LDTM_DATABASE_URL", url)
+    out = CliRunner().invoke(app, ["export", "onnx", "--ticker", "AAPL"])
+    assert out.exit_code != 0 and "is a ridge recipe: ONNX export is for the lstm recipe" in out.output
