@@ -12,6 +12,8 @@ Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforce
   4. hpo_studies            a token Optuna search (2 one-epoch trials per ticker) so the asset shows
   5. snapshots              a single-run backfill of the last evenings: `replay` rows
   6. fillbacks, leaderboard, signal_performance
+  7. recipe_fits            ridge fitted once for the universe (data up to the replay start): a candidate
+                            per ticker beside the LSTMs, last, so every figure above is the LSTMs'
 
 The app database is SQLite under LDTM_HOME (default ./.ldtm) unless LDTM_DATABASE_URL is set. The
 Dagster instance is the persistent one in $DAGSTER_HOME (default `.dagster_home` in the repository, the
@@ -175,6 +177,11 @@ def run_demo(
     run(
         "fillbacks + leaderboard + signal_performance",
         [assets.fillbacks, assets.leaderboard, assets.signal_performance],
+    )
+    run(
+        "recipe_fits: ridge, one fit for the universe (compare: ldtm backtest --tickers all, ldtm universe verdict)",
+        [assets.recipe_fits],
+        run_config={"ops": {"recipe_fits": {"config": {"recipe": "ridge", "as_of": replay_start}}}},
     )
 
     from ldtm_core.accountability.board.leaderboard import leaderboard

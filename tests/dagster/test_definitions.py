@@ -25,6 +25,7 @@ ASSET_KEYS = {
     "leaderboard",
     "signal_performance",
     "hpo_studies",
+    "recipe_fits",
 }
 
 

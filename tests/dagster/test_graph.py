@@ -109,7 +109,11 @@ def _run_whole_graph(instance, resources) -> None:
         assert record.status == AssetCheckExecutionRecordStatus.SUCCEEDED, (asset_key, name)
 
     with engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(model_registry)).scalar() == len(tickers)
+        # An LSTM per ticker, and the demo's last step: one ridge fit, a candidate per ticker.
+        profiles = conn.execute(
+            select(model_registry.c.profile, func.count()).group_by(model_registry.c.profile)
+        )
+        assert dict(profiles.all()) == {"demo": len(tickers), "ridge": len(tickers)}
         assert conn.execute(select(func.sum(backtest_folds.c.leakage_rows))).scalar() == 0
         rows = conn.execute(select(snapshots.c.ticker, snapshots.c.run_date, snapshots.c.mode)).all()
     # One row per ticker per evening; every evening but the newest is a replay.
