@@ -308,6 +308,19 @@ SETTINGS: dict[str, Setting] = _table(
     Setting(
         "LDTM_BACKTEST_REUSE", True, "backtests reuse stored fold outcomes whose key is unchanged", Flag()
     ),
+    # A global recipe's fit (learning.recipes.budget): unset, it runs in-process with no limit.
+    Setting(
+        "LDTM_RECIPE_FIT_TIMEOUT_S",
+        None,
+        "wall time a global recipe's fit may take (in a child process), else refused by name",
+        Number(float, 0, 1e6, "seconds", low_open=True),
+    ),
+    Setting(
+        "LDTM_RECIPE_FIT_MEMORY_MIB",
+        None,
+        "memory a global recipe's fit may allocate (RLIMIT_DATA of its child process), else refused by name",
+        Number(int, 256, 1e7, "a whole number of MiB"),
+    ),
     # GPU slots (SPEC §6).
     Setting(
         "LDTM_GPU_PER_JOB_MIB",

@@ -162,3 +162,64 @@ def test_an_artifact_that_no_longer_loads_costs_only_its_own_tickers(store, monk
     with engine.connect() as conn:
         assert set(conn.execute(select(snapshots.c.ticker)).scalars()) == {"NVDA"}
     assert _count(engine, backtest_fold_results) == 0
+
+
+# --- budgets: a fit that runs too long or asks for too much memory ------------------------------------
+
+
+def _sleepy_fit(x, y, cfg):
+    import time
+
+    time.sleep(120)
+
+
+def _greedy_fit(x, y, cfg):
+    return {"ballast": np.ones(1 << 33)}  # 64 GiB
+
+
+SLEEPY = Family(MomentumConfig, _sleepy_fit, _predict, FAMILY.dump, FAMILY.load)
+GREEDY = Family(MomentumConfig, _greedy_fit, _predict, FAMILY.dump, FAMILY.load)
+
+
+@pytest.mark.parametrize(
+    ("family", "setting", "value", "message"),
+    [
+        ("SLEEPY", "LDTM_RECIPE_FIT_TIMEOUT_S", "3", "the fit exceeded its time budget of 3 s"),
+        ("GREEDY", "LDTM_RECIPE_FIT_MEMORY_MIB", "4096", "the fit exceeded its memory budget of 4096 MiB"),
+    ],
+)
+def test_a_fit_over_its_budget_is_refused_by_name_and_writes_nothing(
+    store, monkeypatch, family, setting, value, message
+):
+    import time
+
+    engine, settings = store
+    monkeypatch.setitem(RECIPES, "momentum", Recipe("momentum", "global", "", f"{__name__}:{family}"))
+    monkeypatch.setenv(setting, value)
+    t0 = time.perf_counter()
+    outcomes = _train(engine, settings)
+
+    assert time.perf_counter() - t0 < 60  # the sleeper was stopped, not waited for
+    assert {o.status for o in outcomes} == {"failed"}
+    assert all(f"recipe momentum: {message}" in o.reason for o in outcomes), outcomes[0].reason
+    assert _count(engine, model_registry) == 0 and not list(settings.checkpoint_dir.rglob("*.json"))
+
+
+def test_within_its_budget_a_fit_in_a_child_gives_the_same_model(store, monkeypatch):
+    engine, settings = store
+    monkeypatch.setenv("LDTM_RECIPE_FIT_TIMEOUT_S", "120")
+    monkeypatch.setenv("LDTM_RECIPE_FIT_MEMORY_MIB", "8192")
+    in_child = _train(engine, settings)
+    monkeypatch.delenv("LDTM_RECIPE_FIT_TIMEOUT_S")
+    monkeypatch.delenv("LDTM_RECIPE_FIT_MEMORY_MIB")
+    in_process = _train(engine, settings)
+
+    shas = {o.ticker: get_model_sha(engine, o.model_id) for o in in_child}
+    assert {o.status for o in in_child + in_process} == {"trained"}
+    assert shas == {o.ticker: get_model_sha(engine, o.model_id) for o in in_process}  # byte for byte
+
+
+def get_model_sha(engine, model_id: int) -> str:
+    from ldtm_core.learning.registry import get_model
+
+    return get_model(engine, model_id).checkpoint_sha256

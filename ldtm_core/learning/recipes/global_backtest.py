@@ -48,7 +48,7 @@ from ldtm_core.learning.backtest import (
     write_folds,
 )
 from ldtm_core.learning.fold_calendar import FOLD_PERIOD
-from ldtm_core.learning.recipes import artifacts, tabular
+from ldtm_core.learning.recipes import artifacts, budget, tabular
 from ldtm_core.learning.recipes.family import RecipeConfig, config_from, family
 from ldtm_core.learning.recipes.global_fit import panel_bars
 from ldtm_core.learning.registry import ModelRecord, get_model, models_on_artifact
@@ -336,7 +336,7 @@ def backtest_fit(
             previous = (intact[key], stored[key]["weights_sha256"])
             continue
         f0 = time.perf_counter()
-        model = tabular.fit(panel.x[plan.train], panel.y[plan.train], cfg)
+        model = budget.fit(panel.x[plan.train], panel.y[plan.train], cfg)
         fits.append(time.perf_counter() - f0)
         before = artifacts.load(*previous) if isinstance(previous, tuple) else previous
         name = f"recipe-{cfg.kind}-{_digest(np.array(sorted(plan.keys.values()), dtype=object))[:24]}.json"

@@ -71,7 +71,7 @@ def train_global(
     from ldtm_core.data.membership import load_membership
     from ldtm_core.data.prices import earliest_price_date
     from ldtm_core.learning.price_windows import load_price_arrays
-    from ldtm_core.learning.recipes import artifacts, tabular
+    from ldtm_core.learning.recipes import artifacts, budget, tabular
     from ldtm_core.learning.registry import register_candidates
 
     t0 = time.perf_counter()
@@ -102,7 +102,7 @@ def train_global(
         served = [t for t in members if t not in outcomes]
         if not served:
             return [outcomes[t] for t in tickers]
-        model = tabular.fit(x, y, cfg)
+        model = budget.fit(x, y, cfg)  # in-process, or within LDTM_RECIPE_FIT_* in a child
         model.predict(x.iloc[-min(len(x), 1024) :])  # its own rows: NaN/inf or a wrong shape is refused
         # The data cutoff: the latest target date any training row read (its one-month answer).
         days = pd.to_datetime(keys["date"]).to_numpy().astype("datetime64[D]")

@@ -149,7 +149,7 @@ class TabularModel:
     def predict(self, x: pd.DataFrame | np.ndarray) -> np.ndarray:
         """Log returns [n, len(HORIZONS)] for feature rows `x` (columns `features`, or an array in
         their order). Raises InputError naming the recipe when its output is not that, or not finite."""
-        values = _matrix(x, self.features, f"{self.kind} predict: X")
+        values = as_matrix(x, self.features, f"{self.kind} predict: X")
         n, width = len(values), len(HORIZONS)
         if n == 0:
             return np.empty((0, width))
@@ -162,7 +162,7 @@ class TabularModel:
         return out
 
 
-def _matrix(data: pd.DataFrame | np.ndarray, columns: list[str] | tuple[str, ...], what: str) -> np.ndarray:
+def as_matrix(data: pd.DataFrame | np.ndarray, columns: list[str] | tuple[str, ...], what: str) -> np.ndarray:
     """float64 [n, len(columns)] from a frame holding `columns` (taken in that order) or an array
     already in it; every value finite (training drops incomplete rows, so a model has never seen NaN)."""
     if isinstance(data, pd.DataFrame):
@@ -186,8 +186,8 @@ def fit(x: pd.DataFrame | np.ndarray, y: pd.DataFrame | np.ndarray, cfg: RecipeC
     """Fit `cfg`'s recipe on features `x` (`price_features.feature_names()`) and targets `y`
     (`target_columns()`), as `training_frame` returns them."""
     features = price_features.feature_names()
-    xs = _matrix(x, features, f"{cfg.kind} fit: X")
-    ys = _matrix(y, target_columns(), f"{cfg.kind} fit: Y")
+    xs = as_matrix(x, features, f"{cfg.kind} fit: X")
+    ys = as_matrix(y, target_columns(), f"{cfg.kind} fit: Y")
     if len(xs) != len(ys) or len(xs) < 2:
         raise InputError(f"{cfg.kind} fit: X has {len(xs)} rows and Y {len(ys)}; need equal, at least 2")
     return TabularModel(config=cfg, estimator=family(cfg.kind).fit(xs, ys, cfg), features=features)
