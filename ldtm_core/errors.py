@@ -19,3 +19,15 @@ class NotFoundError(LDTMError):
 
 class ConfigError(LDTMError):
     """A setting (an environment variable, a database URL, a path) cannot be used as given."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none): what a one-line reason shows."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def summary(exc: BaseException) -> str:
+    """`Type: first line of the message`, or the type alone when the message is empty."""
+    first = first_line(exc)
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

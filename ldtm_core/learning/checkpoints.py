@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ldtm_core.errors import CheckpointError
+from ldtm_core.errors import CheckpointError, first_line
 from ldtm_core.faults import pause_point
 from ldtm_core.learning.model import LDTM, ModelConfig
 
@@ -187,7 +187,7 @@ def _load(path: Path | str, expected_sha256: str | None, ticker: str | None, mod
     try:
         payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated zip, foreign pickle, code objects refused by weights_only
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc) or type(exc).__name__
         raise CheckpointError(f"{who} cannot be read as an LDTM checkpoint: {first}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(

@@ -165,7 +165,7 @@ def load(engine: Engine, settings: Settings, key: str) -> StoredFold | None:
         return None
     r = json.loads(row.result_json)
     path = weights_dir(settings) / r["weights_file"]
-    ok = _verifies(path, r["weights_sha256"])
+    ok = verifies(path, r["weights_sha256"])
     return StoredFold(
         key,
         _pred_array(r["pred"], key),
@@ -176,7 +176,7 @@ def load(engine: Engine, settings: Settings, key: str) -> StoredFold | None:
     )
 
 
-def _verifies(path: Path, digest: str) -> bool:
+def verifies(path: Path, digest: str) -> bool:
     return path.is_file() and sha256_file(path) == digest
 
 
@@ -272,7 +272,7 @@ def store(
                 continue  # another backtest stored the key first: judge its row below
         old = json.loads(row.result_json)
         old_file = weights_dir(settings) / old["weights_file"]
-        if _verifies(old_file, old["weights_sha256"]):
+        if verifies(old_file, old["weights_sha256"]):
             if old_file.name != name:
                 (weights_dir(settings) / name).unlink(missing_ok=True)
             return _pred_array(old["pred"], key)

@@ -138,14 +138,29 @@ def universe_verdict(
     get(recipe)
     challengers = _challengers(engine, recipe, tickers)
     skipped = {t: f"no candidate of recipe {recipe}" for t in tickers if t not in challengers}
-    frames, per_ticker, evidence, signatures = [], [], [], set()
+    pairs: list[_Paired] = []
     with global_backtest.shared_panels():  # a global champion's panel is read once, not per ticker
         for t, rec in challengers.items():
-            _pair_one(engine, settings, t, rec, skipped, frames, per_ticker, evidence, signatures)
+            found = _pair_one(engine, settings, rec)
+            if isinstance(found, str):
+                skipped[t] = found
+            else:
+                pairs.append(found)
+    frames = [p.rows for p in pairs]
     paired = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["evening"])
-    signature = hashlib.sha256(json.dumps(sorted(signatures)).encode()).hexdigest()
-    key = hashlib.sha256(json.dumps(sorted((t, e.key) for t, e in evidence)).encode()).hexdigest()
-    cutoffs = sorted({c for _, e in evidence for c in e.cutoffs})
+    signature = hashlib.sha256(json.dumps(sorted({p.signature for p in pairs})).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps(sorted((p.ticker, p.evidence.key) for p in pairs)).encode()).hexdigest()
+    cutoffs = sorted({c for p in pairs for c in p.evidence.cutoffs})
+    per_ticker = [
+        {
+            "ticker": p.ticker,
+            "rows": len(p.rows),
+            "challenger_accuracy": p.rows["challenger"].mean(),
+            "champion_accuracy": p.rows["champion"].mean(),
+            "champion_recipe": p.champion_recipe,
+        }
+        for p in pairs
+    ]
     k = _trials(engine, signature, key, cutoffs)
     level = gate_ledger.spend(alpha, k)
     figures = clustered(
@@ -172,36 +187,34 @@ def universe_verdict(
     return out
 
 
-def _pair_one(engine, settings, t, rec, skipped, frames, per_ticker, evidence, signatures) -> None:
-    """Ticker `t`'s paired rows of candidate `rec` and its champion, appended to the collections (or why
-    not, in `skipped`)."""
+@dataclass(frozen=True)
+class _Paired:
+    """One ticker's candidate and champion on the candidate's folds."""
+
+    ticker: str
+    rows: pd.DataFrame  # _rows
+    champion_recipe: str
+    evidence: gate_ledger.Evidence  # what the candidate's folds consumed
+    signature: str  # the candidate's recipe signature
+
+
+def _pair_one(engine, settings, rec: ModelRecord) -> _Paired | str:
+    """Candidate `rec` paired with its ticker's champion, or why it cannot be."""
+    t = rec.ticker
     champion = active_model(engine, t)
     found = newest_backtest(engine, rec.id, rec.recipe_signature)
     if champion is None or found is None:
-        skipped[t] = "no champion to compare with" if champion is None else "candidate not backtested"
-        return
+        return "no champion to compare with" if champion is None else "candidate not backtested"
     backtest_id, folds = found
     try:
         shared = cc.paired_folds(engine, settings, rec, champion, folds)
     except (InputError, NotFoundError) as exc:
-        skipped[t] = f"champion not backtested on these folds: {exc}"
-        return
+        return f"champion not backtested on these folds: {exc}"
     rows = _rows(t, shared)
     if rows.empty:
-        skipped[t] = "no paired rows"
-        return
-    frames.append(rows)
-    per_ticker.append(
-        {
-            "ticker": t,
-            "rows": len(rows),
-            "challenger_accuracy": rows["challenger"].mean(),
-            "champion_accuracy": rows["champion"].mean(),
-            "champion_recipe": champion.recipe,
-        }
-    )
-    evidence.append((t, gate_ledger.evidence_of(engine, backtest_id, folds)))
-    signatures.add(rec.recipe_signature)
+        return "no paired rows"
+    evidence = gate_ledger.evidence_of(engine, backtest_id, folds)
+    return _Paired(t, rows, champion.recipe, evidence, rec.recipe_signature)
 
 
 def _rows(ticker: str, shared: cc.PairedFolds) -> pd.DataFrame:

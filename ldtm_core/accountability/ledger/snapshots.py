@@ -257,7 +257,7 @@ def _predict(
         except CheckpointError as exc:
             result.skipped[t] = str(exc)
         except Exception as exc:  # noqa: BLE001 - one model that cannot load must not stop the others
-            result.skipped[t] = _cannot_run(models[t], t, exc)
+            result.skipped[t] = recipe_serving.cannot_run(models[t], exc)
     # A shadow predicts only beside an active champion that loaded (never as the ticker's only row).
     shadow_loaded: dict[str, tuple[ModelRecord, Weights]] = {}
     champions = [t for t in [*loaded, *by_recipe] if models[t].status == "active"]
@@ -269,7 +269,7 @@ def _predict(
         try:
             shadow_loaded[t] = (rec, load_verified_model(rec, t))
         except Exception as exc:  # noqa: BLE001 - a broken shadow must not stop the published row
-            result.shadow_skipped[t] = _cannot_run(rec, t, exc)
+            result.shadow_skipped[t] = recipe_serving.cannot_run(rec, exc)
     windows = {t: m.cfg.window for t, (_, m) in loaded.items()}
     shadow_windows = {t: m.cfg.window for t, (_, m) in shadow_loaded.items()}
     features = {t: m.cfg.features for t, (_, m) in loaded.items()}
@@ -436,11 +436,6 @@ def _forward_grouped(
     return preds, failed
 
 
-def _cannot_run(rec: ModelRecord, ticker: str, exc: BaseException) -> str:
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"model {rec.id} ({ticker}) cannot run: {type(exc).__name__}" + (f": {detail}" if detail else "")
-
-
 def _forward_isolated(
     group: list[_Input], loaded: dict[str, tuple[ModelRecord, Weights]]
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -470,7 +465,7 @@ def _forward_isolated(
         try:
             preds[g.ticker] = run([g])[0]
         except Exception as exc:  # noqa: BLE001 - reported per model in the summary and run_log
-            failed[g.ticker] = _cannot_run(g.model, g.ticker, exc)
+            failed[g.ticker] = recipe_serving.cannot_run(g.model, exc)
     return preds, failed
 
 

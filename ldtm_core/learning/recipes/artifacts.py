@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ldtm_core.data import price_features
-from ldtm_core.errors import CheckpointError
+from ldtm_core.errors import CheckpointError, first_line
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.checkpoints import write_atomic
 from ldtm_core.learning.recipes import RECIPES
@@ -95,6 +95,5 @@ def load(path: Path | str, expected_sha256: str) -> TabularModel:
         cfg = fam.config.from_dict(doc["config"])
         estimator = fam.load(doc["payload"], cfg, len(features))
     except Exception as exc:  # a missing key, a wrong shape, LightGBM refusing its model text
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{who} is inconsistent: {first}") from None
+        raise CheckpointError(f"{who} is inconsistent: {first_line(exc) or type(exc).__name__}") from None
     return TabularModel(config=cfg, estimator=estimator, features=tuple(features))

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldtm_core.config import setting_float, setting_int
-from ldtm_core.errors import InputError
+from ldtm_core.data import price_features
+from ldtm_core.errors import InputError, summary
 from ldtm_core.learning.recipes import RECIPES
 from ldtm_core.learning.recipes.family import RecipeConfig, family
 
@@ -45,7 +46,7 @@ def fit(x, y, cfg: RecipeConfig, budget: FitBudget | None = None):
     budget = budget or FitBudget.from_env()
     if not budget.limited:
         return tabular.fit(x, y, cfg)
-    features = tabular.price_features.feature_names()
+    features = price_features.feature_names()
     xs = tabular.as_matrix(x, features, f"{cfg.kind} fit: X")
     ys = tabular.as_matrix(y, tabular.target_columns(), f"{cfg.kind} fit: Y")
     ctx = mp.get_context("spawn")
@@ -101,7 +102,6 @@ def _child(send, family_path: str, xs: np.ndarray, ys: np.ndarray, cfg, memory_m
     except MemoryError:
         send.send(("memory", ""))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, by name
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        send.send(("error", f"{type(exc).__name__}: {first}" if first else type(exc).__name__))
+        send.send(("error", summary(exc)))
     finally:
         send.close()

@@ -34,7 +34,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from ldtm_core.data import price_features
 from ldtm_core.data.membership import load_membership
-from ldtm_core.errors import InputError, LDTMError, NotFoundError
+from ldtm_core.errors import InputError, LDTMError, NotFoundError, summary
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import fold_cache
 from ldtm_core.learning.backtest import (
@@ -257,7 +257,7 @@ def _artifact(settings, stored: dict) -> Path | None:
     if cache is not None and key in cache:
         return cache[key]
     path = fold_cache.weights_dir(settings) / stored["weights_file"]
-    found = path if path.is_file() and fold_cache.sha256_file(path) == stored["weights_sha256"] else None
+    found = path if fold_cache.verifies(path, stored["weights_sha256"]) else None
     if cache is not None and found is not None:
         cache[key] = found
     return found
@@ -405,8 +405,7 @@ def backtest_ticker(
     except LDTMError:
         raise
     except Exception as exc:  # noqa: BLE001 - reported by recipe name, per ticker
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise InputError(f"recipe {rec.recipe}: {type(exc).__name__}: {first}") from None
+        raise InputError(f"recipe {rec.recipe}: {summary(exc)}") from None
     if rec.ticker not in fit.results:
         raise InputError(fit.skipped.get(rec.ticker, f"{rec.ticker}: nothing to test"))
     return fit.results[rec.ticker]

@@ -21,11 +21,10 @@ from ldtm_core.config import Settings, mask_secrets
 from ldtm_core.data.calendar import target_dates
 from ldtm_core.errors import InputError, LDTMError
 from ldtm_core.horizons import HORIZONS
+from ldtm_core.learning.price_windows import PRICE_FIELDS, load_price_arrays
 from ldtm_core.learning.recipes import get
 from ldtm_core.learning.recipes.family import RecipeConfig, family
 from ldtm_core.learning.training import MIN_LABELED_SAMPLES, TrainOutcome
-
-PRICE_FIELDS = ("open", "high", "low", "close", "volume")
 
 
 def recipe_config(name: str, overrides: dict | None = None) -> RecipeConfig:
@@ -70,7 +69,6 @@ def train_global(
     from ldtm_core.data.calendar import market_today
     from ldtm_core.data.membership import load_membership
     from ldtm_core.data.prices import earliest_price_date
-    from ldtm_core.learning.price_windows import load_price_arrays
     from ldtm_core.learning.recipes import artifacts, budget, tabular
     from ldtm_core.learning.registry import register_candidates
 

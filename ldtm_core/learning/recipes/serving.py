@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from ldtm_core.data import price_features
-from ldtm_core.errors import CheckpointError
+from ldtm_core.errors import CheckpointError, summary
 from ldtm_core.learning.checkpoints import sha256_file
-from ldtm_core.learning.recipes import artifacts
+from ldtm_core.learning.recipes import LSTM, artifacts
 from ldtm_core.learning.recipes.global_fit import panel_bars
 from ldtm_core.learning.recipes.tabular import TabularModel
 from ldtm_core.learning.registry import ModelRecord
@@ -48,10 +48,9 @@ def load_verified(rec: ModelRecord) -> TabularModel:
 
 
 def cannot_run(rec: ModelRecord, exc: BaseException) -> str:
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"model {rec.id} ({rec.ticker}, recipe {rec.recipe}) cannot run: {type(exc).__name__}" + (
-        f": {detail}" if detail else ""
-    )
+    """Why a model gives no row tonight, naming it (and its recipe, unless it is the LSTM)."""
+    recipe = "" if rec.recipe == LSTM else f", recipe {rec.recipe}"
+    return f"model {rec.id} ({rec.ticker}{recipe}) cannot run: {summary(exc)}"
 
 
 def feature_rows(
