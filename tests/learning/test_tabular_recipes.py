@@ -16,8 +16,8 @@ from ldtm_core.data.calendar import sessions_between, target_dates
 from ldtm_core.errors import CheckpointError, InputError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.checkpoints import sha256_file, write_atomic
-from ldtm_core.learning.recipes import artifacts
 from ldtm_core.learning.recipes.artifacts import load, save
+from ldtm_core.learning.recipes.inputs import PRICE_FEATURES
 from ldtm_core.learning.recipes.tabular import (
     TabularConfig,
     fit,
@@ -333,7 +333,7 @@ def test_unknown_or_inconsistent_documents_are_refused(saved, change, message):
 def test_a_model_fitted_on_other_feature_definitions_is_refused_as_stale(saved, monkeypatch):
     path, sha = saved
     monkeypatch.setattr(price_features, "fingerprint", lambda: "f" * 64)
-    assert artifacts.price_features.fingerprint() == "f" * 64
+    assert PRICE_FEATURES.fingerprint(None) == "f" * 64  # what every tabular recipe reads
     with pytest.raises(CheckpointError, match="other feature definitions .*stale, refit it"):
         load(path, sha)
 

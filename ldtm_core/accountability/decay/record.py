@@ -40,7 +40,6 @@ from ldtm_core.accountability.decay.drift import FeatureDrift, feature_drift, mo
 from ldtm_core.accountability.gate.ledger import spend
 from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
 from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
-from ldtm_core.data import price_features
 from ldtm_core.learning.recipes import LSTM
 from ldtm_core.learning.registry import SHADOW, ModelRecord, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
@@ -271,15 +270,10 @@ def drift_of(engine: Engine, model: ModelRecord, sessions: int) -> FeatureDrift:
     if model.recipe == LSTM:
         _, read = prices_and_features(engine, model.ticker, features=model.config.features)
         inputs = model_inputs(read.frame, model.config.window)
-    else:  # a global recipe reads the price_features library's values as they are
-        from ldtm_core.data.prices import load_prices
+    else:  # a global recipe reads its inputs' values as they are
+        from ldtm_core.learning.recipes.global_fit import ticker_inputs
 
-        bars = load_prices(engine, [model.ticker])[model.ticker]
-        values = price_features.compute(bars[list(price_features.COLUMNS)], model.ticker)
-        inputs = values.set_index(pd.to_datetime(values["date"]).dt.date)[
-            list(price_features.feature_names())
-        ]
-        inputs = inputs.dropna()
+        inputs = ticker_inputs(engine, model)
     cutoff = recipe_cutoff(engine, model)
     before = np.array([d <= cutoff for d in inputs.index], dtype=bool)
     return replace(

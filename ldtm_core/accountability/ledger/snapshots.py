@@ -39,7 +39,7 @@ from sqlalchemy import Engine, and_, select
 from ldtm_core.accountability.ledger import runlog
 from ldtm_core.accountability.ledger.chain import write_rows_anchored
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
-from ldtm_core.data import feature_store, price_features
+from ldtm_core.data import feature_store
 from ldtm_core.data.calendar import MARKET_TZ, has_closed, is_session, session_close, target_dates
 from ldtm_core.data.features import warmup_rows
 from ldtm_core.data.membership import load_membership
@@ -276,8 +276,11 @@ def _predict(
     shadow_features = {t: m.cfg.features for t, (_, m) in shadow_loaded.items()}
     cfgs = [m.cfg for _, m in [*loaded.values(), *shadow_loaded.values()]]
     need = max((c.window + warmup_rows(c.features) for c in cfgs), default=0) + RSI_SETTLE_ROWS
-    need = max(need, price_features.LOOKBACK + 1) if by_recipe else need
+    # A recipe's row reads its inputs' lookback (and the previous close); its context (the market) too.
+    recipe_need, context = recipe_serving.reads([*by_recipe.values(), *shadow_by_recipe.values()])
+    need = max(need, recipe_need + 1) if recipe_need else need
     read = [*loaded, *by_recipe]
+    read += [t for t in context if t not in read]
     arrays = load_price_arrays(engine, read, start_for(run_date, need), run_date) if read else {}
     t1 = time.perf_counter()
     result.phases["load"] = round(t1 - t0, 4)

@@ -18,6 +18,7 @@ from ldtm_core.errors import InputError
 LSTM = "lstm"
 RECIPE_KEY = "recipe"  # the key of a registry row's config JSON that names its recipe
 _TABULAR = "ldtm_core.learning.recipes.tabular"
+_MARKET = "ldtm_core.learning.recipes.market"
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,18 @@ RECIPES: dict[str, Recipe] = {
         Recipe("ridge", "global", "ridge regression (scikit-learn) on price_features", f"{_TABULAR}:RIDGE"),
         Recipe(
             "lightgbm", "global", "LightGBM, a booster per horizon, on price_features", f"{_TABULAR}:LIGHTGBM"
+        ),
+        Recipe(
+            "ridge_market",
+            "global",
+            "ridge on price_features and the market's returns",
+            f"{_MARKET}:RIDGE_MARKET",
+        ),
+        Recipe(
+            "lightgbm_market",
+            "global",
+            "LightGBM on price_features and the market's returns",
+            f"{_MARKET}:LIGHTGBM_MARKET",
         ),
     )
 }

@@ -14,12 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ldtm_core.data import price_features
 from ldtm_core.errors import CheckpointError, first_line
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.checkpoints import write_atomic
 from ldtm_core.learning.recipes import RECIPES
-from ldtm_core.learning.recipes.family import family
+from ldtm_core.learning.recipes.family import family, inputs_of
 from ldtm_core.learning.recipes.tabular import TabularModel
 
 FORMAT = "ldtm-tabular"
@@ -34,7 +33,7 @@ def to_document(model: TabularModel) -> dict[str, Any]:
         "kind": model.kind,
         "config": model.config.to_dict(),
         "features": list(model.features),
-        "features_fingerprint": price_features.fingerprint(),
+        "features_fingerprint": inputs_of(model.config).fingerprint(model.config),
         "horizons": [h.name for h in HORIZONS],
         "payload": family(model.kind).dump(model.estimator),
     }
@@ -78,13 +77,6 @@ def load(path: Path | str, expected_sha256: str) -> TabularModel:
     known = [r.name for r in RECIPES.values() if r.family]
     if kind not in known:
         raise CheckpointError(f"{who} has unknown kind {kind!r} (known: {', '.join(known)})")
-    current = price_features.fingerprint()
-    features = list(price_features.feature_names())
-    if doc.get("features_fingerprint") != current or doc.get("features") != features:
-        raise CheckpointError(
-            f"{who} was fitted on other feature definitions (fingerprint "
-            f"{str(doc.get('features_fingerprint'))[:12]}…, current {current[:12]}…): stale, refit it"
-        )
     horizons = [h.name for h in HORIZONS]
     if doc.get("horizons") != horizons:
         raise CheckpointError(f"{who} predicts horizons {doc.get('horizons')}, not {horizons}")
@@ -93,6 +85,16 @@ def load(path: Path | str, expected_sha256: str) -> TabularModel:
             raise ValueError(f"its config says kind {doc['config'].get('kind')!r}")
         fam = family(kind)
         cfg = fam.config.from_dict(doc["config"])
+    except Exception as exc:  # a missing key, an unknown field
+        raise CheckpointError(f"{who} is inconsistent: {first_line(exc) or type(exc).__name__}") from None
+    current = fam.inputs.fingerprint(cfg)
+    features = list(fam.inputs.names(cfg))
+    if doc.get("features_fingerprint") != current or doc.get("features") != features:
+        raise CheckpointError(
+            f"{who} was fitted on other feature definitions (fingerprint "
+            f"{str(doc.get('features_fingerprint'))[:12]}…, current {current[:12]}…): stale, refit it"
+        )
+    try:
         estimator = fam.load(doc["payload"], cfg, len(features))
     except Exception as exc:  # a missing key, a wrong shape, LightGBM refusing its model text
         raise CheckpointError(f"{who} is inconsistent: {first_line(exc) or type(exc).__name__}") from None

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldtm_core.config import setting_float, setting_int
-from ldtm_core.data import price_features
 from ldtm_core.errors import InputError, summary
 from ldtm_core.learning.recipes import RECIPES
-from ldtm_core.learning.recipes.family import RecipeConfig, family
+from ldtm_core.learning.recipes.family import RecipeConfig, family, inputs_of
 
 MIB = 1 << 20
 
@@ -46,7 +45,7 @@ def fit(x, y, cfg: RecipeConfig, budget: FitBudget | None = None):
     budget = budget or FitBudget.from_env()
     if not budget.limited:
         return tabular.fit(x, y, cfg)
-    features = price_features.feature_names()
+    features = inputs_of(cfg).names(cfg)
     xs = tabular.as_matrix(x, features, f"{cfg.kind} fit: X")
     ys = tabular.as_matrix(y, tabular.target_columns(), f"{cfg.kind} fit: Y")
     ctx = mp.get_context("spawn")

@@ -2,8 +2,8 @@
 predicts and stores its fitted state. Ridge and LightGBM are two families (`tabular`); yours is a third,
 in one module, registered with one line in `recipes.RECIPES` (docs/architecture.md, "Add a recipe").
 
-Every family reads the same inputs: X, the `price_features` library's columns for each (ticker, evening),
-and Y, each horizon's log return to its target date. LDTM does everything else: the panel, the purge,
+A family reads X, its inputs' values for each (ticker, evening) (`Family.inputs`; the `price_features`
+library by default), and Y, each horizon's log return to its target date. LDTM does everything else: the panel, the purge,
 the folds, the artifact file (JSON data, sha256-verified, never code), the registry, the gate, serving.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ldtm_core.data import price_features
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.recipes import RECIPES, get
+from ldtm_core.learning.recipes.inputs import PRICE_FEATURES, Inputs
 
 # What a target is: part of the signature, since a change of definition makes two fits incomparable.
 TARGET_DEFINITION = "log_return(close[target_date] / close[date]), XNYS sessions"
@@ -46,11 +46,11 @@ class RecipeConfig:
 
     @property
     def signature(self) -> str:
-        """sha256 of the config, the feature definitions, the horizons and the target definition as
+        """sha256 of the config, the inputs' definitions, the horizons and the target definition as
         canonical JSON: two fits with one signature saw the same recipe on the same inputs' definitions."""
         spec = {
             "config": self.to_dict(),
-            "features_fingerprint": price_features.fingerprint(),
+            "features_fingerprint": inputs_of(self).fingerprint(self),
             "horizons": [h.name for h in HORIZONS],
             "targets": TARGET_DEFINITION,
         }
@@ -60,8 +60,8 @@ class RecipeConfig:
 
 @dataclass(frozen=True)
 class Family:
-    """How one global recipe fits, predicts and stores itself. Arrays are float64; X is [n, features]
-    in `price_features.feature_names()` order, Y and predictions [n, len(HORIZONS)] in HORIZONS order."""
+    """How one global recipe fits, predicts and stores itself. Arrays are float64; X is [n, inputs] in
+    `inputs.names(config)` order, Y and predictions [n, len(HORIZONS)] in HORIZONS order."""
 
     config: type[RecipeConfig]
     fit: Callable[[Any, Any, Any], Any]  # (X, Y, config) -> the fitted state
@@ -69,6 +69,7 @@ class Family:
     dump: Callable[[Any], dict]  # state -> JSON data (numbers, strings, lists, dicts): the artifact
     load: Callable[[dict, Any, int], Any]  # (that data, config, number of features) -> the state
     libraries: tuple[str, ...] = ()  # distributions whose version is part of every fold's key
+    inputs: Inputs = PRICE_FEATURES  # what X holds
 
 
 def family(name: str) -> Family:
@@ -82,6 +83,11 @@ def family(name: str) -> Family:
     if not isinstance(found, Family):
         raise InputError(f"recipe {name!r}: {recipe.family} is not a recipes.family.Family")
     return found
+
+
+def inputs_of(cfg: RecipeConfig) -> Inputs:
+    """What recipe `cfg.kind` reads."""
+    return family(cfg.kind).inputs
 
 
 def config_from(name: str, stored: dict[str, Any]) -> RecipeConfig:

@@ -49,8 +49,9 @@ from ldtm_core.learning.backtest import (
 )
 from ldtm_core.learning.fold_calendar import FOLD_PERIOD
 from ldtm_core.learning.recipes import artifacts, budget, tabular
-from ldtm_core.learning.recipes.family import RecipeConfig, config_from, family
-from ldtm_core.learning.recipes.global_fit import panel_bars
+from ldtm_core.learning.recipes.family import RecipeConfig, config_from, family, inputs_of
+from ldtm_core.learning.recipes.global_fit import context_arrays, panel_bars
+from ldtm_core.learning.recipes.inputs import PRICE_FEATURES
 from ldtm_core.learning.registry import ModelRecord, get_model, models_on_artifact
 from ldtm_core.schema import backtest_fold_results
 
@@ -75,11 +76,14 @@ class Panel:
         return np.arange(lo, hi)
 
 
-def build_panel(arrays: dict[str, dict]) -> Panel:
+def build_panel(
+    arrays: dict[str, dict], cfg: RecipeConfig | None = None, context: dict | None = None
+) -> Panel:
+    """The panel of `arrays`' tickers with recipe `cfg`'s inputs (`price_features` without one)."""
     from ldtm_core.data.calendar import target_dates
 
     bars = panel_bars(arrays)
-    feats = price_features.compute_panel(bars)
+    inputs = inputs_of(cfg) if cfg is not None else PRICE_FEATURES
     targets = tabular.panel_targets(bars)
     tickers = bars["ticker"].to_numpy(dtype=str)
     days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")
@@ -91,7 +95,7 @@ def build_panel(arrays: dict[str, dict]) -> Panel:
     return Panel(
         tickers,
         days,
-        feats[list(price_features.feature_names())].to_numpy(dtype=np.float64),
+        inputs.compute(bars, cfg, context or {}),
         y,
         close,
         prev_close,
@@ -121,14 +125,20 @@ def shared_panels() -> Iterator[None]:
             _PANELS.reset(token)
 
 
-def _panel_for(engine: Engine, tickers: list[str], start: dt.date, stop: dt.date) -> tuple[Panel, np.ndarray]:
-    """(the panel of `tickers`' prices from `start` to `stop`, each row's universe membership)."""
+def _panel_for(
+    engine: Engine, tickers: list[str], start: dt.date, stop: dt.date, cfg: RecipeConfig
+) -> tuple[Panel, np.ndarray]:
+    """(the panel of `tickers`' prices from `start` to `stop` with `cfg`'s inputs, each row's universe
+    membership)."""
     from ldtm_core.learning.price_windows import load_price_arrays
 
-    cache, key = _PANELS.get(), (str(engine.url), tuple(tickers), start, stop)
+    inputs = inputs_of(cfg)
+    reads = (inputs.name, inputs.fingerprint(cfg), inputs.names(cfg), inputs.context(cfg))
+    cache, key = _PANELS.get(), (str(engine.url), tuple(tickers), start, stop, reads)
     if cache is not None and key in cache:
         return cache[key]
-    panel = build_panel(load_price_arrays(engine, tickers, start, stop))
+    context = context_arrays(engine, cfg, start, stop)
+    panel = build_panel(load_price_arrays(engine, tickers, start, stop), cfg, context)
     found = (panel, load_membership(engine).row_mask(panel.tickers, panel.days))
     if cache is not None:
         cache[key] = found
@@ -177,7 +187,8 @@ def _runtime(kind: str) -> fold_cache.Runtime:
     fam = family(kind)
     libraries = ", ".join(f"{lib} {md.version(lib)}" for lib in fam.libraries)
     code = hashlib.sha256()
-    modules = (sys.modules[fam.fit.__module__], tabular, price_features, artifacts, global_fit)
+    read = sys.modules[fam.inputs.compute.__module__]
+    modules = (sys.modules[fam.fit.__module__], tabular, read, price_features, artifacts, global_fit)
     for module in dict.fromkeys(modules):
         path = Path(module.__file__)
         code.update(fold_cache.code_digest(path.name, path.read_text()).encode())
@@ -312,7 +323,7 @@ def backtest_fit(
     stop = end or latest_price_date(engine, tickers)
     if start is None or stop is None:
         raise NotFoundError(f"no prices for the tickers of model {model_id}'s fit")
-    panel, members = _panel_for(engine, tickers, start, stop)
+    panel, members = _panel_for(engine, tickers, start, stop, cfg)
     rt = runtime(cfg)
     plans = _plans(panel, members, sig, cfg, rt, folds, test_sessions, (tuple(tickers), start, stop))
     skipped = {
@@ -360,7 +371,7 @@ def backtest_fit(
             config_signature=sig,
             data_start=pd.Timestamp(panel.days[rows].min()).date(),
             data_end=pd.Timestamp(panel.days[rows].max()).date(),
-            features="price_features",
+            features=inputs_of(cfg).name,
         )
         for plan, fold_preds, was_reused, fit_s in zip(plans, preds, reused, fits, strict=True):
             test = plan.tests[t]

@@ -10,6 +10,7 @@ wrong shape on its own training rows writes nothing: every ticker is reported fa
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 import uuid
 from pathlib import Path
@@ -23,7 +24,7 @@ from ldtm_core.errors import InputError, LDTMError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.price_windows import PRICE_FIELDS, load_price_arrays
 from ldtm_core.learning.recipes import get
-from ldtm_core.learning.recipes.family import RecipeConfig, family
+from ldtm_core.learning.recipes.family import RecipeConfig, family, inputs_of
 from ldtm_core.learning.training import MIN_LABELED_SAMPLES, TrainOutcome
 
 
@@ -47,6 +48,28 @@ def panel_bars(arrays: dict[str, dict]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["ticker", "date", *PRICE_FIELDS])
     return pd.concat(frames, ignore_index=True)
+
+
+def context_arrays(engine: Engine, cfg: RecipeConfig, start: dt.date | None, stop: dt.date) -> dict:
+    """The bars of the tickers recipe `cfg`'s inputs read beside each row's own (the market), up to `stop`."""
+    wanted = list(inputs_of(cfg).context(cfg))
+    return load_price_arrays(engine, wanted, start, stop) if wanted and start else {}
+
+
+def ticker_inputs(engine: Engine, rec) -> pd.DataFrame:
+    """Recipe model `rec`'s inputs for its own ticker on every priced date (index: the date), the rows
+    whose inputs are all known (what it read at its fit, and reads each evening since)."""
+    from ldtm_core.data.prices import earliest_price_date, latest_price_date
+    from ldtm_core.learning.recipes.family import config_from
+
+    cfg = config_from(rec.recipe, json.loads(rec.config_json))
+    start, stop = earliest_price_date(engine, [rec.ticker]), latest_price_date(engine, [rec.ticker])
+    if start is None or stop is None:
+        return pd.DataFrame(columns=list(inputs_of(cfg).names(cfg)))
+    bars = panel_bars(load_price_arrays(engine, [rec.ticker], start, stop))
+    frame = inputs_of(cfg).frame(bars, cfg, context_arrays(engine, cfg, start, stop))
+    frame.index = pd.to_datetime(bars["date"]).dt.date
+    return frame.dropna()
 
 
 def artifact_path(settings: Settings, name: str, trained_on: dt.date, signature: str) -> Path:
@@ -86,7 +109,11 @@ def train_global(
     arrays = load_price_arrays(engine, members, start, day) if start else {}
     written: Path | None = None
     try:
-        x, y, keys = tabular.training_frame(panel_bars(arrays))
+        context = context_arrays(engine, cfg, start, day)
+        unread = [t for t in inputs_of(cfg).context(cfg) if t not in context]
+        if unread and members:
+            raise InputError(f"its inputs read {', '.join(unread)}, which has no prices up to {day}")
+        x, y, keys = tabular.training_frame(panel_bars(arrays), cfg, context)
         rows = keys["ticker"].value_counts()
         for t in members:
             n = int(rows.get(t, 0))
@@ -133,7 +160,7 @@ def train_global(
                 duration_s=duration,
                 profile=name,
                 checkpoint_path=str(path),
-                features="price_features",
+                features=inputs_of(cfg).name,
             )
     except Exception as exc:  # noqa: BLE001 - the recipe's failure is every ticker's outcome, never a crash
         what = str(exc) if isinstance(exc, LDTMError) else f"{type(exc).__name__}: {exc}"

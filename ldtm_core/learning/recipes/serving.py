@@ -9,16 +9,18 @@ NaN/inf or the wrong shape, costs only its own tickers their row, each named wit
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from ldtm_core.data import price_features
 from ldtm_core.errors import CheckpointError, summary
 from ldtm_core.learning.checkpoints import sha256_file
 from ldtm_core.learning.recipes import LSTM, artifacts
+from ldtm_core.learning.recipes.family import RecipeConfig, config_from, inputs_of
 from ldtm_core.learning.recipes.global_fit import panel_bars
+from ldtm_core.learning.recipes.inputs import PRICE_FEATURES
 from ldtm_core.learning.recipes.tabular import TabularModel
 from ldtm_core.learning.registry import ModelRecord
 
@@ -53,29 +55,47 @@ def cannot_run(rec: ModelRecord, exc: BaseException) -> str:
     return f"model {rec.id} ({rec.ticker}{recipe}) cannot run: {summary(exc)}"
 
 
+def reads(recs: list[ModelRecord]) -> tuple[int, tuple[str, ...]]:
+    """(the bars ending on the run date a row of these models reads, the context tickers to load beside
+    theirs: the market their inputs read)."""
+    need, context = 0, set()
+    for config_json, recipe in {(r.config_json, r.recipe) for r in recs}:
+        cfg = config_from(recipe, json.loads(config_json))
+        inputs = inputs_of(cfg)
+        need = max(need, inputs.lookback(cfg))
+        context.update(inputs.context(cfg))
+    return need, tuple(sorted(context))
+
+
 def feature_rows(
-    arrays: dict[str, dict], tickers: list[str], run_date: dt.date
+    arrays: dict[str, dict], tickers: list[str], run_date: dt.date, cfg: RecipeConfig | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
-    """({ticker: its feature row on run_date}, {ticker: (close, previous close)}, {ticker: why skipped})."""
+    """({ticker: its row of recipe `cfg`'s inputs on run_date}, {ticker: (close, previous close)},
+    {ticker: why skipped}); `price_features` without a recipe. `arrays` holds the context tickers too."""
+    inputs = inputs_of(cfg) if cfg is not None else PRICE_FEATURES
     skipped = {t: f"{t} has no prices up to {run_date}" for t in tickers if t not in arrays}
     day = np.datetime64(run_date, "D")
     present = {t: arrays[t] for t in sorted(tickers) if t in arrays}
     late = [t for t, a in present.items() if not len(a["date"]) or a["date"][-1] != day]
     skipped.update({t: f"{t} has no price on {run_date}" for t in late})
     present = {t: a for t, a in present.items() if t not in skipped}
-    names = list(price_features.feature_names())
-    # A feature on the run date reads the LOOKBACK bars ending there and nothing before them.
-    tails = {t: {k: v[-price_features.LOOKBACK :] for k, v in a.items()} for t, a in present.items()}
-    values = price_features.compute_panel(panel_bars(tails))[names].to_numpy() if tails else None
+    lookback = inputs.lookback(cfg)
+    # A row on the run date reads the `lookback` bars ending there and nothing before them.
+    tails = {t: {k: v[-lookback:] for k, v in a.items()} for t, a in present.items()}
+    context = {t: arrays[t] for t in inputs.context(cfg) if t in arrays}
+    values = inputs.compute(panel_bars(tails), cfg, context) if tails else None
     # panel_bars stacks the tickers in sorted order: each one's last row ends its block.
     ends = np.cumsum([len(a["date"]) for a in tails.values()]) - 1
     rows, closes = {}, {}
     for (t, a), end in zip(present.items(), ends, strict=True):
         last = values[end]
         if not np.isfinite(last).all():
+            context_note = (
+                f", and {', '.join(inputs.context(cfg))} priced then" if inputs.context(cfg) else ""
+            )
             skipped[t] = (
-                f"{t} has {len(a['date'])} price rows up to {run_date}; its features need "
-                f"{price_features.LOOKBACK} (and no empty volume or flat range)"
+                f"{t} has {len(a['date'])} price rows up to {run_date}; its inputs ({inputs.name}) need "
+                f"{lookback} (and no empty volume or flat range{context_note})"
             )
             continue
         rows[t] = last
@@ -87,10 +107,12 @@ def predict(
     recs: dict[str, ModelRecord], arrays: dict[str, dict], run_date: dt.date
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
     """({ticker: predicted price per horizon}, {ticker: (close, previous close)}, {ticker: why not})."""
-    rows, closes, skipped = feature_rows(arrays, list(recs), run_date)
+    day = np.datetime64(run_date, "D")
+    priced = [t for t in recs if t in arrays and len(arrays[t]["date"]) and arrays[t]["date"][-1] == day]
+    _, _, skipped = feature_rows(arrays, [t for t in recs if t not in priced], run_date)
     groups: dict[str, list[str]] = defaultdict(list)
     models = {}
-    for t in rows:
+    for t in priced:
         try:
             models[t] = load_verified(recs[t])  # each ticker's own file, verified
         except Exception as exc:  # noqa: BLE001 - an artifact that cannot load skips its own ticker only
@@ -98,8 +120,15 @@ def predict(
             continue
         groups[recs[t].checkpoint_sha256].append(t)
     preds: dict[str, np.ndarray] = {}
+    closes: dict[str, tuple[float, float | None]] = {}
     for members in groups.values():  # one batch per fit
         model = models[members[0]]
+        rows, group_closes, why = feature_rows(arrays, members, run_date, model.config)
+        skipped.update(why)
+        closes.update(group_closes)
+        members = [t for t in members if t in rows]
+        if not members:
+            continue
         try:
             batches = [(members, model.predict(np.stack([rows[t] for t in members])))]
         except Exception:  # noqa: BLE001 - one bad row spoils the batch: each ticker alone below

@@ -19,7 +19,14 @@ from ldtm_core.data import price_features
 from ldtm_core.data.calendar import target_dates
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
-from ldtm_core.learning.recipes.family import TARGET_DEFINITION, Family, RecipeConfig, family  # noqa: F401
+from ldtm_core.learning.recipes.family import (  # noqa: F401
+    TARGET_DEFINITION,
+    Family,
+    RecipeConfig,
+    family,
+    inputs_of,
+)
+from ldtm_core.learning.recipes.inputs import PRICE_FEATURES
 
 KINDS = ("ridge", "lightgbm")
 
@@ -77,16 +84,19 @@ def panel_targets(bars: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def training_frame(bars: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(X, Y, keys) from a panel of bars: features (`price_features.compute_panel`), targets
-    (`panel_targets`) and their (ticker, date), row for row, keeping only rows where every feature and
-    target is known (no warm-up, no target still ahead). All three share a fresh RangeIndex."""
-    features = price_features.compute_panel(bars)
+def training_frame(
+    bars: pd.DataFrame, cfg: RecipeConfig | None = None, context: dict | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(X, Y, keys) from a panel of bars: recipe `cfg`'s inputs (`price_features` without one; `context`:
+    its context tickers' arrays), targets (`panel_targets`) and their (ticker, date), row for row, keeping
+    only rows where every input and target is known (no warm-up, no target still ahead). All three share
+    a fresh RangeIndex."""
+    inputs = inputs_of(cfg) if cfg is not None else PRICE_FEATURES
+    x = inputs.frame(bars, cfg, context)
     targets = panel_targets(bars)
-    x = features[list(price_features.feature_names())]
     y = targets[target_columns()]
     complete = np.isfinite(x.to_numpy()).all(axis=1) & np.isfinite(y.to_numpy()).all(axis=1)
-    keys = features.loc[complete, ["ticker", "date"]].reset_index(drop=True)
+    keys = targets.loc[complete, ["ticker", "date"]].reset_index(drop=True)
     return x[complete].reset_index(drop=True), y[complete].reset_index(drop=True), keys
 
 
@@ -183,9 +193,9 @@ def as_matrix(data: pd.DataFrame | np.ndarray, columns: list[str] | tuple[str, .
 
 
 def fit(x: pd.DataFrame | np.ndarray, y: pd.DataFrame | np.ndarray, cfg: RecipeConfig) -> TabularModel:
-    """Fit `cfg`'s recipe on features `x` (`price_features.feature_names()`) and targets `y`
-    (`target_columns()`), as `training_frame` returns them."""
-    features = price_features.feature_names()
+    """Fit `cfg`'s recipe on inputs `x` (its `inputs.names(cfg)`) and targets `y` (`target_columns()`),
+    as `training_frame` returns them."""
+    features = inputs_of(cfg).names(cfg)
     xs = as_matrix(x, features, f"{cfg.kind} fit: X")
     ys = as_matrix(y, target_columns(), f"{cfg.kind} fit: Y")
     if len(xs) != len(ys) or len(xs) < 2:
@@ -245,7 +255,7 @@ def _load_ridge(payload: dict, cfg: TabularConfig, n_features: int):
 def _fit_lightgbm(xs: np.ndarray, ys: np.ndarray, cfg: TabularConfig):
     import lightgbm
 
-    params, names = cfg.lightgbm_params(), list(price_features.feature_names())
+    params, names = cfg.lightgbm_params(), list(inputs_of(cfg).names(cfg))
     return tuple(
         lightgbm.train(
             params,
@@ -273,7 +283,7 @@ def _dump_lightgbm(boosters) -> dict[str, Any]:
 def _load_lightgbm(payload: dict, cfg: TabularConfig, n_features: int):
     import lightgbm
 
-    features = list(price_features.feature_names())
+    features = list(inputs_of(cfg).names(cfg))
     texts = payload["boosters"]
     if sorted(texts) != sorted(h.name for h in HORIZONS):
         raise ValueError(f"boosters for {sorted(texts)}, expected one per horizon")

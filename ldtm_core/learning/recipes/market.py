@@ -1,0 +1,108 @@
+"""Recipes that read the market beside each ticker's own prices: `ridge_market` and `lightgbm_market`.
+
+Their inputs are the `price_features` library of the row's own ticker plus the market's k-day log
+returns on the row's date (`MARKET_RETURN_WINDOWS`), the market being one ticker of the store (`market`,
+QQQ by default: the default universe is the NASDAQ-100; `--set market=SPY` for another). That is an
+input that reads another ticker, so these recipes can find what a model of one ticker's prices cannot:
+a ticker that follows the market a session late (`synthetic_market.PLANTED_FAMILIES`, "lagged_factor").
+A row on a date the market has no bar for has no inputs (not trained on; not served, said why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ldtm_core.data import price_features
+from ldtm_core.errors import InputError
+from ldtm_core.learning.recipes.family import Family
+from ldtm_core.learning.recipes.inputs import Inputs
+from ldtm_core.learning.recipes.tabular import LIGHTGBM, RIDGE, TabularConfig
+
+VERSION = 1
+MARKET_RETURN_WINDOWS = (1, 5, 20)
+KINDS = ("ridge_market", "lightgbm_market")
+
+
+@dataclass(frozen=True)
+class MarketConfig(TabularConfig):
+    """A tabular recipe's settings (`TabularConfig`) and the ticker whose returns are the market."""
+
+    kind: str = "ridge_market"
+    market: str = "QQQ"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise InputError(f"market recipe kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if not isinstance(self.market, str) or not self.market.strip():
+            raise InputError("market recipe: --set market=TICKER needs a ticker")
+
+
+def market_names(cfg: MarketConfig | None = None) -> tuple[str, ...]:
+    return (*price_features.feature_names(), *(f"market_ret_{k}" for k in MARKET_RETURN_WINDOWS))
+
+
+def market_returns(arrays: dict, market: str, days: np.ndarray) -> np.ndarray:
+    """[len(days), len(MARKET_RETURN_WINDOWS)]: the market's k-day log return ending on each day (its
+    own sessions), NaN where it has no bar that day or fewer than k before it."""
+    out = np.full((len(days), len(MARKET_RETURN_WINDOWS)), np.nan)
+    a = arrays.get(market)
+    if a is None or not len(a["date"]):
+        return out
+    log_close = np.log(np.asarray(a["close"], dtype=np.float64))
+    own = np.asarray(a["date"], dtype="datetime64[D]")
+    pos = np.searchsorted(own, days)
+    hit = pos < len(own)
+    hit[hit] = own[pos[hit]] == days[hit]
+    for j, k in enumerate(MARKET_RETURN_WINDOWS):
+        ret = np.full(len(own), np.nan)
+        ret[k:] = log_close[k:] - log_close[:-k]
+        out[hit, j] = ret[pos[hit]]
+    return out
+
+
+def _compute(bars: pd.DataFrame, cfg: MarketConfig, context: dict) -> np.ndarray:
+    own = price_features.compute_panel(bars)[list(price_features.feature_names())].to_numpy(np.float64)
+    days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")
+    return np.hstack([own, market_returns(context, cfg.market, days)])
+
+
+def _fingerprint(cfg: MarketConfig) -> str:
+    spec = {
+        "version": VERSION,
+        "price_features": price_features.fingerprint(),
+        "market": cfg.market,
+        "market_returns": [
+            f"ln(close_t / close_t-{k}) of the market, on its own sessions" for k in MARKET_RETURN_WINDOWS
+        ],
+    }
+    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
+MARKET_INPUTS = Inputs(
+    "price_features+market",
+    market_names,
+    _compute,
+    _fingerprint,
+    lambda cfg: max(price_features.LOOKBACK, max(MARKET_RETURN_WINDOWS) + 1),
+    lambda cfg: (cfg.market,),
+)
+
+# The tabular families' fit, predict and artifact, on these inputs.
+RIDGE_MARKET = Family(
+    MarketConfig, RIDGE.fit, RIDGE.predict, RIDGE.dump, RIDGE.load, RIDGE.libraries, MARKET_INPUTS
+)
+LIGHTGBM_MARKET = Family(
+    MarketConfig,
+    LIGHTGBM.fit,
+    LIGHTGBM.predict,
+    LIGHTGBM.dump,
+    LIGHTGBM.load,
+    LIGHTGBM.libraries,
+    MARKET_INPUTS,
+)
