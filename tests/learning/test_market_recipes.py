@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import statsmodels.api as sm
 from accountability_helpers import ingest, make_settings
 
 from ldtm_core.accountability.ledger.snapshots import predict
@@ -20,7 +21,13 @@ from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.recipes import global_fit, serving, tabular
 from ldtm_core.learning.recipes.family import TARGET_DEFINITION, inputs_of
 from ldtm_core.learning.recipes.global_backtest import backtest_fit
-from ldtm_core.learning.recipes.market import MARKET_RETURN_WINDOWS, MarketConfig, market_returns
+from ldtm_core.learning.recipes.market import (
+    LAG_BETA_WINDOW,
+    MARKET_RETURN_WINDOWS,
+    MarketConfig,
+    lag_beta,
+    market_returns,
+)
 from ldtm_core.learning.registry import get_model
 
 FOLLOWERS = list(PLANTED_FAMILIES["lagged_factor"]["members"][:6])
@@ -76,6 +83,30 @@ def test_only_the_market_recipe_finds_a_ticker_that_follows_the_market_a_session
     assert abs(found["ridge"]) < 0.08, found
 
 
+def test_the_lead_lag_beta_is_each_tickers_own_and_reads_nothing_ahead():
+    bars = generate(["QQQ", FOLLOWERS[0], "AAPL"], "2019-01-02", "2024-12-31", seed=5)
+    bars = bars.sort_values(["ticker", "date"], kind="stable").reset_index(drop=True)
+    days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")
+    m1 = market_returns(_arrays(bars), "QQQ", days)[:, 0]
+    tickers, close = bars["ticker"].to_numpy(dtype=str), bars["close"].to_numpy()
+    beta = lag_beta(tickers, close, m1)
+    # Against statsmodels' OLS slope on the same window of one row.
+    follower = np.flatnonzero(tickers == FOLLOWERS[0])
+    row = follower[-1]
+    window = follower[-LAG_BETA_WINDOW:]
+    r = np.log(close[window] / close[window - 1])
+    x = sm.add_constant(m1[window - 1])
+    assert beta[row] == pytest.approx(sm.OLS(r, x).fit().params[1], rel=1e-9)
+    # Planted beta 0.5 for the follower; a regular ticker's is near 0; the first window is not yet full.
+    assert 0.3 < np.nanmean(beta[follower]) < 0.7
+    assert abs(np.nanmean(beta[tickers == "AAPL"])) < 0.2
+    assert np.isnan(beta[follower[:LAG_BETA_WINDOW]]).all()
+    # A later close changed: no earlier row moves.
+    later = close.copy()
+    later[row] *= 1.5
+    np.testing.assert_array_equal(lag_beta(tickers, later, m1)[:row], beta[:row])
+
+
 @pytest.fixture
 def store(engine, tmp_path, db_url):
     ingest(engine, ["QQQ", "AAPL", *FOLLOWERS[:2]])
@@ -104,11 +135,12 @@ def test_a_market_recipe_trains_backtests_and_serves_with_the_market_loaded_besi
     rows, closes, skipped = serving.feature_rows(
         serving_arrays(engine, ["AAPL", "QQQ"], day), ["AAPL"], day, model.config
     )
-    assert not skipped and rows["AAPL"][-len(MARKET_RETURN_WINDOWS) :].tolist() == pytest.approx(
-        market_returns(serving_arrays(engine, ["QQQ"], day), "QQQ", np.array([day], dtype="datetime64[D]"))[
-            0
-        ].tolist()
+    names = list(model.features)
+    market_cols = [names.index(f"market_ret_{k}") for k in MARKET_RETURN_WINDOWS]
+    on_day = market_returns(
+        serving_arrays(engine, ["QQQ"], day), "QQQ", np.array([day], dtype="datetime64[D]")
     )
+    assert not skipped and rows["AAPL"][market_cols].tolist() == pytest.approx(on_day[0].tolist())
 
 
 def serving_arrays(engine, tickers, day):

@@ -25,6 +25,11 @@ from ldtm_core.learning.recipes.tabular import LIGHTGBM, RIDGE, TabularConfig
 
 VERSION = 1
 MARKET_RETURN_WINDOWS = (1, 5, 20)
+# The ticker's own lead-lag sensitivity: the slope of its daily log return on the market's return one
+# session earlier, over its last LAG_BETA_WINDOW sessions. Times today's market move it is the move the
+# ticker's own history says follows tomorrow; a global model needs it, since one pooled coefficient on the
+# market's return alone is the universe's average sensitivity, not this ticker's.
+LAG_BETA_WINDOW = 120
 KINDS = ("ridge_market", "lightgbm_market")
 
 
@@ -43,7 +48,8 @@ class MarketConfig(TabularConfig):
 
 
 def market_names(cfg: MarketConfig | None = None) -> tuple[str, ...]:
-    return (*price_features.feature_names(), *(f"market_ret_{k}" for k in MARKET_RETURN_WINDOWS))
+    lead_lag = (f"market_lag_beta_{LAG_BETA_WINDOW}", "market_lag_signal")
+    return (*price_features.feature_names(), *(f"market_ret_{k}" for k in MARKET_RETURN_WINDOWS), *lead_lag)
 
 
 def market_returns(arrays: dict, market: str, days: np.ndarray) -> np.ndarray:
@@ -65,10 +71,27 @@ def market_returns(arrays: dict, market: str, days: np.ndarray) -> np.ndarray:
     return out
 
 
+def lag_beta(tickers: np.ndarray, close: np.ndarray, market_1: np.ndarray) -> np.ndarray:
+    """Per row: the slope of the ticker's log return on the market's return of its previous session, over
+    its last LAG_BETA_WINDOW rows (rows of one ticker in date order; NaN until the window is full)."""
+    same = np.r_[False, tickers[1:] == tickers[:-1]]
+    r = np.where(same, np.log(close / np.r_[np.nan, close[:-1]]), np.nan)
+    m = np.where(same, np.r_[np.nan, market_1[:-1]], np.nan)
+    frame = pd.DataFrame({"r": r, "m": m, "rm": r * m, "mm": m * m})
+    means = frame.groupby(tickers, sort=False).rolling(LAG_BETA_WINDOW).mean()
+    means = means.reset_index(level=0, drop=True).sort_index()
+    var = means["mm"] - means["m"] ** 2
+    slope = (means["rm"] - means["r"] * means["m"]) / var.where(var > 1e-12)
+    return slope.to_numpy(np.float64)
+
+
 def _compute(bars: pd.DataFrame, cfg: MarketConfig, context: dict) -> np.ndarray:
     own = price_features.compute_panel(bars)[list(price_features.feature_names())].to_numpy(np.float64)
     days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")
-    return np.hstack([own, market_returns(context, cfg.market, days)])
+    market = market_returns(context, cfg.market, days)
+    tickers = bars["ticker"].to_numpy(dtype=str)
+    beta = lag_beta(tickers, bars["close"].to_numpy(np.float64), market[:, 0])
+    return np.column_stack([own, market, beta, beta * market[:, 0]])
 
 
 def _fingerprint(cfg: MarketConfig) -> str:
@@ -89,7 +112,7 @@ MARKET_INPUTS = Inputs(
     market_names,
     _compute,
     _fingerprint,
-    lambda cfg: max(price_features.LOOKBACK, max(MARKET_RETURN_WINDOWS) + 1),
+    lambda cfg: max(price_features.LOOKBACK, max(MARKET_RETURN_WINDOWS) + 1, LAG_BETA_WINDOW + 2),
     lambda cfg: (cfg.market,),
 )
 
