@@ -49,6 +49,12 @@ RECIPES: dict[str, Recipe] = {
             "LightGBM on price_features and the market's returns",
             f"{_MARKET}:LIGHTGBM_MARKET",
         ),
+        Recipe(
+            "global_lstm",
+            "global",
+            "one 2-layer LSTM over every ticker's normalised 11-feature windows",
+            "ldtm_core.learning.recipes.global_lstm:GLOBAL_LSTM",
+        ),
     )
 }
 
