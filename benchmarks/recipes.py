@@ -1,13 +1,18 @@
-"""Benchmark: every recipe on the same folds, side by side (first version: the tabular recipes).
+"""Benchmark: every recipe on the same folds, side by side.
 
     .venv/bin/python benchmarks/recipes.py                      # full universe + SYNEDGE, 8 years, 3 folds
     .venv/bin/python benchmarks/recipes.py --quick              # 12 tickers, 3 years, 2 folds (seconds)
     .venv/bin/python benchmarks/recipes.py --csv-dir ~/bars     # your own daily bars instead
 
-Each recipe (`learning/recipes/tabular.py`: ridge, LightGBM) runs two ways on the same rows: global (one
-fit over all tickers' rows, the pooled model) and per ticker (one fit per ticker on its own rows only),
-so a row of the table answers "pooled or per ticker?" for that recipe. Features are
-`price_features.compute_panel`, targets each horizon's log return (`tabular.training_frame`).
+Rows: the LSTM per ticker (the global LSTM's network, `recipes/global_lstm.py`, fitted once per ticker
+on that ticker's windows only: the seed's "an expert per ticker", the reference every other row is
+judged against); `global_lstm` (the same network fitted once on every ticker's windows); ridge and
+LightGBM (`recipes/tabular.py`) fitted globally and per ticker, so their rows answer "pooled or per
+ticker?"; and ridge_market and lightgbm_market (`recipes/market.py`: each ticker's price features plus
+the market's returns and the ticker's lead-lag beta to it), left out when the market (`--market`, QQQ)
+is not in the data. Each recipe reads its own inputs (`Family.inputs`), targets are each horizon's log
+return (`tabular.panel_targets`), and every row of the table is scored on the same rows: those where
+every recipe has its inputs and every target is known.
 
 Folds are walk-forward: the last `--folds` blocks of 63 evenings (a quarter) of the rows whose every
 target is known (so the last month of bars only serves as targets), each fold's model fitted on every
@@ -31,7 +36,13 @@ vs realised log return (`signals.ic.rowwise_pearson` on ranks, 3+ names an eveni
 overlap-aware EWC test the signal report uses (`scoring.hac.mean_test`, overlap = the horizon's
 sessions; "–": fewer than 10 independent target periods, too short to test). The SYNEDGE columns are
 the planted ticker alone (`synthetic_market.PLANTED`: a known per-ticker edge, ~70 % next-day direction
-to a model that finds it).
+to a model that finds it). The verdict column is the gate's universe verdict (`gate.universe.
+clustered`: paired next-day hits, standard error clustered by evening, one-sided) of the row against
+the LSTM per ticker on the same decided rows, at level 0.05 with no trials spent (a report, not a
+promotion): the difference in points, its p, and the smallest difference these rows could detect.
+The planted-families table scores each family of `synthetic_market.PLANTED_FAMILIES` alone: pooled
+(an edge only pooled rows reveal), own_sign (each ticker's own sign: a per-ticker model's), and
+lagged_factor (the market a session late: only a recipe reading the market can see it).
 
 `--csv-dir DIR` reads every `*.csv` and `*.parquet` in DIR instead of the synthetic market, as `ldtm
 ingest` reads price files (`data.price_files`): one file per ticker (ticker = the file's stem) or a long
@@ -63,6 +74,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
+from ldtm_core.accountability.gate.universe import clustered  # noqa: E402
 from ldtm_core.accountability.signals.ic import rowwise_pearson  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.price_files import expand_paths, read_price_file  # noqa: E402
@@ -71,7 +83,10 @@ from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.errors import InputError  # noqa: E402
 from ldtm_core.horizons import DIRECTION, HORIZONS  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
-from ldtm_core.learning.recipes.tabular import TabularConfig, fit, target_columns, training_frame  # noqa: E402
+from ldtm_core.learning.recipes.family import RecipeConfig, inputs_of  # noqa: E402
+from ldtm_core.learning.recipes.global_lstm import GlobalLSTMConfig  # noqa: E402
+from ldtm_core.learning.recipes.market import MarketConfig  # noqa: E402
+from ldtm_core.learning.recipes.tabular import TabularConfig, fit, panel_targets, target_columns  # noqa: E402
 from ldtm_core.scoring import baselines, hac  # noqa: E402
 from ldtm_core.scoring.skill import format_p_value, sign_test_p_value  # noqa: E402
 
@@ -82,6 +97,7 @@ PLANTED_TICKER = next(iter(PLANTED))  # SYNEDGE
 QUICK_TICKERS = 12
 BAR_COLUMNS = ["ticker", "date", "open", "high", "low", "close", "volume"]
 PREDICT_REPEATS = 5
+VERDICT_LEVEL = 0.05  # one comparison per row, reported, not a gate's decision: no trials spent
 
 
 @dataclass(frozen=True)
@@ -89,21 +105,70 @@ class Variant:
     """A recipe and how it is fitted: once on all tickers' rows, or once per ticker on its own."""
 
     label: str
-    cfg: TabularConfig
+    cfg: RecipeConfig
     per_ticker: bool
 
 
-def variants(trees: int, ticker_trees: int, seed: int, threads: int) -> list[Variant]:
+REFERENCE = "LSTM, per ticker"  # the variant every other one is judged against (the verdict column)
+
+
+def variants(args, with_market: bool) -> list[Variant]:
     ridge = TabularConfig(kind="ridge")
-    lgbm = TabularConfig(kind="lightgbm", seed=seed, num_threads=threads)
-    return [
+    lgbm = TabularConfig(kind="lightgbm", seed=args.seed, num_threads=args.threads)
+    lstm = GlobalLSTMConfig(seed=args.seed, num_threads=args.threads, epochs=args.lstm_epochs)
+    out = [
+        # The same network on one ticker's windows only: the seed's "an expert per ticker".
+        Variant(REFERENCE, replace(lstm, epochs=args.ticker_epochs), True),
+        Variant("global_lstm", lstm, False),
         Variant("ridge, global", ridge, False),
         Variant("ridge, per ticker", ridge, True),
-        Variant(f"lightgbm, global ({trees} trees)", replace(lgbm, n_estimators=trees), False),
+        Variant(f"lightgbm, global ({args.trees} trees)", replace(lgbm, n_estimators=args.trees), False),
         Variant(
-            f"lightgbm, per ticker ({ticker_trees} trees)", replace(lgbm, n_estimators=ticker_trees), True
+            f"lightgbm, per ticker ({args.ticker_trees} trees)",
+            replace(lgbm, n_estimators=args.ticker_trees),
+            True,
         ),
     ]
+    if with_market:
+        market = MarketConfig(kind="ridge_market", market=args.market)
+        out += [
+            Variant("ridge_market, global", market, False),
+            Variant(
+                f"lightgbm_market, global ({args.trees} trees)",
+                MarketConfig(
+                    **{
+                        **lgbm.to_dict(),
+                        "kind": "lightgbm_market",
+                        "n_estimators": args.trees,
+                        "market": args.market,
+                    }
+                ),
+                False,
+            ),
+        ]
+    return out
+
+
+def warm_config(cfg: RecipeConfig) -> RecipeConfig:
+    """`cfg` at its cheapest: a fit that only imports and sets up what the timed fits will use."""
+    cheap = {"n_estimators": 2, "epochs": 1, "epoch_rows": 256}
+    return replace(cfg, **{k: v for k, v in cheap.items() if hasattr(cfg, k)})
+
+
+def inputs_key(cfg: RecipeConfig) -> tuple:
+    inputs = inputs_of(cfg)
+    return inputs.name, inputs.fingerprint(cfg)
+
+
+def bar_arrays(bars: pd.DataFrame, tickers: tuple[str, ...]) -> dict:
+    """{ticker: arrays} of `tickers`' bars, as `load_price_arrays` gives them (an input's context)."""
+    out = {}
+    for t in tickers:
+        mine = bars[bars["ticker"] == t]
+        if len(mine):
+            out[t] = {"date": pd.to_datetime(mine["date"]).to_numpy().astype("datetime64[D]")}
+            out[t].update({f: mine[f].to_numpy(np.float64) for f in BAR_COLUMNS[2:]})
+    return out
 
 
 # --- data ----------------------------------------------------------------------------------------------
@@ -135,11 +200,11 @@ def trim_years(bars: pd.DataFrame, years: float) -> pd.DataFrame:
     return bars[bars["date"] >= first].reset_index(drop=True)
 
 
-def synthetic_bars(universe: str, years: float, seed: int, quick: bool) -> pd.DataFrame:
-    tickers = [t for t in load_universe(universe) if t != PLANTED_TICKER]
+def synthetic_bars(universe: str, years: float, seed: int, quick: bool, market: str) -> pd.DataFrame:
+    tickers = [t for t in load_universe(universe) if t not in (PLANTED_TICKER, market)]
     if quick:
-        tickers = tickers[: QUICK_TICKERS - 1]
-    tickers.append(PLANTED_TICKER)
+        tickers = tickers[: QUICK_TICKERS - 2]
+    tickers += [PLANTED_TICKER, market]  # the market: what the lagged_factor family follows
     for family in PLANTED_FAMILIES.values():  # quick: the first 4 of each family
         tickers += list(family["members"][: 4 if quick else None])
     start = END - dt.timedelta(days=round(365.25 * years))
@@ -321,6 +386,17 @@ def ic_cell(dates, tickers, pred, real, overlap: int) -> str:
     return f"{test.mean:.3f} ({t})"
 
 
+def verdict_cell(v: Variant, pred_next, real_next, reference_right, dates) -> str:
+    """The universe verdict's figures (`gate.universe.clustered`, the gate's own) of `v` against the
+    reference on the same decided rows: difference in points (one-sided p; smallest detectable)."""
+    if v.label == REFERENCE:
+        return "reference"
+    f = clustered(np.sign(pred_next) == np.sign(real_next), reference_right, dates, VERDICT_LEVEL)
+    if not np.isfinite(f.p_value):
+        return f"{f.difference * 100:+.1f} pts (–)"
+    return f"{f.difference * 100:+.1f} pts (p {format_p_value(f.p_value)}; detects {f.detectable * 100:.1f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--universe", default="full", help="synthetic tickers (SYNEDGE is always added)")
@@ -330,13 +406,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folds", type=int, default=3, help=f"walk-forward folds of {FOLD_SESSIONS} evenings")
     ap.add_argument("--trees", type=int, default=200, help="LightGBM global: boosting rounds per horizon")
     ap.add_argument("--ticker-trees", type=int, default=100, help="LightGBM per ticker: rounds per horizon")
-    ap.add_argument("--threads", type=int, default=1, help="LightGBM's and BLAS's threads")
+    ap.add_argument("--lstm-epochs", type=int, default=None, help="global_lstm's epochs (its default)")
+    ap.add_argument("--ticker-epochs", type=int, default=30, help="the LSTM per ticker: epochs per fit")
+    ap.add_argument("--market", default="QQQ", help="the market the market recipes read (left out if absent)")
+    ap.add_argument("--threads", type=int, default=1, help="LightGBM's, torch's and BLAS's threads")
     ap.add_argument(
-        "--quick", action="store_true", help=f"{QUICK_TICKERS} tickers, 3 years, 2 folds, 50/20 trees"
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_TICKERS} tickers, 3 years, 2 folds, 50/20 trees, LSTMs of 1/3 epochs",
     )
     args = ap.parse_args(argv)
     if args.quick:
         args.years, args.folds, args.trees, args.ticker_trees = args.years or 3, 2, 50, 20
+        args.lstm_epochs, args.ticker_epochs = 1, 3
+    args.lstm_epochs = args.lstm_epochs or GlobalLSTMConfig().epochs
     try:
         return _run(args)
     except InputError as e:
@@ -355,12 +438,27 @@ def _run(args) -> int:
         source = f"CSV bars from {args.csv_dir}"
     else:
         years = args.years or 8
-        bars = synthetic_bars(args.universe, years, args.seed, args.quick)
+        bars = synthetic_bars(args.universe, years, args.seed, args.quick, args.market)
         source = f"synthetic market (seed {args.seed}), universe {args.universe} + {PLANTED_TICKER}, {years:g} years to {END}"
-    x_frame, y_frame, keys = training_frame(bars)
-    x, y = x_frame.to_numpy(np.float64), y_frame.to_numpy(np.float64)
-    tickers = keys["ticker"].astype(str).to_numpy()
-    dates = pd.to_datetime(keys["date"]).to_numpy().astype("datetime64[D]")
+    bars = bars.sort_values(["ticker", "date"], kind="stable").reset_index(drop=True)
+    with_market = bool((bars["ticker"] == args.market).any())
+    runs = variants(args, with_market)
+    # Each recipe's own inputs; scored only on rows where every recipe has its inputs and every target
+    # is known, so all rows of the table stand on the same rows.
+    targets = panel_targets(bars)[target_columns()].to_numpy(np.float64)
+    full = {}
+    for v in runs:
+        if (key := inputs_key(v.cfg)) not in full:
+            inputs = inputs_of(v.cfg)
+            full[key] = inputs.compute(bars, v.cfg, bar_arrays(bars, inputs.context(v.cfg)))
+    complete = np.isfinite(targets).all(axis=1)
+    for values in full.values():
+        complete &= np.isfinite(values).all(axis=1)
+    xs = {key: values[complete] for key, values in full.items()}
+    del full
+    y = targets[complete]
+    tickers = bars["ticker"].astype(str).to_numpy()[complete]
+    dates = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")[complete]
     # A row trains a fold only when its latest target date is before the fold's first evening (purge).
     last_target = np.max(np.column_stack(list(target_dates(dates).values())), axis=1)
     folds = fold_evenings(dates, args.folds)
@@ -368,17 +466,20 @@ def _run(args) -> int:
 
     print(f"CPU: {describe_cpu()}; threads: {args.threads} (LightGBM's, and BLAS's through threadpoolctl)")
     print(
-        f"{source}: {bars['ticker'].nunique()} tickers, {len(bars):,} bars, {len(x):,} rows with every "
-        f"feature and target; {args.folds} folds of {FOLD_SESSIONS} evenings from {folds[0][0]} to "
+        f"{source}: {bars['ticker'].nunique()} tickers, {len(bars):,} bars, {len(y):,} rows with every "
+        f"recipe's inputs and every target; {args.folds} folds of {FOLD_SESSIONS} evenings from {folds[0][0]} to "
         f"{folds[-1][-1]} (data {t_data:.0f} s)"
     )
-    print(f"memory: {MEMORY_KIND}\n")
+    print(f"memory: {MEMORY_KIND}")
+    if not with_market:
+        print(f"market recipes left out: the market {args.market} is not in this data (--market)")
+    print()
 
-    runs = variants(args.trees, args.ticker_trees, args.seed, args.threads)
-    tallies = {v.label: Tally(np.full((len(x), len(HORIZONS)), np.nan)) for v in runs}
+    tallies = {v.label: Tally(np.full((len(y), len(HORIZONS)), np.nan)) for v in runs}
     for v in runs:  # imports and first-call set-up outside the timed, measured fits
-        fit(x[:MIN_TICKER_ROWS], y[:MIN_TICKER_ROWS], replace(v.cfg, n_estimators=2)).predict(x[:1])
-    tested = np.zeros(len(x), dtype=bool)
+        x = xs[inputs_key(v.cfg)]
+        fit(x[:MIN_TICKER_ROWS], y[:MIN_TICKER_ROWS], warm_config(v.cfg)).predict(x[:1])
+    tested = np.zeros(len(y), dtype=bool)
     # BLAS (ridge) on as many threads as LightGBM: otherwise its spare threads time the machine's load.
     with threadpool_limits(limits=args.threads):
         for evenings in folds:
@@ -387,7 +488,7 @@ def _run(args) -> int:
             tested |= test
             evening = dates == evenings[-1]
             for v in runs:
-                run_fold(v, tallies[v.label], x, y, tickers, train, test, evening)
+                run_fold(v, tallies[v.label], xs[inputs_key(v.cfg)], y, tickers, train, test, evening)
 
     # Every variant on the same rows: those every variant predicted (per ticker skips a few tickers).
     scored = tested & np.all([np.isfinite(t.pred).all(axis=1) for t in tallies.values()], axis=0)
@@ -401,10 +502,12 @@ def _run(args) -> int:
         "| recipe | fit s (all tickers) | predict ms (1 evening) | fit memory MiB | rows | next-day direction "
         "| always-up | coin | p vs always-up | p vs coin | "
         + " | ".join(heads)
-        + f" | {PLANTED_TICKER} direction "
+        + f" | verdict vs {REFERENCE} | {PLANTED_TICKER} direction "
         f"| {PLANTED_TICKER} always-up | {PLANTED_TICKER} p vs always-up |"
     )
-    print("|---|" + "---:|" * (12 + len(HORIZONS)))
+    print("|---|" + "---:|" * (13 + len(HORIZONS)))
+    decided = real[:, d] != 0
+    reference = np.sign(tallies[REFERENCE].pred[scored][decided, d]) == np.sign(real[decided, d])
     for v in runs:
         t = tallies[v.label]
         pred = t.pred[scored]
@@ -418,6 +521,7 @@ def _run(args) -> int:
             f"| {v.label} | {statistics.fmean(t.fit_s):.3f} | {statistics.fmean(t.predict_s) * 1e3:.2f} "
             f"| {max(t.memory_mib):.1f} | {n:,} | {pct(acc)} | {pct(up)} | 50.0 % | {p_up} | {p_coin} | "
             + " | ".join(ics)
+            + f" | {verdict_cell(v, pred[decided, d], real[decided, d], reference, dates[scored][decided])}"
             + f" | {pct(s_acc)} | {pct(s_up)} | {s_p} |"
         )
     family = np.array([FAMILY_OF.get(t, "") for t in tickers[scored]])

@@ -492,18 +492,27 @@ def test_recipes(bench, tmp_path, capsys):
     # fit s, predict ms, memory, rows, direction, always-up, coin, p vs always-up, p vs coin
     row = rf"({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ([\d.]+) % \| ([\d.]+) % \| 50.0 % \| {p} \| {p} \| "
     synedge = rf"[\d.]+ % \| [\d.]+ % \| {p}"
+    # The gate's universe figures against the per-ticker LSTM: difference (one-sided p; detectable).
+    verdict = rf"(?:reference|[-+][\d.]+ pts \((?:p {p}; detects [\d.]+|–)\))"
     labels = (
+        "LSTM, per ticker",
+        "global_lstm",
         "ridge, global",
         "ridge, per ticker",
         "lightgbm, global (50 trees)",
         "lightgbm, per ticker (20 trees)",
+        "ridge_market, global",
+        "lightgbm_market, global (50 trees)",
     )
     scored = set()
     for label in labels:
-        line = rf"^\| {re.escape(label)} \| {row}{ic} \| {ic} \| {ic} \| {synedge} \|$"
+        line = rf"^\| {re.escape(label)} \| {row}{ic} \| {ic} \| {ic} \| ({verdict}) \| {synedge} \|$"
         m = re.search(line, out, re.M)
         assert m, (label, out)
         scored.add(int(m.group(4).replace(",", "")))
+        assert (m.group(7) == "reference") == (label == "LSTM, per ticker")
+    # The planted families, each a row per recipe: lagged_factor is the market recipes' to find.
+    assert "| lagged_factor: next-day direction | lagged_factor: IC 1d (t) |" in out
     assert len(scored) == 1 and scored.pop() > 1000, out  # every variant on the same rows
     assert re.search(r"^per ticker: \d+ ticker-folds fitted, \d+ skipped", out, re.M), out
     assert re.search(r"\d+ s on ", out)
@@ -515,6 +524,7 @@ def test_recipes(bench, tmp_path, capsys):
     assert "CSV bars from" in out and "2 tickers" in out, out
     assert re.search(rf"^\| ridge, per ticker \| {row}", out, re.M), out
     assert "SYNEDGE: 0 rows (not in this data)" in out
+    assert "market recipes left out: the market QQQ is not in this data (--market)" in out
 
     bad = tmp_path / "ccc.csv"
     text = (tmp_path / "aaa.csv").read_text().splitlines()
