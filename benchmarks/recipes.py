@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trees", type=int, default=200, help="LightGBM global: boosting rounds per horizon")
     ap.add_argument("--ticker-trees", type=int, default=100, help="LightGBM per ticker: rounds per horizon")
     ap.add_argument("--lstm-epochs", type=int, default=None, help="global_lstm's epochs (its default)")
-    ap.add_argument("--ticker-epochs", type=int, default=30, help="the LSTM per ticker: epochs per fit")
+    ap.add_argument("--ticker-epochs", type=int, default=20, help="the LSTM per ticker: epochs per fit")
     ap.add_argument("--market", default="QQQ", help="the market the market recipes read (left out if absent)")
     ap.add_argument("--threads", type=int, default=1, help="LightGBM's, torch's and BLAS's threads")
     ap.add_argument(

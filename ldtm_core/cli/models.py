@@ -19,6 +19,7 @@ from ldtm_core.cli.common import (
     settings,
 )
 from ldtm_core.errors import InputError, NotFoundError
+from ldtm_core.learning.recipes import RECIPES
 
 export_app = typer.Typer(help="Export models.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
@@ -57,7 +58,8 @@ def train(
         "lstm",
         "--recipe",
         "-r",
-        help="lstm (one network per ticker) | ridge | lightgbm (one fit for all the tickers); docs/architecture.md",
+        help=f"{' | '.join(RECIPES)}: lstm fits a network per ticker, the others once for all the tickers "
+        "(docs/architecture.md)",
     ),
 ) -> None:
     """Train, checkpoint and register a candidate model per ticker."""

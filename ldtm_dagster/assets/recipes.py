@@ -1,4 +1,4 @@
-"""`recipe_fits`: a global recipe (ridge, LightGBM) fitted once for the whole universe.
+"""`recipe_fits`: a global recipe (ridge, LightGBM, the global LSTM, …) fitted once for the whole universe.
 
 One step, not partitioned: the fit reads every member ticker's rows, so it cannot be split by ticker. It
 registers a candidate per ticker, so the registry still says per ticker which model serves; the
@@ -9,6 +9,7 @@ from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, a
 from pydantic import Field
 
 from ldtm_core.errors import LDTMError
+from ldtm_core.learning.recipes import RECIPES
 from ldtm_core.learning.recipes.family import family
 from ldtm_core.learning.recipes.global_fit import recipe_config, train_global
 from ldtm_core.learning.training import parse_overrides
@@ -19,14 +20,18 @@ from .checkpoints import _as_of
 
 
 class RecipeFitConfig(Config):
-    recipe: str = Field("ridge", description="the global recipe to fit: ridge | lightgbm")
+    recipe: str = Field(
+        "ridge",
+        description="the global recipe to fit: "
+        + " | ".join(r.name for r in RECIPES.values() if r.scope == "global"),
+    )
     as_of: str = Field("", description="fit only on prices up to this date (YYYY-MM-DD); empty: today")
     set: list[str] = Field(
         default_factory=list, description="recipe settings, as in `ldtm train --recipe R --set key=value`"
     )
 
 
-@asset(deps=["prices"], group_name="models", kinds={"scikit-learn", "lightgbm"})
+@asset(deps=["prices"], group_name="models", kinds={"scikit-learn", "lightgbm", "pytorch"})
 def recipe_fits(
     context: AssetExecutionContext, config: RecipeFitConfig, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:

@@ -31,6 +31,7 @@ from ldtm_core.learning.recipes.global_lstm import (
     GlobalLSTMConfig,
     dump,
     load,
+    window_names,
 )
 from ldtm_core.learning.registry import get_model
 from ldtm_core.schema import snapshots
@@ -270,3 +271,12 @@ def test_a_global_lstm_trains_once_backtests_and_serves_every_ticker(store):
     want = bars["close"].iloc[last] * np.exp(model.predict(x[[last]])[0])
     got = rows[rows["ticker"] == "MSFT"].iloc[0]
     np.testing.assert_allclose([got[h.col("pred")] for h in HORIZONS], want, rtol=1e-6)
+
+    # Decay's drift reads the recipe's own inputs (its windows), up to its data cutoff and after.
+    from ldtm_core.accountability.decay.record import drift_of
+
+    drift = drift_of(engine, recs[0], 20)
+    assert (
+        set(drift.values) == set(window_names(model.config))
+        and drift.reference_end == recs[0].trained_on_date
+    )

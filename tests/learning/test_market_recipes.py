@@ -13,6 +13,7 @@ import pytest
 import statsmodels.api as sm
 from accountability_helpers import ingest, make_settings
 
+from ldtm_core.accountability.decay.record import drift_of
 from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data import price_features
 from ldtm_core.data.synthetic_market import PLANTED_FAMILIES, generate
@@ -26,6 +27,7 @@ from ldtm_core.learning.recipes.market import (
     MARKET_RETURN_WINDOWS,
     MarketConfig,
     lag_beta,
+    market_names,
     market_returns,
 )
 from ldtm_core.learning.registry import get_model
@@ -123,6 +125,10 @@ def test_a_market_recipe_trains_backtests_and_serves_with_the_market_loaded_besi
     assert [o.status for o in outcomes] == ["trained"] * 3, [o.reason for o in outcomes]
     rec = get_model(engine, outcomes[0].model_id)
     assert rec.recipe == "lightgbm_market" and json.loads(rec.config_json)["market"] == "QQQ"
+
+    # Decay's drift reads the recipe's own inputs, the market's columns among them.
+    drift = drift_of(engine, rec, 20)
+    assert set(drift.values) == set(market_names()) and drift.reference_end == rec.trained_on_date
 
     fit = backtest_fit(engine, settings, rec.id, folds=1, test_sessions=10, reuse=False)
     assert sorted(fit.results) == sorted(tickers) and fit.refit_folds == 1
