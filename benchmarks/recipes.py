@@ -75,6 +75,7 @@ import pandas as pd  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from ldtm_core.accountability.gate.universe import clustered  # noqa: E402
+from ldtm_core.accountability.signals.execution import RULES  # noqa: E402
 from ldtm_core.accountability.signals.ic import rowwise_pearson  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.price_files import expand_paths, read_price_file  # noqa: E402
@@ -97,6 +98,7 @@ PLANTED_TICKER = next(iter(PLANTED))  # SYNEDGE
 QUICK_TICKERS = 12
 BAR_COLUMNS = ["ticker", "date", "open", "high", "low", "close", "volume"]
 PREDICT_REPEATS = 5
+TRADED = "next_close"  # signals.execution's default rule: enter at T+1's close, exit at T+2's
 VERDICT_LEVEL = 0.05  # one comparison per row, reported, not a gate's decision: no trials spent
 
 
@@ -377,13 +379,17 @@ def direction(
     return acc, paired.accuracy, n, format_p_value(vs_up.p_greater), format_p_value(vs_coin.p_greater)
 
 
-def ic_cell(dates, tickers, pred, real, overlap: int) -> str:
+def ic_cell(dates, tickers, pred, real, overlap: int, with_ir: bool = False) -> str:
+    """Mean per-evening rank IC (its overlap-aware t); with_ir: and its ICIR, mean / std of the evenings'
+    ICs (per evening, not annualised)."""
     ic = evening_ic(dates, tickers, pred, real)
     test = hac.mean_test(ic, overlap)
     if not np.isfinite(test.mean):
         return "–"
     t = f"{test.t:.2f}" if np.isfinite(test.t) else "–"
-    return f"{test.mean:.3f} ({t})"
+    if not with_ir:
+        return f"{test.mean:.3f} ({t})"
+    return f"{test.mean:.3f} ({t}; {np.nanmean(ic) / np.nanstd(ic, ddof=1):.2f})"
 
 
 def verdict_cell(v: Variant, pred_next, real_next, reference_right, dates) -> str:
@@ -446,6 +452,11 @@ def _run(args) -> int:
     # Each recipe's own inputs; scored only on rows where every recipe has its inputs and every target
     # is known, so all rows of the table stand on the same rows.
     targets = panel_targets(bars)[target_columns()].to_numpy(np.float64)
+    # What the signal report's default book earns on the evening's call (signals.execution, next_close):
+    # the ticker's next-day return one session later, close T+1 to close T+2 (NaN where unknown).
+    same_ticker_next = np.r_[bars["ticker"].to_numpy()[1:] == bars["ticker"].to_numpy()[:-1], False]
+    j_next = target_columns().index(f"target_{DIRECTION.name}")
+    traded = np.where(same_ticker_next, np.r_[targets[1:, j_next], np.nan], np.nan)
     full = {}
     for v in runs:
         if (key := inputs_key(v.cfg)) not in full:
@@ -457,6 +468,7 @@ def _run(args) -> int:
     xs = {key: values[complete] for key, values in full.items()}
     del full
     y = targets[complete]
+    traded = traded[complete]
     tickers = bars["ticker"].astype(str).to_numpy()[complete]
     dates = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")[complete]
     # A row trains a fold only when its latest target date is before the fold's first evening (purge).
@@ -471,6 +483,7 @@ def _run(args) -> int:
         f"{folds[-1][-1]} (data {t_data:.0f} s)"
     )
     print(f"memory: {MEMORY_KIND}")
+    print(f"IC at {TRADED}: the next-day call scored on what its book earns: {RULES[TRADED]}")
     if not with_market:
         print(f"market recipes left out: the market {args.market} is not in this data (--market)")
     print()
@@ -497,7 +510,7 @@ def _run(args) -> int:
     real = y[scored]
     planted = tickers[scored] == PLANTED_TICKER
 
-    heads = [f"IC {h.abbr} (t)" for h in HORIZONS]
+    heads = [f"IC {h.abbr} (t)" for h in HORIZONS] + [f"IC {DIRECTION.abbr} at {TRADED} (t; ICIR)"]
     print(
         "| recipe | fit s (all tickers) | predict ms (1 evening) | fit memory MiB | rows | next-day direction "
         "| always-up | coin | p vs always-up | p vs coin | "
@@ -505,7 +518,7 @@ def _run(args) -> int:
         + f" | verdict vs {REFERENCE} | {PLANTED_TICKER} direction "
         f"| {PLANTED_TICKER} always-up | {PLANTED_TICKER} p vs always-up |"
     )
-    print("|---|" + "---:|" * (13 + len(HORIZONS)))
+    print("|---|" + "---:|" * (14 + len(HORIZONS)))
     decided = real[:, d] != 0
     reference = np.sign(tallies[REFERENCE].pred[scored][decided, d]) == np.sign(real[decided, d])
     for v in runs:
@@ -516,6 +529,10 @@ def _run(args) -> int:
             ic_cell(dates[scored], tickers[scored], pred[:, j], real[:, j], h.overlap)
             for j, h in enumerate(HORIZONS)
         ]
+        at = np.isfinite(traded[scored])  # the last evening's trade is not closed yet
+        ics.append(
+            ic_cell(dates[scored][at], tickers[scored][at], pred[at, d], traded[scored][at], 1, with_ir=True)
+        )
         s_acc, s_up, _, s_p, _ = direction(pred[planted, d], real[planted, d])
         print(
             f"| {v.label} | {statistics.fmean(t.fit_s):.3f} | {statistics.fmean(t.predict_s) * 1e3:.2f} "

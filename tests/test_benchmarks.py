@@ -492,6 +492,9 @@ def test_recipes(bench, tmp_path, capsys):
     # fit s, predict ms, memory, rows, direction, always-up, coin, p vs always-up, p vs coin
     row = rf"({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ([\d.]+) % \| ([\d.]+) % \| 50.0 % \| {p} \| {p} \| "
     synedge = rf"[\d.]+ % \| [\d.]+ % \| {p}"
+    # The next-day call at the signal report's default execution (next_close): mean IC (t; ICIR).
+    ic_ir = r"-?[\d.]+ \((?:-?[\d.]+|–); -?[\d.]+\)"
+    assert "IC 1d at next_close (t; ICIR)" in out and "IC at next_close: the next-day call scored" in out
     # The gate's universe figures against the per-ticker LSTM: difference (one-sided p; detectable).
     verdict = rf"(?:reference|[-+][\d.]+ pts \((?:p {p}; detects [\d.]+|–)\))"
     labels = (
@@ -506,7 +509,9 @@ def test_recipes(bench, tmp_path, capsys):
     )
     scored = set()
     for label in labels:
-        line = rf"^\| {re.escape(label)} \| {row}{ic} \| {ic} \| {ic} \| ({verdict}) \| {synedge} \|$"
+        line = (
+            rf"^\| {re.escape(label)} \| {row}{ic} \| {ic} \| {ic} \| {ic_ir} \| ({verdict}) \| {synedge} \|$"
+        )
         m = re.search(line, out, re.M)
         assert m, (label, out)
         scored.add(int(m.group(4).replace(",", "")))
