@@ -213,6 +213,16 @@ def test_train_a_global_recipe_once_for_every_ticker(market, ldtm_env):
     assert '"alpha": 2.5' in rows[0]["config_json"] and '"recipe": "ridge"' in rows[0]["config_json"]
 
 
+def test_a_market_recipe_without_its_market_fails_every_ticker_naming_it(market, ldtm_env):
+    r = runner.invoke(
+        app, ["train", "--tickers", "AAPL,NVDA", "--recipe", "ridge_market", "--set", "market=SPY"]
+    )
+    assert r.exit_code != 0, r.output
+    said = " ".join(r.output.split())
+    assert "recipe ridge_market: its inputs read SPY, which has no prices" in said, r.output
+    assert _rows(market) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -221,6 +231,8 @@ def test_train_a_global_recipe_once_for_every_ticker(market, ldtm_env):
         (["--recipe", "lightgbm", "--warm-start"], "--warm-start applies to the lstm recipe"),
         (["--recipe", "ridge", "--set", "alpha=much"], "--set alpha='much': expected a float"),
         (["--recipe", "ridge", "--set", "hidden_size=4"], "--set hidden_size: unknown TabularConfig field"),
+        (["--recipe", "global_lstm", "--set", "window=1"], "global_lstm: window must be at least 2 sessions"),
+        (["--recipe", "ridge_market", "--set", "market="], "--set market=TICKER needs a ticker"),
     ],
 )
 def test_train_refuses_a_bad_recipe_setting_before_touching_the_store(market, ldtm_env, args, message):
