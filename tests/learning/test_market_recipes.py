@@ -181,3 +181,18 @@ def test_recipes_on_price_features_keep_the_signature_they_were_stored_with():
         assert inputs_of(cfg).names(cfg) == price_features.feature_names()
     # Another market is another recipe: its signature differs.
     assert MarketConfig(market="SPY").signature != MarketConfig().signature
+
+
+def test_the_market_inputs_fingerprint_names_every_definition_they_read(monkeypatch):
+    from ldtm_core.learning.recipes import market
+
+    before = market.MARKET_INPUTS.fingerprint(MarketConfig())
+    # The lead-lag beta's window is part of what a fit read: another window is another signature.
+    monkeypatch.setattr(market, "LAG_BETA_WINDOW", LAG_BETA_WINDOW + 1)
+    assert market.MARKET_INPUTS.fingerprint(MarketConfig()) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(market, "MARKET_RETURN_WINDOWS", (1, 5))
+    assert market.MARKET_INPUTS.fingerprint(MarketConfig()) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(price_features, "fingerprint", lambda: "f" * 64)
+    assert market.MARKET_INPUTS.fingerprint(MarketConfig()) != before

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from ldtm_core.data import price_features
 from ldtm_core.errors import InputError
-from ldtm_core.learning.recipes.family import Family
-from ldtm_core.learning.recipes.inputs import Inputs
+from ldtm_core.learning.recipes.inputs import PRICE_FEATURES, Inputs
 from ldtm_core.learning.recipes.tabular import LIGHTGBM, RIDGE, TabularConfig
 
 VERSION = 1
@@ -49,7 +47,7 @@ class MarketConfig(TabularConfig):
 
 def market_names(cfg: MarketConfig | None = None) -> tuple[str, ...]:
     lead_lag = (f"market_lag_beta_{LAG_BETA_WINDOW}", "market_lag_signal")
-    return (*price_features.feature_names(), *(f"market_ret_{k}" for k in MARKET_RETURN_WINDOWS), *lead_lag)
+    return (*PRICE_FEATURES.names(cfg), *(f"market_ret_{k}" for k in MARKET_RETURN_WINDOWS), *lead_lag)
 
 
 def market_returns(arrays: dict, market: str, days: np.ndarray) -> np.ndarray:
@@ -86,7 +84,7 @@ def lag_beta(tickers: np.ndarray, close: np.ndarray, market_1: np.ndarray) -> np
 
 
 def _compute(bars: pd.DataFrame, cfg: MarketConfig, context: dict) -> np.ndarray:
-    own = price_features.compute_panel(bars)[list(price_features.feature_names())].to_numpy(np.float64)
+    own = PRICE_FEATURES.compute(bars, cfg, context)
     days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")
     market = market_returns(context, cfg.market, days)
     tickers = bars["ticker"].to_numpy(dtype=str)
@@ -97,11 +95,13 @@ def _compute(bars: pd.DataFrame, cfg: MarketConfig, context: dict) -> np.ndarray
 def _fingerprint(cfg: MarketConfig) -> str:
     spec = {
         "version": VERSION,
-        "price_features": price_features.fingerprint(),
+        "price_features": PRICE_FEATURES.fingerprint(cfg),
         "market": cfg.market,
         "market_returns": [
             f"ln(close_t / close_t-{k}) of the market, on its own sessions" for k in MARKET_RETURN_WINDOWS
         ],
+        "lag_beta": f"rolling {LAG_BETA_WINDOW}-row OLS slope of r_t on the market's r of the row before",
+        "lag_signal": "lag_beta x the market's r_t",
     }
     blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode("ascii")).hexdigest()
@@ -112,20 +112,10 @@ MARKET_INPUTS = Inputs(
     market_names,
     _compute,
     _fingerprint,
-    lambda cfg: max(price_features.LOOKBACK, max(MARKET_RETURN_WINDOWS) + 1, LAG_BETA_WINDOW + 2),
+    lambda cfg: max(PRICE_FEATURES.lookback(cfg), max(MARKET_RETURN_WINDOWS) + 1, LAG_BETA_WINDOW + 2),
     lambda cfg: (cfg.market,),
 )
 
 # The tabular families' fit, predict and artifact, on these inputs.
-RIDGE_MARKET = Family(
-    MarketConfig, RIDGE.fit, RIDGE.predict, RIDGE.dump, RIDGE.load, RIDGE.libraries, MARKET_INPUTS
-)
-LIGHTGBM_MARKET = Family(
-    MarketConfig,
-    LIGHTGBM.fit,
-    LIGHTGBM.predict,
-    LIGHTGBM.dump,
-    LIGHTGBM.load,
-    LIGHTGBM.libraries,
-    MARKET_INPUTS,
-)
+RIDGE_MARKET = replace(RIDGE, config=MarketConfig, inputs=MARKET_INPUTS)
+LIGHTGBM_MARKET = replace(LIGHTGBM, config=MarketConfig, inputs=MARKET_INPUTS)
