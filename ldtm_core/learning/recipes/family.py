@@ -85,9 +85,9 @@ def family(name: str) -> Family:
     return found
 
 
-def inputs_of(cfg: RecipeConfig) -> Inputs:
-    """What recipe `cfg.kind` reads."""
-    return family(cfg.kind).inputs
+def inputs_of(cfg: RecipeConfig | None) -> Inputs:
+    """What recipe `cfg.kind` reads (no recipe: the `price_features` library)."""
+    return PRICE_FEATURES if cfg is None else family(cfg.kind).inputs
 
 
 def config_from(name: str, stored: dict[str, Any]) -> RecipeConfig:

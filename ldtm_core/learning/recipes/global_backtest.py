@@ -51,7 +51,6 @@ from ldtm_core.learning.fold_calendar import FOLD_PERIOD
 from ldtm_core.learning.recipes import artifacts, budget, tabular
 from ldtm_core.learning.recipes.family import RecipeConfig, config_from, family, inputs_of
 from ldtm_core.learning.recipes.global_fit import context_arrays, panel_bars
-from ldtm_core.learning.recipes.inputs import PRICE_FEATURES
 from ldtm_core.learning.registry import ModelRecord, get_model, models_on_artifact
 from ldtm_core.schema import backtest_fold_results
 
@@ -83,7 +82,7 @@ def build_panel(
     from ldtm_core.data.calendar import target_dates
 
     bars = panel_bars(arrays)
-    inputs = inputs_of(cfg) if cfg is not None else PRICE_FEATURES
+    inputs = inputs_of(cfg)
     targets = tabular.panel_targets(bars)
     tickers = bars["ticker"].to_numpy(dtype=str)
     days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")

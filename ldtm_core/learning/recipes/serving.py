@@ -20,7 +20,6 @@ from ldtm_core.learning.checkpoints import sha256_file
 from ldtm_core.learning.recipes import LSTM, artifacts
 from ldtm_core.learning.recipes.family import RecipeConfig, config_from, inputs_of
 from ldtm_core.learning.recipes.global_fit import panel_bars
-from ldtm_core.learning.recipes.inputs import PRICE_FEATURES
 from ldtm_core.learning.recipes.tabular import TabularModel
 from ldtm_core.learning.registry import ModelRecord
 
@@ -67,18 +66,24 @@ def reads(recs: list[ModelRecord]) -> tuple[int, tuple[str, ...]]:
     return need, tuple(sorted(context))
 
 
+def unpriced(arrays: dict[str, dict], tickers: list[str], run_date: dt.date) -> dict[str, str]:
+    """{ticker: why it has no row tonight} for the tickers without a bar on the run date."""
+    day = np.datetime64(run_date, "D")
+    return {
+        t: f"{t} has no prices up to {run_date}" if t not in arrays else f"{t} has no price on {run_date}"
+        for t in tickers
+        if t not in arrays or not len(arrays[t]["date"]) or arrays[t]["date"][-1] != day
+    }
+
+
 def feature_rows(
     arrays: dict[str, dict], tickers: list[str], run_date: dt.date, cfg: RecipeConfig | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
     """({ticker: its row of recipe `cfg`'s inputs on run_date}, {ticker: (close, previous close)},
     {ticker: why skipped}); `price_features` without a recipe. `arrays` holds the context tickers too."""
-    inputs = inputs_of(cfg) if cfg is not None else PRICE_FEATURES
-    skipped = {t: f"{t} has no prices up to {run_date}" for t in tickers if t not in arrays}
-    day = np.datetime64(run_date, "D")
-    present = {t: arrays[t] for t in sorted(tickers) if t in arrays}
-    late = [t for t, a in present.items() if not len(a["date"]) or a["date"][-1] != day]
-    skipped.update({t: f"{t} has no price on {run_date}" for t in late})
-    present = {t: a for t, a in present.items() if t not in skipped}
+    inputs = inputs_of(cfg)
+    skipped = unpriced(arrays, tickers, run_date)
+    present = {t: arrays[t] for t in sorted(tickers) if t not in skipped}
     lookback = inputs.lookback(cfg)
     # A row on the run date reads the `lookback` bars ending there and nothing before them.
     tails = {t: {k: v[-lookback:] for k, v in a.items()} for t, a in present.items()}
@@ -107,9 +112,8 @@ def predict(
     recs: dict[str, ModelRecord], arrays: dict[str, dict], run_date: dt.date
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
     """({ticker: predicted price per horizon}, {ticker: (close, previous close)}, {ticker: why not})."""
-    day = np.datetime64(run_date, "D")
-    priced = [t for t in recs if t in arrays and len(arrays[t]["date"]) and arrays[t]["date"][-1] == day]
-    _, _, skipped = feature_rows(arrays, [t for t in recs if t not in priced], run_date)
+    skipped = unpriced(arrays, list(recs), run_date)
+    priced = [t for t in recs if t not in skipped]
     groups: dict[str, list[str]] = defaultdict(list)
     models = {}
     for t in priced:

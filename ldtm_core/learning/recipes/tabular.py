@@ -26,7 +26,6 @@ from ldtm_core.learning.recipes.family import (  # noqa: F401
     family,
     inputs_of,
 )
-from ldtm_core.learning.recipes.inputs import PRICE_FEATURES
 
 KINDS = ("ridge", "lightgbm")
 
@@ -91,8 +90,7 @@ def training_frame(
     its context tickers' arrays), targets (`panel_targets`) and their (ticker, date), row for row, keeping
     only rows where every input and target is known (no warm-up, no target still ahead). All three share
     a fresh RangeIndex."""
-    inputs = inputs_of(cfg) if cfg is not None else PRICE_FEATURES
-    x = inputs.frame(bars, cfg, context)
+    x = inputs_of(cfg).frame(bars, cfg, context)
     targets = panel_targets(bars)
     y = targets[target_columns()]
     complete = np.isfinite(x.to_numpy()).all(axis=1) & np.isfinite(y.to_numpy()).all(axis=1)
