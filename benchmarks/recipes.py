@@ -138,12 +138,11 @@ def variants(args, with_market: bool) -> list[Variant]:
             Variant(
                 f"lightgbm_market, global ({args.trees} trees)",
                 MarketConfig(
-                    **{
-                        **lgbm.to_dict(),
-                        "kind": "lightgbm_market",
-                        "n_estimators": args.trees,
-                        "market": args.market,
-                    }
+                    kind="lightgbm_market",
+                    seed=args.seed,
+                    num_threads=args.threads,
+                    n_estimators=args.trees,
+                    market=args.market,
                 ),
                 False,
             ),
@@ -455,8 +454,8 @@ def _run(args) -> int:
     # What the signal report's default book earns on the evening's call (signals.execution, next_close):
     # the ticker's next-day return one session later, close T+1 to close T+2 (NaN where unknown).
     same_ticker_next = np.r_[bars["ticker"].to_numpy()[1:] == bars["ticker"].to_numpy()[:-1], False]
-    j_next = target_columns().index(f"target_{DIRECTION.name}")
-    traded = np.where(same_ticker_next, np.r_[targets[1:, j_next], np.nan], np.nan)
+    d = target_columns().index(f"target_{DIRECTION.name}")  # the direction horizon's column
+    traded = np.where(same_ticker_next, np.r_[targets[1:, d], np.nan], np.nan)
     full = {}
     for v in runs:
         if (key := inputs_key(v.cfg)) not in full:
@@ -506,7 +505,6 @@ def _run(args) -> int:
     # Every variant on the same rows: those every variant predicted (per ticker skips a few tickers).
     scored = tested & np.all([np.isfinite(t.pred).all(axis=1) for t in tallies.values()], axis=0)
     left_out = int(tested.sum() - scored.sum())
-    d = target_columns().index(f"target_{DIRECTION.name}")  # the direction horizon's column
     real = y[scored]
     planted = tickers[scored] == PLANTED_TICKER
 
