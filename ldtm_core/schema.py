@@ -2,7 +2,8 @@
 
 Names are fixed (tools rely on them): prices, snapshots, model_registry, registry_events,
 backtest_folds, backtest_fold_baselines, gate_decisions, run_log, ingested_files, features, feature_sets,
-corporate_actions, fill_revisions, universe_membership, unfillable_actuals (0033), and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
+corporate_actions, fill_revisions, universe_membership, unfillable_actuals (0033), price_feature_rows and
+price_feature_sets (0036), and the views accuracy_30d and accuracy_30d_by_model, each also `_with_in_sample`,
 `_with_ungated` and `_with_in_sample_and_ungated` (created by migrations; 0021 added the ungated ones;
 0024 leaves shadow rows out of all of them).
 """
@@ -20,6 +21,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -410,6 +412,33 @@ feature_sets = Table(
     Column("price_rows", Integer, nullable=False),
     Column("rows", Integer, nullable=False),
     Column("warmup_rows", Integer, nullable=False),
+    Column("first_date", Date),
+    Column("last_date", Date),
+    Column("built_at", DateTime(timezone=True), nullable=False),
+)
+
+# The `price_features` library (the tabular recipes' inputs) per (ticker, session), written by the
+# `features` asset beside the reference features (revision 0036): `packed` holds the five bars and the
+# library's values on that date (NaN in warm-up) as little-endian float64, in the order of its set's
+# `columns`, so a library change needs no migration and a reader checks the bars it loaded against the
+# stored ones (data/feature_store/library.py).
+price_feature_rows = Table(
+    "price_feature_rows",
+    metadata,
+    Column("ticker", TICKER, primary_key=True),
+    Column("date", Date, primary_key=True),
+    Column("packed", LargeBinary, nullable=False),
+)
+
+# One row per ticker: what its stored library rows were computed from, and by which definition.
+price_feature_sets = Table(
+    "price_feature_sets",
+    metadata,
+    Column("ticker", TICKER, primary_key=True),
+    Column("fingerprint", String(255), nullable=False),
+    Column("definition", String(255), nullable=False),
+    Column("columns", Text, nullable=False),
+    Column("rows", Integer, nullable=False),
     Column("first_date", Date),
     Column("last_date", Date),
     Column("built_at", DateTime(timezone=True), nullable=False),

@@ -47,7 +47,8 @@ def features_build(
     force: bool = typer.Option(False, "--force", help="rewrite every set, even those still current"),
     allow_new: bool = typer.Option(False, "--allow-new", help="accept tickers outside the universe"),
 ) -> None:
-    """Compute and store features with the fingerprint of their prices.
+    """Compute and store features, and the `price_features` library the tabular recipes read, with the
+    fingerprint of their prices.
 
     A ticker whose prices did not change is left alone, one with only new sessions gets just those rows,
     anything else is rebuilt.
@@ -59,7 +60,9 @@ def features_build(
     t0 = time.perf_counter()
     outcomes = build_features(open_db(cfg), selected, force=force)
     wall = time.perf_counter() - t0
-    table = Table("ticker", "status", "rows", "written", "first", "last", "fingerprint", "reason")
+    table = Table(
+        "ticker", "status", "rows", "written", "first", "last", "fingerprint", "price features", "reason"
+    )
     table.title = f"features in {masked_url(cfg.database_url)} ({wall:.2f} s)"
     for o in outcomes:
         table.add_row(
@@ -70,7 +73,8 @@ def features_build(
             str(o.first_date or ""),
             str(o.last_date or ""),
             o.fingerprint.bars_sha256[:12] if o.fingerprint else "",
-            escape(o.reason),
+            f"{o.library} ({o.library_rows_written} written)" if o.library else "",
+            escape("; ".join(filter(None, [o.reason, o.library == "refused" and o.library_reason]))),
         )
     console.print(table)
 

@@ -209,6 +209,8 @@ FEATURE_CHECKS = {
     "features_finite": "no NaN or inf in any stored row (the warm-up rows are not stored)",
     "features_rsi_in_range": "RSI-14 within [0, 100] on every stored row",
     "features_match_recomputation": "stored values equal a fresh recomputation from prices on a sample of rows",
+    "features_library_current": "the price_features library's stored rows come from the ticker's prices now",
+    "features_library_match_recomputation": "stored price_features rows equal a recomputation on a sample of rows",
 }
 
 
@@ -223,7 +225,8 @@ FEATURE_CHECKS = {
 def features(
     context: AssetExecutionContext, store: ArtifactStore, database: AppDatabase
 ) -> MaterializeResult:
-    """The stored features (the reference recipe's) per (ticker, session) in the `features` table, with the
+    """The stored features (the reference recipe's) per (ticker, session) in the `features` table, and the
+    `price_features` library (the tabular recipes' inputs) in `price_feature_rows`, each with the
     fingerprint of the prices they came from. Training, backtests and inference use them only while that
     fingerprint still matches the prices (a model's other registered features are computed from the same
     prices); a ticker whose prices did not change is left as it is, one with only new sessions gets just
@@ -237,12 +240,16 @@ def features(
         context.add_asset_metadata(_partition_metadata(o), partition_key=o.ticker)
         if o.status in ("built", "no prices") and o.reason:
             context.log.info(f"features {o.ticker}: {o.status}: {o.reason}")
+        if o.library == "refused":
+            context.log.warning(f"price features {o.ticker}: refused: {o.library_reason}")
     summary = [
         {
             "ticker": o.ticker,
             "status": o.status,
             "rows": o.rows,
             "rows_written": o.rows_written,
+            "price_features": o.library,
+            "price_feature_rows_written": o.library_rows_written,
             "first_date": str(o.first_date or ""),
             "last_date": str(o.last_date or ""),
             "reason": o.reason,
@@ -255,6 +262,7 @@ def features(
             "summary": records_table(summary),
             **{s: sum(o.status == s for o in outcomes) for s in ("built", "appended", "current")},
             "rows_written": sum(o.rows_written for o in outcomes),
+            "price_feature_rows_written": sum(o.library_rows_written for o in outcomes),
         },
         check_results=[
             AssetCheckResult(
@@ -279,5 +287,6 @@ def _partition_metadata(o: feature_store.BuildOutcome) -> dict:
         "warmup_rows": o.warmup_rows,
         "price_rows": o.price_rows,
         "fingerprint": o.fingerprint.token if o.fingerprint else "",
+        "price_features": f"{o.library}: {o.library_reason}" if o.library_reason else o.library,
         "feature_stats": records_table(stats),
     }

@@ -304,12 +304,12 @@ def _predict(
     s_preds, s_failed = _forward_grouped([i for i in shadow_inputs if i.ticker in preds], shadow_loaded)
     result.shadow_skipped.update(s_failed)
     shadow_inputs = [inp for inp in shadow_inputs if inp.ticker in s_preds]
-    r_inputs, r_preds, r_skipped = _recipe_forecasts(by_recipe, arrays, run_date)
+    r_inputs, r_preds, r_skipped = _recipe_forecasts(by_recipe, arrays, run_date, engine)
     result.skipped.update(r_skipped)
     inputs += r_inputs
     preds.update(r_preds)
     shadow_by_recipe = {t: rec for t, rec in shadow_by_recipe.items() if t in preds}
-    r_inputs, r_preds, r_skipped = _recipe_forecasts(shadow_by_recipe, arrays, run_date)
+    r_inputs, r_preds, r_skipped = _recipe_forecasts(shadow_by_recipe, arrays, run_date, engine)
     result.shadow_skipped.update(r_skipped)
     shadow_inputs += r_inputs
     s_preds.update(r_preds)
@@ -371,13 +371,13 @@ def _predict(
 
 
 def _recipe_forecasts(
-    recs: dict[str, ModelRecord], arrays: dict, run_date: dt.date
+    recs: dict[str, ModelRecord], arrays: dict, run_date: dt.date, engine: Engine
 ) -> tuple[list[_Input], dict[str, np.ndarray], dict[str, str]]:
     """Global recipes' forecasts (learning.recipes.serving) as inputs beside the LSTMs' (they read no
     window): (inputs, {ticker: prices}, {ticker: why skipped})."""
     if not recs:
         return [], {}, {}
-    preds, closes, skipped = recipe_serving.predict(recs, arrays, run_date)
+    preds, closes, skipped = recipe_serving.predict(recs, arrays, run_date, engine)
     no_window = np.empty((0, 0), dtype=np.float32)
     inputs = [_Input(t, recs[t], no_window, np.nan, np.nan, *closes[t]) for t in preds]
     return inputs, preds, skipped

@@ -13,8 +13,8 @@ every ticker's window with one query, and backups cover it. Measured in docs/per
 
 Split on its seams: `fingerprint` (what "the same prices" means), `read_rule` (stored only while
 current; training's and inference's reads), `bulk_read` (many tickers in one query), `binary_copy` (the
-PostgreSQL binary COPY writer), `build` (the asset's incremental build) and `checks` (the asset's four
-checks). The names below are the package's interface; callers import them from here.
+PostgreSQL binary COPY writer), `library` (the `price_features` library's stored rows, the tabular
+recipes' inputs), `build` (the asset's incremental build) and `checks` (the asset's checks). The names below are the package's interface; callers import them from here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ldtm_core.data.feature_store.fingerprint import (
     current_fingerprint,
     fingerprint,
 )
+from ldtm_core.data.feature_store.library import LIBRARY_DEFINITION, library_sets, library_values
 from ldtm_core.data.feature_store.read_rule import (
     FeatureRead,
     StoredSet,
@@ -43,6 +44,7 @@ from ldtm_core.data.feature_store.read_rule import (
 __all__ = [
     "BAR_FIELDS",
     "FEATURE_DEFINITION",
+    "LIBRARY_DEFINITION",
     "NO_ACTIONS",
     "BuildOutcome",
     "CheckResult",
@@ -56,6 +58,8 @@ __all__ = [
     "current_fingerprint",
     "feature_stats",
     "fingerprint",
+    "library_sets",
+    "library_values",
     "load_prices_bulk",
     "load_stored_bulk",
     "prices_and_features",

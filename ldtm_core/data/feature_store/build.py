@@ -1,5 +1,6 @@
-"""The `features` asset's build: compute and store features for many tickers with one prices read and
-one write transaction; a set already current is left alone, one new session is appended."""
+"""The `features` asset's build: compute and store the reference features and the `price_features`
+library for many tickers with one prices read and one write transaction; a set already current is left
+alone, one new session is appended."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, Engine, delete, insert
 
+import ldtm_core.data.feature_store.library as library
 from ldtm_core.data.feature_store.binary_copy import insert_rows
 from ldtm_core.data.feature_store.bulk_read import load_prices_bulk
 from ldtm_core.data.feature_store.fingerprint import (
@@ -22,6 +25,7 @@ from ldtm_core.data.feature_store.read_rule import stale_reason, stored_sets
 from ldtm_core.data.features import compute_features
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
+from ldtm_core.errors import InputError
 from ldtm_core.schema import FEATURE_COLUMNS, feature_sets, features
 
 
@@ -41,6 +45,10 @@ class BuildOutcome:
     last_date: dt.date | None = None
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
     reason: str = ""
+    # The `price_features` library's set: its status (as above, or `refused` with why) and rows written.
+    library: str = ""
+    library_rows_written: int = 0
+    library_reason: str = ""
 
 
 def feature_stats(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -81,13 +89,33 @@ def _write_sets(conn: Connection, writes: list[tuple[BuildOutcome, pd.DataFrame,
     )
 
 
+def _plan(stored, fp: PriceFingerprint, definition: str, force: bool, prefix) -> tuple[str, str]:
+    """(`current`, `appended` or `built`, why) for a stored set against prices fingerprinted `fp`;
+    `prefix(n)` is the fingerprint of the first n price rows. Features at t use nothing after t, so a set
+    whose prices are an unchanged prefix of today's stays right and only gains the new sessions."""
+    reason = stale_reason(stored, fp, definition)
+    if force:
+        return "built", "forced"
+    if reason is None:
+        return "current", "stored features match the prices"
+    if (
+        stored is not None
+        and stored.definition == definition
+        and stored.price_rows < fp.rows
+        and prefix(stored.price_rows) == stored.fingerprint
+    ):
+        return "appended", reason
+    return "built", reason
+
+
 def _remove_set(conn: Connection, ticker: str) -> None:
     conn.execute(delete(features).where(features.c.ticker == ticker))
     conn.execute(delete(feature_sets).where(feature_sets.c.ticker == ticker))
 
 
 def build_features(engine: Engine, tickers: Sequence[str], force: bool = False) -> list[BuildOutcome]:
-    """Compute and store the features of `tickers`: one prices read, one write transaction.
+    """Compute and store the features of `tickers` and their `price_features` library: one prices
+    read, one write transaction.
 
     A ticker whose stored set already matches its prices is left alone (`current`); one whose stored
     prices are an unchanged prefix of today's (the nightly case: one new session) gets only the new
@@ -95,18 +123,25 @@ def build_features(engine: Engine, tickers: Sequence[str], force: bool = False) 
     """
     tickers = [validate_ticker(t) for t in tickers]
     all_prices = load_prices_bulk(engine, tickers)
-    sets = stored_sets(engine, tickers)
-    outcomes, writes, gone = [], [], []
+    sets, library_sets = stored_sets(engine, tickers), library.library_sets(engine, tickers)
+    outcomes, writes, library_writes, gone = [], [], [], []
     for t in tickers:
         prices = all_prices[t]
         stored = sets.get(t)
         if prices.empty:
-            if stored is not None:
+            if stored is not None or t in library_sets:
                 gone.append(t)
             outcomes.append(BuildOutcome(t, "no prices", reason="no prices stored for this ticker"))
             continue
         actions = corporate_actions_applied(engine, t)
         fp = fingerprint(prices, actions)
+        prefixes: dict[int, PriceFingerprint] = {}
+
+        def prefix(n: int, prices=prices, actions=actions, prefixes=prefixes) -> PriceFingerprint:
+            if n not in prefixes:
+                prefixes[n] = fingerprint(prices.iloc[:n], actions)
+            return prefixes[n]
+
         frame = compute_features(prices)
         outcome = BuildOutcome(
             t,
@@ -120,30 +155,35 @@ def build_features(engine: Engine, tickers: Sequence[str], force: bool = False) 
             stats=feature_stats(frame),
         )
         outcomes.append(outcome)
-        reason = stale_reason(stored, fp)
-        if reason is None and not force:
-            outcome.status, outcome.reason = "current", "stored features match the prices"
-        elif (
-            not force
-            and stored is not None
-            and stored.definition == FEATURE_DEFINITION
-            and stored.price_rows < len(prices)
-            and fingerprint(prices.iloc[: stored.price_rows], actions) == stored.fingerprint
-        ):
-            # Features at t use nothing after t: the stored rows stay right, only new sessions are added.
+        outcome.status, outcome.reason = _plan(stored, fp, FEATURE_DEFINITION, force, prefix)
+        if outcome.status == "appended":
             new = frame[frame.index > stored.last_date] if stored.last_date is not None else frame
-            outcome.status, outcome.rows_written, outcome.reason = "appended", len(new), reason or ""
+            outcome.rows_written = len(new)
             writes.append((outcome, new, False))
-        else:
-            outcome.rows_written, outcome.reason = len(frame), ("forced" if force else reason or "")
+        elif outcome.status == "built":
+            outcome.rows_written = len(frame)
             writes.append((outcome, frame, True))
-    if writes or gone:
+        lib = library_sets.get(t)
+        outcome.library, outcome.library_reason = _plan(lib, fp, library.LIBRARY_DEFINITION, force, prefix)
+        if outcome.library == "current":
+            continue
+        try:
+            rows = library.library_rows(prices, t)
+        except InputError as e:  # bars the library refuses: this ticker's library rows only
+            outcome.library, outcome.library_reason = "refused", str(e)
+            continue
+        keep = np.arange(len(prices)) >= (lib.rows if outcome.library == "appended" else 0)
+        outcome.library_rows_written = int(keep.sum())
+        library_writes.append((t, fp, prices["date"][keep], rows[keep], outcome.library == "built"))
+    if writes or library_writes or gone:
 
         def work(conn: Connection) -> None:
             for t in gone:
                 _remove_set(conn, t)
+                library.remove_set(conn, t)
             if writes:
                 _write_sets(conn, writes)
+            library.write_sets(conn, library_writes)
 
         run_in_transaction(engine, work)
     return outcomes

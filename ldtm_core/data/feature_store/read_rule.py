@@ -66,11 +66,14 @@ def stored_sets(engine: Engine, tickers: Sequence[str] | None = None) -> dict[st
     }
 
 
-def stale_reason(stored: StoredSet | None, current: PriceFingerprint) -> str | None:
-    """None when the stored set was computed from exactly these prices by this feature code; else why not."""
+def stale_reason(
+    stored: StoredSet | None, current: PriceFingerprint, definition: str = FEATURE_DEFINITION
+) -> str | None:
+    """None when the stored set was computed from exactly these prices by this feature code (`definition`:
+    the reference features', or the library's); else why not."""
     if stored is None:
         return "no stored features"
-    if stored.definition != FEATURE_DEFINITION:
+    if stored.definition != definition:
         return f"stored features come from another feature definition ({stored.definition})"
     was = stored.fingerprint
     if was == current:

@@ -51,6 +51,7 @@ from ldtm_core.learning.fold_calendar import FOLD_PERIOD
 from ldtm_core.learning.recipes import artifacts, budget, tabular
 from ldtm_core.learning.recipes.family import RecipeConfig, config_from, family, inputs_of
 from ldtm_core.learning.recipes.global_fit import context_arrays, panel_bars
+from ldtm_core.learning.recipes.inputs import with_library
 from ldtm_core.learning.registry import ModelRecord, get_model, models_on_artifact
 from ldtm_core.schema import backtest_fold_results
 
@@ -76,13 +77,14 @@ class Panel:
 
 
 def build_panel(
-    arrays: dict[str, dict], cfg: RecipeConfig | None = None, context: dict | None = None
+    arrays: dict[str, dict], cfg: RecipeConfig | None = None, context: dict | None = None, engine=None
 ) -> Panel:
-    """The panel of `arrays`' tickers with recipe `cfg`'s inputs (`price_features` without one)."""
+    """The panel of `arrays`' tickers with recipe `cfg`'s inputs (`price_features` without one; with
+    `engine`, the library's stored rows where they are current)."""
     from ldtm_core.data.calendar import target_dates
 
-    bars = panel_bars(arrays)
     inputs = inputs_of(cfg)
+    bars = with_library(engine, panel_bars(arrays), inputs)
     targets = tabular.panel_targets(bars)
     tickers = bars["ticker"].to_numpy(dtype=str)
     days = pd.to_datetime(bars["date"]).to_numpy().astype("datetime64[D]")
@@ -137,7 +139,7 @@ def _panel_for(
     if cache is not None and key in cache:
         return cache[key]
     context = context_arrays(engine, cfg, start, stop)
-    panel = build_panel(load_price_arrays(engine, tickers, start, stop), cfg, context)
+    panel = build_panel(load_price_arrays(engine, tickers, start, stop), cfg, context, engine)
     found = (panel, load_membership(engine).row_mask(panel.tickers, panel.days))
     if cache is not None:
         cache[key] = found

@@ -25,6 +25,7 @@ from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.price_windows import PRICE_FIELDS, load_price_arrays
 from ldtm_core.learning.recipes import get
 from ldtm_core.learning.recipes.family import RecipeConfig, family, inputs_of
+from ldtm_core.learning.recipes.inputs import with_library
 from ldtm_core.learning.training import MIN_LABELED_SAMPLES, TrainOutcome
 
 
@@ -66,7 +67,9 @@ def ticker_inputs(engine: Engine, rec) -> pd.DataFrame:
     start, stop = earliest_price_date(engine, [rec.ticker]), latest_price_date(engine, [rec.ticker])
     if start is None or stop is None:
         return pd.DataFrame(columns=list(inputs_of(cfg).names(cfg)))
-    bars = panel_bars(load_price_arrays(engine, [rec.ticker], start, stop))
+    bars = with_library(
+        engine, panel_bars(load_price_arrays(engine, [rec.ticker], start, stop)), inputs_of(cfg)
+    )
     frame = inputs_of(cfg).frame(bars, cfg, context_arrays(engine, cfg, start, stop))
     frame.index = pd.to_datetime(bars["date"]).dt.date
     return frame.dropna()
@@ -113,7 +116,8 @@ def train_global(
         unread = [t for t in inputs_of(cfg).context(cfg) if t not in context]
         if unread and members:
             raise InputError(f"its inputs read {', '.join(unread)}, which has no prices up to {day}")
-        x, y, keys = tabular.training_frame(panel_bars(arrays), cfg, context)
+        bars = with_library(engine, panel_bars(arrays), inputs_of(cfg))
+        x, y, keys = tabular.training_frame(bars, cfg, context)
         rows = keys["ticker"].value_counts()
         for t in members:
             n = int(rows.get(t, 0))

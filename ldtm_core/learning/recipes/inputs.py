@@ -4,7 +4,9 @@
 A family names other inputs with `Family.inputs`: the market's returns beside them (`market.py`), or a
 window of the LSTM's normalised features (`global_lstm.py`). Inputs read only bars up to the row's date:
 the row's own ticker's, and the `context` tickers' (the market), loaded beside the panel by whoever
-builds it (training, the backtest's panel, the nightly predict, decay's drift).
+builds it (training, the backtest's panel, the nightly predict, decay's drift). The library itself is
+read from the store (`with_library`: the `features` asset writes it) while the bars still equal the
+stored ones.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class Inputs:
     fingerprint: Callable[[RecipeConfig], str]  # part of the recipe's signature and of its artifact
     lookback: Callable[[RecipeConfig], int]  # bars ending on the row's date its inputs read
     context: Callable[[RecipeConfig], tuple[str, ...]] = lambda cfg: ()  # other tickers' bars read
+    # Reads the `price_features` library: whoever builds the panel attaches its stored values
+    # (`with_library`), and `compute` takes them instead of recomputing.
+    library: bool = False
 
     def frame(self, bars: pd.DataFrame, cfg: RecipeConfig, context: Arrays | None = None) -> pd.DataFrame:
         """`compute` as a frame with the bars' index, one column per name."""
@@ -43,7 +48,21 @@ class Inputs:
 
 def _price_features(bars: pd.DataFrame, cfg, context: Arrays) -> np.ndarray:
     names = list(price_features.feature_names())
+    if set(names) <= set(bars.columns):  # read from the store beside the bars (`with_library`)
+        return bars[names].to_numpy(dtype=np.float64)
     return price_features.compute_panel(bars)[names].to_numpy(dtype=np.float64)
+
+
+def with_library(engine, bars: pd.DataFrame, inputs: Inputs) -> pd.DataFrame:
+    """The panel `bars` with the `price_features` library's columns beside them when `inputs` read it:
+    stored rows where they stand for a recomputation, computed otherwise (logged with why)."""
+    from ldtm_core.data.feature_store import library_values
+
+    if not inputs.library or engine is None or bars.empty:
+        return bars
+    values, _ = library_values(engine, bars)
+    names = price_features.feature_names()
+    return pd.concat([bars, pd.DataFrame(values, index=bars.index, columns=list(names))], axis=1)
 
 
 PRICE_FEATURES = Inputs(
@@ -52,4 +71,5 @@ PRICE_FEATURES = Inputs(
     _price_features,
     lambda cfg: price_features.fingerprint(),
     lambda cfg: price_features.LOOKBACK,
+    library=True,
 )

@@ -114,6 +114,7 @@ MARKET_INPUTS = Inputs(
     _fingerprint,
     lambda cfg: max(PRICE_FEATURES.lookback(cfg), max(MARKET_RETURN_WINDOWS) + 1, LAG_BETA_WINDOW + 2),
     lambda cfg: (cfg.market,),
+    library=True,
 )
 
 # The tabular families' fit, predict and artifact, on these inputs.

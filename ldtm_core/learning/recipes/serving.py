@@ -14,12 +14,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import Engine
 
 from ldtm_core.errors import CheckpointError, summary
 from ldtm_core.learning.checkpoints import sha256_file
 from ldtm_core.learning.recipes import LSTM, artifacts
 from ldtm_core.learning.recipes.family import RecipeConfig, config_from, inputs_of
 from ldtm_core.learning.recipes.global_fit import panel_bars
+from ldtm_core.learning.recipes.inputs import with_library
 from ldtm_core.learning.recipes.tabular import TabularModel
 from ldtm_core.learning.registry import ModelRecord
 
@@ -77,10 +79,15 @@ def unpriced(arrays: dict[str, dict], tickers: list[str], run_date: dt.date) -> 
 
 
 def feature_rows(
-    arrays: dict[str, dict], tickers: list[str], run_date: dt.date, cfg: RecipeConfig | None = None
+    arrays: dict[str, dict],
+    tickers: list[str],
+    run_date: dt.date,
+    cfg: RecipeConfig | None = None,
+    engine: Engine | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
     """({ticker: its row of recipe `cfg`'s inputs on run_date}, {ticker: (close, previous close)},
-    {ticker: why skipped}); `price_features` without a recipe. `arrays` holds the context tickers too."""
+    {ticker: why skipped}); `price_features` without a recipe. `arrays` holds the context tickers too.
+    With `engine`, the library's stored rows are read where the loaded bars equal the stored ones."""
     inputs = inputs_of(cfg)
     skipped = unpriced(arrays, tickers, run_date)
     present = {t: arrays[t] for t in sorted(tickers) if t not in skipped}
@@ -88,7 +95,7 @@ def feature_rows(
     # A row on the run date reads the `lookback` bars ending there and nothing before them.
     tails = {t: {k: v[-lookback:] for k, v in a.items()} for t, a in present.items()}
     context = {t: arrays[t] for t in inputs.context(cfg) if t in arrays}
-    values = inputs.compute(panel_bars(tails), cfg, context) if tails else None
+    values = inputs.compute(with_library(engine, panel_bars(tails), inputs), cfg, context) if tails else None
     # panel_bars stacks the tickers in sorted order: each one's last row ends its block.
     ends = np.cumsum([len(a["date"]) for a in tails.values()]) - 1
     rows, closes = {}, {}
@@ -109,9 +116,10 @@ def feature_rows(
 
 
 def predict(
-    recs: dict[str, ModelRecord], arrays: dict[str, dict], run_date: dt.date
+    recs: dict[str, ModelRecord], arrays: dict[str, dict], run_date: dt.date, engine: Engine | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
-    """({ticker: predicted price per horizon}, {ticker: (close, previous close)}, {ticker: why not})."""
+    """({ticker: predicted price per horizon}, {ticker: (close, previous close)}, {ticker: why not});
+    with `engine`, inputs from the `price_features` library read its stored rows."""
     skipped = unpriced(arrays, list(recs), run_date)
     priced = [t for t in recs if t not in skipped]
     groups: dict[str, list[str]] = defaultdict(list)
@@ -127,7 +135,7 @@ def predict(
     closes: dict[str, tuple[float, float | None]] = {}
     for members in groups.values():  # one batch per fit
         model = models[members[0]]
-        rows, group_closes, why = feature_rows(arrays, members, run_date, model.config)
+        rows, group_closes, why = feature_rows(arrays, members, run_date, model.config, engine)
         skipped.update(why)
         closes.update(group_closes)
         members = [t for t in members if t in rows]
