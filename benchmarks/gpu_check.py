@@ -19,6 +19,8 @@ predict      one evening for all tickers, then 20 replayed evenings (`ldtm predi
 batched      the batched forward on the card vs the CPU (gpu_probes batched)
 onnx         one model exported (`ldtm export onnx`), then on onnxruntime's CUDA provider (gpu_probes onnx)
 bench        `ldtm bench train --device cuda` at batch 32/128/512 x fp32/bf16/fp16
+recipes      the global recipes' GPU paths: `global_lstm` fitted on the card (`--set device=cuda`), then
+             LightGBM's OpenCL learner (`--set device=gpu`), each `ldtm train --tickers all --recipe R`
 tensorrt     scripts/build_tensorrt.sh, where trtexec exists
 
 Throughout, a sampler reads NVML every 0.25 s: each process's peak GPU memory and the slot plan
@@ -349,6 +351,22 @@ class Check:
         )
         return {"device": device, "cells": json.loads(path.read_text())}
 
+    def recipes(self, limit_s: float) -> dict:
+        """Each global recipe's GPU path as `ldtm train --tickers all --recipe R --set device=D` (on the
+        dry run, the same commands with device=cpu). One that fails is recorded, the next still runs."""
+        runs = [("global_lstm", "cuda"), ("lightgbm", "gpu")]
+        for recipe, device in runs:
+            device = "cpu" if self.cfg.cpu else device
+            first, t = self.max_model_id() + 1, time.monotonic()
+            args = ["train", "--tickers", "all", "--recipe", recipe, "--set", f"device={device}"]
+            try:
+                self.ldtm(limit_s / len(runs), *args)
+                figures = {"trained": len(self.models_since(first))}
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                figures = {"error": str(exc).strip()[-300:]}
+            self.current.result[f"{recipe}_{device}"] = {"wall_s": round(time.monotonic() - t, 1), **figures}
+        return {}
+
     def tensorrt(self, limit_s: float) -> dict:
         onnx_path = getattr(self, "onnx_path", None)
         if onnx_path is None or not onnx_path.exists():
@@ -447,6 +465,7 @@ class Check:
         self.stage("batched", lambda lim: self.probe(lim, "batched"), 60)
         self.stage("onnx", self.onnx, 60)
         self.stage("bench", self.bench, 90)
+        self.stage("recipes", self.within_budget(self.recipes, 120, reserve=60), 120)
         if c.every_slot:  # last of the heavy ones: on an H200 it took 105 of 126 GiB of host memory
             slots = self.result_of("slots")
             every = plan_slots([GpuMemory(**g) for g in slots.get("gpus", [])], cpu_slots=10**6).total

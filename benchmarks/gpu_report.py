@@ -110,6 +110,15 @@ def headline(report: dict) -> list[tuple[str, str, str]]:
             "4 slots beside a 39 GB LLM",
         )
     )
+    rec = _stage(report, "recipes")
+    if rec["status"] != "absent":
+        fits = [
+            f"{name}: {_fmt(f.get('wall_s'), ' s')}, "
+            + (f"{f['trained']} trained" if "trained" in f else f["error"])
+            for name, f in rec["result"].items()
+            if isinstance(f, dict) and "wall_s" in f
+        ]
+        rows.append(("global recipes' GPU paths, one fit each", _or_why(rec, "; ".join(fits)), ""))
     conc_rows = conc["result"].get("rows", [])
     rows.append(
         (

@@ -35,7 +35,7 @@ def test_every_stage_runs_or_says_why_not(dry_run):
     report = json.loads((out / "gpu_check.json").read_text())
     status = {s["name"]: (s["status"], s["note"]) for s in report["stages"]}
     expected = ["environment", "ingest", "slots", "context", "concurrency", "retrain", "predict"]
-    expected += ["batched", "onnx", "bench"]
+    expected += ["batched", "onnx", "bench", "recipes"]
     assert all(status[name][0] == "ok" for name in expected), status
     assert status["tensorrt"] == ("skipped", "TensorRT is not installed on this host (no trtexec)")
     assert report["total_s"] < report["budget_s"]
@@ -51,6 +51,9 @@ def test_the_figures_come_from_the_real_commands(dry_run):
     assert stages["predict"]["rows"] == 3 * (1 + 3)  # one evening and three replayed, three tickers
     assert stages["batched"]["models"] == 3 and stages["batched"]["cpu_ms"] > 0
     assert stages["onnx"]["cuda_provider"] is False  # the CPU build of onnxruntime
+    # The recipes' GPU paths, as the CPU dry run runs them: each fit registers a candidate per ticker.
+    assert stages["recipes"]["global_lstm_cpu"]["trained"] == 3, stages["recipes"]
+    assert stages["recipes"]["lightgbm_cpu"]["trained"] == 3, stages["recipes"]
     cells = {(c["batch_size"], c["precision"]) for c in stages["bench"]["cells"]}
     assert cells == {(32, "fp32"), (32, "bf16"), (64, "fp32"), (64, "bf16")}
     markdown = (out / "gpu_check.md").read_text()

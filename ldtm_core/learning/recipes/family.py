@@ -14,7 +14,7 @@ import importlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
@@ -34,6 +34,10 @@ class RecipeConfig:
     kind: str = ""
     seed: int = 0
 
+    # Where a fit runs, not what it is: left out of the signature, so a GPU fit shares its fold keys
+    # with the CPU fit of the same recipe (they differ by float rounding only).
+    RUNTIME_FIELDS: ClassVar[tuple[str, ...]] = ("device",)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -49,7 +53,7 @@ class RecipeConfig:
         """sha256 of the config, the inputs' definitions, the horizons and the target definition as
         canonical JSON: two fits with one signature saw the same recipe on the same inputs' definitions."""
         spec = {
-            "config": self.to_dict(),
+            "config": {k: v for k, v in self.to_dict().items() if k not in self.RUNTIME_FIELDS},
             "features_fingerprint": inputs_of(self).fingerprint(self),
             "horizons": [h.name for h in HORIZONS],
             "targets": TARGET_DEFINITION,

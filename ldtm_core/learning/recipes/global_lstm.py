@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,9 @@ class GlobalLSTMConfig(RecipeConfig):
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     num_threads: int = 1
+    # Where the fit runs: "cuda" (or "cuda:N") trains on a GPU, not bit-reproducible there and not
+    # tested here (no GPU); the artifact and every forecast are computed on the CPU either way.
+    device: str = "cpu"
 
     def __post_init__(self):
         if self.kind != KIND:
@@ -85,6 +89,23 @@ class GlobalLSTMConfig(RecipeConfig):
                 raise InputError(f"{KIND}: {name} must be positive, got {getattr(self, name)!r}")
         if not self.weight_decay >= 0:
             raise InputError(f"{KIND}: weight_decay must be non-negative, got {self.weight_decay!r}")
+        if self.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", self.device):
+            raise InputError(f"{KIND}: device must be cpu, cuda or cuda:N, got {self.device!r}")
+
+
+def fit_device(cfg: GlobalLSTMConfig):
+    """The torch device a fit of `cfg` runs on; InputError naming it where this torch has no such GPU."""
+    import torch
+
+    device = torch.device(cfg.device)
+    if device.type == "cuda":
+        index = device.index or 0
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise InputError(
+                f"{KIND}: device {cfg.device} is not available here (torch {torch.__version__}, "
+                f"{torch.cuda.device_count()} CUDA device(s))"
+            )
+    return device
 
 
 # --- the inputs: the per-ticker LSTM's normalised windows, one row per (ticker, evening) ----------------
@@ -239,13 +260,18 @@ def fit(xs: np.ndarray, ys: np.ndarray, cfg: GlobalLSTMConfig) -> GlobalLSTMStat
     n = len(x)
     per_epoch = min(n, cfg.epoch_rows)
     steps_per_epoch = math.ceil(per_epoch / cfg.batch_size)
+    device = fit_device(cfg)
+    on_gpu = device.type == "cuda"
+    x, y = (x.to(device), y.to(device)) if on_gpu else (x, y)
     # fork_rng: the seed governs this fit only; the caller's random state is left as it was.
-    with _torch_threads(cfg.num_threads), torch.random.fork_rng(devices=[]):
+    rng_devices = [device.index or 0] if on_gpu else []
+    with _torch_threads(cfg.num_threads), torch.random.fork_rng(devices=rng_devices):
         deterministic = torch.are_deterministic_algorithms_enabled()
-        torch.use_deterministic_algorithms(True)
+        # Bit-reproducible on the CPU; cuDNN's LSTM has no deterministic kernel to ask for.
+        torch.use_deterministic_algorithms(not on_gpu)
         try:
             torch.manual_seed(cfg.seed)
-            net = _network(cfg)
+            net = _network(cfg).to(device)
             net.train()
             opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
             sched = torch.optim.lr_scheduler.CosineAnnealingLR(
@@ -254,7 +280,7 @@ def fit(xs: np.ndarray, ys: np.ndarray, cfg: GlobalLSTMConfig) -> GlobalLSTMStat
             for _ in range(cfg.epochs):
                 order = torch.randperm(n)[:per_epoch]
                 for i in range(0, per_epoch, cfg.batch_size):
-                    idx = order[i : i + cfg.batch_size]
+                    idx = order[i : i + cfg.batch_size].to(device)
                     loss = torch.nn.functional.mse_loss(_forward(net, x[idx]), y[idx])
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -263,6 +289,7 @@ def fit(xs: np.ndarray, ys: np.ndarray, cfg: GlobalLSTMConfig) -> GlobalLSTMStat
                     sched.step()
         finally:
             torch.use_deterministic_algorithms(deterministic)
+    net = net.cpu()  # the artifact and every forecast: on the CPU
     net.eval()
     return GlobalLSTMState(net, y_scale.astype(np.float64))
 

@@ -98,6 +98,9 @@ def training_frame(
     return x[complete].reset_index(drop=True), y[complete].reset_index(drop=True), keys
 
 
+LIGHTGBM_DEVICES = ("cpu", "gpu", "cuda")
+
+
 @dataclass(frozen=True)
 class TabularConfig(RecipeConfig):
     """Ridge's and LightGBM's settings. Ridge reads `alpha`; LightGBM the rest (named as LGBMRegressor's)."""
@@ -113,10 +116,20 @@ class TabularConfig(RecipeConfig):
     colsample_bytree: float = 0.8
     deterministic: bool = True
     num_threads: int = 1
+    # LightGBM's device_type: "gpu" (OpenCL) or "cuda" where the installed build has them; not tested
+    # here (no GPU). Ridge runs on the CPU whatever this says.
+    device: str = "cpu"
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise InputError(f"tabular recipe kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        self.check_device()
+
+    def check_device(self) -> None:
+        if self.device not in LIGHTGBM_DEVICES:
+            raise InputError(
+                f"{self.kind}: device must be one of {', '.join(LIGHTGBM_DEVICES)}, got {self.device!r}"
+            )
 
     def lightgbm_params(self) -> dict[str, Any]:
         """The booster's parameters under LightGBM's canonical names (aliases would warn)."""
@@ -134,6 +147,7 @@ class TabularConfig(RecipeConfig):
             "force_row_wise": True,
             "num_threads": self.num_threads,
             "verbosity": -1,
+            **({"device_type": self.device} if self.device != "cpu" else {}),
         }
 
 
