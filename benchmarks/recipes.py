@@ -4,9 +4,11 @@
     .venv/bin/python benchmarks/recipes.py --quick              # 12 tickers, 3 years, 2 folds (seconds)
     .venv/bin/python benchmarks/recipes.py --csv-dir ~/bars     # your own daily bars instead
 
-Rows: the LSTM per ticker (the global LSTM's network, `recipes/global_lstm.py`, fitted once per ticker
-on that ticker's windows only: the seed's "an expert per ticker", the reference every other row is
-judged against); `global_lstm` (the same network fitted once on every ticker's windows); ridge and
+Rows: `lstm` per ticker, the product's per-ticker recipe as `ldtm train` fits it (`--lstm-profile`,
+reference by default: `build_samples`, the purged train/validation split, `training_loop.fit` with
+early stopping, prices denormalised back to log returns): the seed's "an expert per ticker", the
+reference every other row is judged against; `global_lstm` (one network fitted once on every ticker's
+windows of the same features); ridge and
 LightGBM (`recipes/tabular.py`) fitted globally and per ticker, so their rows answer "pooled or per
 ticker?"; and ridge_market and lightgbm_market (`recipes/market.py`: each ticker's price features plus
 the market's returns and the ticker's lead-lag beta to it), left out when the market (`--market`, QQQ)
@@ -38,7 +40,7 @@ sessions; "–": fewer than 10 independent target periods, too short to test). T
 the planted ticker alone (`synthetic_market.PLANTED`: a known per-ticker edge, ~70 % next-day direction
 to a model that finds it). The verdict column is the gate's universe verdict (`gate.universe.
 clustered`: paired next-day hits, standard error clustered by evening, one-sided) of the row against
-the LSTM per ticker on the same decided rows, at level 0.05 with no trials spent (a report, not a
+the per-ticker `lstm` on the same decided rows, at level 0.05 with no trials spent (a report, not a
 promotion): the difference in points, its p, and the smallest difference these rows could detect.
 The planted-families table scores each family of `synthetic_market.PLANTED_FAMILIES` alone: pooled
 (an edge only pooled rows reveal), own_sign (each ticker's own sign: a per-ticker model's), and
@@ -79,15 +81,20 @@ from ldtm_core.accountability.signals.execution import RULES  # noqa: E402
 from ldtm_core.accountability.signals.ic import rowwise_pearson  # noqa: E402
 from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.price_files import expand_paths, read_price_file  # noqa: E402
+from ldtm_core.data.samples import SampleSet, build_samples  # noqa: E402
 from ldtm_core.data.synthetic_market import FAMILY_OF, PLANTED, PLANTED_FAMILIES, generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.errors import InputError  # noqa: E402
 from ldtm_core.horizons import DIRECTION, HORIZONS  # noqa: E402
+from ldtm_core.learning import training_loop  # noqa: E402
+from ldtm_core.learning.backtest import predict_prices  # noqa: E402
+from ldtm_core.learning.model import ModelConfig, get_profile  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.learning.recipes.family import RecipeConfig, inputs_of  # noqa: E402
 from ldtm_core.learning.recipes.global_lstm import GlobalLSTMConfig  # noqa: E402
 from ldtm_core.learning.recipes.market import MarketConfig  # noqa: E402
 from ldtm_core.learning.recipes.tabular import TabularConfig, fit, panel_targets, target_columns  # noqa: E402
+from ldtm_core.learning.split import purged_split  # noqa: E402
 from ldtm_core.scoring import baselines, hac  # noqa: E402
 from ldtm_core.scoring.skill import format_p_value, sign_test_p_value  # noqa: E402
 
@@ -107,11 +114,11 @@ class Variant:
     """A recipe and how it is fitted: once on all tickers' rows, or once per ticker on its own."""
 
     label: str
-    cfg: RecipeConfig
+    cfg: RecipeConfig | ModelConfig  # a ModelConfig: the product's per-ticker LSTM
     per_ticker: bool
 
 
-REFERENCE = "LSTM, per ticker"  # the variant every other one is judged against (the verdict column)
+REFERENCE = "lstm, per ticker"  # the product's recipe: every other row is judged against it (verdict)
 
 
 def variants(args, with_market: bool) -> list[Variant]:
@@ -119,8 +126,7 @@ def variants(args, with_market: bool) -> list[Variant]:
     lgbm = TabularConfig(kind="lightgbm", seed=args.seed, num_threads=args.threads)
     lstm = GlobalLSTMConfig(seed=args.seed, num_threads=args.threads, epochs=args.lstm_epochs)
     out = [
-        # The same network on one ticker's windows only: the seed's "an expert per ticker".
-        Variant(REFERENCE, replace(lstm, epochs=args.ticker_epochs), True),
+        Variant(REFERENCE, get_profile(args.lstm_profile, seed=args.seed), True),
         Variant("global_lstm", lstm, False),
         Variant("ridge, global", ridge, False),
         Variant("ridge, per ticker", ridge, True),
@@ -148,6 +154,10 @@ def variants(args, with_market: bool) -> list[Variant]:
             ),
         ]
     return out
+
+
+def is_lstm(v: Variant) -> bool:
+    return isinstance(v.cfg, ModelConfig)
 
 
 def warm_config(cfg: RecipeConfig) -> RecipeConfig:
@@ -327,6 +337,50 @@ def run_fold(
     tally.predict_s.append(_timed_predict(lambda: [models[k].predict(x[r]) for k, r in at.items()]))
 
 
+def lstm_samples(bars: pd.DataFrame, cfg: ModelConfig) -> dict[str, tuple[SampleSet, np.ndarray]]:
+    """{ticker: (its samples as `ldtm train` builds them, each sample's row of `bars`)}."""
+    out = {}
+    for name, g in bars.groupby("ticker", sort=False):
+        samples = build_samples(g[BAR_COLUMNS[1:]].reset_index(drop=True), cfg.window, names=cfg.features)
+        days = pd.to_datetime(g["date"]).to_numpy().astype("datetime64[D]")
+        out[str(name)] = (samples, g.index.to_numpy()[np.searchsorted(days, samples.dates)])
+    return out
+
+
+def run_lstm_fold(v: Variant, tally: Tally, sets: dict, train, test, evening, threads: int) -> None:
+    """The product's LSTM per ticker on the fold: each ticker's training rows split as `ldtm train`
+    splits them (purged, the profile's validation share), fitted with early stopping, and its test
+    rows' predicted prices back to log returns. `sets` rows index the scored rows (-1: not scored)."""
+    models = {}
+    with peak_memory(tally.memory_mib):
+        t0 = time.perf_counter()
+        for name, (samples, rows) in sets.items():
+            scored = rows >= 0
+            at = np.maximum(rows, 0)
+            if not (scored & test[at]).any():
+                continue
+            mine = samples.subset(np.flatnonzero(scored & train[at]))
+            if len(mine) < MIN_TICKER_ROWS:
+                tally.skipped += 1
+                continue
+            fit_idx, val_idx = purged_split(mine, v.cfg.val_fraction)
+            result = training_loop.fit(mine.subset(fit_idx), mine.subset(val_idx), v.cfg, "cpu", threads)
+            models[name] = result.model.eval()
+        tally.fit_s.append(time.perf_counter() - t0)
+    tally.fitted += len(models)
+
+    def log_returns(name: str, where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        samples, rows = sets[name]
+        at = np.flatnonzero((rows >= 0) & where[np.maximum(rows, 0)])
+        part = samples.subset(at)
+        return rows[at], np.log(predict_prices(models[name], part) / part.close[:, None])
+
+    for name in models:
+        rows, pred = log_returns(name, test)
+        tally.pred[rows] = pred
+    tally.predict_s.append(_timed_predict(lambda: [log_returns(name, evening) for name in models]))
+
+
 def evening_ic(dates: np.ndarray, tickers: np.ndarray, pred: np.ndarray, real: np.ndarray) -> np.ndarray:
     """Per evening (in date order): the Spearman rank IC across tickers (NaN below 3 names)."""
     _, day = np.unique(dates, return_inverse=True)
@@ -412,18 +466,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trees", type=int, default=200, help="LightGBM global: boosting rounds per horizon")
     ap.add_argument("--ticker-trees", type=int, default=100, help="LightGBM per ticker: rounds per horizon")
     ap.add_argument("--lstm-epochs", type=int, default=None, help="global_lstm's epochs (its default)")
-    ap.add_argument("--ticker-epochs", type=int, default=20, help="the LSTM per ticker: epochs per fit")
+    ap.add_argument(
+        "--lstm-profile", default="reference", help="the per-ticker lstm's profile (`ldtm train`'s)"
+    )
     ap.add_argument("--market", default="QQQ", help="the market the market recipes read (left out if absent)")
     ap.add_argument("--threads", type=int, default=1, help="LightGBM's, torch's and BLAS's threads")
     ap.add_argument(
         "--quick",
         action="store_true",
-        help=f"{QUICK_TICKERS} tickers, 3 years, 2 folds, 50/20 trees, LSTMs of 1/3 epochs",
+        help=f"{QUICK_TICKERS} tickers, 3 years, 2 folds, 50/20 trees, global_lstm of 1 epoch, lstm's demo profile",
     )
     args = ap.parse_args(argv)
     if args.quick:
         args.years, args.folds, args.trees, args.ticker_trees = args.years or 3, 2, 50, 20
-        args.lstm_epochs, args.ticker_epochs = 1, 3
+        args.lstm_epochs, args.lstm_profile = 1, "demo"
     args.lstm_epochs = args.lstm_epochs or GlobalLSTMConfig().epochs
     try:
         return _run(args)
@@ -458,12 +514,26 @@ def _run(args) -> int:
     traded = np.where(same_ticker_next, np.r_[targets[1:, d], np.nan], np.nan)
     full = {}
     for v in runs:
+        if is_lstm(v):
+            continue
         if (key := inputs_key(v.cfg)) not in full:
             inputs = inputs_of(v.cfg)
             full[key] = inputs.compute(bars, v.cfg, bar_arrays(bars, inputs.context(v.cfg)))
     complete = np.isfinite(targets).all(axis=1)
     for values in full.values():
         complete &= np.isfinite(values).all(axis=1)
+    # The product's LSTM reads its own samples: a row counts only where it has one too.
+    lstm_sets = {v.label: lstm_samples(bars, v.cfg) for v in runs if is_lstm(v)}
+    for sets in lstm_sets.values():
+        has = np.zeros(len(bars), dtype=bool)
+        for _, rows in sets.values():
+            has[rows] = True
+        complete &= has
+    scored_row = np.where(complete, np.cumsum(complete) - 1, -1)
+    lstm_sets = {
+        label: {t: (samples, scored_row[rows]) for t, (samples, rows) in sets.items()}
+        for label, sets in lstm_sets.items()
+    }
     xs = {key: values[complete] for key, values in full.items()}
     del full
     y = targets[complete]
@@ -489,6 +559,12 @@ def _run(args) -> int:
 
     tallies = {v.label: Tally(np.full((len(y), len(HORIZONS)), np.nan)) for v in runs}
     for v in runs:  # imports and first-call set-up outside the timed, measured fits
+        if is_lstm(v):
+            samples = next(iter(lstm_sets[v.label].values()))[0].subset(slice(0, MIN_TICKER_ROWS))
+            fit_idx, val_idx = purged_split(samples, v.cfg.val_fraction)
+            warm = replace(v.cfg, max_epochs=1)
+            training_loop.fit(samples.subset(fit_idx), samples.subset(val_idx), warm, "cpu", args.threads)
+            continue
         x = xs[inputs_key(v.cfg)]
         fit(x[:MIN_TICKER_ROWS], y[:MIN_TICKER_ROWS], warm_config(v.cfg)).predict(x[:1])
     tested = np.zeros(len(y), dtype=bool)
@@ -500,6 +576,9 @@ def _run(args) -> int:
             tested |= test
             evening = dates == evenings[-1]
             for v in runs:
+                if is_lstm(v):
+                    run_lstm_fold(v, tallies[v.label], lstm_sets[v.label], train, test, evening, args.threads)
+                    continue
                 run_fold(v, tallies[v.label], xs[inputs_key(v.cfg)], y, tickers, train, test, evening)
 
     # Every variant on the same rows: those every variant predicted (per ticker skips a few tickers).

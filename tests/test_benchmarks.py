@@ -498,7 +498,7 @@ def test_recipes(bench, tmp_path, capsys):
     # The gate's universe figures against the per-ticker LSTM: difference (one-sided p; detectable).
     verdict = rf"(?:reference|[-+][\d.]+ pts \((?:p {p}; detects [\d.]+|–)\))"
     labels = (
-        "LSTM, per ticker",
+        "lstm, per ticker",
         "global_lstm",
         "ridge, global",
         "ridge, per ticker",
@@ -515,7 +515,7 @@ def test_recipes(bench, tmp_path, capsys):
         m = re.search(line, out, re.M)
         assert m, (label, out)
         scored.add(int(m.group(4).replace(",", "")))
-        assert (m.group(7) == "reference") == (label == "LSTM, per ticker")
+        assert (m.group(7) == "reference") == (label == "lstm, per ticker")
     # The planted families, each a row per recipe: lagged_factor is the market recipes' to find.
     assert "| lagged_factor: next-day direction | lagged_factor: IC 1d (t) |" in out
     assert len(scored) == 1 and scored.pop() > 1000, out  # every variant on the same rows
