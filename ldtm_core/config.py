@@ -413,6 +413,23 @@ SETTINGS: dict[str, Setting] = _table(
     ),
     Setting("LDTM_AUDIT_KEY", None, "HMAC key of the prediction chain", Text("secret", secret=True)),
     Setting(
+        "LDTM_RECEIPTS_DIR",
+        None,
+        "where each evening's signed receipt is written (a folder the database role cannot touch)",
+        Text("path"),
+        shown="none (no receipts)",
+    ),
+    Setting(
+        "LDTM_RECEIPT_KEY_FILE",
+        None,
+        "the Ed25519 private key (PEM, mode 600) that signs the receipts (`ldtm receipts keygen`)",
+        Text("path"),
+        shown="none",
+    ),
+    Setting(
+        "LDTM_RECEIPTS_GIT", False, "commit each receipt to the git repository at LDTM_RECEIPTS_DIR", Flag()
+    ),
+    Setting(
         "LDTM_NOTIFY_WEBHOOK_URL",
         None,
         "webhook of alerts (JSON POST)",

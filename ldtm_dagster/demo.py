@@ -232,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     resources = demo_resources(args.universe, args.profile, args.max_epochs)
+    public_key = demo_receipts(resources["store"].path)
     with demo_instance() as instance:
         print(f"[demo] Dagster instance: {dagster_home()} (`make dev` shows these runs)")
         table = run_demo(
@@ -250,7 +251,47 @@ def main(argv: list[str] | None = None) -> int:
     if note:  # tickers whose candidate the gate held: not on the production board
         print(note)
     print_execution_costs(engine)
+    print_track_record(engine, public_key)
     return 0
+
+
+def demo_receipts(home: Path) -> Path | None:
+    """Receipts for the demo's evenings, unless LDTM_RECEIPTS_DIR is set already (then yours, and None):
+    a key made once under LDTM_HOME/keys and the receipts folder LDTM_HOME/receipts. Returns the public
+    key's path."""
+    from ldtm_core.accountability.ledger import receipts
+
+    if env_text(receipts.DIR_ENV):
+        return None
+    private, public = home / "keys" / "receipts.pem", home / "keys" / "receipts.pub"
+    if not private.exists():
+        receipts.keygen(private, public)
+    os.environ[receipts.DIR_ENV] = str(home / "receipts")
+    os.environ[receipts.KEY_ENV] = str(private)
+    return public
+
+
+def print_track_record(engine, public_key: Path | None) -> None:
+    """Export the record and check it against the receipts as an outsider would (no database, no key)."""
+    import tempfile
+
+    from ldtm_core.accountability.ledger.receipts import DIR_ENV, load_public_key
+    from ldtm_core.accountability.ledger.record_export import export_record
+    from ldtm_core.accountability.ledger.record_verify import verify_record
+
+    sink = Path(env_text(DIR_ENV))
+    if public_key is None:
+        print(f"[demo] track record: receipts in your {sink}; check them with ldtm verify-record")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        export_record(engine, Path(tmp) / "export")
+        report = verify_record(Path(tmp) / "export", sink, load_public_key(public_key))
+    verdict = "ok" if report.ok else f"{len(report.findings)} finding(s), first: {report.findings[0]}"
+    print(
+        f"[demo] track record: {report.covered} of {report.rows} rows covered by {report.receipts} signed "
+        f"receipts in {sink}: verify-record {verdict} (yourself: ldtm audit export OUT, then "
+        f"ldtm verify-record OUT {sink} --public-key {public_key})"
+    )
 
 
 def print_execution_costs(engine) -> None:

@@ -13,6 +13,7 @@ from ldtm_core.cli import (  # noqa: E402,F401
     hardware,
     models,
     promotion,
+    record,
     shadow,
     signals,
     tuning,

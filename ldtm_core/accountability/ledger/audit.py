@@ -410,6 +410,46 @@ def _close(a, b) -> bool:
     return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-9)
 
 
+def actual_wrongs(r: Mapping, h: str, close: float | None, actions, band: float) -> list[str] | None:
+    """What is wrong with row `r`'s filled horizon `h` against `close`, the target date's stored close
+    (None: no close), rebased by the ticker's corporate `actions` as fillback rebases it: [] when right,
+    None when nothing of it is filled. The one rule of the audit and of the outsider's verifier."""
+    actual, err, day = r[f"{h}_actual"], r[f"{h}_pct_error"], r[f"{h}_date"]
+    if close is not None:  # the fillback's basis rule: the close on the run date's basis
+        close = close / basis_factor(actions, r["run_date"], day)
+    flags = h == DIRECTION.name and (
+        r["next_day_direction_actual"] is not None or r["next_day_direction_correct"] is not None
+    )
+    if actual is None and err is None and not flags:
+        return None
+    wrong: list[str] = []
+    if actual is None:
+        wrong.append(f"{h} pct error / direction filled without an actual")
+    elif close is None:
+        wrong.append(f"{h}_actual {actual!r} but prices has no close for {r['ticker']} on {day}")
+    elif not _close(actual, close):
+        wrong.append(f"{h}_actual {actual!r} != close {close!r} on {day}")
+    if close is not None and actual is not None:
+        want_err = (r[f"{h}_pred"] - close) / close * 100.0
+        if not _close(err, want_err):
+            wrong.append(f"{h}_pct_error {err!r} != {want_err!r} recomputed from the close")
+        if h == DIRECTION.name:
+            rdc = r["run_date_close"]
+            move = (close - rdc) / rdc * 100.0
+            b = row_band(r["neutral_band_pct"], band)
+            want_dir = "bullish" if move > b else ("bearish" if move < -b else "neutral")
+            if r["next_day_direction_actual"] != want_dir:
+                wrong.append(
+                    f"next_day_direction_actual {r['next_day_direction_actual']!r} != {want_dir!r} "
+                    f"(move {move:+.4f} %, band {b} %)"
+                )
+            want_hit = direction_hit(r[f"{h}_pred"], close, rdc)  # None: a tie
+            got_hit = r["next_day_direction_correct"]
+            if (got_hit is None) != (want_hit is None) or (got_hit is not None and bool(got_hit) != want_hit):
+                wrong.append(f"next_day_direction_correct {got_hit!r} != {want_hit!r}")
+    return wrong
+
+
 def _check_actuals(
     conn,
     wanted: list[str] | None,
@@ -452,44 +492,12 @@ def _check_actuals(
     actions = load_actions(conn, wanted or None)
     for r in conn.execute(stmt.order_by(s.ticker, s.run_date, s.id)).mappings():
         for h in HORIZONS:
-            actual, err, close, day = r[f"{h}_actual"], r[f"{h}_pct_error"], r[f"{h}_close"], r[f"{h}_date"]
-            if close is not None:  # the fillback's basis rule: the close on the run date's basis
-                close = close / basis_factor(actions.get(r["ticker"], []), r["run_date"], day)
-            flags = h == DIRECTION.name and (
-                r["next_day_direction_actual"] is not None or r["next_day_direction_correct"] is not None
-            )
-            if actual is None and err is None and not flags:
+            wrong = actual_wrongs(r, h, r[f"{h}_close"], actions.get(r["ticker"], []), band)
+            if wrong is None:
                 continue
             checked += 1
             if (r["id"], h) in explained:
                 continue
-            wrong: list[str] = []
-            if actual is None:
-                wrong.append(f"{h} pct error / direction filled without an actual")
-            elif close is None:
-                wrong.append(f"{h}_actual {actual!r} but prices has no close for {r['ticker']} on {day}")
-            elif not _close(actual, close):
-                wrong.append(f"{h}_actual {actual!r} != close {close!r} on {day}")
-            if close is not None and actual is not None:
-                want_err = (r[f"{h}_pred"] - close) / close * 100.0
-                if not _close(err, want_err):
-                    wrong.append(f"{h}_pct_error {err!r} != {want_err!r} recomputed from the close")
-                if h == DIRECTION.name:
-                    rdc = r["run_date_close"]
-                    move = (close - rdc) / rdc * 100.0
-                    b = row_band(r["neutral_band_pct"], band)
-                    want_dir = "bullish" if move > b else ("bearish" if move < -b else "neutral")
-                    if r["next_day_direction_actual"] != want_dir:
-                        wrong.append(
-                            f"next_day_direction_actual {r['next_day_direction_actual']!r} != {want_dir!r} "
-                            f"(move {move:+.4f} %, band {b} %)"
-                        )
-                    want_hit = direction_hit(r[f"{h}_pred"], close, rdc)  # None: a tie
-                    got_hit = r["next_day_direction_correct"]
-                    if (got_hit is None) != (want_hit is None) or (
-                        got_hit is not None and bool(got_hit) != want_hit
-                    ):
-                        wrong.append(f"next_day_direction_correct {got_hit!r} != {want_hit!r}")
             if wrong:
                 problems.append(
                     AuditProblem(

@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from sqlalchemy import Engine, and_, select
 
-from ldtm_core.accountability.ledger import runlog
+from ldtm_core.accountability.ledger import receipts, runlog
 from ldtm_core.accountability.ledger.chain import write_rows_anchored
 from ldtm_core.config import NUMERIC_SETTINGS, Settings, check_number
 from ldtm_core.data import feature_store
@@ -113,6 +113,7 @@ class PredictResult:
     shadow_skipped: dict[str, str] = field(default_factory=dict)  # {ticker: why its shadow did not run}
     # The anchor stored in run_log: {"keyed": bool, "heads": {ticker: [id, row_hash, run_date, version]}}
     chain_heads: dict = field(default_factory=dict)
+    receipt: receipts.Receipt | None = None  # the evening's signed receipt, where receipts are configured
 
     def summary(self) -> dict:
         return {
@@ -131,6 +132,7 @@ class PredictResult:
             "in_sample": self.in_sample,
             "shadow": self.shadow,
             "shadow_skipped": self.shadow_skipped,
+            "receipt": self.receipt.path.name if self.receipt else None,
         }
 
 
@@ -199,6 +201,8 @@ def predict(
     runlog.start(engine, "predict", run_date, wanted, run_id=result.run_id)
     try:
         _predict(engine, result, models, wanted, band, t0)
+        # The evening's signed receipt outside the database (when configured): a failure fails the run.
+        result.receipt = receipts.after_predict(engine)
     except BaseException as exc:
         runlog.finish(
             engine, result.run_id, "failed", phases=result.phases, message=runlog.failure_message(exc)

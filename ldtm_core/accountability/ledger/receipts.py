@@ -1,0 +1,289 @@
+"""Receipts: the record's witness outside the database.
+
+After each evening's predictions one receipt is written to a sink the database role cannot touch (a
+directory, optionally a git repository with a commit per receipt). A receipt lists every snapshot row
+written since the previous receipt: its id, ticker, run date, the SHA-256 of its prediction as the chain
+hashes it (`chain.canonical`, no key needed to recompute it) and its chain hash; their Merkle root; the
+SHA-256 of the previous receipt's file (receipts chain too); the time it was issued. It is signed with an
+Ed25519 key whose private half only the application holds (`LDTM_RECEIPT_KEY_FILE`).
+
+Whoever holds the database, even with `LDTM_AUDIT_KEY`, can then delete or rewrite rows and their
+anchors, but cannot make the receipts agree: `record_verify` checks an export against them with the
+public key alone. A key is rotated by a receipt, signed by the old key, that introduces the new one.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from sqlalchemy import Engine, func, select
+
+from ldtm_core.accountability.ledger.chain import canonical
+from ldtm_core.config import env_text, setting_flag
+from ldtm_core.errors import ConfigError, LDTMError
+from ldtm_core.schema import snapshots
+
+VERSION = 1
+DIR_ENV, KEY_ENV, GIT_ENV = "LDTM_RECEIPTS_DIR", "LDTM_RECEIPT_KEY_FILE", "LDTM_RECEIPTS_GIT"
+SUFFIX = ".receipt.json"
+
+
+class ReceiptError(LDTMError):
+    """A receipt could not be written: the rows are in the database, uncovered until the next receipt."""
+
+
+# --- what a receipt commits to ---------------------------------------------------------------------
+
+
+def content_hash(row) -> str:
+    """SHA-256 of a snapshot row's prediction as the chain hashes it: recomputable without any key."""
+    return hashlib.sha256(canonical(row).encode()).hexdigest()
+
+
+def row_entry(row) -> list:
+    """A row as a receipt lists it: [id, ticker, run date, content hash, chain hash]."""
+    return [
+        int(row["id"]),
+        str(row["ticker"]),
+        _day(row["run_date"]),
+        content_hash(row),
+        str(row["row_hash"]),
+    ]
+
+
+def merkle_root(entries: list[list]) -> str:
+    """The Merkle root of the entries (RFC 6962's shape: 0x00-prefixed leaves, 0x01-prefixed nodes, an
+    odd node carried up); the root of no entries is the hash of nothing."""
+    level = [hashlib.sha256(b"\x00" + _canonical_json(e).encode()).digest() for e in entries]
+    if not level:
+        return hashlib.sha256(b"").hexdigest()
+    while len(level) > 1:
+        pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
+        level = [hashlib.sha256(b"\x01" + p[0] + p[1]).digest() if len(p) == 2 else p[0] for p in pairs]
+    return level[0].hex()
+
+
+def _canonical_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _day(value) -> str:
+    return value.isoformat() if isinstance(value, dt.date) else str(value)[:10]
+
+
+# --- keys ----------------------------------------------------------------------------------------------
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def public_pem(public: Ed25519PublicKey) -> bytes:
+    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def keygen(private_path: Path, public_path: Path) -> str:
+    """A new Ed25519 key: the private half to `private_path` (mode 0600), the public half to
+    `public_path`. Never overwrites a file. Returns the key id."""
+    for path in (private_path, public_path):
+        if path.exists():
+            raise ConfigError(f"{path} exists: a key is never overwritten; choose another path")
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    private_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private)
+    public_path.parent.mkdir(parents=True, exist_ok=True)
+    public_path.write_bytes(public_pem(key.public_key()))
+    return key_id(key.public_key())
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """The signing key from its file; refused when others may read it (a secret stays the owner's)."""
+    if not path.is_file():
+        raise ConfigError(f"{KEY_ENV} {path}: no such file (create one with `ldtm receipts keygen`)")
+    if path.stat().st_mode & 0o077:
+        raise ConfigError(f"{KEY_ENV} {path}: readable by group or others; `chmod 600 {path}` first")
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{KEY_ENV} {path}: not an unencrypted PEM private key ({e})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(f"{KEY_ENV} {path}: not an Ed25519 key")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"public key {path}: cannot be read as a PEM public key ({e})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ConfigError(f"public key {path}: not an Ed25519 key")
+    return key
+
+
+# --- the sink ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Receipt:
+    path: Path
+    body: dict
+    signature: str
+    sha256: str  # of the file's bytes: what the next receipt names as its previous
+
+    @property
+    def seq(self) -> int:
+        return int(self.body["seq"])
+
+    def verifies(self, public: Ed25519PublicKey) -> bool:
+        try:
+            public.verify(bytes.fromhex(self.signature), _canonical_json(self.body).encode())
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+
+def read_receipts(directory: Path) -> list[Receipt]:
+    """Every receipt in `directory`, in sequence order. A file that is not a receipt is an error naming it."""
+    out = []
+    for path in sorted(Path(directory).glob(f"*{SUFFIX}")):
+        raw = path.read_bytes()
+        try:
+            doc = json.loads(raw)
+            out.append(Receipt(path, doc["body"], doc["signature"], hashlib.sha256(raw).hexdigest()))
+        except (ValueError, KeyError, TypeError):
+            raise ReceiptError(f"{path}: not a receipt (unreadable JSON or no body/signature)") from None
+    return sorted(out, key=lambda r: r.seq)
+
+
+@dataclass(frozen=True)
+class Sink:
+    directory: Path
+    git: bool = False
+
+    @classmethod
+    def configured(cls) -> Sink | None:
+        raw = env_text(DIR_ENV)
+        return cls(Path(raw).expanduser(), setting_flag(GIT_ENV)) if raw else None
+
+    def write(self, body: dict, key: Ed25519PrivateKey) -> Receipt:
+        """Sign `body` and write it as a new file (never over another); commit it when the sink is git."""
+        signature = key.sign(_canonical_json(body).encode()).hex()
+        text = json.dumps({"body": body, "signature": signature}, sort_keys=True, indent=1) + "\n"
+        name = f"{body['seq']:08d}_{body['kind']}_{body.get('run_date') or 'key'}{SUFFIX}"
+        path = self.directory / name
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            os.link(tmp, path)  # fails if a receipt of that name exists: never overwritten
+            tmp.unlink()
+        except OSError as e:
+            raise ReceiptError(f"receipt {path} cannot be written: {e}") from None
+        if self.git:
+            self._commit(path, body)
+        return Receipt(path, body, signature, hashlib.sha256(text.encode()).hexdigest())
+
+    def _commit(self, path: Path, body: dict) -> None:
+        message = f"receipt {body['seq']}: {body['kind']} {body.get('run_date', '')}".strip()
+        for args in (["add", path.name], ["commit", "-q", "-m", message]):
+            proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell
+                ["git", "-C", str(self.directory), *args], capture_output=True, text=True, check=False
+            )
+            if proc.returncode:
+                raise ReceiptError(
+                    f"receipt {path.name} written but not committed to git at {self.directory}: "
+                    f"{(proc.stderr or proc.stdout).strip()[-300:]}"
+                )
+
+
+# --- issuing -------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _base(previous: Receipt | None, key: Ed25519PrivateKey, kind: str) -> dict:
+    return {
+        "version": VERSION,
+        "kind": kind,
+        "seq": previous.seq + 1 if previous else 1,
+        "previous": previous.sha256 if previous else "",
+        "issued_at": _now(),
+        "key_id": key_id(key.public_key()),
+    }
+
+
+def last_covered(receipts: list[Receipt]) -> int:
+    """The newest snapshot id a receipt covers (0: none)."""
+    ids = [int(r.body["last_id"]) for r in receipts if r.body["kind"] == "evening"]
+    return max(ids, default=0)
+
+
+def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
+    """A receipt for every snapshot row not covered by the sink's receipts yet (None when there is none):
+    an evening whose receipt failed is covered by the next one."""
+    receipts = read_receipts(sink.directory) if sink.directory.exists() else []
+    after = last_covered(receipts)
+    with engine.connect() as conn:
+        newest = conn.execute(select(func.max(snapshots.c.id))).scalar() or 0
+        if newest <= after:
+            return None
+        rows = conn.execute(
+            select(snapshots).where(snapshots.c.id > after, snapshots.c.id <= newest).order_by(snapshots.c.id)
+        ).mappings()
+        entries = [row_entry(r) for r in rows]
+    dates = sorted({e[2] for e in entries})
+    body = _base(receipts[-1] if receipts else None, key, "evening") | {
+        "run_date": dates[-1],
+        "run_dates": dates,
+        "first_id": after + 1,
+        "last_id": newest,
+        "rows": entries,
+        "merkle_root": merkle_root(entries),
+    }
+    return sink.write(body, key)
+
+
+def rotate(sink: Sink, old: Ed25519PrivateKey, new_public: Ed25519PublicKey) -> Receipt:
+    """A receipt, signed by the current key, that introduces the next one: later receipts are signed by it."""
+    receipts = read_receipts(sink.directory) if sink.directory.exists() else []
+    body = _base(receipts[-1] if receipts else None, old, "key") | {
+        "new_key_id": key_id(new_public),
+        "new_public_key": base64.b64encode(
+            new_public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        ).decode(),
+    }
+    return sink.write(body, old)
+
+
+def after_predict(engine: Engine) -> Receipt | None:
+    """The nightly's receipt, when a sink is configured (`LDTM_RECEIPTS_DIR`): a ReceiptError (the run
+    fails, the alert says why) when it cannot be written."""
+    sink = Sink.configured()
+    if sink is None:
+        return None
+    raw = env_text(KEY_ENV)
+    if not raw:
+        raise ReceiptError(f"{DIR_ENV} is set but {KEY_ENV} is not: no key to sign the evening's receipt")
+    try:
+        return issue(engine, sink, load_private_key(Path(raw).expanduser()))
+    except ConfigError as e:
+        raise ReceiptError(str(e)) from None

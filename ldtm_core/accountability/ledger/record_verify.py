@@ -1,0 +1,261 @@
+"""`ldtm verify-record EXPORT RECEIPTS --public-key KEY`: an outsider's check of the record, with no
+database and no secret.
+
+1. The receipts: each signed by the key in force (the one given, or one a `key` receipt signed by it
+   introduced), numbered without a gap, each naming the SHA-256 of the one before, the evening ones
+   covering snapshot ids without a gap, each Merkle root equal to its rows'.
+2. Every row a receipt lists is in the export unchanged: same ticker and evening, the same prediction
+   (its SHA-256 recomputed from the exported columns) and chain hash. A row gone is "removed", a row
+   whose prediction or hash differs is "edited"; each names the ticker and evening.
+3. Each covered live row's receipt was issued before the close of its next-day target date; a later
+   one is reported (the row is then not shown to be a forecast). Replay rows (`mode` replay) were
+   recorded after their targets by design and are counted apart.
+4. The chain in the export links (each row's prev_hash is the row before's hash; its hashes themselves
+   may be HMACs, which only the key recomputes: the receipts vouch for them). Rows no receipt covers
+   are reported: nothing outside the database vouches for them.
+5. Every filled actual, its error and direction flags are recomputed from the exported closes and
+   corporate actions (`audit.actual_wrongs`, the audit's own rule), and the board's next-day accuracy is
+   recomputed from the rows that passed.
+
+What it does not prove: that the receipts' clock was right (the issuer signs its own time), nor that
+the exported closes are the market's (compare them with any price source).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ldtm_core.accountability.ledger import receipts as rc
+from ldtm_core.accountability.ledger.audit import actual_wrongs
+from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT
+from ldtm_core.accountability.ledger.record_export import read_export
+from ldtm_core.data.calendar import session_close
+from ldtm_core.data.corporate_actions import Action
+from ldtm_core.horizons import DIRECTION, HORIZONS
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # removed | edited | late | uncovered | chain | actual | receipt
+    ticker: str
+    run_date: str
+    detail: str
+
+
+@dataclass
+class VerifyReport:
+    rows: int = 0
+    covered: int = 0
+    replay: int = 0  # covered rows recorded as replays (mode 'replay'): not checked for being early
+    receipts: int = 0
+    keys: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    board: pd.DataFrame | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def add(self, kind: str, ticker: str, run_date, detail: str) -> None:
+        self.findings.append(Finding(kind, ticker, str(run_date)[:10], detail))
+
+
+def _value(v):
+    """A parquet cell as the chain's canonical form reads it (NaN/NaT: None)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NaT:
+        return None
+    if isinstance(v, pd.Timestamp):
+        return v.to_pydatetime()
+    return v
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return [{k: _value(v) for k, v in r.items()} for r in frame.to_dict("records")]
+
+
+def check_receipts(
+    receipts: list[rc.Receipt], public: Ed25519PublicKey, report: VerifyReport
+) -> list[rc.Receipt]:
+    """The receipts whose signature, number and link hold (the others are findings); follows rotations."""
+    key, good, previous, last_id = public, [], None, 0
+    report.keys.append(rc.key_id(public))
+    for r in receipts:
+        where = f"receipt {r.seq} ({r.path.name})"
+        if not r.verifies(key):
+            report.add(
+                "receipt", "", r.body.get("run_date", ""), f"{where}: not signed by key {rc.key_id(key)}"
+            )
+            continue
+        expect_seq = previous.seq + 1 if previous else 1
+        if r.seq != expect_seq or r.body.get("previous", "") != (previous.sha256 if previous else ""):
+            report.add(
+                "receipt",
+                "",
+                r.body.get("run_date", ""),
+                f"{where}: a receipt before it is missing or changed",
+            )
+        previous = r
+        if r.body["kind"] == "key":
+            key = Ed25519PublicKey.from_public_bytes(base64.b64decode(r.body["new_public_key"]))
+            report.keys.append(rc.key_id(key))
+            continue
+        if int(r.body["first_id"]) != last_id + 1:
+            report.add(
+                "receipt",
+                "",
+                r.body["run_date"],
+                f"{where}: covers ids from {r.body['first_id']}, after {last_id}",
+            )
+        last_id = int(r.body["last_id"])
+        if rc.merkle_root(r.body["rows"]) != r.body["merkle_root"]:
+            report.add("receipt", "", r.body["run_date"], f"{where}: its Merkle root is not its rows'")
+            continue
+        good.append(r)
+    report.receipts = len(good)
+    return good
+
+
+def verify_record(export: Path, receipts_dir: Path, public: Ed25519PublicKey) -> VerifyReport:
+    tables = read_export(export)
+    report = VerifyReport()
+    rows = _records(tables["snapshots"])
+    report.rows = len(rows)
+    by_id = {int(r["id"]): r for r in rows}
+    receipts = rc.read_receipts(receipts_dir) if receipts_dir.is_dir() else []
+    good = check_receipts(receipts, public, report)
+    bad_ids: set[int] = set()
+    covered: set[int] = set()
+    for r in good:
+        issued = pd.Timestamp(r.body["issued_at"]).to_pydatetime()
+        for entry in r.body["rows"]:
+            rid, ticker, day, content, chained = entry
+            row = by_id.get(int(rid))
+            if row is None:
+                report.add("removed", ticker, day, f"row {rid} (receipt {r.seq}) is not in the export")
+                continue
+            covered.add(int(rid))
+            if (row["ticker"], str(row["run_date"])[:10]) != (ticker, day):
+                report.add("edited", ticker, day, f"row {rid} now reads {row['ticker']} {row['run_date']}")
+                bad_ids.add(int(rid))
+            elif rc.content_hash(row) != content or row["row_hash"] != chained:
+                report.add(
+                    "edited", ticker, day, f"row {rid}: its prediction or hash differs from receipt {r.seq}'s"
+                )
+                bad_ids.add(int(rid))
+            elif row["mode"] == "replay":
+                report.replay += 1  # recorded after its targets by design: proves no forecast
+            elif late(row, issued):
+                report.add(
+                    "late",
+                    ticker,
+                    day,
+                    f"row {rid}: receipt {r.seq} issued {r.body['issued_at']}, after its target's close",
+                )
+    report.covered = len(covered - bad_ids)
+    uncovered = [r for r in rows if int(r["id"]) not in covered]
+    for (ticker, day), n in sorted(_count(uncovered).items()):
+        report.add(
+            "uncovered",
+            ticker,
+            day,
+            f"{n} row(s) no receipt covers: nothing outside the database vouches for them",
+        )
+    _check_chains(rows, report)
+    _check_actuals(rows, tables, report)
+    passed = [r for r in rows if int(r["id"]) in covered and int(r["id"]) not in bad_ids]
+    report.board = board(passed)
+    return report
+
+
+def late(row: dict, issued: dt.datetime) -> bool:
+    """Was the receipt issued at or after the close of the row's next-day target (the first answer)?"""
+    return issued >= session_close(pd.Timestamp(row[DIRECTION.col("date")]).date())
+
+
+def _count(rows: list[dict]) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        out[(r["ticker"], str(r["run_date"])[:10])] += 1
+    return out
+
+
+def _check_chains(rows: list[dict], report: VerifyReport) -> None:
+    last: dict[str, str] = {}
+    for r in sorted(rows, key=lambda r: int(r["id"])):
+        t = r["ticker"]
+        if r["prev_hash"] != last.get(t, ""):
+            report.add(
+                "chain",
+                t,
+                r["run_date"],
+                f"row {r['id']}: prev_hash is not the hash of the ticker's row before it",
+            )
+        last[t] = r["row_hash"]
+
+
+def _check_actuals(rows: list[dict], tables: dict[str, pd.DataFrame], report: VerifyReport) -> None:
+    closes = {
+        (t, pd.Timestamp(d).date()): float(c)
+        for t, d, c in tables["prices"][["ticker", "date", "close"]].itertuples(index=False)
+    }
+    actions: dict[str, list[Action]] = defaultdict(list)
+    for a in tables["corporate_actions"].itertuples(index=False):
+        actions[a.ticker].append(Action(a.ticker, pd.Timestamp(a.ex_date).date(), float(a.factor), a.kind))
+    for r in rows:
+        r = {**r, "run_date": pd.Timestamp(r["run_date"]).date()}
+        for h in HORIZONS:
+            day = r[h.col("date")]
+            day = pd.Timestamp(day).date() if day is not None else None
+            r[h.col("date")] = day
+            wrong = actual_wrongs(
+                r, h.name, closes.get((r["ticker"], day)), actions[r["ticker"]], LEGACY_NEUTRAL_BAND_PCT
+            )
+            if wrong:
+                report.add("actual", r["ticker"], r["run_date"], "; ".join(wrong))
+
+
+def board(rows: list[dict]) -> pd.DataFrame:
+    """Per ticker: rows, next-day calls decided, right, accuracy (the board's next-day figure)."""
+    frame = pd.DataFrame(
+        [(r["ticker"], r[DIRECTION.col("direction_correct")]) for r in rows], columns=["ticker", "correct"]
+    )
+    if frame.empty:
+        return pd.DataFrame(columns=["ticker", "rows", "decided", "right", "accuracy"])
+    decided = frame.dropna(subset=["correct"])
+    out = frame.groupby("ticker").size().rename("rows").to_frame()
+    out["decided"] = decided.groupby("ticker").size()
+    out["right"] = decided.groupby("ticker")["correct"].sum()
+    out = out.fillna(0).astype({"decided": int, "right": int})
+    out["accuracy"] = out["right"] / out["decided"].where(out["decided"] > 0)
+    return out.reset_index()
+
+
+def assurance(report: VerifyReport) -> list[str]:
+    """What the check proved, in words, and what it could not."""
+    lines = [
+        f"{report.covered} of {report.rows} exported rows are covered by {report.receipts} signed receipt(s) "
+        f"(keys {', '.join(report.keys)}) and unchanged since.",
+    ]
+    if report.replay:
+        lines.append(
+            f"{report.replay} of them are replays, recorded after their targets by design: they show the "
+            "model's calls, not forecasts made in advance."
+        )
+    if not report.receipts:
+        lines.append(
+            "No receipt verified: the export's chain links are all that was checked. Nothing outside the "
+            "database shows when the rows were written or that none were removed."
+        )
+    lines.append(
+        "Not proved: the receipts' times are the issuer's own clock; the exported closes are the store's "
+        "(check them against another price source)."
+    )
+    return lines

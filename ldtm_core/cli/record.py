@@ -1,0 +1,127 @@
+"""The record outside the database: `ldtm receipts` (keys, receipts, rotation), `ldtm audit export` and
+`ldtm verify-record`, the check an outsider runs without the database or any secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ldtm_core.cli.accountability import audit_app
+from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db
+from ldtm_core.errors import ConfigError
+
+receipts_app = typer.Typer(
+    help="Signed receipts of the record, kept outside the database.", no_args_is_help=True
+)
+app.add_typer(receipts_app, name="receipts")
+
+
+def _sink_and_key():
+    from ldtm_core.accountability.ledger import receipts as rc
+    from ldtm_core.config import env_text
+
+    sink = rc.Sink.configured()
+    raw = env_text(rc.KEY_ENV)
+    if sink is None or not raw:
+        raise ConfigError(f"set {rc.DIR_ENV} (the receipts folder) and {rc.KEY_ENV} (the signing key) first")
+    return sink, rc.load_private_key(Path(raw).expanduser())
+
+
+@receipts_app.command("keygen")
+@handle_errors
+def receipts_keygen(
+    private: Annotated[Path, typer.Option("--private", help="the new private key file (mode 600)")],
+    public: Annotated[Path, typer.Option("--public", help="the new public key file: hand it to verifiers")],
+) -> None:
+    """Create an Ed25519 key pair for signing receipts (never over an existing file)."""
+    from ldtm_core.accountability.ledger.receipts import keygen
+
+    kid = keygen(private.expanduser(), public.expanduser())
+    console.print(f"key {kid}: private {escape(str(private))} (keep it secret), public {escape(str(public))}")
+
+
+@receipts_app.command("issue")
+@handle_errors
+def receipts_issue() -> None:
+    """Write a receipt for every snapshot row no receipt covers yet (the nightly does this after each
+    evening; run it after a failed receipt)."""
+    from ldtm_core.accountability.ledger.receipts import issue
+
+    sink, key = _sink_and_key()
+    receipt = issue(open_db(), sink, key)
+    if receipt is None:
+        console.print("receipts: every row is covered already")
+        return
+    body = receipt.body
+    console.print(
+        f"receipt {body['seq']}: rows {body['first_id']}-{body['last_id']} ({len(body['rows'])}), "
+        f"evenings {', '.join(body['run_dates'])}, root {body['merkle_root'][:16]} -> {escape(str(receipt.path))}"
+    )
+
+
+@receipts_app.command("rotate")
+@handle_errors
+def receipts_rotate(
+    new_key: Annotated[Path, typer.Option("--new-key", help="the next private key (`ldtm receipts keygen`)")],
+) -> None:
+    """Introduce the next signing key with a receipt signed by the current one; then point
+    LDTM_RECEIPT_KEY_FILE at the new key."""
+    from ldtm_core.accountability.ledger.receipts import load_private_key, rotate
+
+    sink, key = _sink_and_key()
+    new = load_private_key(new_key.expanduser()).public_key()
+    receipt = rotate(sink, key, new)
+    console.print(
+        f"receipt {receipt.body['seq']}: key {receipt.body['key_id']} introduces {receipt.body['new_key_id']}; "
+        f"set LDTM_RECEIPT_KEY_FILE={escape(str(new_key))} now"
+    )
+
+
+@audit_app.command("export")
+@handle_errors
+def audit_export(
+    out: Annotated[Path, typer.Argument(help="a new or empty folder")],
+    tickers: Annotated[list[str] | None, typer.Option("--tickers", "-t", help="only these tickers")] = None,
+) -> None:
+    """Export the record (snapshots, the closes the fills read, corporate actions; Parquet with a
+    manifest) for `ldtm verify-record`, which needs no database."""
+    from ldtm_core.accountability.ledger.record_export import export_record
+
+    manifest = export_record(open_db(), out.expanduser(), [t.upper() for t in tickers] if tickers else None)
+    files = ", ".join(f"{name} ({f['rows']} rows)" for name, f in manifest["files"].items())
+    console.print(f"exported {manifest['tickers']} tickers to {escape(str(out))}: {files}")
+
+
+@app.command("verify-record")
+@handle_errors
+def verify_record(
+    export: Annotated[Path, typer.Argument(help="the folder `ldtm audit export` wrote")],
+    receipts: Annotated[Path, typer.Argument(help="the receipts folder (or a clone of its git repository)")],
+    public_key: Annotated[Path, typer.Option("--public-key", help="the receipts' first public key (PEM)")],
+) -> None:
+    """Check an exported record against its signed receipts: no database, no secret. Exit 1 on any
+    finding (each names the ticker and evening)."""
+    from ldtm_core.accountability.ledger.receipts import load_public_key
+    from ldtm_core.accountability.ledger.record_verify import assurance
+    from ldtm_core.accountability.ledger.record_verify import verify_record as run
+
+    report = run(export.expanduser(), receipts.expanduser(), load_public_key(public_key.expanduser()))
+    for f in report.findings:
+        err_console.print(f"{f.kind}: {f.ticker or '-'} {f.run_date}: {escape(f.detail)}")
+    table = Table(
+        "ticker", "rows", "next-day calls decided", "right", "accuracy", title="the board, recomputed"
+    )
+    for r in report.board.itertuples(index=False):
+        acc = "–" if r.accuracy != r.accuracy else f"{r.accuracy:.1%}"
+        table.add_row(r.ticker, str(r.rows), str(r.decided), str(r.right), acc)
+    console.print(table)
+    for line in assurance(report):
+        console.print(line)
+    if not report.ok:
+        err_console.print(f"[bold red]verify-record: {len(report.findings)} finding(s)[/]")
+        raise typer.Exit(1)
+    console.print("verify-record ok")

@@ -1,0 +1,277 @@
+"""Receipts outside the database and the outsider's verifier (ledger.receipts, record_export,
+record_verify): signed, chained receipts after each evening; an export checked with the public key
+alone; and an attacker with full database access, the audit key and the anchors, caught by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+from accountability_helpers import ingest, make_model, make_settings
+from sqlalchemy import select, text, update
+from typer.testing import CliRunner
+
+from ldtm_core.accountability.ledger import receipts as rc
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, row_hash
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.record_export import export_record
+from ldtm_core.accountability.ledger.record_verify import assurance, verify_record
+from ldtm_core.accountability.ledger.snapshots import predict
+from ldtm_core.cli import app
+from ldtm_core.errors import ConfigError
+from ldtm_core.schema import run_log, snapshots
+
+TICKERS = ["AAPL", "QQQ"]
+AUDIT_KEY = "s3cret-audit-key"
+
+
+@pytest.fixture
+def keys(tmp_path):
+    private, public = tmp_path / "keys" / "receipts.pem", tmp_path / "keys" / "receipts.pub"
+    rc.keygen(private, public)
+    return private, public
+
+
+@pytest.fixture
+def record(engine, db_url, tmp_path, monkeypatch, keys):
+    """Eight evenings of two tickers, predicted under the audit key with receipts, then filled back."""
+    monkeypatch.setenv(AUDIT_KEY_ENV, AUDIT_KEY)
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, TICKERS)
+    for i, t in enumerate(TICKERS):
+        make_model(engine, settings, t, seed=i)
+    dates = sorted(df["date"].unique())[-30:-22]  # later prices: every row fills
+    for d in dates:
+        assert predict(engine, settings, run_date=d).receipt is not None
+    fillback(engine)
+    return settings, dates
+
+
+def _check(engine, tmp_path, keys, name="export"):
+    out = tmp_path / name
+    export_record(engine, out)
+    return verify_record(out, tmp_path / "receipts", rc.load_public_key(keys[1]))
+
+
+def _edit(factor: float) -> dict:
+    """An edit of the one-month prediction, with the error an editor rewrites so the fills still agree."""
+    c = snapshots.c
+    pred = c.one_month_pred * factor
+    return {
+        "one_month_pred": pred,
+        "one_month_pct_error": (pred - c.one_month_actual) / c.one_month_actual * 100.0,
+    }
+
+
+def _found(report) -> set[tuple[str, str, str]]:
+    return {(f.kind, f.ticker, f.run_date) for f in report.findings}
+
+
+def test_keygen_keeps_the_private_half_to_its_owner_and_never_overwrites(tmp_path, keys):
+    private, public = keys
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert (
+        rc.load_private_key(private).public_key().public_bytes_raw()
+        == rc.load_public_key(public).public_bytes_raw()
+    )
+    with pytest.raises(ConfigError, match="is never overwritten"):
+        rc.keygen(private, tmp_path / "other.pub")
+    os.chmod(private, 0o644)
+    with pytest.raises(ConfigError, match="readable by group or others"):
+        rc.load_private_key(private)
+
+
+def test_each_evening_gets_one_signed_receipt_chained_to_the_one_before(engine, tmp_path, keys, record):
+    settings, dates = record
+    receipts = rc.read_receipts(tmp_path / "receipts")
+    assert [r.body["run_date"] for r in receipts] == [d.isoformat() for d in dates]
+    public = rc.load_public_key(keys[1])
+    assert all(r.verifies(public) for r in receipts)
+    assert [r.body["previous"] for r in receipts] == ["", *(r.sha256 for r in receipts[:-1])]
+    with engine.connect() as conn:
+        rows = conn.execute(select(snapshots).order_by(snapshots.c.id)).mappings().all()
+    listed = [e for r in receipts for e in r.body["rows"]]
+    assert [e[0] for e in listed] == [r["id"] for r in rows]  # every row once, in order
+    assert all(e[4] == r["row_hash"] for e, r in zip(listed, rows, strict=True))
+    assert receipts[0].body["merkle_root"] == rc.merkle_root(receipts[0].body["rows"])
+    # A rerun of an evening writes no row, and no receipt.
+    assert predict(engine, settings, run_date=dates[-1]).receipt is None
+    assert len(rc.read_receipts(tmp_path / "receipts")) == len(dates)
+    # A tampered receipt no longer verifies.
+    doc = json.loads(receipts[2].path.read_text())
+    doc["body"]["rows"][0][3] = "0" * 64
+    receipts[2].path.write_text(json.dumps(doc))
+    assert not rc.read_receipts(tmp_path / "receipts")[2].verifies(public)
+
+
+def test_an_untouched_record_verifies_with_the_public_key_alone(engine, tmp_path, keys, record, monkeypatch):
+    _, dates = record
+    monkeypatch.delenv(AUDIT_KEY_ENV)  # the outsider has no secret
+    report = _check(engine, tmp_path, keys)
+    assert report.ok, report.findings
+    assert report.rows == report.covered == report.replay == 2 * len(dates) and report.receipts == len(dates)
+    board = report.board.set_index("ticker")
+    with engine.connect() as conn:
+        for t in TICKERS:
+            hits = (
+                conn.execute(select(snapshots.c.next_day_direction_correct).where(snapshots.c.ticker == t))
+                .scalars()
+                .all()
+            )
+            decided = [h for h in hits if h is not None]
+            assert board.loc[t, "decided"] == len(decided) and board.loc[t, "right"] == sum(decided)
+    assert any("Not proved" in line for line in assurance(report))
+
+
+def test_an_attacker_with_the_database_and_the_audit_key_is_caught_by_name(engine, tmp_path, keys, record):
+    _, dates = record
+    gone, edited = dates[3], dates[5]
+    with engine.begin() as conn:
+        # 1. Delete a published evening and its anchors.
+        ids = conn.execute(select(snapshots.c.id).where(snapshots.c.run_date == gone)).scalars().all()
+        conn.execute(text("DELETE FROM snapshots WHERE run_date = :d"), {"d": gone})
+        conn.execute(update(run_log).values(chain_heads_json=None))  # 4. wipe every anchor
+        # 2. Edit one prediction (and its error, so the fills still agree).
+        aapl = (snapshots.c.ticker == "AAPL", snapshots.c.run_date == edited)
+        conn.execute(update(snapshots).where(*aapl).values(_edit(1.02)))
+        # 3. Rewrite QQQ's whole chain with the audit key, so every hash and link is consistent again.
+        conn.execute(update(snapshots).where(snapshots.c.ticker == "QQQ").values(_edit(1.1)))
+        for ticker in TICKERS:
+            prev = ""
+            rows = conn.execute(
+                select(snapshots).where(snapshots.c.ticker == ticker).order_by(snapshots.c.id)
+            )
+            for r in rows.mappings().all():
+                h = row_hash(prev, r, AUDIT_KEY.encode())
+                conn.execute(
+                    update(snapshots).where(snapshots.c.id == r["id"]).values(prev_hash=prev, row_hash=h)
+                )
+                prev = h
+    # The database's own audit passes: every check it has lives where the attacker was.
+    assert verify(engine).ok
+    report = _check(engine, tmp_path, keys)
+    found = _found(report)
+    assert {("removed", t, gone.isoformat()) for t in TICKERS} <= found
+    assert ("edited", "AAPL", edited.isoformat()) in found
+    assert {("edited", "QQQ", d.isoformat()) for d in dates if d != gone} <= found
+    assert len(ids) == 2 and report.covered < report.rows
+    assert not report.ok
+
+
+def test_a_receipt_that_cannot_be_written_fails_the_evening_and_the_next_covers_it(
+    engine, db_url, tmp_path, keys, monkeypatch
+):
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    d1, d2 = sorted(df["date"].unique())[-5:-3]
+    (tmp_path / "receipts").write_text("not a folder")  # the sink is broken
+    with pytest.raises(rc.ReceiptError, match="cannot be written"):
+        predict(engine, settings, run_date=d1)
+    with engine.connect() as conn:
+        status = conn.execute(select(run_log.c.status).where(run_log.c.kind == "predict")).scalar_one()
+    assert status == "failed"  # loudly: the run failed, the alert says why
+    (tmp_path / "receipts").unlink()
+    receipt = predict(engine, settings, run_date=d2).receipt
+    assert receipt.body["run_dates"] == [d1.isoformat(), d2.isoformat()] and len(receipt.body["rows"]) == 2
+
+
+def test_rotation_and_a_key_nobody_introduced(engine, tmp_path, keys, record, monkeypatch):
+    settings, dates = record
+    sink = rc.Sink.configured()
+    new_private, new_public = tmp_path / "keys" / "next.pem", tmp_path / "keys" / "next.pub"
+    rc.keygen(new_private, new_public)
+    rc.rotate(sink, rc.load_private_key(keys[0]), rc.load_private_key(new_private).public_key())
+    monkeypatch.setenv(rc.KEY_ENV, str(new_private))
+    later = sorted(d for d in ingest_dates(engine) if d > dates[-1])[0]
+    receipt = predict(engine, settings, run_date=later).receipt
+    assert receipt.body["key_id"] == rc.key_id(rc.load_public_key(new_public))
+    report = _check(engine, tmp_path, keys, "after_rotation")
+    assert report.ok, report.findings
+    assert len(report.keys) == 2
+    # A key no receipt introduced: its receipts are findings, and their rows uncovered.
+    rogue, rogue_public = tmp_path / "keys" / "rogue.pem", tmp_path / "keys" / "rogue.pub"
+    rc.keygen(rogue, rogue_public)
+    monkeypatch.setenv(rc.KEY_ENV, str(rogue))
+    later2 = sorted(d for d in ingest_dates(engine) if d > later)[0]
+    predict(engine, settings, run_date=later2)
+    report = _check(engine, tmp_path, keys, "rogue")
+    assert ("receipt", "", later2.isoformat()) in _found(report)
+    assert {("uncovered", t, later2.isoformat()) for t in TICKERS} <= _found(report)
+
+
+def ingest_dates(engine):
+    import pandas as pd
+
+    with engine.connect() as conn:
+        return [pd.Timestamp(d).date() for d in conn.execute(text("SELECT DISTINCT date FROM prices")).scalars()]
+
+
+def test_a_live_row_is_late_when_its_receipt_follows_its_first_target():
+    import datetime as dt
+
+    from ldtm_core.accountability.ledger.record_verify import late
+
+    row = {"next_day_date": dt.date(2024, 4, 2)}  # a Tuesday: closes 20:00 UTC (16:00 New York, EDT)
+    assert not late(row, dt.datetime(2024, 4, 2, 19, 59, tzinfo=dt.UTC))
+    assert late(row, dt.datetime(2024, 4, 2, 20, 0, tzinfo=dt.UTC))
+
+
+def test_a_lost_receipts_sink_leaves_the_chain_and_says_what_was_lost(engine, tmp_path, keys, record):
+    out = tmp_path / "export"
+    export_record(engine, out)
+    report = verify_record(out, tmp_path / "nowhere", rc.load_public_key(keys[1]))
+    assert report.receipts == 0 and {f.kind for f in report.findings} == {"uncovered"}
+    assert any("Nothing outside the database" in line for line in assurance(report))
+    assert verify(engine).ok  # the database alone still verifies its chain
+
+
+def test_a_git_sink_commits_each_receipt(engine, db_url, tmp_path, keys, monkeypatch):
+    repo = tmp_path / "receipts"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for k, v in (("user.email", "ldtm@localhost"), ("user.name", "ldtm")):
+        subprocess.run(["git", "-C", str(repo), "config", k, v], check=True)
+    monkeypatch.setenv(rc.DIR_ENV, str(repo))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    monkeypatch.setenv(rc.GIT_ENV, "true")
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    for d in sorted(df["date"].unique())[-4:-2]:
+        predict(engine, settings, run_date=d)
+    log = subprocess.run(
+        ["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, check=True
+    )
+    assert log.stdout.splitlines() == [
+        "receipt 2: evening " + str(sorted(df["date"].unique())[-3])[:10],
+        "receipt 1: evening " + str(sorted(df["date"].unique())[-4])[:10],
+    ]
+
+
+def test_the_cli_exports_and_verifies(engine, db_url, tmp_path, keys, record, monkeypatch):
+    monkeypatch.delenv(AUDIT_KEY_ENV)
+    env = {"LDTM_DATABASE_URL": db_url, "LDTM_HOME": str(tmp_path)}
+    out = CliRunner().invoke(app, ["audit", "export", str(tmp_path / "cli_export")], env=env)
+    assert out.exit_code == 0, out.output
+    ok = CliRunner().invoke(
+        app,
+        [
+            "verify-record",
+            str(tmp_path / "cli_export"),
+            str(tmp_path / "receipts"),
+            "--public-key",
+            str(keys[1]),
+        ],
+        env=env,
+    )
+    assert ok.exit_code == 0 and "verify-record ok" in ok.output, ok.output
+    again = CliRunner().invoke(app, ["audit", "export", str(tmp_path / "cli_export")], env=env)
+    assert again.exit_code != 0 and "is not empty" in again.output
