@@ -10,7 +10,8 @@ before: it is idempotent.
 - An ordinary table: INSERT, UPDATE, DELETE for the application role as well.
 - An append-only table (APPEND_ONLY): INSERT, never DELETE; UPDATE of only the columns the code writes
   after the insert (a snapshot's answers, a run's outcome), so a published prediction, its hash chain and
-  every audit row stay as written. A changed record needs the owner.
+  every audit row stay as written. A changed record needs the owner. On `snapshots` a trigger (revision
+  0037) also refuses a filled answer changed outside its logged re-fill, for every role but the owner.
 - READ_ONLY_FOR_APP (the migration stamp): SELECT only.
 - Sequences: USAGE, SELECT for the application role (ids of the rows it inserts).
 - Views: never written through (an auto-updatable view would write with its owner's rights).

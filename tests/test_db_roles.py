@@ -34,7 +34,7 @@ from ldtm_core.errors import ConfigError, InputError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import registry
 from ldtm_core.migrate import upgrade
-from ldtm_core.schema import metadata, prices, run_log, snapshots
+from ldtm_core.schema import fill_revisions, metadata, prices, run_log, snapshots
 
 DENIED = "permission denied|must be owner"
 
@@ -183,6 +183,58 @@ def test_the_app_role_appends_snapshots_but_never_rewrites_a_prediction_or_delet
     _denied(app, "UPDATE gate_trials SET trials = 1")
     _denied(app, "DELETE FROM fill_revisions")
     _denied(app, "UPDATE alembic_version SET version_num = 'x'")
+
+
+def test_the_database_refuses_a_filled_answer_changed_outside_the_logged_refill(granted):
+    """Revision 0037's trigger: the app role may fill an empty answer, never change a filled one unless its
+    re-fill is logged in fill_revisions first; the owner (migrations) is not held."""
+    app = granted.engine(granted.app)
+    with app.begin() as conn:
+        mid = registry_row(conn, "AAPL", "active")
+        sid = conn.execute(
+            insert(snapshots).values(_snapshot_row(mid)).returning(snapshots.c.id)
+        ).scalar_one()
+        conn.execute(
+            update(snapshots)
+            .where(snapshots.c.id == sid)
+            .values(next_day_actual=102.0, next_day_pct_error=-1.0)
+        )
+    refused = "append-only: the filled next_day"
+    for values in (
+        {"next_day_actual": 103.0},
+        {"next_day_pct_error": 0.0},
+        {"next_day_direction_correct": True},
+    ):
+        with pytest.raises(ProgrammingError, match=refused), app.begin() as conn:
+            conn.execute(update(snapshots).where(snapshots.c.id == sid).values(**values))
+    # The logged path: the revision first, then the new answer, in one transaction.
+    with app.begin() as conn:
+        conn.execute(
+            insert(fill_revisions).values(
+                snapshot_id=sid,
+                ticker="AAPL",
+                run_date=dt.date(2024, 3, 1),
+                horizon="next_day",
+                old_actual=102.0,
+                new_actual=103.0,
+                old_pct_error=-1.0,
+                new_pct_error=-1.9,
+                reason="test",
+                revised_at=dt.datetime.now(dt.UTC),
+            )  # fmt: skip
+        )
+        conn.execute(
+            update(snapshots)
+            .where(snapshots.c.id == sid)
+            .values(next_day_actual=103.0, next_day_pct_error=-1.9)
+        )
+    # An empty horizon is still filled freely (fillback's first fill).
+    with app.begin() as conn:
+        conn.execute(update(snapshots).where(snapshots.c.id == sid).values(one_month_actual=99.0))
+    # The owner, who runs migrations, is not held (nor is a superuser: either could drop the trigger).
+    with granted.engine(granted.owner).begin() as conn:
+        conn.execute(update(snapshots).where(snapshots.c.id == sid).values(next_day_actual=104.0))
+        assert conn.execute(select(snapshots.c.next_day_actual)).scalar_one() == 104.0
 
 
 def test_the_app_role_writes_an_ordinary_table(granted):

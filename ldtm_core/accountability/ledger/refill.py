@@ -280,12 +280,10 @@ def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -
             "bullish" if move > band else ("bearish" if move < -band else "neutral")
         )
         values["next_day_direction_correct"] = direction_hit(float(row.pred), st.new_actual, rdc)
-    # The WHERE re-checks the old value: a concurrent change makes this write nothing, never a wrong one.
-    done = conn.execute(
-        update(snapshots).where(s.id == st.id, s[f"{st.horizon}_actual"] == st.old_actual).values(values)
-    ).rowcount
-    if not done:
-        return
+    # The revision first: on PostgreSQL the database lets a filled actual change only when its logged
+    # re-fill is there (revision 0037). The UPDATE's WHERE re-checks the old value: a concurrent change
+    # makes it write nothing, and the savepoint takes the revision back with it.
+    savepoint = conn.begin_nested()
     conn.execute(
         insert(fill_revisions).values(
             snapshot_id=st.id,
@@ -300,6 +298,13 @@ def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -
             revised_at=now,
         )
     )
+    done = conn.execute(
+        update(snapshots).where(s.id == st.id, s[f"{st.horizon}_actual"] == st.old_actual).values(values)
+    ).rowcount
+    if done:
+        savepoint.commit()
+    else:
+        savepoint.rollback()
 
 
 def revisions(conn_or_engine, tickers: Sequence[str] | None = None) -> list[dict]:
