@@ -70,6 +70,12 @@ def test_accountability(bench):
     assert re.search(r"rerun \(nothing pending\)\s+\d+ ms\s+filled 0", out)
 
 
+def test_receipts(bench):
+    out = bench("receipts", "sqlite://", "--sizes", "3,5", "--evenings", "2")
+    for n in (3, 5):
+        assert re.search(rf"^\| {n} \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER}x \|$", out, re.M), out
+
+
 def test_features(bench, tmp_path):
     url = f"sqlite:///{tmp_path / 'features.db'}"
     engine = upgrade(url)
