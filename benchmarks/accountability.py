@@ -45,7 +45,7 @@ from ldtm_core.data.prices import load_ticker_prices  # noqa: E402
 from ldtm_core.data.samples import denormalise  # noqa: E402
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
-from ldtm_core.db import get_engine  # noqa: E402
+from ldtm_core.db import get_engine, lift_append_only  # noqa: E402
 from ldtm_core.horizons import HORIZONS, NAMES  # noqa: E402
 from ldtm_core.learning import registry  # noqa: E402
 from ldtm_core.learning.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
@@ -140,6 +140,7 @@ def reset_actuals(engine) -> None:
         for c in snapshots.c
         if c.name.endswith(("_actual", "_pct_error", "_correct")) or c.name == "filled_at"
     ]
+    lift_append_only(engine)  # a scratch record reset on purpose
     with engine.begin() as conn:
         conn.execute(update(snapshots).values(dict.fromkeys(cols)))
 
@@ -243,6 +244,7 @@ def main() -> None:
             print(f"  rerun same date (no-op)    {t_noop * 1000:8.0f} ms")
             print("  seed figure: 142 ms/ticker, ~2 s for 103 (GPU); target <= 1 s")
 
+            lift_append_only(engine)  # a scratch record emptied on purpose
             with engine.begin() as conn:
                 conn.execute(text("DELETE FROM snapshots"))
             rows = pending_rows(engine, dates, tickers, args.per_ticker)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ldtm_core.accountability.ledger import receipts  # noqa: E402
 from ldtm_core.accountability.ledger.chain import write_rows_anchored  # noqa: E402
 from ldtm_core.data.calendar import sessions_between  # noqa: E402
-from ldtm_core.db import get_engine  # noqa: E402
+from ldtm_core.db import get_engine, lift_append_only  # noqa: E402
 from ldtm_core.horizons import HORIZONS  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
@@ -99,6 +99,7 @@ def measure(engine, n: int, evenings: int, scratch: Path) -> dict[str, float]:
             t0 = time.perf_counter()
             receipts.issue(engine, sink, key)
             times[label].append(time.perf_counter() - t0)
+    lift_append_only(engine)  # a scratch record emptied on purpose
     with engine.begin() as conn:  # the next size starts from an empty record
         conn.execute(text("DELETE FROM snapshots"))
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}

@@ -66,7 +66,7 @@ from ldtm_core.data.calendar import target_dates  # noqa: E402
 from ldtm_core.data.feature_store import build_features  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
-from ldtm_core.db import get_engine, is_postgres  # noqa: E402
+from ldtm_core.db import get_engine, is_postgres, lift_append_only  # noqa: E402
 from ldtm_core.learning import registry  # noqa: E402
 from ldtm_core.learning.checkpoints import save_checkpoint  # noqa: E402
 from ldtm_core.learning.inference import clear_model_cache  # noqa: E402
@@ -270,6 +270,7 @@ class Store:
             or col.name == "filled_at"
         ]
         cutoff = self.history[min(PENDING, len(self.history)) - 1]
+        lift_append_only(self.engine)  # a scratch record reset on purpose
         with self.engine.begin() as conn:
             conn.execute(update(snapshots).where(snapshots.c.run_date >= cutoff).values(dict.fromkeys(cols)))
 

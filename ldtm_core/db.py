@@ -185,3 +185,23 @@ def write_lock(conn: Connection, name: str) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     else:  # a statement already opened a deferred transaction: a write statement takes the lock
         conn.exec_driver_sql("UPDATE run_log SET id = id WHERE 0 = 1")
+
+
+def lift_append_only(engine: Engine) -> list[str]:
+    """Drop the SQLite triggers that keep `snapshots` append-only (revision 0037) and return their names:
+    for a scratch database whose record a benchmark or a test rewrites on purpose. Whoever can open a
+    SQLite file can do the same, which is why receipts, not triggers, are the record's witness. On
+    PostgreSQL nothing is dropped: the table's owner and superusers are not held by its trigger."""
+    if is_postgres(engine):
+        return []
+    with engine.begin() as conn:
+        names = (
+            conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'ldtm_snapshots_%'"
+            )
+            .scalars()
+            .all()
+        )
+        for name in names:
+            conn.exec_driver_sql(f'DROP TRIGGER "{name}"')
+    return list(names)

@@ -20,7 +20,7 @@ from ldtm_core.cli import app
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
-from ldtm_core.db import get_engine
+from ldtm_core.db import get_engine, lift_append_only
 from ldtm_core.learning import registry, training
 from ldtm_core.learning.backtest import run_backtest
 from ldtm_core.learning.model import get_profile
@@ -146,6 +146,7 @@ def test_end_to_end(ldtm_env):
     # audit: clean, then an edited prediction is caught and named
     assert verify(engine).ok
     victim = rows[rows.ticker == "QQQ"].sort_values("run_date").iloc[10]
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             text("UPDATE snapshots SET next_day_pred = next_day_pred * 1.01 WHERE id = :i"),

@@ -14,7 +14,7 @@ from ldtm_dagster_helpers import tiny_resources
 from sqlalchemy import select, text, update
 
 from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, row_hash
-from ldtm_core.db import get_engine
+from ldtm_core.db import get_engine, lift_append_only
 from ldtm_core.schema import run_log, snapshots
 from ldtm_dagster import assets
 
@@ -31,6 +31,7 @@ def aapl_store(sqlite_url, tmp_path, monkeypatch):
 
 def _rewrite_everything(engine) -> None:
     """A consistent forgery without the key: predictions edited, every hash and run_log anchor redone."""
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(text("UPDATE snapshots SET next_day_pred = next_day_pred * 1.5"))
         prev = ""

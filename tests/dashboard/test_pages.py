@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from ldtm_core.accountability.board.leaderboard import leaderboard
 from ldtm_core.accountability.board.reports import recent_runs, ticker_predictions
+from ldtm_core.db import lift_append_only
 from ldtm_core.horizons import HORIZONS
 from ldtm_dashboard import APP
 
@@ -184,6 +185,7 @@ def test_ticker_page_and_leaderboard_count_the_same_rows_and_say_so(seeded):
     from ldtm_core.schema import snapshots
 
     s = snapshots.c
+    lift_append_only(seeded)  # rewrites the record on purpose: SQLite's append-only triggers off
     with seeded.begin() as conn:  # AAPL's (gated) first evenings as a model trained later would have them
         conn.execute(
             update(snapshots).where(s.ticker == "AAPL", s.run_date < "2024-05-24").values(in_sample=True)

@@ -17,6 +17,7 @@ from ldtm_core.data import feature_store as fs
 from ldtm_core.data.features import WARMUP_ROWS, compute_features
 from ldtm_core.data.prices import load_ticker_prices
 from ldtm_core.data.samples import build_samples
+from ldtm_core.db import lift_append_only
 from ldtm_core.learning import training, training_loop
 from ldtm_core.learning.model import get_profile
 from ldtm_core.schema import feature_sets, features
@@ -176,6 +177,7 @@ def test_inference_uses_stored_windows_and_recomputes_a_revised_one(engine, db_u
     _set_close(
         engine, "NVDA", revised, float(df[(df.ticker == "NVDA") & (df.date == revised)].close.iloc[0]) * 1.3
     )
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM snapshots"))
     res = predict(engine, settings, run_date=d)

@@ -1,12 +1,13 @@
-"""snapshots append-only in the database (PostgreSQL): a trigger beside the application role's privileges
+"""snapshots append-only in the database: triggers beside the application role's privileges
 
 The application role already may not DELETE a snapshot or UPDATE a prediction column (`ldtm db grant`);
-it may UPDATE the fill columns. From this revision a trigger also refuses, for every role but the
-table's owner (migrations) and superusers: a DELETE or TRUNCATE; a change of any prediction or chain
-column; and a change of an answer already filled, unless the change is the logged re-fill, whose
-`fill_revisions` row (old and new actual) is written first in the same transaction. Fillback's first
-fill of an empty horizon is unchanged. SQLite has no roles: nothing is created there (whoever opens the
-file can change it; receipts are the witness there). No row changes.
+it may UPDATE the fill columns. From this revision triggers also refuse a DELETE (or TRUNCATE); a change
+of any prediction or chain column; and a change of an answer already filled, unless the change is the
+logged re-fill, whose `fill_revisions` row (old and new actual) is written first in the same
+transaction. Fillback's first fill of an empty horizon is unchanged. On PostgreSQL the table's owner
+(migrations) and superusers are not held (they could drop the trigger anyway); SQLite has no roles, so
+its triggers hold every writer (whoever opens the file can still drop them: receipts are the witness
+there). No row changes.
 
 Revision ID: 0037
 Revises: 0036
@@ -81,7 +82,39 @@ END $$;
 """
 
 
+def _sqlite_triggers() -> dict[str, str]:
+    """{name: CREATE TRIGGER} of the same rules on SQLite (RAISE takes a constant message there)."""
+    changed = " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in PREDICTION)
+    out = {
+        "ldtm_snapshots_no_delete": "BEFORE DELETE ON snapshots BEGIN SELECT RAISE(ABORT, "
+        "'snapshots are append-only: a row cannot be deleted'); END",
+        "ldtm_snapshots_no_rewrite": f"BEFORE UPDATE ON snapshots WHEN {changed} BEGIN SELECT RAISE(ABORT, "
+        "'snapshots are append-only: a prediction cannot be changed'); END",
+    }
+    for h, rest in ANSWERS.items():
+        logged = (
+            f"EXISTS (SELECT 1 FROM fill_revisions r WHERE r.snapshot_id = OLD.id AND r.horizon = '{h}' "
+            f"AND r.old_actual = OLD.{h}_actual AND r.new_actual = NEW.{h}_actual)"
+        )
+        out[f"ldtm_snapshots_refill_{h}"] = (
+            f"BEFORE UPDATE ON snapshots WHEN OLD.{h}_actual IS NOT NULL AND NEW.{h}_actual IS NOT "
+            f"OLD.{h}_actual AND NOT {logged} BEGIN SELECT RAISE(ABORT, 'snapshots are append-only: the "
+            f"filled {h} actual changes only through a logged re-fill (fill_revisions)'); END"
+        )
+        others = " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in rest)
+        out[f"ldtm_snapshots_answer_{h}"] = (
+            f"BEFORE UPDATE ON snapshots WHEN OLD.{h}_actual IS NOT NULL AND NEW.{h}_actual IS "
+            f"OLD.{h}_actual AND ({others}) BEGIN SELECT RAISE(ABORT, 'snapshots are append-only: the "
+            f"filled {h} answer changes only with its actual, through a logged re-fill'); END"
+        )
+    return out
+
+
 def upgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        for name, body in _sqlite_triggers().items():
+            op.execute(f"CREATE TRIGGER {name} {body}")
+        return
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(FUNCTION)
@@ -96,6 +129,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        for name in _sqlite_triggers():
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
+        return
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute("DROP TRIGGER IF EXISTS ldtm_snapshots_no_truncate ON snapshots")

@@ -23,7 +23,7 @@ from sqlalchemy import event, insert, text, update
 
 from ldtm_core.accountability.board import leaderboard as board
 from ldtm_core.accountability.board import reads as board_reads
-from ldtm_core.db import get_engine
+from ldtm_core.db import get_engine, lift_append_only
 from ldtm_core.migrate import upgrade
 from ldtm_core.schema import model_registry, snapshots
 from ldtm_core.scoring.baselines import encode_calls
@@ -189,6 +189,7 @@ def test_a_window_below_the_newest_filled_evenings_is_read_whole(sqlite_url, uns
     filled dates (a second, wider read, or the whole view when they lie below the first read's bound),
     and the rows equal the whole view's either way."""
     engine = _store(sqlite_url, old=True)
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             update(snapshots)
@@ -241,6 +242,7 @@ def test_a_ticker_scored_only_long_ago_is_plotted_from_its_whole_record(sqlite_u
     """AAA's newest 120 evenings are in-sample: its last 30 scored evenings reach into the old history,
     and the plot's rows equal an unbounded read's."""
     engine = _store(sqlite_url, old=True)
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             update(snapshots)

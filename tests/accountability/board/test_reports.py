@@ -12,6 +12,7 @@ from ldtm_core.accountability.board import reports
 from ldtm_core.accountability.gate.gate import run_gate
 from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.accountability.ledger.replay import predict_range
+from ldtm_core.db import lift_append_only
 from ldtm_core.errors import InputError
 from ldtm_core.learning import registry
 from ldtm_core.schema import snapshots
@@ -78,6 +79,7 @@ def test_cohorts_runs_fills_and_audit(engine, world):
     assert (waiting.set_index("ticker")["next_day"] == 0).all()
     status = reports.audit_status(engine).set_index("ticker")
     assert set(status["chain"]) == {"intact"} and status["rows"].sum() == len(cohorts) * 2
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:  # an edited prediction is what the audit exists to notice
         conn.execute(
             update(snapshots)

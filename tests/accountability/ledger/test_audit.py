@@ -19,6 +19,7 @@ from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, IN_SAMPLE, pars
 from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
+from ldtm_core.db import lift_append_only
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES
 from ldtm_core.schema import run_log, snapshots
@@ -51,6 +52,7 @@ def test_clean_chain_verifies_also_after_fillback(engine, chained):
 
 def test_edited_prediction_is_reported_with_ticker_and_date(engine, chained):
     target = chained[3]
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -96,6 +98,7 @@ def test_backdating_or_relabelling_a_prediction_is_detected(engine, chained):
     assert version >= 2
     _, restore = _restoring(engine, row_id)
     for column, sql in V2_EDITS.items():
+        lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
         with engine.begin() as conn:
             n = conn.execute(text(f"UPDATE snapshots SET {sql} WHERE id = :i"), {"i": row_id}).rowcount  # noqa: S608
         assert n == 1, column
@@ -134,12 +137,14 @@ def test_rows_written_under_chain_version_1_still_verify(engine, db_url, tmp_pat
         versions = conn.execute(select(snapshots.c.chain_version).order_by(snapshots.c.id)).scalars().all()
     assert versions == [1, 1, chain.CHAIN_VERSION, chain.CHAIN_VERSION]
     assert verify(engine).ok
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:  # a v1 row back-dated: not covered by v1, as before
         conn.execute(
             text("UPDATE snapshots SET created_at = '2020-01-02 21:00:00' WHERE run_date = :d"),
             {"d": dates[0]},
         )
     assert verify(engine).ok
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(text("UPDATE snapshots SET chain_version = 1 WHERE run_date = :d"), {"d": dates[3]})
     problems = verify(engine).problems
@@ -157,6 +162,7 @@ def _restoring(engine, row_id: int):
         saved = dict(conn.execute(select(snapshots).where(snapshots.c.id == row_id)).mappings().one())
 
     def restore():
+        lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
         with engine.begin() as conn:
             conn.execute(update(snapshots).where(snapshots.c.id == row_id).values(saved))
 
@@ -171,6 +177,7 @@ def test_each_hashed_column_is_covered(engine, chained):
         ).scalar_one()
     saved, restore = _restoring(engine, row_id)
     for column, sql in EDITS.items():
+        lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
         with engine.begin() as conn:
             n = conn.execute(text(f"UPDATE snapshots SET {sql} WHERE id = :i"), {"i": row_id}).rowcount  # noqa: S608
             after = conn.execute(select(snapshots.c[column]).where(snapshots.c.id == row_id)).scalar_one()
@@ -183,6 +190,7 @@ def test_each_hashed_column_is_covered(engine, chained):
 
 
 def test_deleting_the_newest_row_is_detected(engine, chained):
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             text("DELETE FROM snapshots WHERE ticker = 'AAPL' AND run_date = :d"), {"d": chained[-1]}
@@ -194,6 +202,7 @@ def test_deleting_the_newest_row_is_detected(engine, chained):
 
 
 def test_truncating_a_ticker_is_detected(engine, chained):
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM snapshots WHERE ticker = 'QQQ' AND run_date >= :d"), {"d": chained[5]})
     report = verify(engine)
@@ -202,6 +211,7 @@ def test_truncating_a_ticker_is_detected(engine, chained):
 
 
 def test_deleting_a_middle_row_breaks_the_link(engine, chained):
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM snapshots WHERE ticker = 'AAPL' AND run_date = :d"), {"d": chained[4]})
     report = verify(engine)
@@ -212,6 +222,7 @@ def test_deleting_a_middle_row_breaks_the_link(engine, chained):
 
 def _rewrite_chain(engine, ticker: str, key: bytes | None = None) -> None:
     """What someone with SQL write access does: edit a prediction and recompute every hash after it."""
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             text("UPDATE snapshots SET next_day_pred = next_day_pred * 1.5 WHERE ticker = :t"), {"t": ticker}
@@ -291,6 +302,7 @@ def test_external_anchors_from_another_store_are_compared(engine, chained):
     good = parse_heads({"AAPL": [head.id, head.row_hash, str(head.run_date), head.model_version]}, "dagster")
     assert verify(engine, extra_anchors=good).ok
     # The table and run_log both lose the newest row and its anchor: the other store still knows it.
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM snapshots WHERE id = :i"), {"i": head.id})
         conn.execute(update(run_log).values(chain_heads_json=None))
@@ -327,6 +339,7 @@ def test_an_edited_actual_is_recomputed_from_prices(engine, chained):
         ).scalar_one()
     _, restore = _restoring(engine, row_id)
     for column, sql in ACTUAL_EDITS:
+        lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
         with engine.begin() as conn:
             n = conn.execute(text(f"UPDATE snapshots SET {sql} WHERE id = :i"), {"i": row_id}).rowcount  # noqa: S608
         assert n == 1
@@ -360,6 +373,7 @@ def test_cli_exits_non_zero_and_lists_bad_rows(engine, chained, ldtm_env):
     ok = runner.invoke(app, ["audit", "verify"])
     assert ok.exit_code == 0, ok.output
     assert "16 rows" in ok.output
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             text("UPDATE snapshots SET one_month_pred = 1.0 WHERE ticker = 'AAPL' AND run_date = :d"),
@@ -402,6 +416,7 @@ def test_each_row_is_judged_with_the_band_it_was_predicted_with(engine, db_url, 
     for band, m, got in zip(rows["neutral_band_pct"], move, rows["next_day_direction_actual"], strict=True):
         assert got == ("bullish" if m > band else "bearish" if m < -band else "neutral")
     # Rows written before the band was stored carry NULL: the default they were judged with, 0.25 %.
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             update(snapshots).where(snapshots.c.neutral_band_pct == 0.25).values(neutral_band_pct=None)
@@ -460,6 +475,7 @@ def test_a_mixed_v2_v3_chain_verifies_and_a_recorded_baseline_call_is_covered(
     assert verify(engine).ok
     _, restore = _restoring(engine, rows[3].id)
     flipped = json.dumps({**calls, "persistence": -calls["persistence"]})
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(update(snapshots).where(snapshots.c.id == rows[3].id).values(baseline_calls=flipped))
     problems = verify(engine).problems
@@ -470,6 +486,7 @@ def test_a_mixed_v2_v3_chain_verifies_and_a_recorded_baseline_call_is_covered(
     }
     restore()
     assert verify(engine).ok
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:  # a v2 row's unhashed calls are not its evidence: no problem, not read
         conn.execute(update(snapshots).where(snapshots.c.id == rows[0].id).values(baseline_calls=flipped))
     assert verify(engine).ok

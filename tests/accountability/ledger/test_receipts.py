@@ -22,6 +22,7 @@ from ldtm_core.accountability.ledger.record_export import export_record
 from ldtm_core.accountability.ledger.record_verify import assurance, verify_record
 from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
+from ldtm_core.db import lift_append_only
 from ldtm_core.errors import ConfigError
 from ldtm_core.schema import run_log, snapshots
 
@@ -132,6 +133,7 @@ def test_an_untouched_record_verifies_with_the_public_key_alone(engine, tmp_path
 def test_an_attacker_with_the_database_and_the_audit_key_is_caught_by_name(engine, tmp_path, keys, record):
     _, dates = record
     gone, edited = dates[3], dates[5]
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         # 1. Delete a published evening and its anchors.
         ids = conn.execute(select(snapshots.c.id).where(snapshots.c.run_date == gone)).scalars().all()
@@ -212,7 +214,9 @@ def ingest_dates(engine):
     import pandas as pd
 
     with engine.connect() as conn:
-        return [pd.Timestamp(d).date() for d in conn.execute(text("SELECT DISTINCT date FROM prices")).scalars()]
+        return [
+            pd.Timestamp(d).date() for d in conn.execute(text("SELECT DISTINCT date FROM prices")).scalars()
+        ]
 
 
 def test_a_live_row_is_late_when_its_receipt_follows_its_first_target():

@@ -15,6 +15,7 @@ from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.data.corporate_actions import Action, record_actions
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
+from ldtm_core.db import lift_append_only
 from ldtm_core.schema import fill_revisions, snapshots
 
 
@@ -78,6 +79,7 @@ def test_a_revised_bar_inside_the_window_is_refilled_and_logged(engine, recent):
 
 def test_edits_by_hand_still_block_and_are_not_refilled(engine, recent):
     settings, df, dates = recent
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:  # a price edited with SQL: no ingest recorded it
         conn.execute(
             text("UPDATE prices SET close = close * 1.02 WHERE ticker = 'AAPL' AND date = :d"),
@@ -133,6 +135,7 @@ def test_a_key_set_after_rows_exist_applies_from_then_on(engine, recent, monkeyp
     report = verify(engine)
     assert report.ok, [p.what for p in report.problems]
     # A keyed row rewritten without the key is still caught, and so is a rewrite of an old unkeyed row.
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         newest = conn.execute(select(snapshots).order_by(snapshots.c.id.desc()).limit(1)).mappings().one()
         forged = dict(newest, next_day_pred=newest["next_day_pred"] * 2)

@@ -22,6 +22,7 @@ from ldtm_core.data.calendar import sessions_after
 from ldtm_core.data.features import compute_features
 from ldtm_core.data.samples import build_samples
 from ldtm_core.data.synthetic_market import generate
+from ldtm_core.db import lift_append_only
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import registry
@@ -264,6 +265,7 @@ def test_window_is_the_features_ending_at_run_date(engine, world):
     d = dates[-10]
     predict(engine, settings, run_date=d, tickers=["AAPL"])
     first = _rows(engine).iloc[0]
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(
             text("UPDATE prices SET close = close * 2 WHERE ticker = 'AAPL' AND date > :d"), {"d": d}

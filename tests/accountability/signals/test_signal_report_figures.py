@@ -21,6 +21,7 @@ from ldtm_core.accountability.signals.portfolios import LABELS, simulate
 from ldtm_core.accountability.signals.rows import Rows, with_returns
 from ldtm_core.accountability.signals.signals import explain, report_from_rows, signal_report
 from ldtm_core.accountability.signals.stats import Trials
+from ldtm_core.db import lift_append_only
 from ldtm_core.horizons import NAMES
 from ldtm_core.schema import gate_trials, snapshots
 
@@ -128,6 +129,7 @@ def test_explain_agrees_with_the_report_for_its_evening(engine):
     df = seed_market(engine, tickers, "2023-01-03", "2023-05-31", skill=0.2)
     days = sorted(pd.to_datetime(df["date"]).dt.date.unique())
     evening = days[70]
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(snapshots.delete().where(snapshots.c.ticker == "JPM", snapshots.c.run_date > days[20]))
         conn.execute(

@@ -22,6 +22,7 @@ from ldtm_core.accountability.signals.portfolios import simulate
 from ldtm_core.accountability.signals.rows import RowChoice, load_rows
 from ldtm_core.accountability.signals.signals import explain, signal_report
 from ldtm_core.data.corporate_actions import Action, record_actions
+from ldtm_core.db import lift_append_only
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import NAMES
 from ldtm_core.schema import prices, snapshots
@@ -49,6 +50,7 @@ def market(engine):
         *rows_for(extra, {"GOOGL": cand_id}, status="candidate", version="cand"),
     ]  # fmt: skip
     assert rows[0]["run_date"] == d
+    lift_append_only(engine)  # rewrites the record on purpose: SQLite's append-only triggers off
     with engine.begin() as conn:
         conn.execute(snapshots.delete().where(snapshots.c.ticker == "AAPL", snapshots.c.run_date == d))
     write(engine, [rows[0]])

@@ -1,0 +1,123 @@
+"""Revision 0037 on SQLite: the same append-only rules as PostgreSQL's trigger, as triggers that hold
+every writer (SQLite has no roles). PostgreSQL's, as the application role: tests/test_db_roles.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from accountability_helpers import registry_row
+from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from ldtm_core.db import get_engine, lift_append_only
+from ldtm_core.horizons import HORIZONS
+from ldtm_core.migrate import upgrade
+from ldtm_core.schema import fill_revisions, snapshots
+
+REFUSED = "snapshots are append-only"
+
+
+@pytest.fixture
+def filled(sqlite_url):
+    """One published row whose next-day answer is filled."""
+    upgrade(sqlite_url)
+    engine = get_engine(sqlite_url)
+    day = dt.date(2024, 3, 1)
+    row = {
+        "ticker": "AAPL", "run_date": day, "run_date_close": 100.0, "model_version": "v1", "model_status": "active",
+        "mode": "live", "direction_pred": "bullish", "run_id": str(uuid.uuid4()), "created_at": dt.datetime.now(dt.UTC),
+        "prev_hash": "", "row_hash": "0" * 64,
+        **{h.col("pred"): 101.0 for h in HORIZONS}, **{h.col("date"): day + dt.timedelta(days=3) for h in HORIZONS},
+    }  # fmt: skip
+    with engine.begin() as conn:
+        row["model_id"] = registry_row(conn, "AAPL", "active")
+        sid = conn.execute(insert(snapshots).values(row).returning(snapshots.c.id)).scalar_one()
+        conn.execute(
+            update(snapshots)
+            .where(snapshots.c.id == sid)
+            .values(next_day_actual=102.0, next_day_pct_error=-1.0)
+        )
+    return engine, sid
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda sid: delete(snapshots).where(snapshots.c.id == sid),
+        lambda sid: update(snapshots).where(snapshots.c.id == sid).values(next_day_pred=150.0),
+        lambda sid: update(snapshots).where(snapshots.c.id == sid).values(row_hash="forged"),
+        lambda sid: update(snapshots).where(snapshots.c.id == sid).values(next_day_actual=103.0),
+        lambda sid: update(snapshots).where(snapshots.c.id == sid).values(next_day_pct_error=0.0),
+        lambda sid: update(snapshots).where(snapshots.c.id == sid).values(next_day_direction_correct=True),
+    ],
+    ids=["delete", "prediction", "hash", "filled actual", "filled error", "filled direction"],
+)
+def test_sqlite_refuses_what_the_record_never_allows(filled, change):
+    engine, sid = filled
+    with pytest.raises(IntegrityError, match=REFUSED), engine.begin() as conn:
+        conn.execute(change(sid))
+    with engine.connect() as conn:
+        assert conn.execute(select(snapshots.c.next_day_pred, snapshots.c.next_day_actual)).one() == (
+            101.0,
+            102.0,
+        )
+
+
+def test_sqlite_allows_a_first_fill_and_the_logged_refill(filled):
+    engine, sid = filled
+    with engine.begin() as conn:
+        conn.execute(update(snapshots).where(snapshots.c.id == sid).values(one_month_actual=99.0))
+        conn.execute(
+            insert(fill_revisions).values(
+                snapshot_id=sid,
+                ticker="AAPL",
+                run_date=dt.date(2024, 3, 1),
+                horizon="next_day",
+                old_actual=102.0,
+                new_actual=103.0,
+                old_pct_error=-1.0,
+                new_pct_error=-1.9,
+                reason="test",
+                revised_at=dt.datetime.now(dt.UTC),
+            )  # fmt: skip
+        )
+        conn.execute(
+            update(snapshots)
+            .where(snapshots.c.id == sid)
+            .values(next_day_actual=103.0, next_day_pct_error=-1.9)
+        )
+    with engine.connect() as conn:
+        assert conn.execute(select(snapshots.c.next_day_actual, snapshots.c.one_month_actual)).one() == (
+            103.0,
+            99.0,
+        )
+
+
+def test_whoever_opens_the_file_can_lift_them(filled):
+    engine, sid = filled
+    lifted = lift_append_only(engine)
+    assert len(lifted) == 2 + 2 * len(HORIZONS)
+    with engine.begin() as conn:
+        assert conn.execute(delete(snapshots).where(snapshots.c.id == sid)).rowcount == 1
+    assert lift_append_only(engine) == []
+
+
+def test_a_downgrade_removes_them(sqlite_url):
+    from alembic import command
+
+    from ldtm_core.migrate import alembic_config
+
+    def triggers() -> int:
+        with get_engine(sqlite_url).connect() as conn:
+            return conn.execute(
+                text("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")
+            ).scalar_one()
+
+    assert triggers() == 2 + 2 * len(HORIZONS)
+    with get_engine(sqlite_url).begin() as conn:
+        cfg = alembic_config(sqlite_url)
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0036")
+    assert triggers() == 0
