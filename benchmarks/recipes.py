@@ -467,7 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticker-trees", type=int, default=100, help="LightGBM per ticker: rounds per horizon")
     ap.add_argument("--lstm-epochs", type=int, default=None, help="global_lstm's epochs (its default)")
     ap.add_argument(
-        "--lstm-profile", default="reference", help="the per-ticker lstm's profile (`ldtm train`'s)"
+        "--lstm-profile",
+        default=None,
+        help="the per-ticker lstm's profile (`ldtm train`'s; default reference, --quick demo)",
     )
     ap.add_argument("--market", default="QQQ", help="the market the market recipes read (left out if absent)")
     ap.add_argument("--threads", type=int, default=1, help="LightGBM's, torch's and BLAS's threads")
@@ -479,8 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.years, args.folds, args.trees, args.ticker_trees = args.years or 3, 2, 50, 20
-        args.lstm_epochs, args.lstm_profile = 1, "demo"
+        args.lstm_epochs, args.lstm_profile = 1, args.lstm_profile or "demo"
     args.lstm_epochs = args.lstm_epochs or GlobalLSTMConfig().epochs
+    args.lstm_profile = args.lstm_profile or "reference"
     try:
         return _run(args)
     except InputError as e:
