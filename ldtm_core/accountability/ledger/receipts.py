@@ -159,17 +159,36 @@ class Receipt:
         return True
 
 
+def _read(path: Path) -> Receipt:
+    raw = path.read_bytes()
+    try:
+        doc = json.loads(raw)
+        return Receipt(path, doc["body"], doc["signature"], hashlib.sha256(raw).hexdigest())
+    except (ValueError, KeyError, TypeError):
+        raise ReceiptError(f"{path}: not a receipt (unreadable JSON or no body/signature)") from None
+
+
+def _paths(directory: Path) -> list[Path]:
+    """The receipt files, oldest first: names start with the zero-padded sequence number."""
+    return sorted(Path(directory).glob(f"*{SUFFIX}")) if Path(directory).is_dir() else []
+
+
 def read_receipts(directory: Path) -> list[Receipt]:
     """Every receipt in `directory`, in sequence order. A file that is not a receipt is an error naming it."""
-    out = []
-    for path in sorted(Path(directory).glob(f"*{SUFFIX}")):
-        raw = path.read_bytes()
-        try:
-            doc = json.loads(raw)
-            out.append(Receipt(path, doc["body"], doc["signature"], hashlib.sha256(raw).hexdigest()))
-        except (ValueError, KeyError, TypeError):
-            raise ReceiptError(f"{path}: not a receipt (unreadable JSON or no body/signature)") from None
-    return sorted(out, key=lambda r: r.seq)
+    return sorted((_read(p) for p in _paths(directory)), key=lambda r: r.seq)
+
+
+def newest(directory: Path) -> tuple[Receipt | None, int]:
+    """(the newest receipt, the newest snapshot id an evening receipt covers: 0 for none), read from the
+    newest file back to the first evening receipt: an evening's issue never reads the whole folder."""
+    last, covered = None, 0
+    for path in reversed(_paths(directory)):
+        receipt = _read(path)
+        last = last or receipt
+        if receipt.body["kind"] == "evening":
+            covered = int(receipt.body["last_id"])
+            break
+    return last, covered
 
 
 @dataclass(frozen=True)
@@ -231,31 +250,24 @@ def _base(previous: Receipt | None, key: Ed25519PrivateKey, kind: str) -> dict:
     }
 
 
-def last_covered(receipts: list[Receipt]) -> int:
-    """The newest snapshot id a receipt covers (0: none)."""
-    ids = [int(r.body["last_id"]) for r in receipts if r.body["kind"] == "evening"]
-    return max(ids, default=0)
-
-
 def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
     """A receipt for every snapshot row not covered by the sink's receipts yet (None when there is none):
     an evening whose receipt failed is covered by the next one."""
-    receipts = read_receipts(sink.directory) if sink.directory.exists() else []
-    after = last_covered(receipts)
+    previous, after = newest(sink.directory)
     with engine.connect() as conn:
-        newest = conn.execute(select(func.max(snapshots.c.id))).scalar() or 0
-        if newest <= after:
+        upto = conn.execute(select(func.max(snapshots.c.id))).scalar() or 0
+        if upto <= after:
             return None
         rows = conn.execute(
-            select(snapshots).where(snapshots.c.id > after, snapshots.c.id <= newest).order_by(snapshots.c.id)
+            select(snapshots).where(snapshots.c.id > after, snapshots.c.id <= upto).order_by(snapshots.c.id)
         ).mappings()
         entries = [row_entry(r) for r in rows]
     dates = sorted({e[2] for e in entries})
-    body = _base(receipts[-1] if receipts else None, key, "evening") | {
+    body = _base(previous, key, "evening") | {
         "run_date": dates[-1],
         "run_dates": dates,
         "first_id": after + 1,
-        "last_id": newest,
+        "last_id": upto,
         "rows": entries,
         "merkle_root": merkle_root(entries),
     }
@@ -264,8 +276,7 @@ def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
 
 def rotate(sink: Sink, old: Ed25519PrivateKey, new_public: Ed25519PublicKey) -> Receipt:
     """A receipt, signed by the current key, that introduces the next one: later receipts are signed by it."""
-    receipts = read_receipts(sink.directory) if sink.directory.exists() else []
-    body = _base(receipts[-1] if receipts else None, old, "key") | {
+    body = _base(newest(sink.directory)[0], old, "key") | {
         "new_key_id": key_id(new_public),
         "new_public_key": base64.b64encode(
             new_public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

@@ -129,7 +129,7 @@ def verify_record(export: Path, receipts_dir: Path, public: Ed25519PublicKey) ->
     rows = _records(tables["snapshots"])
     report.rows = len(rows)
     by_id = {int(r["id"]): r for r in rows}
-    receipts = rc.read_receipts(receipts_dir) if receipts_dir.is_dir() else []
+    receipts = rc.read_receipts(receipts_dir)
     good = check_receipts(receipts, public, report)
     bad_ids: set[int] = set()
     covered: set[int] = set()
