@@ -7,15 +7,16 @@ import uuid
 from pathlib import Path
 
 import torch
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from ldtm_core.config import Settings
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
+from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.checkpoints import save_checkpoint
 from ldtm_core.learning.model import LDTM, get_profile
 from ldtm_core.learning.registry import register_candidate
-from ldtm_core.schema import backtest_folds, model_registry
+from ldtm_core.schema import backtest_folds, fill_revisions, model_registry, snapshots
 
 
 def make_settings(tmp_path: Path, url: str, **kw) -> Settings:
@@ -126,3 +127,51 @@ def registry_row(conn, ticker: str, status: str = "candidate", trained_on=dt.dat
     if status != "candidate":
         conn.execute(update(model_registry).where(model_registry.c.id == mid).values(status=status))
     return mid
+
+
+def snapshot_row(model_id: int, ticker: str = "AAPL", day: dt.date = dt.date(2024, 3, 1)) -> dict:
+    """A bare published snapshot row (every prediction 101.0 on a close of 100.0), not chained."""
+    row = {
+        "ticker": ticker,
+        "run_date": day,
+        "run_date_close": 100.0,
+        "model_id": model_id,
+        "model_version": "v1.2024-01-02",
+        "model_status": "active",
+        "mode": "live",
+        "direction_pred": "bullish",
+        "run_id": str(uuid.uuid4()),
+        "created_at": dt.datetime.now(dt.UTC),
+        "prev_hash": "",
+        "row_hash": "0" * 64,
+    }
+    for h in HORIZONS:
+        row[h.col("pred")] = 101.0
+        row[h.col("date")] = day + dt.timedelta(days=3)
+    return row
+
+
+def refill_next_day(conn, snapshot_id: int, old: float, new: float, old_err: float, new_err: float) -> None:
+    """The logged re-fill by hand, as refill writes it: the revision first, then the new answer."""
+    row = conn.execute(
+        select(snapshots.c.ticker, snapshots.c.run_date).where(snapshots.c.id == snapshot_id)
+    ).one()
+    conn.execute(
+        insert(fill_revisions).values(
+            snapshot_id=snapshot_id,
+            ticker=row.ticker,
+            run_date=row.run_date,
+            horizon="next_day",
+            old_actual=old,
+            new_actual=new,
+            old_pct_error=old_err,
+            new_pct_error=new_err,
+            reason="test",
+            revised_at=dt.datetime.now(dt.UTC),
+        )  # fmt: skip
+    )
+    conn.execute(
+        update(snapshots)
+        .where(snapshots.c.id == snapshot_id)
+        .values(next_day_actual=new, next_day_pct_error=new_err)
+    )

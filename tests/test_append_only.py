@@ -3,18 +3,15 @@ every writer (SQLite has no roles). PostgreSQL's, as the application role: tests
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
-
 import pytest
-from accountability_helpers import registry_row
+from accountability_helpers import refill_next_day, registry_row, snapshot_row
 from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from ldtm_core.db import get_engine, lift_append_only
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.migrate import upgrade
-from ldtm_core.schema import fill_revisions, snapshots
+from ldtm_core.schema import snapshots
 
 REFUSED = "snapshots are append-only"
 
@@ -24,15 +21,8 @@ def filled(sqlite_url):
     """One published row whose next-day answer is filled."""
     upgrade(sqlite_url)
     engine = get_engine(sqlite_url)
-    day = dt.date(2024, 3, 1)
-    row = {
-        "ticker": "AAPL", "run_date": day, "run_date_close": 100.0, "model_version": "v1", "model_status": "active",
-        "mode": "live", "direction_pred": "bullish", "run_id": str(uuid.uuid4()), "created_at": dt.datetime.now(dt.UTC),
-        "prev_hash": "", "row_hash": "0" * 64,
-        **{h.col("pred"): 101.0 for h in HORIZONS}, **{h.col("date"): day + dt.timedelta(days=3) for h in HORIZONS},
-    }  # fmt: skip
     with engine.begin() as conn:
-        row["model_id"] = registry_row(conn, "AAPL", "active")
+        row = snapshot_row(registry_row(conn, "AAPL", "active"))
         sid = conn.execute(insert(snapshots).values(row).returning(snapshots.c.id)).scalar_one()
         conn.execute(
             update(snapshots)
@@ -69,25 +59,7 @@ def test_sqlite_allows_a_first_fill_and_the_logged_refill(filled):
     engine, sid = filled
     with engine.begin() as conn:
         conn.execute(update(snapshots).where(snapshots.c.id == sid).values(one_month_actual=99.0))
-        conn.execute(
-            insert(fill_revisions).values(
-                snapshot_id=sid,
-                ticker="AAPL",
-                run_date=dt.date(2024, 3, 1),
-                horizon="next_day",
-                old_actual=102.0,
-                new_actual=103.0,
-                old_pct_error=-1.0,
-                new_pct_error=-1.9,
-                reason="test",
-                revised_at=dt.datetime.now(dt.UTC),
-            )  # fmt: skip
-        )
-        conn.execute(
-            update(snapshots)
-            .where(snapshots.c.id == sid)
-            .values(next_day_actual=103.0, next_day_pct_error=-1.9)
-        )
+        refill_next_day(conn, sid, 102.0, 103.0, -1.0, -1.9)
     with engine.connect() as conn:
         assert conn.execute(select(snapshots.c.next_day_actual, snapshots.c.one_month_actual)).one() == (
             103.0,

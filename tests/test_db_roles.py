@@ -13,7 +13,15 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from accountability_helpers import add_backtest, ingest, make_model, make_settings, registry_row
+from accountability_helpers import (
+    add_backtest,
+    ingest,
+    make_model,
+    make_settings,
+    refill_next_day,
+    registry_row,
+    snapshot_row,
+)
 from sqlalchemy import create_engine, delete, insert, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ProgrammingError
@@ -34,7 +42,7 @@ from ldtm_core.errors import ConfigError, InputError
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import registry
 from ldtm_core.migrate import upgrade
-from ldtm_core.schema import fill_revisions, metadata, prices, run_log, snapshots
+from ldtm_core.schema import metadata, prices, run_log, snapshots
 
 DENIED = "permission denied|must be owner"
 
@@ -101,27 +109,6 @@ def _denied(engine, sql: str, params: dict | None = None) -> None:
         conn.execute(text(sql) if isinstance(sql, str) else sql, params or {})
 
 
-def _snapshot_row(model_id: int, ticker: str = "AAPL", day: dt.date = dt.date(2024, 3, 1)) -> dict:
-    row = {
-        "ticker": ticker,
-        "run_date": day,
-        "run_date_close": 100.0,
-        "model_id": model_id,
-        "model_version": "v1.2024-01-02",
-        "model_status": "active",
-        "mode": "live",
-        "direction_pred": "bullish",
-        "run_id": str(uuid.uuid4()),
-        "created_at": dt.datetime.now(dt.UTC),
-        "prev_hash": "",
-        "row_hash": "0" * 64,
-    }
-    for h in HORIZONS:
-        row[h.col("pred")] = 101.0
-        row[h.col("date")] = day + dt.timedelta(days=3)
-    return row
-
-
 def _acls(engine) -> list:
     """Every table, column and default ACL of the database: what a grant changes."""
     with engine.connect() as conn:
@@ -160,9 +147,7 @@ def test_the_app_role_appends_snapshots_but_never_rewrites_a_prediction_or_delet
     app = granted.engine(granted.app)
     with app.begin() as conn:
         mid = registry_row(conn, "AAPL", "active")
-        sid = conn.execute(
-            insert(snapshots).values(_snapshot_row(mid)).returning(snapshots.c.id)
-        ).scalar_one()
+        sid = conn.execute(insert(snapshots).values(snapshot_row(mid)).returning(snapshots.c.id)).scalar_one()
     # A published prediction, its hash, its chain link: never rewritten; no row ever deleted.
     _denied(app, update(snapshots).where(snapshots.c.id == sid).values(next_day_pred=150.0))
     _denied(app, "UPDATE snapshots SET row_hash = 'forged', prev_hash = 'x'")
@@ -191,9 +176,7 @@ def test_the_database_refuses_a_filled_answer_changed_outside_the_logged_refill(
     app = granted.engine(granted.app)
     with app.begin() as conn:
         mid = registry_row(conn, "AAPL", "active")
-        sid = conn.execute(
-            insert(snapshots).values(_snapshot_row(mid)).returning(snapshots.c.id)
-        ).scalar_one()
+        sid = conn.execute(insert(snapshots).values(snapshot_row(mid)).returning(snapshots.c.id)).scalar_one()
         conn.execute(
             update(snapshots)
             .where(snapshots.c.id == sid)
@@ -209,25 +192,7 @@ def test_the_database_refuses_a_filled_answer_changed_outside_the_logged_refill(
             conn.execute(update(snapshots).where(snapshots.c.id == sid).values(**values))
     # The logged path: the revision first, then the new answer, in one transaction.
     with app.begin() as conn:
-        conn.execute(
-            insert(fill_revisions).values(
-                snapshot_id=sid,
-                ticker="AAPL",
-                run_date=dt.date(2024, 3, 1),
-                horizon="next_day",
-                old_actual=102.0,
-                new_actual=103.0,
-                old_pct_error=-1.0,
-                new_pct_error=-1.9,
-                reason="test",
-                revised_at=dt.datetime.now(dt.UTC),
-            )  # fmt: skip
-        )
-        conn.execute(
-            update(snapshots)
-            .where(snapshots.c.id == sid)
-            .values(next_day_actual=103.0, next_day_pct_error=-1.9)
-        )
+        refill_next_day(conn, sid, 102.0, 103.0, -1.0, -1.9)
     # An empty horizon is still filled freely (fillback's first fill).
     with app.begin() as conn:
         conn.execute(update(snapshots).where(snapshots.c.id == sid).values(one_month_actual=99.0))
