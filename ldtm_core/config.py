@@ -430,6 +430,13 @@ SETTINGS: dict[str, Setting] = _table(
         "LDTM_RECEIPTS_GIT", False, "commit each receipt to the git repository at LDTM_RECEIPTS_DIR", Flag()
     ),
     Setting(
+        "LDTM_TSA_URL",
+        None,
+        "an RFC 3161 timestamp authority that timestamps each receipt (http(s) URL)",
+        Text("url"),
+        shown="none (no timestamps)",
+    ),
+    Setting(
         "LDTM_NOTIFY_WEBHOOK_URL",
         None,
         "webhook of alerts (JSON POST)",

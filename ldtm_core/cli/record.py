@@ -63,6 +63,26 @@ def receipts_issue() -> None:
     )
 
 
+@receipts_app.command("stamp")
+@handle_errors
+def receipts_stamp() -> None:
+    """Ask the timestamp authority (LDTM_TSA_URL) for a token for every receipt without one (the nightly
+    stamps each evening's; run this after a failed one: the token then carries the later time)."""
+    from ldtm_core.accountability.ledger import receipts as rc
+    from ldtm_core.accountability.ledger.timestamps import URL_ENV, configured_url
+
+    sink, _ = _sink_and_key()
+    url = configured_url()
+    if not url:
+        raise ConfigError(f"set {URL_ENV} (the timestamp authority's URL) first")
+    missing = rc.unstamped(rc.read_receipts(sink.directory))
+    for receipt in missing:
+        path = rc.stamp(sink, receipt, url)
+        console.print(f"receipt {receipt.seq}: timestamped -> {escape(str(path))}")
+    if not missing:
+        console.print("receipts: every receipt is timestamped already")
+
+
 @receipts_app.command("rotate")
 @handle_errors
 def receipts_rotate(
@@ -102,14 +122,22 @@ def verify_record(
     export: Annotated[Path, typer.Argument(help="the folder `ldtm audit export` wrote")],
     receipts: Annotated[Path, typer.Argument(help="the receipts folder (or a clone of its git repository)")],
     public_key: Annotated[Path, typer.Option("--public-key", help="the receipts' first public key (PEM)")],
+    tsa_certs: Annotated[
+        Path | None,
+        typer.Option(
+            "--tsa-certs", help="the timestamp authority's certificate chain (PEM): checks the tokens"
+        ),
+    ] = None,
 ) -> None:
     """Check an exported record against its signed receipts: no database, no secret. Exit 1 on any
     finding (each names the ticker and evening)."""
     from ldtm_core.accountability.ledger.receipts import load_public_key
     from ldtm_core.accountability.ledger.record_verify import assurance
     from ldtm_core.accountability.ledger.record_verify import verify_record as run
+    from ldtm_core.accountability.ledger.timestamps import load_chain
 
-    report = run(export.expanduser(), receipts.expanduser(), load_public_key(public_key.expanduser()))
+    chain = load_chain(tsa_certs.expanduser()) if tsa_certs else None
+    report = run(export.expanduser(), receipts.expanduser(), load_public_key(public_key.expanduser()), chain)
     for f in report.findings:
         err_console.print(f"{f.kind}: {f.ticker or '-'} {f.run_date}: {escape(f.detail)}")
     table = Table(

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from sqlalchemy import Engine, func, select
 
+from ldtm_core.accountability.ledger import timestamps
 from ldtm_core.accountability.ledger.chain import canonical
 from ldtm_core.config import env_text, setting_flag
 from ldtm_core.errors import ConfigError, LDTMError
@@ -206,28 +207,33 @@ class Sink:
         signature = key.sign(_canonical_json(body).encode()).hex()
         text = json.dumps({"body": body, "signature": signature}, sort_keys=True, indent=1) + "\n"
         name = f"{body['seq']:08d}_{body['kind']}_{body.get('run_date') or 'key'}{SUFFIX}"
+        message = f"receipt {body['seq']}: {body['kind']} {body.get('run_date', '')}".strip()
+        path = self.put(name, text.encode(), message)
+        return Receipt(path, body, signature, hashlib.sha256(text.encode()).hexdigest())
+
+    def put(self, name: str, data: bytes, message: str) -> Path:
+        """Write a new file `name` (never over another); commit it when the sink is git."""
         path = self.directory / name
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text)
-            os.link(tmp, path)  # fails if a receipt of that name exists: never overwritten
+            tmp = path.with_name(name + ".tmp")
+            tmp.write_bytes(data)
+            os.link(tmp, path)  # fails if a file of that name exists: never overwritten
             tmp.unlink()
         except OSError as e:
-            raise ReceiptError(f"receipt {path} cannot be written: {e}") from None
+            raise ReceiptError(f"receipt file {path} cannot be written: {e}") from None
         if self.git:
-            self._commit(path, body)
-        return Receipt(path, body, signature, hashlib.sha256(text.encode()).hexdigest())
+            self._commit(path, message)
+        return path
 
-    def _commit(self, path: Path, body: dict) -> None:
-        message = f"receipt {body['seq']}: {body['kind']} {body.get('run_date', '')}".strip()
+    def _commit(self, path: Path, message: str) -> None:
         for args in (["add", path.name], ["commit", "-q", "-m", message]):
             proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell
                 ["git", "-C", str(self.directory), *args], capture_output=True, text=True, check=False
             )
             if proc.returncode:
                 raise ReceiptError(
-                    f"receipt {path.name} written but not committed to git at {self.directory}: "
+                    f"{path.name} written but not committed to git at {self.directory}: "
                     f"{(proc.stderr or proc.stdout).strip()[-300:]}"
                 )
 
@@ -285,9 +291,23 @@ def rotate(sink: Sink, old: Ed25519PrivateKey, new_public: Ed25519PublicKey) -> 
     return sink.write(body, old)
 
 
+def stamp(sink: Sink, receipt: Receipt, url: str) -> Path:
+    """Ask the timestamp authority at `url` to timestamp the receipt's file; keep its token beside it."""
+    data = receipt.path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != receipt.sha256:
+        raise ReceiptError(f"{receipt.path}: changed since it was written; not timestamped")
+    token = timestamps.fetch(url, data)
+    name = timestamps.token_path(receipt.path).name
+    return sink.put(name, token, f"timestamp of receipt {receipt.seq}")
+
+
+def unstamped(receipts: list[Receipt]) -> list[Receipt]:
+    return [r for r in receipts if not timestamps.token_path(r.path).exists()]
+
+
 def after_predict(engine: Engine) -> Receipt | None:
-    """The nightly's receipt, when a sink is configured (`LDTM_RECEIPTS_DIR`): a ReceiptError (the run
-    fails, the alert says why) when it cannot be written."""
+    """The nightly's receipt, when a sink is configured (`LDTM_RECEIPTS_DIR`), timestamped when a TSA is
+    (`LDTM_TSA_URL`): a ReceiptError (the run fails, the alert says why) when either cannot be had."""
     sink = Sink.configured()
     if sink is None:
         return None
@@ -295,6 +315,17 @@ def after_predict(engine: Engine) -> Receipt | None:
     if not raw:
         raise ReceiptError(f"{DIR_ENV} is set but {KEY_ENV} is not: no key to sign the evening's receipt")
     try:
-        return issue(engine, sink, load_private_key(Path(raw).expanduser()))
+        receipt = issue(engine, sink, load_private_key(Path(raw).expanduser()))
+        url = timestamps.configured_url()
     except ConfigError as e:
         raise ReceiptError(str(e)) from None
+    newest_receipt = receipt or newest(sink.directory)[0]
+    if url and newest_receipt and unstamped([newest_receipt]):
+        try:
+            stamp(sink, newest_receipt, url)
+        except timestamps.TimestampError as e:
+            raise ReceiptError(
+                f"receipt {newest_receipt.seq} is written but not timestamped ({e}); "
+                "`ldtm receipts stamp` asks again"
+            ) from None
+    return receipt

@@ -9,7 +9,9 @@ database and no secret.
    whose prediction or hash differs is "edited"; each names the ticker and evening.
 3. Each covered live row's receipt was issued before the close of its next-day target date; a later
    one is reported (the row is then not shown to be a forecast). Replay rows (`mode` replay) were
-   recorded after their targets by design and are counted apart.
+   recorded after their targets by design and are counted apart. With the TSA's certificates
+   (`--tsa-certs`), each receipt's RFC 3161 token is checked, and the rows whose TSA time precedes
+   their target's close are counted: their time rests on the TSA's clock, not the issuer's.
 4. The chain in the export links (each row's prev_hash is the row before's hash; its hashes themselves
    may be HMACs, which only the key recomputes: the receipts vouch for them). Rows no receipt covers
    are reported: nothing outside the database vouches for them.
@@ -17,8 +19,9 @@ database and no secret.
    corporate actions (`audit.actual_wrongs`, the audit's own rule), and the board's next-day accuracy is
    recomputed from the rows that passed.
 
-What it does not prove: that the receipts' clock was right (the issuer signs its own time), nor that
-the exported closes are the market's (compare them with any price source).
+What it does not prove: that the receipts' clock was right where no TSA token vouches for it (the
+issuer signs its own time), nor that the exported closes are the market's (compare them with any price
+source).
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cryptography.x509
 import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ldtm_core.accountability.ledger import receipts as rc
+from ldtm_core.accountability.ledger import timestamps as ts
 from ldtm_core.accountability.ledger.audit import actual_wrongs
 from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT
 from ldtm_core.accountability.ledger.record_export import read_export
@@ -44,7 +49,7 @@ from ldtm_core.horizons import DIRECTION, HORIZONS
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # removed | edited | late | uncovered | chain | actual | receipt
+    kind: str  # removed | edited | late | uncovered | chain | actual | receipt | timestamp
     ticker: str
     run_date: str
     detail: str
@@ -56,6 +61,9 @@ class VerifyReport:
     covered: int = 0
     replay: int = 0  # covered rows recorded as replays (mode 'replay'): not checked for being early
     receipts: int = 0
+    stamped: int = 0  # receipts whose TSA token verified
+    unchecked_tokens: int = 0  # tokens present, no TSA certificates given to check them
+    tsa_early: int = 0  # covered live rows the TSA's time shows were written before their target's close
     keys: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     board: pd.DataFrame | None = None
@@ -123,7 +131,29 @@ def check_receipts(
     return good
 
 
-def verify_record(export: Path, receipts_dir: Path, public: Ed25519PublicKey) -> VerifyReport:
+def tsa_time(receipt: rc.Receipt, chain: list | None, report: VerifyReport) -> dt.datetime | None:
+    """The TSA's time for a receipt when its token verifies against `chain`; a finding when it does not."""
+    token = ts.token_path(receipt.path)
+    if not token.exists():
+        return None
+    if chain is None:
+        report.unchecked_tokens += 1
+        return None
+    try:
+        when = ts.verify(token.read_bytes(), receipt.path.read_bytes(), chain)
+    except ts.TimestampError as e:
+        report.add("timestamp", "", receipt.body.get("run_date", ""), f"receipt {receipt.seq}'s token: {e}")
+        return None
+    report.stamped += 1
+    return when
+
+
+def verify_record(
+    export: Path,
+    receipts_dir: Path,
+    public: Ed25519PublicKey,
+    tsa_chain: list[cryptography.x509.Certificate] | None = None,
+) -> VerifyReport:
     tables = read_export(export)
     report = VerifyReport()
     rows = _records(tables["snapshots"])
@@ -135,6 +165,7 @@ def verify_record(export: Path, receipts_dir: Path, public: Ed25519PublicKey) ->
     covered: set[int] = set()
     for r in good:
         issued = pd.Timestamp(r.body["issued_at"]).to_pydatetime()
+        stamped_at = tsa_time(r, tsa_chain, report)
         for entry in r.body["rows"]:
             rid, ticker, day, content, chained = entry
             row = by_id.get(int(rid))
@@ -159,6 +190,8 @@ def verify_record(export: Path, receipts_dir: Path, public: Ed25519PublicKey) ->
                     day,
                     f"row {rid}: receipt {r.seq} issued {r.body['issued_at']}, after its target's close",
                 )
+            elif stamped_at is not None and not late(row, stamped_at):
+                report.tsa_early += 1
     report.covered = len(covered - bad_ids)
     uncovered = [r for r in rows if int(r["id"]) not in covered]
     for (ticker, day), n in sorted(_count(uncovered).items()):
@@ -249,13 +282,26 @@ def assurance(report: VerifyReport) -> list[str]:
             f"{report.replay} of them are replays, recorded after their targets by design: they show the "
             "model's calls, not forecasts made in advance."
         )
+    live = report.covered - report.replay
+    if report.stamped:
+        lines.append(
+            f"{report.tsa_early} of the {live} covered forecasts carry an RFC 3161 timestamp from before "
+            f"their target's close ({report.stamped} receipt(s) timestamped): for them the time rests on "
+            "the timestamp authority's clock, not the issuer's."
+        )
+    if report.unchecked_tokens:
+        lines.append(
+            f"{report.unchecked_tokens} receipt(s) carry RFC 3161 tokens, not checked: pass --tsa-certs "
+            "(the timestamp authority's certificate chain) to check them."
+        )
     if not report.receipts:
         lines.append(
             "No receipt verified: the export's chain links are all that was checked. Nothing outside the "
             "database shows when the rows were written or that none were removed."
         )
     lines.append(
-        "Not proved: the receipts' times are the issuer's own clock; the exported closes are the store's "
+        "Not proved: the receipts' times, where no timestamp vouches for them, are the issuer's own clock; "
+        "the exported closes are the store's "
         "(check them against another price source)."
     )
     return lines
