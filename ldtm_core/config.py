@@ -427,6 +427,12 @@ SETTINGS: dict[str, Setting] = _table(
         shown="none",
     ),
     Setting(
+        "LDTM_RECEIPT_KEY",
+        None,
+        "instead of a key file: a secret seed (32+ characters) the Ed25519 signing key is derived from",
+        Text("secret", secret=True),
+    ),
+    Setting(
         "LDTM_RECEIPTS_GIT", False, "commit each receipt to the git repository at LDTM_RECEIPTS_DIR", Flag()
     ),
     Setting(

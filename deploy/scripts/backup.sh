@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Back up a running compose stack: every PostgreSQL database (Dagster's instance and the app database
-# `ldtm`, pg_dumpall) and the artifacts volume (checkpoints, exports, step outputs), into one folder.
+# `ldtm`, pg_dumpall), the artifacts volume (checkpoints, exports, step outputs) and the receipts volume
+# (the signed receipts; not the key, which lives in .env), into one folder.
 # Usage: deploy/scripts/backup.sh [FOLDER]   (default ./ldtm-backup-<UTC time>; the folder 700, its files 600)
 # The credentials are the postgres container's own (POSTGRES_USER, set from .env at `up`), not your
 # shell's; `docker exec` without -t, so no TTY mangles the dump (compose v1's `exec` allocates one).
@@ -8,6 +9,7 @@
 set -euo pipefail
 PG_CONTAINER=${LDTM_PG_CONTAINER:-ldtm_postgres}
 ARTIFACTS_VOLUME=${LDTM_ARTIFACTS_VOLUME:-ldtm_artifacts}
+RECEIPTS_VOLUME=${LDTM_RECEIPTS_VOLUME:-ldtm_receipts}
 TAR_IMAGE=${LDTM_TAR_IMAGE:-ldtm_user_code_image}
 out=${1:-ldtm-backup-$(date -u +%Y%m%dT%H%M%SZ)}
 fail() { echo "backup FAILED: $*" >&2; exit 1; }
@@ -19,7 +21,7 @@ umask 077
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 dump=$out/postgres.sql.gz
-rm -f "$dump.part" "$out/artifacts.tgz.part"
+rm -f "$dump.part" "$out/artifacts.tgz.part" "$out/receipts.tgz.part"
 
 # pipefail: a failing pg_dumpall fails the pipeline, not only an empty gzip.
 docker exec "$PG_CONTAINER" sh -c 'exec pg_dumpall -U "$POSTGRES_USER"' | gzip >"$dump.part" ||
@@ -45,11 +47,21 @@ if ((created == 0 || filled == 0)); then
 fi
 mv "$dump.part" "$dump"
 
-docker run --rm --network none --user 0 -v "$ARTIFACTS_VOLUME":/a:ro -v "$out":/b "$TAR_IMAGE" \
-    tar -C /a -czf /b/artifacts.tgz.part . ||
-    { rm -f "$out/artifacts.tgz.part"; fail "could not archive the volume $ARTIFACTS_VOLUME"; }
-mv "$out/artifacts.tgz.part" "$out/artifacts.tgz"
-# The archive is written inside a container, under its own umask.
-chmod 600 "$out/postgres.sql.gz" "$out/artifacts.tgz"
+archive() {  # archive VOLUME NAME: the volume's files into $out/NAME.tgz
+    docker run --rm --network none --user 0 -v "$1":/a:ro -v "$out":/b "$TAR_IMAGE" \
+        tar -C /a -czf "/b/$2.tgz.part" . ||
+        { rm -f "$out/$2.tgz.part"; fail "could not archive the volume $1"; }
+    mv "$out/$2.tgz.part" "$out/$2.tgz"
+    # The archive is written inside a container, under its own umask.
+    chmod 600 "$out/$2.tgz"
+}
+archive "$ARTIFACTS_VOLUME" artifacts
+archives="artifacts.tgz ($(du -h "$out/artifacts.tgz" | cut -f1))"
+# A stack of a release before receipts has no receipts volume.
+if docker volume inspect "$RECEIPTS_VOLUME" >/dev/null 2>&1; then
+    archive "$RECEIPTS_VOLUME" receipts
+    archives+=", receipts.tgz ($(du -h "$out/receipts.tgz" | cut -f1))"
+fi
+chmod 600 "$out/postgres.sql.gz"
 chmod 700 "$out"
-echo "backup in $out: postgres.sql.gz ($bytes bytes of SQL), artifacts.tgz ($(du -h "$out/artifacts.tgz" | cut -f1))"
+echo "backup in $out: postgres.sql.gz ($bytes bytes of SQL), $archives"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Restore a backup of deploy/scripts/backup.sh into the stack's PostgreSQL and artifacts volume.
+# Restore a backup of deploy/scripts/backup.sh into the stack's PostgreSQL, artifacts volume and (when the
+# backup has them) receipts volume.
 # Usage: deploy/scripts/restore.sh FOLDER [--force]
 # Run it with only ldtm_postgres up (a new host, or after `down -v`):
 #   docker compose up -d ldtm_postgres      (or docker-compose up -d ldtm_postgres)
 #   deploy/scripts/restore.sh ldtm-backup-20261125T180000Z
 #   docker compose up -d
-# It replaces the databases of the backup (Dagster's and `ldtm`) and the artifacts volume's contents.
+# It replaces the databases of the backup (Dagster's and `ldtm`) and the volumes' contents. The receipts'
+# signing key is not in the backup: it is LDTM_RECEIPT_KEY in .env (keep a copy of .env apart).
 # It refuses while another LDTM container is running, and refuses to replace an `ldtm` database that
 # already holds rows unless --force. The credentials are the postgres container's own (from .env);
 # every role's password is set back to this .env's after the restore (the dump carries the old host's),
@@ -13,6 +15,7 @@
 set -euo pipefail
 PG_CONTAINER=${LDTM_PG_CONTAINER:-ldtm_postgres}
 ARTIFACTS_VOLUME=${LDTM_ARTIFACTS_VOLUME:-ldtm_artifacts}
+RECEIPTS_VOLUME=${LDTM_RECEIPTS_VOLUME:-ldtm_receipts}
 TAR_IMAGE=${LDTM_TAR_IMAGE:-ldtm_user_code_image}
 fail() { echo "restore FAILED: $*" >&2; exit 1; }
 
@@ -68,7 +71,15 @@ docker exec -i "$PG_CONTAINER" sh -c \
 docker exec "$PG_CONTAINER" bash /docker-entrypoint-initdb.d/02_roles.sh >/dev/null ||
     fail "could not set the roles back (deploy/docker/initdb/02_roles.sh, message above)"
 
-docker run --rm --network none --user 0 -v "$ARTIFACTS_VOLUME":/a -v "$dir":/b:ro "$TAR_IMAGE" \
-    sh -c 'find /a -mindepth 1 -delete && tar -C /a -xzf /b/artifacts.tgz' ||
-    fail "could not unpack artifacts.tgz into the volume $ARTIFACTS_VOLUME"
-echo "restored $(printf '"%s" ' "${databases[@]}")and the volume $ARTIFACTS_VOLUME from $dir; now: docker compose up -d (or docker-compose up -d)"
+unpack() {  # unpack NAME VOLUME: $dir/NAME.tgz replaces the volume's files
+    docker run --rm --network none --user 0 -v "$2":/a -v "$dir":/b:ro "$TAR_IMAGE" \
+        sh -c "find /a -mindepth 1 -delete && tar -C /a -xzf /b/$1.tgz" ||
+        fail "could not unpack $1.tgz into the volume $2"
+}
+unpack artifacts "$ARTIFACTS_VOLUME"
+volumes=$ARTIFACTS_VOLUME
+if [[ -s $dir/receipts.tgz ]]; then
+    unpack receipts "$RECEIPTS_VOLUME"
+    volumes+=" and $RECEIPTS_VOLUME"
+fi
+echo "restored $(printf '"%s" ' "${databases[@]}")and the volumes $volumes from $dir; now: docker compose up -d (or docker-compose up -d)"

@@ -13,9 +13,11 @@ services must report healthy. Then, through the proxy and the webserver's GraphQ
      secret fails without showing it and is not retried
   3. docker kill of a run container mid-checkpoints: run monitoring fails the run, its `gpu` slots are
      freed, run_retries' automatic retry (ALL_STEPS) trains the remaining tickers only
-  4. compose down + up: instance, app tables and artifacts survive; a second nightly works
-  5. deploy/scripts/backup.sh, `down -v` (both volumes destroyed), deploy/scripts/restore.sh into a fresh
-     PostgreSQL, `up`: every app table's rows, Dagster's runs and the checkpoint files are identical
+  4. compose down + up: instance, app tables and artifacts survive; a second nightly works; each nightly
+     wrote a signed receipt to the receipts volume, and the record exported from the compose store
+     passes `ldtm verify-record` on this host, with no database (docs/operations.md's commands)
+  5. deploy/scripts/backup.sh, `down -v` (every volume destroyed), deploy/scripts/restore.sh into a fresh
+     PostgreSQL, `up`: every app table's rows, Dagster's runs, the checkpoint and receipt files are identical
   6. cleanup of containers, networks, volumes (images and wheelhouse stay as the cache)
 Every wait is bounded; on a timeout or failure it prints every container's state and log tails.
 Not collected by pytest (it takes minutes): run by the venv python from the repository root.
@@ -56,7 +58,7 @@ SERVICES = [
     for name, service in yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"].items()
     if service.get("restart") != "no"
 ]
-NETWORK, ARTIFACTS = "ldtm_network", "ldtm_artifacts"
+NETWORK, ARTIFACTS, RECEIPTS = "ldtm_network", "ldtm_artifacts", "ldtm_receipts"
 TICKERS = load_universe("demo")
 # Tickers that got a model from the backfill: the demo universe's late listing (FER) may have too few
 # sessions before AS_OF to train; set by step_1_2 from the database, used by every later check.
@@ -948,6 +950,40 @@ def step_4_restart(stack: Stack) -> None:
         )
 
 
+def step_4_receipts() -> None:
+    """The record handed to an outsider, by docs/operations.md's commands for the compose stack."""
+    listed = sh(["docker", "exec", "ldtm_user_code", "ls", "/opt/ldtm/receipts"]).split()
+    evenings = [name for name in listed if name.endswith(".receipt.json") and "_evening_" in name]
+    if len(evenings) < 2:
+        raise DeployTestFailure(f"the receipts volume holds {listed}: one receipt per nightly expected")
+    folder = Path(tempfile.mkdtemp(prefix="ldtm-record-"))
+    try:
+        (folder / "receipts.pub").write_text(
+            sh(["docker", "exec", "ldtm_user_code", "ldtm", "receipts", "public-key"])
+        )
+        sh(["docker", "exec", "ldtm_user_code", "ldtm", "audit", "export", "/tmp/track_record"], timeout=300)
+        sh(["docker", "cp", "ldtm_user_code:/tmp/track_record", str(folder / "track_record")])
+        sh(["docker", "exec", "ldtm_user_code", "rm", "-rf", "/tmp/track_record"])
+        sh(["docker", "cp", "ldtm_user_code:/opt/ldtm/receipts", str(folder / "receipts")])
+        # The outsider: this host's ldtm, no database URL, no secret.
+        outsider = {"PATH": os.environ["PATH"], "HOME": str(folder), "LDTM_HOME": str(folder / "home")}
+        p = subprocess.run(
+            [str(Path(sys.executable).parent / "ldtm"), "verify-record", "track_record", "receipts",
+             "--public-key", "receipts.pub"],
+            cwd=folder, env=outsider, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        if p.returncode != 0 or "verify-record ok" not in p.stdout:
+            raise DeployTestFailure(
+                f"verify-record on the compose store's export:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            )
+        covered = re.search(r"(\d+) of (\d+) exported rows are covered", p.stdout)
+        if not covered or covered.group(1) != covered.group(2):
+            raise DeployTestFailure(f"not every exported row is covered by a receipt: {p.stdout[-2000:]}")
+        log(f"{len(evenings)} evening receipts; verify-record on this host: {covered.group(0)}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def db_state(stack: Stack) -> dict:
     """Every app table's row count and checksum, Dagster's run count, the artifacts' checksums."""
     tables = stack.psql(
@@ -974,6 +1010,16 @@ def db_state(stack: Stack) -> dict:
             "cd /opt/ldtm/artifacts && find . -type f ! -path './dagster/*' | sort | xargs -r sha256sum",
         ]
     )
+    state["receipts"] = sh(
+        [
+            "docker",
+            "exec",
+            "ldtm_user_code",
+            "sh",
+            "-c",
+            "cd /opt/ldtm/receipts && find . -type f | sort | xargs -r sha256sum",
+        ]
+    )
     return state
 
 
@@ -988,12 +1034,14 @@ def step_5_backup_restore(stack: Stack) -> None:
         log(out.strip())
         # The dump holds every table and the roles' password hashes: the owner alone reads it.
         modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (folder, *folder.iterdir())}
-        if modes != {folder.name: "0o700", "postgres.sql.gz": "0o600", "artifacts.tgz": "0o600"}:
+        expected = {"postgres.sql.gz": "0o600", "artifacts.tgz": "0o600", "receipts.tgz": "0o600"}
+        if modes != {folder.name: "0o700", **expected}:
             raise DeployTestFailure(f"the backup's modes are {modes}")
-        log("compose down -v: the PostgreSQL and artifacts volumes are destroyed")
+        log("compose down -v: the PostgreSQL, artifacts and receipts volumes are destroyed")
         stack.down(volumes=True)
-        if sh(["docker", "volume", "ls", "-q", "--filter", f"name={ARTIFACTS}"]).split():
-            raise DeployTestFailure(f"volume {ARTIFACTS} survived down -v")
+        for volume in (ARTIFACTS, RECEIPTS):
+            if sh(["docker", "volume", "ls", "-q", "--filter", f"name={volume}"]).split():
+                raise DeployTestFailure(f"volume {volume} survived down -v")
         sh([*stack.compose, "up", "-d", "ldtm_postgres"], timeout=300)
         out = sh(["deploy/scripts/restore.sh", str(folder)], timeout=600)
         log(out.strip())
@@ -1008,9 +1056,10 @@ def step_5_backup_restore(stack: Stack) -> None:
             + "; ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed)[:3000]
         )
     log(
-        f"backup -> down -v -> restore: {len(before) - 2} app tables identical "
+        f"backup -> down -v -> restore: {len(before) - 3} app tables identical "
         f"({before['model_registry'].split()[0]} models, {before['snapshots'].split()[0]} snapshots), "
-        f"{before['dagster.runs']} Dagster runs, {len(before['artifacts'].splitlines())} artifact files"
+        f"{before['dagster.runs']} Dagster runs, {len(before['artifacts'].splitlines())} artifact files, "
+        f"{len(before['receipts'].splitlines())} receipt files"
     )
 
 
@@ -1044,7 +1093,7 @@ def leftovers() -> list[str]:
     out += run_containers()
     nets = sh(["docker", "network", "ls", "-q", "--filter", f"name=^{NETWORK}$"], check=False).split()
     vols = sh(["docker", "volume", "ls", "-q"], check=False).split()
-    return out + nets + [v for v in vols if v == ARTIFACTS or v.startswith(f"{PROJECT}_")]
+    return out + nets + [v for v in vols if v in (ARTIFACTS, RECEIPTS) or v.startswith(f"{PROJECT}_")]
 
 
 def main() -> int:
@@ -1114,6 +1163,7 @@ def main() -> int:
         step_security(stack)
         step_3_kill(stack)
         step_4_restart(stack)
+        step_4_receipts()
         step_5_backup_restore(stack)
         ok = True
     except DeployTestFailure as e:

@@ -22,13 +22,25 @@ app.add_typer(receipts_app, name="receipts")
 
 def _sink_and_key():
     from ldtm_core.accountability.ledger import receipts as rc
-    from ldtm_core.config import env_text
 
-    sink = rc.Sink.configured()
-    raw = env_text(rc.KEY_ENV)
-    if sink is None or not raw:
-        raise ConfigError(f"set {rc.DIR_ENV} (the receipts folder) and {rc.KEY_ENV} (the signing key) first")
-    return sink, rc.load_private_key(Path(raw).expanduser())
+    sink, key = rc.Sink.configured(), rc.signing_key()
+    if sink is None or key is None:
+        raise ConfigError(
+            f"set {rc.DIR_ENV} (the receipts folder) and {rc.KEY_ENV} or {rc.SEED_ENV} (the signing key) first"
+        )
+    return sink, key
+
+
+@receipts_app.command("public-key")
+@handle_errors
+def receipts_public_key() -> None:
+    """Print the public half of the configured signing key (PEM): what verifiers need."""
+    from ldtm_core.accountability.ledger.receipts import KEY_ENV, SEED_ENV, public_pem, signing_key
+
+    key = signing_key()
+    if key is None:
+        raise ConfigError(f"set {KEY_ENV} or {SEED_ENV} (the signing key) first")
+    typer.echo(public_pem(key.public_key()).decode(), nl=False)
 
 
 @receipts_app.command("keygen")

@@ -163,16 +163,38 @@ def test_volumes_and_networks_are_declared_or_exist():
         launcher = instance["run_launcher"]["config"]
         assert launcher["network"] == COMPOSE["networks"]["ldtm_network"]["name"]
         for vol in launcher["container_kwargs"]["volumes"]:
-            assert vol.split(":")[0] == COMPOSE["volumes"]["ldtm_artifacts"]["name"]
+            assert vol.split(":")[0] in {v["name"] for v in COMPOSE["volumes"].values() if v and "name" in v}
 
 
 def test_step_outputs_live_on_the_volume_every_run_container_mounts():
     # A re-execution starts a new container that loads its parent's step outputs from here.
     base = DOCKER_YAML["local_artifact_storage"]["config"]["base_dir"]
-    [mount] = DOCKER_YAML["run_launcher"]["config"]["container_kwargs"]["volumes"]
+    mount = "ldtm_artifacts:/opt/ldtm/artifacts"
+    assert mount in DOCKER_YAML["run_launcher"]["config"]["container_kwargs"]["volumes"]
     assert base.startswith(mount.split(":")[1] + "/")
     for name in ("ldtm_webserver", "ldtm_daemon", "ldtm_user_code"):
         assert mount in SERVICES[name]["volumes"], name
+
+
+def test_the_receipts_volume_is_where_the_nightly_writes_and_only_there():
+    # .env (from env.example through new_env.sh) points the receipts at the volume and gets a random seed.
+    example = dict(
+        line.split("=", 1)
+        for line in (REPO / "deploy/docker/env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    mount = f"ldtm_receipts:{example['LDTM_RECEIPTS_DIR']}"
+    assert example["LDTM_RECEIPT_KEY"] == ""  # new_env.sh fills every empty *_KEY= line
+    # The runs write receipts, the code server serves `ldtm receipts`, ldtm_migrate hands it to ldtm;
+    # nothing that only reads or serves the UI mounts it.
+    assert {n for n, s in SERVICES.items() if mount in s.get("volumes", [])} == {
+        "ldtm_user_code",
+        "ldtm_migrate",
+    }
+    for instance in (DOCKER_YAML, GPU_YAML):
+        assert mount in instance["run_launcher"]["config"]["container_kwargs"]["volumes"]
+    assert COMPOSE["volumes"]["ldtm_receipts"]["name"] == "ldtm_receipts"
+    assert "/opt/ldtm/receipts" in (REPO / "deploy/docker/migrate.sh").read_text()
 
 
 def test_gpus_are_requested_only_by_the_gpu_override():

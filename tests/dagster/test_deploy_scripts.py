@@ -36,7 +36,8 @@ case "$*" in
     fi ;;
 inspect*) echo true ;;
 *pg_dumpall*) cat "$FAKE_DUMP"; exit "${FAKE_DUMP_RC:-0}" ;;
-run*tar*) out=$(sed -n 's/.*-v \([^ ]*\):\/b.*/\1/p' <<<"$*"); echo archive >"$out/artifacts.tgz.part" ;;
+run*tar*) out=$(sed -n 's/.*-v \([^ ]*\):\/b.*/\1/p' <<<"$*"); name=$(sed -n 's/.*-czf \/b\/\([^ ]*\).*/\1/p' <<<"$*")
+    echo archive >"$out/$name" ;;
 esac
 """
 
@@ -212,9 +213,13 @@ def test_a_complete_backup_is_kept_with_the_credentials_of_the_container(fakes, 
     p, out = _backup(fakes, tmp_path, _dump(tmp_path, COMPLETE_DUMP))
     assert p.returncode == 0, p.stderr
     assert gzip.decompress((out / "postgres.sql.gz").read_bytes()).decode() == COMPLETE_DUMP
-    assert (out / "artifacts.tgz").exists()
+    assert (out / "artifacts.tgz").exists() and (out / "receipts.tgz").exists()
+    assert sorted(c.split(" -v ")[1].split(":")[0] for c in _calls(tmp_path, "docker") if "tar -C" in c) == [
+        "ldtm_artifacts",
+        "ldtm_receipts",
+    ]
     # Issue 38: backups were world-readable; the dump carries every table and the roles' password hashes.
-    for path in (out, out / "postgres.sql.gz", out / "artifacts.tgz"):
+    for path in (out, out / "postgres.sql.gz", out / "artifacts.tgz", out / "receipts.tgz"):
         assert path.stat().st_mode & 0o077 == 0, path
     [dump_call] = [c for c in _calls(tmp_path, "docker") if "pg_dumpall" in c]
     # No TTY (no -t), and the user is the container's POSTGRES_USER, not the operator's shell variable.

@@ -15,6 +15,7 @@ import yaml
 from ldtm_dagster_helpers import REPO
 
 from ldtm_core import config
+from ldtm_core.accountability.ledger import receipts
 from ldtm_core.errors import ConfigError
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -27,6 +28,7 @@ USER_SETTINGS = [
 ]
 SECRETS = {
     "LDTM_AUDIT_KEY",
+    "LDTM_RECEIPT_KEY",
     "LDTM_NOTIFY_WEBHOOK_URL",
     "LDTM_HEARTBEAT_URL",
     "LDTM_UI_PASSWORD",
@@ -78,6 +80,7 @@ def test_secrets_reach_only_the_services_that_need_them():
     holders = {name: {s for s in SERVICES if name in _reads(s)} for name in SECRETS}
     app_and_runs = {"ldtm_user_code", "ldtm_daemon"}  # the daemon copies them into each run container
     assert holders["LDTM_AUDIT_KEY"] == holders["LDTM_NOTIFY_WEBHOOK_URL"] == app_and_runs
+    assert holders["LDTM_RECEIPT_KEY"] == app_and_runs
     assert holders["LDTM_HEARTBEAT_URL"] == app_and_runs
     assert holders["LDTM_UI_PASSWORD"] == {"ldtm_proxy"}
     # Each database password: PostgreSQL (which makes the roles) and the services of that role.
@@ -88,7 +91,7 @@ def test_secrets_reach_only_the_services_that_need_them():
     assert holders["LDTM_PG_READER_PASSWORD"] == {"ldtm_postgres", "ldtm_dashboard"}
     assert not [n for n in env("ldtm_webserver") if n.startswith("LDTM_")]
     assert not [n for n in env("ldtm_dashboard") if n.startswith("DAGSTER_")]
-    assert {"LDTM_AUDIT_KEY", "LDTM_NOTIFY_WEBHOOK_URL", "LDTM_DATABASE_URL"} <= set(RUNS)
+    assert {"LDTM_AUDIT_KEY", "LDTM_RECEIPT_KEY", "LDTM_NOTIFY_WEBHOOK_URL", "LDTM_DATABASE_URL"} <= set(RUNS)
 
 
 def test_every_long_running_service_restarts_after_a_crash_or_an_engine_restart():
@@ -181,10 +184,14 @@ def test_the_template_holds_no_password_and_new_env_makes_one_for_each(tmp_path)
         for line in target.read_text().splitlines()
         if "=" in line and not line.startswith("#")
     )
-    secrets = [made["DAGSTER_PG_PASSWORD"], made["LDTM_UI_PASSWORD"], made["LDTM_AUDIT_KEY"]]
+    secrets = [
+        made[k] for k in ("DAGSTER_PG_PASSWORD", "LDTM_UI_PASSWORD", "LDTM_AUDIT_KEY", "LDTM_RECEIPT_KEY")
+    ]
     assert (
-        all(len(s) >= 24 and re.fullmatch(r"[A-Za-z0-9_-]+", s) for s in secrets) and len(set(secrets)) == 3
+        all(len(s) >= 24 and re.fullmatch(r"[A-Za-z0-9_-]+", s) for s in secrets) and len(set(secrets)) == 4
     )
+    # The receipt seed is long enough to be a signing key.
+    assert receipts.key_from_seed(made["LDTM_RECEIPT_KEY"]).public_key()
     assert not any(s in out.stdout for s in secrets)  # never echoed
     # Never overwrites.
     target.write_text("DAGSTER_PG_PASSWORD=mine\n")

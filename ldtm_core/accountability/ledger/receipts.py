@@ -5,7 +5,8 @@ directory, optionally a git repository with a commit per receipt). A receipt lis
 written since the previous receipt: its id, ticker, run date, the SHA-256 of its prediction as the chain
 hashes it (`chain.canonical`, no key needed to recompute it) and its chain hash; their Merkle root; the
 SHA-256 of the previous receipt's file (receipts chain too); the time it was issued. It is signed with an
-Ed25519 key whose private half only the application holds (`LDTM_RECEIPT_KEY_FILE`).
+Ed25519 key whose private half only the application holds: a PEM file (`LDTM_RECEIPT_KEY_FILE`), or a
+secret seed in the environment (`LDTM_RECEIPT_KEY`, as the compose deployment's `.env` carries it).
 
 Whoever holds the database, even with `LDTM_AUDIT_KEY`, can then delete or rewrite rows and their
 anchors, but cannot make the receipts agree: `record_verify` checks an export against them with the
@@ -36,6 +37,8 @@ from ldtm_core.schema import snapshots
 
 VERSION = 1
 DIR_ENV, KEY_ENV, GIT_ENV = "LDTM_RECEIPTS_DIR", "LDTM_RECEIPT_KEY_FILE", "LDTM_RECEIPTS_GIT"
+SEED_ENV = "LDTM_RECEIPT_KEY"
+MIN_SEED_CHARS = 32
 SUFFIX = ".receipt.json"
 
 
@@ -126,6 +129,23 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise ConfigError(f"{KEY_ENV} {path}: not an Ed25519 key")
     return key
+
+
+def key_from_seed(seed: str) -> Ed25519PrivateKey:
+    """The Ed25519 key of a secret seed: an Ed25519 private key is any 32 bytes, here SHA-256 of the seed."""
+    if len(seed) < MIN_SEED_CHARS:
+        raise ConfigError(f"{SEED_ENV}: {MIN_SEED_CHARS} characters or more of random text")
+    return Ed25519PrivateKey.from_private_bytes(hashlib.sha256(seed.encode()).digest())
+
+
+def signing_key() -> Ed25519PrivateKey | None:
+    """The configured signing key: `LDTM_RECEIPT_KEY_FILE`'s, or `LDTM_RECEIPT_KEY`'s seed; None without."""
+    path, seed = env_text(KEY_ENV), env_text(SEED_ENV)
+    if path and seed:
+        raise ConfigError(f"set {KEY_ENV} or {SEED_ENV}, not both: which key signs would be ambiguous")
+    if path:
+        return load_private_key(Path(path).expanduser())
+    return key_from_seed(seed) if seed else None
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
@@ -311,11 +331,11 @@ def after_predict(engine: Engine) -> Receipt | None:
     sink = Sink.configured()
     if sink is None:
         return None
-    raw = env_text(KEY_ENV)
-    if not raw:
-        raise ReceiptError(f"{DIR_ENV} is set but {KEY_ENV} is not: no key to sign the evening's receipt")
     try:
-        receipt = issue(engine, sink, load_private_key(Path(raw).expanduser()))
+        key = signing_key()
+        if key is None:
+            raise ConfigError(f"{DIR_ENV} is set but neither {KEY_ENV} nor {SEED_ENV}: no key to sign with")
+        receipt = issue(engine, sink, key)
         url = timestamps.configured_url()
     except ConfigError as e:
         raise ReceiptError(str(e)) from None

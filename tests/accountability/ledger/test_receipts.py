@@ -279,3 +279,29 @@ def test_the_cli_exports_and_verifies(engine, db_url, tmp_path, keys, record, mo
     assert ok.exit_code == 0 and "verify-record ok" in ok.output, ok.output
     again = CliRunner().invoke(app, ["audit", "export", str(tmp_path / "cli_export")], env=env)
     assert again.exit_code != 0 and "is not empty" in again.output
+
+
+def test_a_seed_in_the_environment_signs_like_a_key_file(engine, db_url, tmp_path, monkeypatch):
+    seed = "x" * rc.MIN_SEED_CHARS
+    monkeypatch.setenv(rc.SEED_ENV, seed)
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    env = {"LDTM_DATABASE_URL": db_url, "LDTM_HOME": str(tmp_path)}
+    out = CliRunner().invoke(app, ["receipts", "public-key"], env=env)
+    assert out.exit_code == 0, out.output
+    (tmp_path / "seed.pub").write_text(out.output)
+    public = rc.load_public_key(tmp_path / "seed.pub")
+    assert rc.key_id(public) == rc.key_id(rc.key_from_seed(seed).public_key())
+    assert rc.key_id(public) != rc.key_id(rc.key_from_seed("y" * rc.MIN_SEED_CHARS).public_key())
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    receipt = predict(engine, settings, run_date=sorted(df["date"].unique())[-3]).receipt
+    assert receipt is not None and receipt.verifies(public)
+    # A short seed, or a seed and a key file at once, is refused by name.
+    monkeypatch.setenv(rc.SEED_ENV, "short")
+    with pytest.raises(ConfigError, match="LDTM_RECEIPT_KEY: 32 characters or more"):
+        rc.signing_key()
+    monkeypatch.setenv(rc.SEED_ENV, seed)
+    monkeypatch.setenv(rc.KEY_ENV, str(tmp_path / "any.pem"))
+    with pytest.raises(ConfigError, match="not both"):
+        rc.signing_key()
