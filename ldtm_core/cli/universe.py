@@ -3,8 +3,6 @@ the members as of a day)."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import typer
 
 from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db, parse_date, settings
@@ -44,12 +42,13 @@ def universe_import(
     ),
 ) -> None:
     """Replace the stored membership history with FILE's spans (Qlib's instruments format)."""
+    from ldtm_core.data.calendar import market_today
     from ldtm_core.data.membership import import_membership, read_membership_file
 
     spans = read_membership_file(path)
     cfg = settings()
     tickers = sorted({s.ticker for s in spans})
-    today = dt.date.today()
+    today = market_today()
     now = sorted({s.ticker for s in spans if s.covers(today)})
     console.print(
         f"{path}: {len(spans)} spans for {len(tickers)} tickers; {len(now)} members on {today}, "
@@ -73,14 +72,15 @@ def universe_import(
 @universe_app.command("show")
 @handle_errors
 def universe_show(
-    as_of: str = typer.Option(None, "--as-of", help="the day (YYYY-MM-DD; default today)"),
+    as_of: str = typer.Option(None, "--as-of", help="the day (YYYY-MM-DD; default today in New York)"),
 ) -> None:
     """The members on a day and the rule that chose them (stored history, or the list with none)."""
+    from ldtm_core.data.calendar import market_today
     from ldtm_core.data.membership import load_membership
     from ldtm_core.data.universe import stated_as_of
 
     cfg = settings()
-    day = parse_date(as_of, "--as-of") or dt.date.today()
+    day = parse_date(as_of, "--as-of") or market_today()
     membership = load_membership(open_db(cfg))
     configured = load_universe(cfg.universe)
     console.print(membership.rule(), highlight=False, soft_wrap=True)

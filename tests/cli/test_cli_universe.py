@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
@@ -82,3 +84,17 @@ def test_a_history_that_leaves_out_a_served_ticker_is_named(ldtm_env, tmp_path):
     assert result.exit_code == 0, result.output
     err = " ".join(result.stderr.split())
     assert "6 ticker(s) of LDTM_UNIVERSE=demo have no span" in err and "NVDA" in err
+
+
+def test_today_is_the_exchange_date_not_the_machines(ldtm_env, tmp_path, monkeypatch):
+    # 03:00 UTC on 2 January is still 1 January in New York: the exchange's clock decides "today".
+    from ldtm_core.data import calendar
+
+    monkeypatch.setattr(calendar, "now", lambda: dt.datetime(2030, 1, 2, 3, 0, tzinfo=dt.UTC))
+    shown = invoke("universe", "show")
+    assert shown.exit_code == 0, shown.output
+    assert "members on 2030-01-01" in shown.stdout
+    path = tmp_path / "history.txt"
+    path.write_text("AAPL\t2001-01-02\t2030-01-01\nNVDA\t2030-01-02\t\n")
+    dry = " ".join(invoke("universe", "import", str(path), "--dry-run").stdout.split())
+    assert "1 members on 2030-01-01" in dry
