@@ -436,6 +436,13 @@ SETTINGS: dict[str, Setting] = _table(
         "LDTM_RECEIPTS_GIT", False, "commit each receipt to the git repository at LDTM_RECEIPTS_DIR", Flag()
     ),
     Setting(
+        "LDTM_RECEIPTS_GIT_REMOTE",
+        None,
+        "push each receipt's commit to this remote of that repository (its name, e.g. origin)",
+        Text(),
+        shown="none (no push)",
+    ),
+    Setting(
         "LDTM_TSA_URL",
         None,
         "an RFC 3161 timestamp authority that timestamps each receipt (http(s) URL)",

@@ -20,6 +20,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from ldtm_core.schema import snapshots
 
 VERSION = 1
 DIR_ENV, KEY_ENV, GIT_ENV = "LDTM_RECEIPTS_DIR", "LDTM_RECEIPT_KEY_FILE", "LDTM_RECEIPTS_GIT"
+REMOTE_ENV = "LDTM_RECEIPTS_GIT_REMOTE"
 SEED_ENV = "LDTM_RECEIPT_KEY"
 MIN_SEED_CHARS = 32
 SUFFIX = ".receipt.json"
@@ -216,11 +218,17 @@ def newest(directory: Path) -> tuple[Receipt | None, int]:
 class Sink:
     directory: Path
     git: bool = False
+    remote: str | None = None  # a git remote of the sink's repository to push each commit to
 
     @classmethod
     def configured(cls) -> Sink | None:
         raw = env_text(DIR_ENV)
-        return cls(Path(raw).expanduser(), setting_flag(GIT_ENV)) if raw else None
+        if not raw:
+            return None
+        git, remote = setting_flag(GIT_ENV), env_text(REMOTE_ENV)
+        if remote and not git:
+            raise ConfigError(f"{REMOTE_ENV} is set but {GIT_ENV} is not: only a git sink is pushed")
+        return cls(Path(raw).expanduser(), git, remote or None)
 
     def write(self, body: dict, key: Ed25519PrivateKey) -> Receipt:
         """Sign `body` and write it as a new file (never over another); commit it when the sink is git."""
@@ -243,19 +251,20 @@ class Sink:
         except OSError as e:
             raise ReceiptError(f"receipt file {path} cannot be written: {e}") from None
         if self.git:
-            self._commit(path, message)
+            self._git(path, ["add", path.name], "not committed to git")
+            self._git(path, ["commit", "-q", "-m", message], "not committed to git")
+        if self.remote:
+            # Every commit not on the remote yet: an evening whose push failed goes with the next one.
+            self._git(path, ["push", "-q", self.remote, "HEAD"], f"committed but not pushed to {self.remote}")
         return path
 
-    def _commit(self, path: Path, message: str) -> None:
-        for args in (["add", path.name], ["commit", "-q", "-m", message]):
-            proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell
-                ["git", "-C", str(self.directory), *args], capture_output=True, text=True, check=False
-            )
-            if proc.returncode:
-                raise ReceiptError(
-                    f"{path.name} written but not committed to git at {self.directory}: "
-                    f"{(proc.stderr or proc.stdout).strip()[-300:]}"
-                )
+    def _git(self, path: Path, args: list[str], failure: str) -> None:
+        proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell
+            ["git", "-C", str(self.directory), *args], capture_output=True, text=True, check=False
+        )
+        if proc.returncode:
+            said = re.sub(r"://[^/@\s]+@", "://***@", (proc.stderr or proc.stdout).strip())  # URL credentials
+            raise ReceiptError(f"{path.name} written but {failure} at {self.directory}: {said[-300:]}")
 
 
 # --- issuing -------------------------------------------------------------------------------------------

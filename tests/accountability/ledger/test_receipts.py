@@ -260,6 +260,44 @@ def test_a_git_sink_commits_each_receipt(engine, db_url, tmp_path, keys, monkeyp
     ]
 
 
+def test_a_git_sink_pushes_each_commit_and_a_failed_push_fails_the_evening(
+    engine, db_url, tmp_path, keys, monkeypatch
+):
+    repo, remote = tmp_path / "receipts", tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    for k, v in (("user.email", "ldtm@localhost"), ("user.name", "ldtm")):
+        subprocess.run(["git", "-C", str(repo), "config", k, v], check=True)
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "witness", str(remote)], check=True)
+    monkeypatch.setenv(rc.DIR_ENV, str(repo))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    monkeypatch.setenv(rc.GIT_ENV, "true")
+    monkeypatch.setenv(rc.REMOTE_ENV, "witness")
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    days = sorted(df["date"].unique())[-5:-2]
+    predict(engine, settings, run_date=days[0])
+
+    def pushed() -> list[str]:
+        out = subprocess.run(
+            ["git", "-C", str(remote), "log", "--format=%s"], capture_output=True, text=True, check=False
+        )
+        return out.stdout.splitlines()
+
+    assert pushed() == ["receipt 1: evening " + str(days[0])[:10]]
+    # The remote gone: the evening fails by name, its receipt committed here; the next push carries it.
+    remote.rename(tmp_path / "away.git")
+    with pytest.raises(rc.ReceiptError, match="committed but not pushed to witness"):
+        predict(engine, settings, run_date=days[1])
+    (tmp_path / "away.git").rename(remote)
+    predict(engine, settings, run_date=days[2])
+    assert [line.split(": ")[0] for line in pushed()] == ["receipt 3", "receipt 2", "receipt 1"]
+    monkeypatch.delenv(rc.GIT_ENV)
+    with pytest.raises(ConfigError, match="only a git sink is pushed"):
+        rc.Sink.configured()
+
+
 def test_the_cli_exports_and_verifies(engine, db_url, tmp_path, keys, record, monkeypatch):
     monkeypatch.delenv(AUDIT_KEY_ENV)
     env = {"LDTM_DATABASE_URL": db_url, "LDTM_HOME": str(tmp_path)}
