@@ -685,6 +685,14 @@ def env_text(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name) or default
 
 
+def env_named(name: str) -> str | None:
+    """A variable the user names at run time, not a setting (a secret passed by name to keep its value off
+    the command line): its value, or None when unset or empty."""
+    if name.startswith("LDTM_") and name in SETTINGS:
+        raise ConfigError(f"{name} is a setting: name another variable")
+    return os.environ.get(name) or None
+
+
 def env_is_set(name: str) -> bool:
     """Whether the setting `name` is set to something non-empty."""
     return env_text(name) is not None

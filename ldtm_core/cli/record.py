@@ -98,18 +98,35 @@ def receipts_stamp() -> None:
 @receipts_app.command("rotate")
 @handle_errors
 def receipts_rotate(
-    new_key: Annotated[Path, typer.Option("--new-key", help="the next private key (`ldtm receipts keygen`)")],
+    new_key: Annotated[
+        Path | None, typer.Option("--new-key", help="the next private key file (`ldtm receipts keygen`)")
+    ] = None,
+    new_seed_from: Annotated[
+        str | None,
+        typer.Option(
+            "--new-seed-from", help="the environment variable holding the next seed (32+ characters)"
+        ),
+    ] = None,
 ) -> None:
     """Introduce the next signing key with a receipt signed by the current one; then point
-    LDTM_RECEIPT_KEY_FILE at the new key."""
-    from ldtm_core.accountability.ledger.receipts import load_private_key, rotate
+    LDTM_RECEIPT_KEY_FILE at the new key file, or set LDTM_RECEIPT_KEY to the new seed."""
+    from ldtm_core.accountability.ledger.receipts import key_from_seed, load_private_key, rotate
+    from ldtm_core.config import env_named
 
+    if (new_key is None) == (new_seed_from is None):
+        raise ConfigError("give the next key as --new-key FILE or --new-seed-from VARIABLE (one of them)")
+    if new_key is not None:
+        new, then = load_private_key(new_key.expanduser()), f"LDTM_RECEIPT_KEY_FILE={escape(str(new_key))}"
+    else:  # the seed by name, never on the command line (shell history, the process list)
+        seed = env_named(new_seed_from)
+        if not seed:
+            raise ConfigError(f"--new-seed-from {new_seed_from}: that environment variable is empty or unset")
+        new, then = key_from_seed(seed), f"LDTM_RECEIPT_KEY to the value of {new_seed_from}"
     sink, key = _sink_and_key()
-    new = load_private_key(new_key.expanduser()).public_key()
-    receipt = rotate(sink, key, new)
+    receipt = rotate(sink, key, new.public_key())
     console.print(
         f"receipt {receipt.body['seq']}: key {receipt.body['key_id']} introduces {receipt.body['new_key_id']}; "
-        f"set LDTM_RECEIPT_KEY_FILE={escape(str(new_key))} now"
+        f"set {then} now"
     )
 
 

@@ -343,3 +343,20 @@ def test_a_seed_in_the_environment_signs_like_a_key_file(engine, db_url, tmp_pat
     monkeypatch.setenv(rc.KEY_ENV, str(tmp_path / "any.pem"))
     with pytest.raises(ConfigError, match="not both"):
         rc.signing_key()
+
+
+def test_rotation_to_a_seed_from_the_environment(engine, db_url, tmp_path, keys, record, monkeypatch):
+    settings, dates = record
+    env = {"LDTM_DATABASE_URL": db_url, "LDTM_HOME": str(tmp_path)}
+    monkeypatch.setenv("NEXT_SEED", "n" * rc.MIN_SEED_CHARS)
+    out = CliRunner().invoke(app, ["receipts", "rotate", "--new-seed-from", "NEXT_SEED"], env=env)
+    assert out.exit_code == 0 and "set LDTM_RECEIPT_KEY to the value of NEXT_SEED" in out.output, out.output
+    assert "n" * rc.MIN_SEED_CHARS not in out.output  # the secret is never echoed
+    monkeypatch.delenv(rc.KEY_ENV)
+    monkeypatch.setenv(rc.SEED_ENV, "n" * rc.MIN_SEED_CHARS)
+    later = sorted(d for d in ingest_dates(engine) if d > dates[-1])[0]
+    assert predict(engine, settings, run_date=later).receipt is not None
+    report = _check(engine, tmp_path, keys, "after_seed_rotation")
+    assert report.ok and len(report.keys) == 2, report.findings
+    both = CliRunner().invoke(app, ["receipts", "rotate"], env=env)
+    assert both.exit_code != 0 and "one of them" in both.output
