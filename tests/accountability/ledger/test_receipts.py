@@ -31,13 +31,6 @@ AUDIT_KEY = "s3cret-audit-key"
 
 
 @pytest.fixture
-def keys(tmp_path):
-    private, public = tmp_path / "keys" / "receipts.pem", tmp_path / "keys" / "receipts.pub"
-    rc.keygen(private, public)
-    return private, public
-
-
-@pytest.fixture
 def record(engine, db_url, tmp_path, monkeypatch, keys):
     """Eight evenings of two tickers, predicted under the audit key with receipts, then filled back."""
     monkeypatch.setenv(AUDIT_KEY_ENV, AUDIT_KEY)

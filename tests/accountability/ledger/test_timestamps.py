@@ -144,13 +144,6 @@ def tsa(tmp_path):
 
 
 @pytest.fixture
-def keys(tmp_path):
-    private, public = tmp_path / "keys" / "receipts.pem", tmp_path / "keys" / "receipts.pub"
-    rc.keygen(private, public)
-    return private, public
-
-
-@pytest.fixture
 def stamped_record(engine, db_url, tmp_path, monkeypatch, keys, tsa):
     """Prices up to the last closed session; three evenings replayed, then that session predicted live
     (its targets not yet closed), each receipt timestamped by the local TSA."""
