@@ -681,8 +681,13 @@ def step_security(stack: Stack) -> None:
     may_hold = {
         "ldtm_postgres": database,
         "ldtm_migrate": {"LDTM_PG_OWNER_PASSWORD"},
-        "ldtm_user_code": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY"},
-        "ldtm_daemon": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY"},
+        "ldtm_user_code": {
+            "DAGSTER_PG_PASSWORD",
+            "LDTM_PG_APP_PASSWORD",
+            "LDTM_AUDIT_KEY",
+            "LDTM_RECEIPT_KEY",
+        },
+        "ldtm_daemon": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY", "LDTM_RECEIPT_KEY"},
         "ldtm_webserver": {"DAGSTER_PG_PASSWORD"},
         "ldtm_dashboard": {"LDTM_PG_READER_PASSWORD"},
         "ldtm_proxy": {"LDTM_UI_PASSWORD"},
