@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import statistics
 import sys
 import tempfile
@@ -30,10 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sqlalchemy import bindparam, create_engine, select, text, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import bindparam, select, text, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scratch_db import scratch_database  # noqa: E402
 
 from ldtm_core.accountability.ledger.chain import row_hash, write_rows  # noqa: E402
 from ldtm_core.accountability.ledger.fillback import fillback  # noqa: E402
@@ -176,19 +176,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    sqlite = make_url(args.url).get_backend_name() == "sqlite"
-    admin_engine = None
-    scratch = tempfile.TemporaryDirectory()
-    if sqlite:
-        url = f"sqlite:///{scratch.name}/bench.db"
-    else:
-        admin = make_url(args.url).set(database="postgres")
-        name = f"ldtm_bench_{os.getpid()}"
-        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-        with admin_engine.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        url = admin.set(database=name).render_as_string(hide_password=False)
-    try:
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        scratch_database(args.url, "bench", Path(scratch), keep=args.keep) as url,
+    ):
         upgrade(url)
         engine = get_engine(url)
         tickers = load_universe("full")[: args.tickers]
@@ -273,18 +264,6 @@ def main() -> None:
             print(f"  ratio b/a                  {fb / fa:8.1f} x")
             print(f"  rerun (nothing pending)    {t_again * 1000:8.0f} ms   filled {r.total_filled}")
             print("  target <= 2 s")
-    finally:
-        get_engine.cache_clear()
-        scratch.cleanup()
-        if admin_engine is not None and not args.keep:
-            with admin_engine.connect() as conn:
-                conn.execute(
-                    text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-                    {"n": name},
-                )
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        if admin_engine is not None:
-            admin_engine.dispose()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Benchmark: what one board baseline costs the leaderboard, side by side on one store.
 
     .venv/bin/python benchmarks/scale.py --tickers 103 --years 10 --no-dagster --full-audit-max-rows 0 --keep
-    .venv/bin/python benchmarks/board_baselines.py --url postgresql+psycopg2://postgres@127.0.0.1:5432/ldtm_scale_<pid>_103
+    .venv/bin/python benchmarks/board_baselines.py --url postgresql+psycopg2://postgres@127.0.0.1:5432/ldtm_scale_103_<pid>
 
 `leaderboard` is timed `--runs` times with the registry as it is and with `--baseline` (default: the
 trailing majority, `trend`) taken off the board, alternating, after one warm-up read; it prints the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import statistics
 import subprocess
 import sys
@@ -24,10 +23,12 @@ import uuid
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import create_engine, insert, text
+from sqlalchemy import insert, text
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scratch_db import scratch_database  # noqa: E402
 
 from ldtm_core.accountability.ledger import receipts  # noqa: E402
 from ldtm_core.accountability.ledger.chain import write_rows_anchored  # noqa: E402
@@ -111,19 +112,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="103,1000", help="tickers per evening")
     ap.add_argument("--evenings", type=int, default=5)
     args = ap.parse_args()
-    sqlite = make_url(args.url).get_backend_name() == "sqlite"
-    scratch = tempfile.TemporaryDirectory()
-    admin_engine = None
-    if sqlite:
-        url = f"sqlite:///{scratch.name}/bench.db"
-    else:
-        admin = make_url(args.url).set(database="postgres")
-        name = f"ldtm_bench_{os.getpid()}"
-        admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-        with admin_engine.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        url = admin.set(database=name).render_as_string(hide_password=False)
-    try:
+    with tempfile.TemporaryDirectory() as scratch, scratch_database(args.url, "bench", Path(scratch)) as url:
         upgrade(url)
         engine = get_engine(url)
         print(
@@ -132,17 +121,12 @@ def main() -> None:
         print("| tickers | chained write ms | receipt to a folder ms | receipt to git ms | receipt / write |")
         print("|---:|---:|---:|---:|---:|")
         for n in (int(x) for x in args.sizes.split(",")):
-            m = measure(engine, n, args.evenings, Path(scratch.name))
+            m = measure(engine, n, args.evenings, Path(scratch))
             ratio = m["receipt (folder)"] / m["write"]
             print(
                 f"| {n:,} | {m['write']:.1f} | {m['receipt (folder)']:.1f} | {m['receipt (git)']:.1f} | {ratio:.2f}x |"
             )
         engine.dispose()
-    finally:
-        if admin_engine is not None:
-            with admin_engine.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        scratch.cleanup()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/scale.py --tickers 103,1000 --years 1,10
     .venv/bin/python benchmarks/scale.py --quick              # smoke: 3 and 6 tickers, 0.1 and 0.2 years
 
-For each universe size N a fresh PostgreSQL database `ldtm_scale_<pid>` is created on the server of
+For each universe size N a fresh PostgreSQL database `ldtm_scale_<N>_<pid>` is created on the server of
 `--url` (dropped at the end): synthetic prices for every ticker (the project's COPY writer), an
 UNTRAINED demo-profile checkpoint per ticker registered and promoted (never N trainings: inference cost
 does not depend on the weights), then the stored evenings are added, newest year first, up to each
@@ -49,10 +49,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from sqlalchemy import create_engine, insert, text, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import insert, text, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scratch_db import is_sqlite, scratch_database  # noqa: E402
 
 from ldtm_core.accountability.board.leaderboard import leaderboard  # noqa: E402
 from ldtm_core.accountability.board.record import horizon_answers  # noqa: E402
@@ -456,27 +457,13 @@ def main() -> int:
     if args.quick:
         ns, years = [3, 6], [0.1, 0.2]
     torch.set_num_threads(1)
-    sqlite = make_url(args.url).get_backend_name() == "sqlite"
+    sqlite = is_sqlite(args.url)
     results: dict[tuple[int, float], dict[str, float]] = {}
-    scratch = tempfile.TemporaryDirectory()
-    admin_engine = (
-        None
-        if sqlite
-        else create_engine(make_url(args.url).set(database="postgres"), isolation_level="AUTOCOMMIT")
-    )
-    try:
+    with tempfile.TemporaryDirectory() as scratch:
         for n in ns:
-            name = f"ldtm_scale_{os.getpid()}_{n}"
-            if sqlite:
-                url = f"sqlite:///{scratch.name}/{name}.db"
-            else:
-                with admin_engine.connect() as conn:
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-                    conn.execute(text(f'CREATE DATABASE "{name}"'))
-                url = make_url(args.url).set(database=name).render_as_string(hide_password=False)
-            try:
+            with scratch_database(args.url, f"scale_{n}", Path(scratch), keep=args.keep) as url:
                 upgrade(url)
-                home = Path(scratch.name) / f"home_{n}"
+                home = Path(scratch) / f"home_{n}"
                 t, store = _timed(lambda url=url, home=home, n=n: Store(url, home, n, max(years)))
                 print(
                     f"{n} tickers: prices ({len(store.sessions)} sessions) and {n} models in {t:.0f} s",
@@ -509,21 +496,8 @@ def main() -> int:
                 if n == ns[-1] and not sqlite and not args.no_dagster:
                     d = run_dagster(n, url, home)
                     print(f"  dagster, {n} partitions: " + ", ".join(f"{k} {v:.2f} s" for k, v in d.items()))
-            finally:
-                get_engine.cache_clear()
-                if admin_engine is not None and not args.keep:
-                    with admin_engine.connect() as conn:
-                        conn.execute(
-                            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-                            {"n": name},
-                        )
-                        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
         print()
         print(report(results, ns, years))
-    finally:
-        scratch.cleanup()
-        if admin_engine is not None:
-            admin_engine.dispose()
     return 0
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/signals.py postgresql+psycopg2://postgres@127.0.0.1:5432/postgres
 
-Creates a fresh database `ldtm_bench_signals_<pid>` on that server (dropped at the end unless --keep); a
+Creates a fresh database `ldtm_bench_signals_<tag>_<pid>` on that server (dropped at the end unless --keep); a
 `sqlite://` URL runs on a SQLite file in a temporary directory (the smoke test's tiny run). Synthetic
 prices for the first --tickers names of the full universe over --years, one active model per ticker and
 one published row per (ticker, evening), filled back by the project's fillback. Predicted return per
@@ -17,6 +17,7 @@ figures  on the `demo` universe's tickers over --figure-years: IC, quintile spre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -30,10 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import create_engine, insert, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scratch_db import is_sqlite, scratch_database  # noqa: E402
 
 from ldtm_core.accountability.ledger.fillback import fillback  # noqa: E402
 from ldtm_core.accountability.signals.execution import DEFAULT_EXECUTION, attach  # noqa: E402
@@ -43,7 +45,6 @@ from ldtm_core.accountability.signals.stats import recipes_tried  # noqa: E402
 from ldtm_core.data.ingest import ingest_frame  # noqa: E402
 from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
-from ldtm_core.db import get_engine  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.schema import model_registry, snapshots  # noqa: E402
 
@@ -245,23 +246,16 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = ap.parse_args()
 
-    sqlite = make_url(args.url).get_backend_name() == "sqlite"
-    scratch = tempfile.TemporaryDirectory()
-    created: list[str] = []
-    admin = make_url(args.url).set(database="postgres")
-    admin_engine = None if sqlite else create_engine(admin, isolation_level="AUTOCOMMIT")
+    print(
+        f"machine: {cpu_name()}, {os.cpu_count()} cores; database {'SQLite' if is_sqlite(args.url) else 'PostgreSQL'}"
+    )
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as databases:
 
-    def url_for(tag: str) -> str:
-        if sqlite:
-            return f"sqlite:///{scratch.name}/{tag}.db"
-        name = f"ldtm_bench_signals_{os.getpid()}_{tag}"
-        with admin_engine.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        created.append(name)
-        return admin.set(database=name).render_as_string(hide_password=False)
+        def url_for(tag: str) -> str:
+            return databases.enter_context(
+                scratch_database(args.url, f"bench_signals_{tag}", Path(scratch), keep=args.keep)
+            )
 
-    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; database {'SQLite' if sqlite else 'PostgreSQL'}")
-    try:
         url = url_for("cost")
         engine = upgrade(url)
         tickers = load_universe("full")[: args.tickers]
@@ -273,17 +267,6 @@ def main() -> None:
         engine.dispose()
         if args.figures:
             figures(url_for, args.figure_years, args.figures, args.edge, args.noise)
-    finally:
-        get_engine.cache_clear()
-        if admin_engine is not None and not args.keep:
-            with admin_engine.connect() as conn:
-                for name in created:
-                    conn.execute(
-                        text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-                        {"n": name},
-                    )
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        scratch.cleanup()
 
 
 if __name__ == "__main__":

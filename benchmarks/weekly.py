@@ -36,8 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
+
+from scratch_db import scratch_database  # noqa: E402
 
 from ldtm_core.accountability.gate.backtest_pool import backtest_many  # noqa: E402
 from ldtm_core.accountability.gate.gate import run_gate  # noqa: E402
@@ -58,15 +58,6 @@ from ldtm_core.migrate import upgrade  # noqa: E402
 from ldtm_core.progress import ProgressLog  # noqa: E402
 
 BACKTEST_FOLDS = DEFAULT_FOLDS  # the `backtests` asset's default
-
-
-def _server_db(url: str):
-    base = make_url(url)
-    name = f"ldtm_weekly_{os.getpid()}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))  # name built from the pid only
-    return base.set(database=name).render_as_string(hide_password=False), admin, name
 
 
 def _reporter(what: str, total: int):
@@ -185,28 +176,22 @@ def main() -> None:
 
     # A stop from outside (kill, a CI timeout) unwinds like Ctrl-C, so `finally` drops the server database.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    admin = name = None
-    with tempfile.TemporaryDirectory() as home:
-        url = f"sqlite:///{home}/weekly.db"
-        if args.url:
-            url, admin, name = _server_db(args.url)
-        try:
-            engine = upgrade(url)
-            settings = Settings(home=Path(home), database_url=url)
-            settings.ensure_dirs()
-            previous = None
-            for week, week_end in enumerate(week_ends, 1):
-                first = start if previous is None else sessions_between(previous, week_end)[1]
-                t = time.perf_counter()
-                ingest_synthetic(engine, tickers, first, week_end, seed=0)
-                print(f"week {week}: ingest {first}..{week_end}: {time.perf_counter() - t:.1f} s", flush=True)
-                _loop(engine, settings, tickers, args, overrides, plan, train_warm, bt_warm, week)
-                previous = week_end
-        finally:
-            if admin is not None:
-                engine.dispose()
-                with admin.connect() as conn:
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with (
+        tempfile.TemporaryDirectory() as home,
+        scratch_database(args.url or "sqlite://", "weekly", Path(home)) as url,
+    ):
+        engine = upgrade(url)
+        settings = Settings(home=Path(home), database_url=url)
+        settings.ensure_dirs()
+        previous = None
+        for week, week_end in enumerate(week_ends, 1):
+            first = start if previous is None else sessions_between(previous, week_end)[1]
+            t = time.perf_counter()
+            ingest_synthetic(engine, tickers, first, week_end, seed=0)
+            print(f"week {week}: ingest {first}..{week_end}: {time.perf_counter() - t:.1f} s", flush=True)
+            _loop(engine, settings, tickers, args, overrides, plan, train_warm, bt_warm, week)
+            previous = week_end
+        engine.dispose()
 
 
 if __name__ == "__main__":  # guard: the training pool spawns worker processes
