@@ -970,21 +970,35 @@ def step_4_receipts() -> None:
         sh(["docker", "cp", "ldtm_user_code:/tmp/track_record", str(folder / "track_record")])
         sh(["docker", "exec", "ldtm_user_code", "rm", "-rf", "/tmp/track_record"])
         sh(["docker", "cp", "ldtm_user_code:/opt/ldtm/receipts", str(folder / "receipts")])
-        # The outsider: this host's ldtm, no database URL, no secret.
-        outsider = {"PATH": os.environ["PATH"], "HOME": str(folder), "LDTM_HOME": str(folder / "home")}
+        # The outsider: this host's ldtm, no database URL, no secret (wide lines: one finding a line).
+        outsider = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(folder),
+            "LDTM_HOME": str(folder / "home"),
+            "COLUMNS": "400",
+        }
         p = subprocess.run(
             [str(Path(sys.executable).parent / "ldtm"), "verify-record", "track_record", "receipts",
              "--public-key", "receipts.pub"],
             cwd=folder, env=outsider, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
-        if p.returncode != 0 or "verify-record ok" not in p.stdout:
-            raise DeployTestFailure(
-                f"verify-record on the compose store's export:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-            )
         covered = re.search(r"(\d+) of (\d+) exported rows are covered", p.stdout)
         if not covered or covered.group(1) != covered.group(2):
             raise DeployTestFailure(f"not every exported row is covered by a receipt: {p.stdout[-2000:]}")
-        log(f"{len(evenings)} evening receipts; verify-record on this host: {covered.group(0)}")
+        # The evenings here are 2024's, predicted today: each live row's receipt follows its target's close,
+        # which the verifier must say, row by row; any other finding (removed, edited, chain...) fails.
+        findings = re.findall(r"^(\w+): (\S+) (\d{4}-\d\d-\d\d): ", p.stderr, re.M)
+        late = {(t, d) for kind, t, d in findings if kind == "late"}
+        expected = {(t, e.isoformat()) for t in TRAINED for e in (EVENING_1, EVENING_2)}
+        if p.returncode != 1 or len(findings) != len(late) or late != expected:
+            raise DeployTestFailure(
+                f"verify-record on the compose store's export (exit {p.returncode}), expected exactly one "
+                f"'late' finding per row:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            )
+        log(
+            f"{len(evenings)} evening receipts; verify-record on this host: {covered.group(0)}, and each "
+            f"of the {len(late)} rows of 2024's evenings named as recorded after its target's close"
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
