@@ -32,7 +32,6 @@ from ldtm_core.errors import ConfigError, LDTMError
 URL_ENV = "LDTM_TSA_URL"
 SUFFIX = ".tsr"
 TIMEOUT_S = 30
-GRANTED = (PKIStatus.GRANTED, PKIStatus.GRANTED_WITH_MODS)
 
 
 class TimestampError(LDTMError):
@@ -77,7 +76,8 @@ def fetch(url: str, data: bytes, timeout: float = TIMEOUT_S) -> bytes:
         response = decode_timestamp_response(raw)
     except ValueError as e:
         raise TimestampError(f"timestamp authority {url}: not an RFC 3161 response ({e})") from None
-    if PKIStatus(response.status) not in GRANTED:
+    # Only "granted": the verifier (rfc3161-client) refuses "granted with modifications" too.
+    if PKIStatus(response.status) != PKIStatus.GRANTED:
         said = "; ".join(response.status_string) or f"status {response.status}"
         raise TimestampError(f"timestamp authority {url} refused the request: {said}")
     info = response.tst_info

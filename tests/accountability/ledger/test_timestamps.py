@@ -213,6 +213,13 @@ def test_fetch_checks_the_answer_is_to_its_own_request(tsa, monkeypatch):
     monkeypatch.setattr(tsa, "reply", lambda query: token)
     with pytest.raises(ts.TimestampError, match="answers another request"):
         ts.fetch(tsa.url, b"receipt bytes")
+    # "Granted with modifications" is refused here as the verifier (rfc3161-client) would refuse it.
+    recorded, _ = _recorded()
+    assert recorded[4:9] == bytes.fromhex("3003020100")  # PKIStatusInfo { status 0: granted }
+    with_mods = recorded[:8] + b"\x01" + recorded[9:]
+    monkeypatch.setattr(tsa, "reply", lambda query: with_mods)
+    with pytest.raises(ts.TimestampError, match="refused the request"):
+        ts.fetch(tsa.url, b"receipt bytes")
     monkeypatch.setenv(ts.URL_ENV, "file:///etc/passwd")
     with pytest.raises(ConfigError, match="over http"):
         ts.configured_url()
