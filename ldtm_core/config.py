@@ -688,7 +688,7 @@ def env_text(name: str, default: str | None = None) -> str | None:
 def env_named(name: str) -> str | None:
     """A variable the user names at run time, not a setting (a secret passed by name to keep its value off
     the command line): its value, or None when unset or empty."""
-    if name.startswith("LDTM_") and name in SETTINGS:
+    if name in SETTINGS:
         raise ConfigError(f"{name} is a setting: name another variable")
     return os.environ.get(name) or None
 
