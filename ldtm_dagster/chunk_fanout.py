@@ -33,7 +33,7 @@ from ldtm_core.learning.gpu_slots import SlotPlan
 from ldtm_core.learning.process_guard import Watchdog, die_with_parent
 from ldtm_core.learning.ticker_pool import ticker_chunks
 
-from .gpu_pool import chunk_slot_plan, plan_chunk_slots
+from .gpu_pool import chunk_slot_plan, gpu_slot_lease, plan_chunk_slots
 from .metadata import records_table
 from .partition_steps import partition_keys
 
@@ -112,16 +112,18 @@ def run_chunk(
     work: Callable[[str], tuple[dict, Any]],
     progress: Callable[[Any], str],
     *,
+    database_url: str,
     already_done: Callable[[str], bool],
     skipped: str,
     not_done: str,
 ) -> list[dict]:
-    """A chunk step's tickers, one after another in this step process (one pool slot): `work(ticker)`
-    gives (row, outcome); each row gets the step's pid and its start and end, and `progress(outcome)` is
-    logged. A ticker `already_done` (unless the chunk says `force`) is skipped with the note `skipped`."""
+    """A chunk step's tickers, one after another in this step process (one pool slot, whose lease it
+    holds in the database at `database_url`): `work(ticker)` gives (row, outcome); each row gets the
+    step's pid and its start and end, and `progress(outcome)` is logged. A ticker `already_done` (unless
+    the chunk says `force`) is skipped with the note `skipped`."""
     rows = []
     # In a multiprocess run this is a child of the run worker: die with it, and stop when the run ends.
-    with chunk_step_guard(context) as own_process:
+    with chunk_step_guard(context) as own_process, gpu_slot_lease(context, database_url):
         for ticker in chunk["tickers"]:
             # A step the executor started after its run ended (failed, cancelled) does nothing; the
             # watchdog covers a run that ends while a ticker is worked on.

@@ -10,11 +10,17 @@ every fanned-out run itself.
 
 A chunk step dies with its run: it asks the kernel to kill it when the run worker dies and polls the
 run's status, so a failed or canceled run leaves no orphan training behind (`chunk_step_guard`).
+
+The instance's claim is not atomic across processes (two runs claiming at once can run one step over
+the limit), so every `gpu` step also holds one of the limit's leases in the app database while it
+works (`gpu_slot_lease`, ldtm_core/learning/slot_lease.py): an over-admitted step waits for one.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from dagster import (
     DagsterInstance,
@@ -24,6 +30,7 @@ from dagster import (
 
 from ldtm_core.errors import LDTMError
 from ldtm_core.learning.gpu_slots import ENV_POOL_ID, SlotPlan
+from ldtm_core.learning.slot_lease import slot_lease
 from ldtm_core.learning.ticker_pool import worker_devices
 
 from . import deployment
@@ -38,7 +45,12 @@ def mark_pool_processes() -> str:
     workers) as this instance's `gpu` pool, so the pool's limit counts the VRAM they hold as its own
     (gpu_slots.probe) instead of shrinking under its own load. Called once when the code location loads
     (definitions.py); a value set by the deployment wins. Returns the marker in force."""
-    return os.environ.setdefault(ENV_POOL_ID, f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}")
+    return os.environ.setdefault(ENV_POOL_ID, pool_id())
+
+
+def pool_id() -> str:
+    """This instance's `gpu` pool: the deployment's marker, else the pool named after its DAGSTER_HOME."""
+    return os.environ.get(ENV_POOL_ID) or f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}"
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
@@ -52,6 +64,25 @@ def sync_pool_limit(instance: DagsterInstance, plan: SlotPlan) -> tuple[int | No
     if info.using_default_limit or info.limit is None or info.slot_count != plan.total:
         instance.event_log_storage.set_concurrency_slots(GPU_POOL, plan.total)
     return info.limit, plan.total
+
+
+@contextmanager
+def gpu_slot_lease(context: OpExecutionContext, database_url: str) -> Iterator[int | None]:
+    """Hold one of the `gpu` limit's leases while a `gpu` step works (nothing to hold without a limit):
+    a step the instance admitted over its limit waits here, saying so, until one is free."""
+    limit = pool_limit(context.instance)
+    if not limit:
+        yield None
+        return
+
+    def waiting() -> None:
+        context.log.warning(
+            f"all {limit} gpu slot lease(s) are held: the instance admitted this step over its limit; "
+            "waiting for a lease"
+        )
+
+    with slot_lease(database_url, pool_id(), limit, on_wait=waiting) as slot:
+        yield slot
 
 
 def chunk_slot_plan(context: OpExecutionContext, gpu) -> SlotPlan:

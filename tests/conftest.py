@@ -9,6 +9,7 @@ tests instead of skipping them; unset, on a machine without PostgreSQL, they ski
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -33,9 +34,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 sys.path[1:1] = sorted({str(p.parent) for p in Path(__file__).parent.rglob("test_*.py")} - set(sys.path))
 
 from ldtm_core.db import get_engine  # noqa: E402
-from ldtm_core.migrate import upgrade  # noqa: E402
+from ldtm_core.migrate import head_revision, upgrade  # noqa: E402
 from ldtm_core.schema import metadata  # noqa: E402
 
+HEAD = head_revision()
 DEFAULT_PG = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 
 
@@ -76,37 +78,72 @@ def pg_server_url():
 
 
 def _empty_tables(url: str) -> None:
-    engine = get_engine(url)
-    with engine.begin() as conn:
-        names = ", ".join(t.name for t in metadata.sorted_tables)
-        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    """Every table emptied and every id sequence restarted, as a fresh database has them. Only the tables
+    that hold a row are truncated: a TRUNCATE of all of them costs 0.15 s a test, finding none 1 ms."""
+    names = [t.name for t in metadata.sorted_tables]
+    with get_engine(url).begin() as conn:
+        # Names from the schema's metadata, not input.
+        holding = " UNION ALL ".join(f"(SELECT '{name}' FROM {name} LIMIT 1)" for name in names)  # noqa: S608
+        used = [row[0] for row in conn.execute(text(holding))]
+        if used:
+            conn.execute(text(f"TRUNCATE {', '.join(used)} RESTART IDENTITY CASCADE"))
+        moved = "SELECT schemaname, sequencename FROM pg_sequences WHERE last_value IS NOT NULL"
+        for schema, sequence in conn.execute(text(moved)).all():
+            conn.execute(text(f'ALTER SEQUENCE "{schema}"."{sequence}" RESTART'))
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request, tmp_path):
-    """A migrated, empty database: run once on SQLite and once on PostgreSQL."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory) -> Path:
+    """One SQLite file migrated to the newest revision per worker: each test gets a copy of it instead of
+    running every migration again (0.2 s a test, about a thousand tests)."""
+    path = tmp_path_factory.mktemp("sqlite_template") / "ldtm.db"
+    engine = upgrade(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the main file
+    engine.dispose()
+    return path
+
+
+def _migrated_sqlite(template: Path, folder: Path) -> str:
+    """A fresh migrated SQLite database in `folder`: a copy of the session's template."""
+    shutil.copyfile(template, folder / "ldtm.db")
+    return f"sqlite:///{folder / 'ldtm.db'}"
+
+
+@pytest.fixture(scope="session")
+def _pg_migrated(pg_server_url) -> str:
+    """The session's PostgreSQL database, migrated once."""
+    upgrade(pg_server_url)
+    return pg_server_url
+
+
+def _empty_pg(url: str) -> str:
+    """The session's PostgreSQL database at the newest revision (a test that moved it is put back) with
+    every table emptied."""
+    with get_engine(url).connect() as conn:
+        revision = conn.execute(text("SELECT max(version_num) FROM alembic_version")).scalar()
+    if revision != HEAD:
         upgrade(url)
-        return url
-    url = request.getfixturevalue("pg_server_url")
-    upgrade(url)
     _empty_tables(url)
     return url
 
 
-@pytest.fixture
-def sqlite_url(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
-    upgrade(url)
-    return url
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path, _sqlite_template):
+    """A migrated, empty database: run once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return _migrated_sqlite(_sqlite_template, tmp_path)
+    return _empty_pg(request.getfixturevalue("_pg_migrated"))
 
 
 @pytest.fixture
-def pg_url(pg_server_url):
-    upgrade(pg_server_url)
-    _empty_tables(pg_server_url)
-    return pg_server_url
+def sqlite_url(tmp_path, _sqlite_template):
+    return _migrated_sqlite(_sqlite_template, tmp_path)
+
+
+@pytest.fixture
+def pg_url(_pg_migrated):
+    return _empty_pg(_pg_migrated)
 
 
 @pytest.fixture

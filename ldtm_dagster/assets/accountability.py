@@ -28,7 +28,7 @@ from ldtm_core.data.calendar import is_session
 from ldtm_core.scoring import baselines, board_stats
 
 from ..deployment import gpu_step_tags
-from ..gpu_pool import GPU_POOL
+from ..gpu_pool import GPU_POOL, gpu_slot_lease
 from ..metadata import records_table
 from ..partition_steps import failing_as, for_each_partition, partition_keys
 from ..partitions import check_evening_keys, evening_partitions
@@ -115,7 +115,8 @@ def snapshots(
             "features_recomputed": "; ".join(f"{t}: {why}" for t, why in result.features_recomputed.items()),
         }
 
-    runs = for_each_partition(context, "snapshots", one)
+    with gpu_slot_lease(context, settings.database_url):
+        runs = for_each_partition(context, "snapshots", one)
     sessions = sum(r["status"] != "no session" for r in runs)
     # Each row is audited with the band stored with it, not today's LDTM_NEUTRAL_BAND_PCT.
     # The nightly audit: what is new since the last passing audit's chain heads, every row once a week

@@ -122,6 +122,7 @@ def backtest_chunk(
         chunk,
         backtest,
         lambda o: _progress_line(engine, o, chunk["run_tickers"], started, chunk["planned_at"]),
+        database_url=settings.database_url,
         already_done=lambda t: bool(resume.backtested_since(engine, [t], started)),
         skipped="already backtested since the run started",
         not_done="backtested",

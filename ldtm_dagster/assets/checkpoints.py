@@ -156,6 +156,7 @@ def train_checkpoint_chunk(
         chunk,
         train,
         lambda o: _progress_line(engine, o, run_tickers, started, as_of),
+        database_url=settings.database_url,
         already_done=lambda t: bool(resume.trained_since(engine, [t], started, as_of)),
         skipped="candidate already registered since the run started",
         not_done="trained",

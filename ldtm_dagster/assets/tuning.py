@@ -21,7 +21,7 @@ from ldtm_core.learning import tuning
 from ldtm_core.learning.training import parse_overrides
 
 from ..deployment import gpu_step_tags
-from ..gpu_pool import GPU_POOL
+from ..gpu_pool import GPU_POOL, gpu_slot_lease
 from ..metadata import records_table
 from ..partition_steps import partition_keys
 from ..partitions import ticker_partitions
@@ -65,17 +65,25 @@ def hpo_studies(
             value,
         ) in training.overrides().items():  # the resource's settings, unless the study fixes them
             fixed.setdefault(key, value)
-        for ticker in partition_keys(context, "hpo_studies"):
-            try:
-                r = tuning.tune(
-                    settings, [ticker], config.trials, timeout=config.timeout_s, fixed=fixed, seed=config.seed
+        with gpu_slot_lease(context, settings.database_url):
+            for ticker in partition_keys(context, "hpo_studies"):
+                try:
+                    r = tuning.tune(
+                        settings,
+                        [ticker],
+                        config.trials,
+                        timeout=config.timeout_s,
+                        fixed=fixed,
+                        seed=config.seed,
+                    )
+                except InputError as exc:  # e.g. a late listing: too little history for the backtest's folds
+                    context.log.warning(f"{ticker}: no study: {exc}")
+                    skipped[ticker] = str(exc)
+                    continue
+                context.log.info(
+                    f"{r.study_name}: {r.ran} trials run, best {r.best_value} (#{r.best_number})"
                 )
-            except InputError as exc:  # e.g. a late listing: too little history for the backtest's folds
-                context.log.warning(f"{ticker}: no study: {exc}")
-                skipped[ticker] = str(exc)
-                continue
-            context.log.info(f"{r.study_name}: {r.ran} trials run, best {r.best_value} (#{r.best_number})")
-            rows.append(r)
+                rows.append(r)
     except LDTMError as exc:
         raise Failure(f"hpo_studies: {exc}") from None
     table = [
