@@ -1,4 +1,4 @@
-.PHONY: setup demo test lint dev dashboard deploy-test gpu-wheels gpu-check
+.PHONY: setup demo test test-durations lint dev dashboard deploy-test gpu-wheels gpu-check
 
 # One Dagster instance for `make demo` and `make dev`, so the UI shows what the demo materialised.
 DAGSTER_HOME_DIR = $${DAGSTER_HOME:-$(CURDIR)/.dagster_home}
@@ -25,6 +25,10 @@ test: setup
 	.venv/bin/ruff check .
 	.venv/bin/python -m pytest -n $(TEST_WORKERS) -m "not restarts_server" $(PYTEST_ARGS)
 	.venv/bin/python -m pytest -m restarts_server $(PYTEST_SERIAL_ARGS)
+
+# The suite as `make test` runs it, then its 20 slowest tests (setup, call and teardown each timed).
+test-durations:
+	$(MAKE) test PYTEST_ARGS="--durations=20 $(PYTEST_ARGS)" PYTEST_SERIAL_ARGS="--durations=20 $(PYTEST_SERIAL_ARGS)"
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .

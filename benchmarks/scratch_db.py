@@ -32,8 +32,10 @@ def scratch_database(url: str, tag: str, folder: Path, *, keep: bool = False) ->
     try:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
         try:
+            # Inside the `try`: a stop (SIGTERM as SystemExit) just after CREATE still drops it.
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
             yield server.set(database=name).render_as_string(hide_password=False)
         finally:
             get_engine.cache_clear()

@@ -78,3 +78,44 @@ def test_a_host_without_the_dependencies_or_wheels_is_told_how_to_get_them(tmp_p
     )
     assert proc.returncode == 2
     assert "make gpu-wheels" in proc.stderr
+
+
+def _check(tmp_path, monkeypatch, cpu: bool):
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.setenv("LDTM_GPU_POOL_ID", "")  # the check sets it: restored after the test
+    from benchmarks import gpu_check
+
+    cfg = gpu_check.CheckConfig.dry_run() if cpu else gpu_check.CheckConfig()
+    return gpu_check, gpu_check.Check(cfg, tmp_path, tmp_path / "home")
+
+
+def test_a_dry_run_on_a_busy_host_stretches_its_limits_and_says_host_too_busy(tmp_path, monkeypatch):
+    """A busy 2-core host ran the dry run's concurrency and bench stages past their 80 s and 90 s limits
+    ("failed: concurrency, bench"; 137 s in all when idle): a dry run's limits stretch with the host's
+    measured slowness, and a stage that still runs out while the load exceeds the cores is "host too
+    busy", not a failure of the check."""
+    gpu_check, check = _check(tmp_path, monkeypatch, cpu=True)
+    monkeypatch.setattr(gpu_check, "host_slowness", lambda: (3.0, "a fixed loop ran 3.0x its idle time"))
+    monkeypatch.setattr(check, "write", lambda: {})
+    given = []
+    st = check.stage("bench", lambda lim: given.append(lim) or {"ok": 1}, 90)
+    assert given == [270.0] and st.status == "ok" and st.result["limit_scale"].startswith("x3.0")
+    assert check.budget_s == 3 * gpu_check.BUDGET_S
+
+    def too_slow(lim):
+        raise subprocess.TimeoutExpired("bench", lim)
+
+    check.sampler.load["concurrency"] = 2.0 * (os.cpu_count() or 1) + 1
+    st = check.stage("concurrency", too_slow, 80)
+    assert st.status == "skipped" and st.note.startswith("host too busy: did not finish within 240s"), st.note
+    check.sampler.load["onnx"] = 0.0  # idle, and still too slow: the check's own failure
+    assert check.stage("onnx", too_slow, 60).status == "failed"
+
+
+def test_a_gpu_hosts_limits_are_the_budgets_as_set(tmp_path, monkeypatch):
+    gpu_check, check = _check(tmp_path, monkeypatch, cpu=False)
+    monkeypatch.setattr(gpu_check, "host_slowness", lambda: (3.0, "busy"))
+    monkeypatch.setattr(check, "write", lambda: {})
+    given = []
+    check.stage("bench", lambda lim: given.append(lim), 90)
+    assert given == [90] and check.budget_s == gpu_check.BUDGET_S
