@@ -28,6 +28,7 @@ from dagster import (
     OpExecutionContext,
 )
 
+from ldtm_core.config import env_text
 from ldtm_core.errors import LDTMError
 from ldtm_core.learning.gpu_slots import ENV_POOL_ID, SlotPlan
 from ldtm_core.learning.slot_lease import slot_lease
@@ -50,7 +51,7 @@ def mark_pool_processes() -> str:
 
 def pool_id() -> str:
     """This instance's `gpu` pool: the deployment's marker, else the pool named after its DAGSTER_HOME."""
-    return os.environ.get(ENV_POOL_ID) or f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}"
+    return env_text(ENV_POOL_ID) or f"{GPU_POOL}@{os.environ.get('DAGSTER_HOME') or os.getcwd()}"
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
