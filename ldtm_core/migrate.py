@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
+from alembic.runtime.environment import EnvironmentContext
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from filelock import FileLock, Timeout
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
 
 from ldtm_core.config import masked_url
 from ldtm_core.db import DatabaseError, get_engine
@@ -31,6 +35,34 @@ def alembic_config(url: str) -> Config:
 
 
 MIGRATION_LOCK_TIMEOUT_S = 300
+
+
+@lru_cache(maxsize=1)
+def _scripts() -> ScriptDirectory:
+    """The shipped revisions, read once per process: alembic executes every revision file each time a
+    ScriptDirectory is read (about a tenth of the test suite's time went there)."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
+def _run_upgrade(cfg: Config, revision: str) -> None:
+    """alembic's `command.upgrade(cfg, revision)` on the process's one read of the revisions (the command
+    would read and execute every revision file again)."""
+    script = _scripts()
+    with EnvironmentContext(
+        cfg, script, fn=lambda rev, _context: script._upgrade_revs(revision, rev), destination_rev=revision
+    ):
+        script.run_env()
+
+
+def _at_head(engine: Engine) -> bool:
+    """Whether the database is at this code's newest revision: one read, nothing to migrate or refuse.
+    False where that cannot be read at once (a SQLite file another process is creating is "locked"): the
+    caller then takes the migration lock, as every first use did."""
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_heads() == (_scripts().get_current_head(),)
+    except OperationalError:
+        return False
 
 
 def _sqlite_lock(engine: Engine) -> contextlib.AbstractContextManager:
@@ -62,10 +94,7 @@ def _require_sqlite_folder(engine: Engine, url: str) -> None:
 def _refuse_a_newer_database(conn, cfg, url: str) -> None:
     """A database a later release migrated carries a revision this code does not know: say so in one
     line instead of alembic's traceback, and change nothing."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(cfg)
+    script = _scripts()
     known = {rev.revision for rev in script.walk_revisions()}
     current = MigrationContext.configure(conn).get_current_heads()
     unknown = [rev for rev in current if rev not in known]
@@ -79,11 +108,8 @@ def _refuse_a_newer_database(conn, cfg, url: str) -> None:
 def _refuse_an_older_database(conn, cfg, url: str) -> None:
     """Only `ldtm db upgrade` migrates: a database behind the newest revision is refused in one line
     (where it is, the newest, how many revisions are pending) and left as it is."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
     current = MigrationContext.configure(conn).get_current_revision()
-    script = ScriptDirectory.from_config(cfg)
+    script = _scripts()
     head = script.get_current_head()
     if current is not None and current != head:
         behind = len(list(script.iterate_revisions(head, current)))
@@ -127,27 +153,37 @@ def open_database(url: str) -> Engine:
 
     def create_if_empty(conn: Connection, cfg: Config) -> None:
         _refuse_an_older_database(conn, cfg, url)
-        command.upgrade(cfg, "head")  # an empty database: every revision; at the newest: nothing
+        _run_upgrade(cfg, "head")  # an empty database: every revision; at the newest: nothing
 
-    return _under_the_migration_lock(url, create_if_empty)
+    return _opened_at_head(url) or _under_the_migration_lock(url, create_if_empty)
 
 
 def upgrade(url: str, revision: str = "head") -> Engine:
     """Migrate the database at `url` to `revision` (idempotent) and return its engine: `ldtm db upgrade`,
     and the tests' and benchmarks' own stores."""
-    return _under_the_migration_lock(url, lambda conn, cfg: command.upgrade(cfg, revision))
+    at_head = _opened_at_head(url) if revision == "head" else None
+    return at_head or _under_the_migration_lock(url, lambda conn, cfg: _run_upgrade(cfg, revision))
+
+
+def _opened_at_head(url: str) -> Engine | None:
+    """The engine of a database already at the newest revision (the common case: every command, every
+    step), without taking the migration lock or running alembic; None for any other database."""
+    engine = get_engine(url)
+    if engine.dialect.name == "sqlite":
+        _require_sqlite_folder(engine, url)
+        database = engine.url.database
+        on_disk = database and not database.startswith("file:") and database != ":memory:"
+        if on_disk and not Path(database).expanduser().exists():
+            return None  # a new file is created under the migration lock only
+    return engine if _at_head(engine) else None
 
 
 def head_revision() -> str | None:
     """The newest revision the shipped migrations define."""
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    return _scripts().get_current_head()
 
 
 def current_revision(url: str) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
     with get_engine(url).connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
@@ -155,11 +191,8 @@ def current_revision(url: str) -> str | None:
 def pending(url: str) -> list[tuple[str, str]]:
     """(revision, what it changes: its docstring's first paragraph) of each revision `upgrade` would apply
     to the database at `url`, oldest first; [] at the newest. Reads only."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
     cfg = alembic_config(url)
-    script = ScriptDirectory.from_config(cfg)
+    script = _scripts()
     with get_engine(url).connect() as conn:
         _refuse_a_newer_database(conn, cfg, url)
         current = MigrationContext.configure(conn).get_current_revision()

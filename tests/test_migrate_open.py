@@ -105,3 +105,19 @@ def test_db_upgrade_dry_run_on_an_older_store_still_lists_and_changes_nothing(be
     assert dry.exit_code == 0, dry.output
     assert f"would apply {pending_after(OLDER)} revision(s)" in dry.output
     assert revision_of(behind_url) == OLDER
+
+
+def test_a_database_at_the_newest_revision_opens_without_the_lock_or_alembic(db_url, monkeypatch):
+    """Every command and step opens a store already at the newest revision: one read of its revision,
+    no migration lock, no run of alembic (which read and executed every revision file each time: about a
+    tenth of the test suite's time). A first use and an older store still take the locked path."""
+    from ldtm_core import migrate
+
+    def forbidden(*_args, **_kwargs):
+        raise AssertionError("the migration lock or alembic was used on a store at the newest revision")
+
+    monkeypatch.setattr(migrate, "_under_the_migration_lock", forbidden)
+    assert migrate.open_database(db_url) is get_engine(db_url)
+    assert migrate.upgrade(db_url) is get_engine(db_url)
+    with pytest.raises(AssertionError, match="migration lock"):
+        migrate.upgrade(db_url, OLDER)  # any other target: the locked path

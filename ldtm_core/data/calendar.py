@@ -92,7 +92,7 @@ def sessions_between(start, end) -> list[dt.date]:
     cover(start)
     s = session_array()
     lo, hi = np.searchsorted(s, _to_d64(start), "left"), np.searchsorted(s, _to_d64(end), "right")
-    return [_to_date(x) for x in s[lo:hi]]
+    return s[lo:hi].astype(object).tolist()  # datetime64[D] -> dt.date, vectorised
 
 
 def is_session(day) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import zlib
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -224,6 +225,16 @@ def apply_splits(df: pd.DataFrame, splits: Mapping[str, Sequence[tuple[dt.date, 
     return df
 
 
+@lru_cache(maxsize=128)
+def _ticker_path(ticker: str, seed: int, last: dt.date) -> pd.DataFrame:
+    """One ticker's bars on every session from the grid start to `last`, simulated from the grid start so
+    every path (and its mean-reversion state) is range-independent. Kept for the process's next ask (a
+    test suite or a replay asks for the same paths again and again); callers only ever slice it."""
+    sessions = np.array(sessions_between(GRID_START, last))
+    grid_pos = np.busday_count(GRID_START, sessions.astype("datetime64[D]"))
+    return _ticker_frame(ticker, sessions, grid_pos, _market_returns(seed), seed)
+
+
 def generate(
     tickers: Sequence[str],
     start: dt.date | str,
@@ -244,12 +255,8 @@ def generate(
     days = sessions_between(start, end)
     if len(days) < 2:
         raise InputError(f"synthetic range {start}..{end} holds fewer than 2 XNYS sessions")
-    # Simulate from the grid start so every path (and its mean-reversion state) is range-independent.
-    sessions = np.array(sessions_between(GRID_START, days[-1]))
-    grid_pos = np.busday_count(GRID_START, sessions.astype("datetime64[D]"))
-    market = _market_returns(seed)
     first = days[0]
-    frames = [_ticker_frame(t, sessions, grid_pos, market, seed) for t in tickers]
+    frames = [_ticker_path(t, seed, days[-1]) for t in tickers]
     frames = [f[f["date"] >= first] for f in frames]
     gone = {t: pd.Timestamp(d).date() for t, d in (delistings or {}).items()}
     frames = [f[f["date"] <= gone[t]] if t in gone else f for t, f in zip(tickers, frames, strict=True)]
