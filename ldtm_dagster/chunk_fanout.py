@@ -30,7 +30,7 @@ from dagster import (
 from sqlalchemy import Engine
 
 from ldtm_core.learning.gpu_slots import SlotPlan
-from ldtm_core.learning.process_guard import Watchdog, die_with_parent
+from ldtm_core.learning.process_guard import Watchdog, die_with_parent, die_with_starter
 from ldtm_core.learning.ticker_pool import ticker_chunks
 
 from .gpu_pool import chunk_slot_plan, gpu_slot_lease, plan_chunk_slots
@@ -167,6 +167,7 @@ def chunk_step_guard(context: OpExecutionContext) -> Iterator[bool]:
         yield False
         return
     die_with_parent()
+    die_with_starter()  # the run worker, which under the forkserver is not this process's parent
     with Watchdog(lambda: run_is_over(context.instance, context.run_id), WATCHDOG_INTERVAL_S):
         yield True
 

@@ -37,6 +37,7 @@ defs = Definitions(
         nightly_heartbeat,
     ],
     resources=resources_from_env(),
-    # k8s_job_executor on Kubernetes (LDTM_DEPLOYMENT=k8s), Dagster's multiprocess executor elsewhere.
+    # k8s_job_executor on Kubernetes (LDTM_DEPLOYMENT=k8s), elsewhere Dagster's multiprocess executor
+    # forking each step from a forkserver that imported the code location once.
     executor=deployment.executor(),
 )

@@ -5,12 +5,18 @@ Two guards, both needed: a worker asks the kernel to kill it when its parent die
 watchdog thread polls whether the work it serves is over (a Dagster run marked failed or
 canceled while this process still lives) and then stops this process, so no orphan goes on
 registering candidates after its run ended.
+
+A process a forkserver started has the forkserver as its parent, not the process that asked for it
+(a Dagster run worker): `die_with_starter` watches the asker's end of the pipe multiprocessing keeps
+between them, which the kernel closes when the asker dies, however it dies.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
@@ -30,6 +36,21 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         return False
     if os.getppid() != parent:  # the parent died before prctl took effect: nobody will signal us
         os.kill(os.getpid(), sig)
+    return True
+
+
+def die_with_starter(sig: int = signal.SIGKILL) -> bool:
+    """Send `sig` to this process when the process that started it through multiprocessing dies (under a
+    forkserver that is not the parent `die_with_parent` follows). False where no process started it."""
+    starter = multiprocessing.parent_process()
+    if starter is None or starter.sentinel is None:
+        return False
+
+    def watch() -> None:
+        multiprocessing.connection.wait([starter.sentinel])  # readable once the starter's end closes
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="ldtm-starter-watch", daemon=True).start()
     return True
 
 

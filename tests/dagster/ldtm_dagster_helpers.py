@@ -113,6 +113,28 @@ def process_tree(pid: int) -> list[int]:
     return out + [g for k in out for g in process_tree(k)]
 
 
+def step_processes(worker: int) -> list[int]:
+    """The processes a run worker's steps run in (and theirs): its descendants, less multiprocessing's own
+    helpers among its children, the forkserver and the resource tracker, which live as long as the run
+    worker does (the steps the forkserver forked carry its command line too, so only children are sorted)."""
+    helpers = set()
+    for child in process_tree_children(worker):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"multiprocessing.forkserver" in cmdline or b"multiprocessing.resource_tracker" in cmdline:
+            helpers.add(child)
+    return [p for p in process_tree(worker) if p not in helpers]
+
+
+def process_tree_children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(k) for k in (task / "children").read_text().split()]
+    return out
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]

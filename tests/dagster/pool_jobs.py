@@ -7,6 +7,7 @@ import sys
 
 from dagster import DagsterInstance, Definitions, define_asset_job, execute_job, reconstructable
 
+from ldtm_dagster import deployment
 from ldtm_dagster.assets import backtests, checkpoints
 from ldtm_dagster.partitions import range_tags
 from ldtm_dagster.resources import resources_from_env
@@ -14,14 +15,20 @@ from ldtm_dagster.resources import resources_from_env
 
 def checkpoints_job():
     return Definitions(
-        assets=[checkpoints], jobs=[define_asset_job("checkpoints_only")], resources=resources_from_env()
+        assets=[checkpoints],
+        jobs=[define_asset_job("checkpoints_only")],
+        resources=resources_from_env(),
+        executor=deployment.executor(),  # the product's: steps forked from a forkserver
     ).resolve_job_def("checkpoints_only")
 
 
 def retrain_job():
     """What `retrain_job` runs after `features`: training, then the backtests of the new candidates."""
     return Definitions(
-        assets=[checkpoints, backtests], jobs=[define_asset_job("retrain")], resources=resources_from_env()
+        assets=[checkpoints, backtests],
+        jobs=[define_asset_job("retrain")],
+        resources=resources_from_env(),
+        executor=deployment.executor(),
     ).resolve_job_def("retrain")
 
 

@@ -21,7 +21,7 @@ from dagster import (
 )
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from ldtm_dagster_helpers import REPO, process_tree, repo_instance_config, wait_dead
+from ldtm_dagster_helpers import REPO, process_tree, repo_instance_config, step_processes, wait_dead
 from sqlalchemy import func, select
 
 from ldtm_core.config import Settings
@@ -176,7 +176,7 @@ def test_a_run_marked_failed_stops_its_training_steps(world, tmp_path):
     worker, trainer, pause = _start_paused_run(home, tmp_path, "AAPL", "NVDA")
     try:
         time.sleep(2)  # let the other chunk's step reach training too (or its own pause)
-        steps = [p for p in process_tree(worker.pid) if p != worker.pid]
+        steps = step_processes(worker.pid)
         assert trainer in steps
         (run,) = DagsterInstance.get().get_runs()
         instance.report_run_failed(run)  # what run monitoring or a cancel does while the step lives

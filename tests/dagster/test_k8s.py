@@ -344,11 +344,24 @@ def test_gpu_per_step_off_gives_cpu_pods_and_a_cpu_plan(monkeypatch):
     assert deployment.cluster_plan(3).devices() == ["cuda:0"] * 3
 
 
-def test_outside_k8s_nothing_changes(monkeypatch):
-    monkeypatch.delenv("LDTM_DEPLOYMENT", raising=False)
-    assert deployment.executor() is None and deployment.gpu_step_tags() == {}
-    monkeypatch.setenv("LDTM_DEPLOYMENT", "docker")
-    assert deployment.executor() is None and deployment.gpu_step_tags() == {}
+def test_outside_k8s_steps_fork_from_a_forkserver_and_nothing_else_changes(monkeypatch):
+    """Outside k8s: Dagster's multi-or-in-process executor, its steps forked from a forkserver that
+    imported the code location (unless the run config runs in process or names a start method)."""
+    for where in (None, "docker"):
+        if where:
+            monkeypatch.setenv("LDTM_DEPLOYMENT", where)
+        else:
+            monkeypatch.delenv("LDTM_DEPLOYMENT", raising=False)
+        executor = deployment.executor()
+        assert executor.name == "multi_or_in_process" and deployment.gpu_step_tags() == {}
+    forked = {"forkserver": {"preload_modules": ["ldtm_dagster"]}}
+    assert deployment._forkserver_by_default({}) == {"multiprocess": {"start_method": forked}}
+    assert deployment._forkserver_by_default({"multiprocess": {"max_concurrent": 3}}) == {
+        "multiprocess": {"max_concurrent": 3, "start_method": forked}
+    }
+    spawn = {"multiprocess": {"start_method": {"spawn": {}}}}
+    assert deployment._forkserver_by_default(spawn) == spawn
+    assert deployment._forkserver_by_default({"in_process": {}}) == {"in_process": {}}
 
 
 @pytest.mark.parametrize(

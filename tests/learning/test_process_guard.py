@@ -66,3 +66,48 @@ def test_watchdog_acts_once_when_the_work_is_over_and_never_after_exit():
     n = len(calls)
     time.sleep(0.1)
     assert len(calls) == n and len(fired) == 1
+
+
+STARTER = """
+import multiprocessing, sys, time
+from ldtm_core.learning.process_guard import die_with_parent, die_with_starter
+
+def step(guard, ready):
+    die_with_parent()
+    if guard:
+        die_with_starter()
+    ready.put(multiprocessing.current_process().pid)
+    time.sleep(60)
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("forkserver")
+    ready = ctx.Queue()
+    ctx.Process(target=step, args=(sys.argv[1] == "guarded", ready)).start()
+    print(ready.get(timeout=60), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+@pytest.mark.parametrize("guard", ["guarded", "parent only"])
+def test_a_forkserver_child_dies_with_its_sigkilled_starter(guard, tmp_path):
+    """A Dagster step forked from the run worker's forkserver has the forkserver as its parent, which
+    outlives the run worker while any child it forked lives: `die_with_parent` alone leaves the step
+    running after its run worker was killed; `die_with_starter` ends it."""
+    script = tmp_path / "starter.py"
+    script.write_text(STARTER)
+    starter = subprocess.Popen(
+        [sys.executable, str(script), guard], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    child = int(starter.stdout.readline())
+    assert _alive(child)
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+    deadline = time.monotonic() + (5 if guard == "guarded" else 2)  # the guarded one goes in ~0.1 s
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert _alive(child) == (guard == "parent only")
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
