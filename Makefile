@@ -15,15 +15,15 @@ demo: setup
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) ./scripts/dagster_home.sh && \
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) LDTM_UNIVERSE=$(DEMO_UNIVERSE) .venv/bin/python -m ldtm_dagster.demo
 
-# Two pytest workers (pytest-xdist): the suite takes ~11 min on 2 cores instead of ~19; TEST_WORKERS=0 runs it
-# in one process.
+# Two pytest workers (pytest-xdist) that steal work from each other, the tests marked `slow` first (tests/conftest.py);
+# TEST_WORKERS=0 runs the suite in one process. Times per CPU: docs/performance.md, "The test suite and CI".
 TEST_WORKERS ?= 2
 
 # Tests that restart the shared PostgreSQL server run alone afterwards: beside the other worker's PostgreSQL
 # tests they cut those tests' connections (198 skipped once, issue 38 D12).
 test: setup
 	.venv/bin/ruff check .
-	.venv/bin/python -m pytest -n $(TEST_WORKERS) -m "not restarts_server" $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not restarts_server" $(PYTEST_ARGS)
 	.venv/bin/python -m pytest -m restarts_server $(PYTEST_SERIAL_ARGS)
 
 # The suite as `make test` runs it, then its 20 slowest tests (setup, call and teardown each timed).

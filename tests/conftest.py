@@ -170,6 +170,9 @@ def pytest_collection_modifyitems(items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         if PG_FIXTURES & set(getattr(item, "fixturenames", ())) or "postgres" in params.values():
             item.add_marker(pytest.mark.postgres)
+    # The longest tests first: the workers then end together on short ones (with `--dist worksteal`)
+    # instead of one waiting for the other's last long test. A stable sort: the rest keep their order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(hookwrapper=True)

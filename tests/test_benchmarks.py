@@ -330,6 +330,7 @@ def test_lr_schedule(bench):
     assert re.search(r"noise band \(cosine across seeds \[0, 1\]\): val loss [\d.]+ %", out)
 
 
+@pytest.mark.slow
 def test_null_universe(bench):
     """--quick: every figure of the issue-27 table is printed, through the project's own functions; `--also`
     prints the other nulls' tables after it (here the record's labels read every evening)."""
@@ -488,6 +489,7 @@ def test_psi_null(bench):
     assert re.search(rf"feature_drift: {NUMBER} ms per ticker", out) and re.search(r"\d+ s on ", out)
 
 
+@pytest.mark.slow
 def test_recipes(bench, tmp_path, capsys):
     """--quick: a row per recipe variant with numbers in every cell, the SYNEDGE columns; then two
     tickers' CSVs through --csv-dir, and a CSV with a bad row refused naming its file and line."""

@@ -16,6 +16,7 @@ from ldtm_core.db import get_engine
 from ldtm_core.schema import model_registry
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cli_partition_range_trains_three_tickers_in_one_run(sqlite_url, tmp_path):
     engine = get_engine(sqlite_url)

@@ -70,6 +70,7 @@ def _max_overlap(spans) -> int:
     return peak
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_two_retrains_on_a_limit_of_two_never_train_more_than_two_at_once(world):
     """Training and the backtests' fold trainings both fan out one pool step per chunk: two retrain runs
@@ -125,6 +126,7 @@ def _start_paused_run(home, tmp_path, first, last):
     return worker, trainer, pause
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_killing_the_run_worker_kills_its_training_and_a_reexecution_resumes(world, tmp_path):
     instance, engine, home = world
@@ -170,6 +172,7 @@ def test_killing_the_run_worker_kills_its_training_and_a_reexecution_resumes(wor
     assert [i for t, i in rows if t == "NVDA"] == [msft.model_id]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_run_marked_failed_stops_its_training_steps(world, tmp_path):
     instance, engine, home = world

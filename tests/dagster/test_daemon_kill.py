@@ -42,6 +42,7 @@ def _wait(what: str, seconds: float, probe):
     raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_killing_a_daemon_launched_run_worker_stops_its_training_and_frees_its_slots(
     sqlite_url, tmp_path, monkeypatch

@@ -16,6 +16,7 @@ from ldtm_dagster.demo import run_demo
 EVENINGS = 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_demo_runs_three_times_in_the_same_checkout(sqlite_url, tmp_path, monkeypatch):
     # Every gate passes, so every run promotes a new version that re-predicts the same evenings.

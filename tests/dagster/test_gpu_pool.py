@@ -20,6 +20,7 @@ JOB_FILE = str(Path(__file__).with_name("two_gpu_steps.py"))
 THREE_STEPS = str(Path(__file__).with_name("three_gpu_steps.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_limit_one_serialises_gpu_steps_within_one_multiprocess_run(dagster_instance, fake_nvml, tmp_path):
     # 1700 MiB free: floor((1700 - 1024) / 600) = 1 slot.
@@ -42,6 +43,7 @@ def test_limit_one_serialises_gpu_steps_within_one_multiprocess_run(dagster_inst
     assert dagster_instance.event_log_storage.get_concurrency_info(GPU_POOL).active_slot_count == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_step_the_instance_admits_over_its_limit_waits_for_a_lease(dagster_instance, tmp_path):
     """Dagster's pool can run a step over its limit: with two steps holding the pool's 2 slots, a dip of

@@ -181,6 +181,7 @@ def _run_whole_graph(instance, resources) -> None:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_whole_graph_on_sqlite_then_a_nightly_run(dagster_instance, sqlite_url, tmp_path):
     resources = tiny_resources(tmp_path / "home", sqlite_url)
@@ -253,6 +254,7 @@ def dagster_pg_env(pg_server_url, monkeypatch):
     admin_engine.dispose()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_whole_graph_on_postgres_app_db_and_instance_storage(pg_url, dagster_pg_env, tmp_path):
     config = yaml.safe_load((REPO / "deploy/postgres/dagster.yaml").read_text())

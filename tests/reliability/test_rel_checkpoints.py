@@ -41,6 +41,7 @@ def _tamper(settings, engine) -> dict[str, str]:
     return {t: m.promoted_path for t, m in models.items()}
 
 
+@pytest.mark.slow
 def test_tampered_checkpoints_are_named_and_others_carry_on(pg_url, tmp_path):
     home = tmp_path / "home"
     settings = build_world(pg_url, home)
@@ -69,6 +70,7 @@ def test_tampered_checkpoints_are_named_and_others_carry_on(pg_url, tmp_path):
     assert table_counts(pg_url) == before
 
 
+@pytest.mark.slow
 def test_gate_refuses_a_tampered_candidate_and_promotes_a_healthy_one(pg_url, tmp_path):
     home = tmp_path / "home"
     settings = build_world(pg_url, home, tickers=["AAPL", "QQQ"])

@@ -30,6 +30,7 @@ COMMANDS = [
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.mark.slow
 def test_closed_port_url_errors_are_clear_and_masked(tmp_path):
     url = f"postgresql+psycopg2://ldtm:{PASSWORD}@127.0.0.1:1/ldtm"
     env = cli_env(tmp_path / "home", url)
@@ -42,6 +43,7 @@ def test_closed_port_url_errors_are_clear_and_masked(tmp_path):
         assert "error:" in both and "127.0.0.1" in both, (cmd, both)
 
 
+@pytest.mark.slow
 def test_real_server_url_with_a_password_never_echoes_it(pg_url, tmp_path):
     # The local server trusts 127.0.0.1, so a (wrong) password still connects: the runs really work.
     url = make_url(pg_url).set(username="postgres", password=PASSWORD).render_as_string(hide_password=False)

@@ -41,6 +41,7 @@ def ticker(rng, shift: float = 0.0, shifted: int = 3) -> drift.FeatureDrift:
     return drift.feature_drift(name, frame.iloc[:REFERENCE], frame.iloc[REFERENCE:], sims=SIMS)
 
 
+@pytest.mark.slow
 def test_an_unchanged_ticker_shows_an_unusual_input_at_most_5_percent_of_the_time():
     rng = np.random.default_rng(20240611)
     tickers = 200
