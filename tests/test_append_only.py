@@ -93,3 +93,15 @@ def test_a_downgrade_removes_them(sqlite_url):
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0036")
     assert triggers() == 0
+
+
+def test_a_temporary_fill_revisions_cannot_stand_in_for_the_log(filled):
+    """SQLite's triggers read only tables of their own database: a session's temporary `fill_revisions`
+    holding a made-up log row does not let a filled answer change (PostgreSQL: tests/test_db_roles.py)."""
+    engine, sid = filled
+    with pytest.raises(IntegrityError, match=REFUSED), engine.begin() as conn:
+        conn.execute(text("CREATE TEMP TABLE fill_revisions (snapshot_id, horizon, old_actual, new_actual)"))
+        conn.execute(
+            text("INSERT INTO temp.fill_revisions VALUES (:sid, 'next_day', 102.0, 103.0)"), {"sid": sid}
+        )
+        conn.execute(update(snapshots).where(snapshots.c.id == sid).values(next_day_actual=103.0))

@@ -202,6 +202,34 @@ def test_the_database_refuses_a_filled_answer_changed_outside_the_logged_refill(
         assert conn.execute(select(snapshots.c.next_day_actual)).scalar_one() == 104.0
 
 
+def test_temporary_tables_cannot_shadow_what_the_trigger_reads(granted):
+    """The app role may create temporary tables (ingest stages its COPY in one). Under 0037 a temporary
+    `fill_revisions` with a made-up log row let it change a filled answer, and a temporary `pg_roles`
+    made the trigger take it for a superuser and skip every rule (the same change, with no log at all).
+    From 0038 the trigger reads pg_catalog and the app's own schema only: both attacks are refused."""
+    app = granted.engine(granted.app)
+    with app.begin() as conn:
+        mid = registry_row(conn, "AAPL", "active")
+        sid = conn.execute(insert(snapshots).values(snapshot_row(mid)).returning(snapshots.c.id)).scalar_one()
+        conn.execute(update(snapshots).where(snapshots.c.id == sid).values(next_day_actual=102.0))
+    forged_log = (
+        "CREATE TEMP TABLE fill_revisions (snapshot_id integer, horizon text, old_actual float8, "
+        "new_actual float8); INSERT INTO fill_revisions VALUES (:sid, 'next_day', 102.0, 103.0); "
+        "UPDATE snapshots SET next_day_actual = 103.0 WHERE id = :sid"
+    )
+    superuser = (
+        "CREATE TEMP TABLE pg_roles AS SELECT current_user::name AS rolname, true AS rolsuper; "
+        "UPDATE snapshots SET next_day_actual = 103.0 WHERE id = :sid"
+    )
+    for attack in (forged_log, superuser):
+        with pytest.raises(ProgrammingError, match="the filled next_day actual"), app.begin() as conn:
+            conn.execute(text(attack), {"sid": sid})
+    with granted.engine(granted.owner).connect() as conn:
+        assert conn.execute(select(snapshots.c.next_day_actual).where(snapshots.c.id == sid)).all() == [
+            (102.0,)
+        ]
+
+
 def test_the_app_role_writes_an_ordinary_table(granted):
     app = granted.engine(granted.app)
     bar = {"ticker": "AAPL", "date": dt.date(2024, 3, 1), "open": 1.0, "high": 2.0, "low": 1.0, "close": 1.5}
