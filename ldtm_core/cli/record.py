@@ -158,8 +158,8 @@ def verify_record(
         ),
     ] = None,
 ) -> None:
-    """Check an exported record against its signed receipts: no database, no secret. Exit 1 on any
-    finding (each names the ticker and evening)."""
+    """Check an exported record against its signed receipts: no database, no secret. Exit 0 ok, 1 on any
+    finding (each names the ticker and evening), 2 when the input cannot be used (the file and why)."""
     from ldtm_core.accountability.ledger.receipts import load_public_key
     from ldtm_core.accountability.ledger.record_verify import assurance
     from ldtm_core.accountability.ledger.record_verify import verify_record as run

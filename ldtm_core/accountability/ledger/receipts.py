@@ -25,15 +25,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from sqlalchemy import Engine, func, select
 
-from ldtm_core.accountability.ledger import timestamps
+from ldtm_core.accountability.ledger import receipt_format, timestamps
 from ldtm_core.accountability.ledger.chain import canonical
 from ldtm_core.config import env_text, setting_flag
-from ldtm_core.errors import ConfigError, LDTMError
+from ldtm_core.errors import ConfigError, InputError, LDTMError
 from ldtm_core.schema import snapshots
 
 VERSION = 1
@@ -153,7 +153,7 @@ def signing_key() -> Ed25519PrivateKey | None:
 def load_public_key(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, UnsupportedAlgorithm) as e:
         raise ConfigError(f"public key {path}: cannot be read as a PEM public key ({e})") from None
     if not isinstance(key, Ed25519PublicKey):
         raise ConfigError(f"public key {path}: not an Ed25519 key")
@@ -183,12 +183,16 @@ class Receipt:
 
 
 def _read(path: Path) -> Receipt:
-    raw = path.read_bytes()
+    """A receipt file, its fields checked (an InputError names the file and the field)."""
     try:
+        raw = path.read_bytes()
         doc = json.loads(raw)
-        return Receipt(path, doc["body"], doc["signature"], hashlib.sha256(raw).hexdigest())
-    except (ValueError, KeyError, TypeError):
-        raise ReceiptError(f"{path}: not a receipt (unreadable JSON or no body/signature)") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except ValueError:
+        raise InputError(f"{path}: not a receipt (unreadable JSON)") from None
+    body, signature = receipt_format.checked(path, doc)
+    return Receipt(path, body, signature, hashlib.sha256(raw).hexdigest())
 
 
 def _paths(directory: Path) -> list[Path]:
@@ -346,7 +350,7 @@ def after_predict(engine: Engine) -> Receipt | None:
             raise ConfigError(f"{DIR_ENV} is set but neither {KEY_ENV} nor {SEED_ENV}: no key to sign with")
         receipt = issue(engine, sink, key)
         url = timestamps.configured_url()
-    except ConfigError as e:
+    except (ConfigError, InputError) as e:  # InputError: a receipt in the sink that cannot be read
         raise ReceiptError(str(e)) from None
     newest_receipt = receipt or newest(sink.directory)[0]
     if url and newest_receipt and unstamped([newest_receipt]):

@@ -14,9 +14,11 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 from sqlalchemy import Engine, select
 
-from ldtm_core.errors import ConfigError, InputError
+from ldtm_core.accountability.ledger.chain import HASHED_COLUMNS
+from ldtm_core.errors import ConfigError, InputError, first_line
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.schema import corporate_actions, prices, snapshots
 
@@ -65,19 +67,83 @@ def export_record(engine: Engine, out: Path, tickers: list[str] | None = None) -
     return manifest
 
 
-def read_export(folder: Path) -> dict[str, pd.DataFrame]:
-    """The export's tables, each file checked against the manifest (an error names the file)."""
-    manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
+def _needs() -> dict[str, tuple[str, ...]]:
+    """The columns `record_verify` reads of each file (an export without one is unusable input)."""
+    fills = [h.col(c) for h in HORIZONS for c in ("date", "pred", "actual", "pct_error")]
+    return {
+        "snapshots": ("id", "prev_hash", "row_hash", *HASHED_COLUMNS, *fills),
+        "prices": ("ticker", "date", "close"),
+        "corporate_actions": ("ticker", "ex_date", "factor", "kind"),
+    }
+
+
+def require_folder(folder: Path, what: str) -> None:
+    if not folder.exists():
+        raise InputError(f"{folder}: no such folder ({what})")
+    if not folder.is_dir():
+        raise InputError(f"{folder}: not a folder ({what})")
+
+
+def _manifest(folder: Path) -> dict[str, dict]:
+    """The manifest's {file name: {"rows", "sha256"}}, its shape checked."""
+    path = folder / MANIFEST
+    if not path.is_file():
         raise InputError(f"{folder}: no {MANIFEST} (not an `ldtm audit export` folder)")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        files = json.loads(path.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise InputError(f"{path}: not an export manifest (JSON with a files object)") from None
+    if not isinstance(files, dict) or not all(
+        isinstance(f, dict) and isinstance(f.get("sha256"), str) for f in files.values()
+    ):
+        raise InputError(f"{path}: its files are not {{name: {{rows, sha256}}}}")
+    return files
+
+
+# Per file: (a column of dates, a column of numbers) the verifier converts.
+_KINDS = {
+    "snapshots": ("run_date", "id"),
+    "prices": ("date", "close"),
+    "corporate_actions": ("ex_date", "factor"),
+}
+
+
+def _typed(path: Path, name: str, frame: pd.DataFrame) -> None:
+    """The columns the verifier reads are there, with values of the kind it reads."""
+    missing = [c for c in _needs()[name] if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: no column {', '.join(missing)} (an export from another tool?)")
+    dates, numbers = _KINDS[name]
+    for col, convert, kind in ((dates, pd.to_datetime, "date"), (numbers, pd.to_numeric, "number")):
+        try:
+            convert(frame[col])
+        except (ValueError, TypeError) as e:
+            raise InputError(
+                f"{path}: column {col} holds a value that is not a {kind} ({first_line(e)})"
+            ) from None
+    if name == "snapshots" and (
+        not pd.api.types.is_integer_dtype(frame["id"]) or frame["id"].duplicated().any()
+    ):
+        raise InputError(f"{path}: its ids are not unique whole numbers")
+
+
+def read_export(folder: Path) -> dict[str, pd.DataFrame]:
+    """The export's tables, each file checked against the manifest and for the columns the verifier reads
+    (an InputError names the file and why)."""
+    require_folder(folder, "the export")
+    files = _manifest(folder)
     out = {}
     for name in FILES:
         path = folder / f"{name}.parquet"
-        want = manifest["files"].get(path.name)
+        want = files.get(path.name)
         if want is None or not path.is_file():
             raise InputError(f"{folder}: {path.name} is missing")
         if hashlib.sha256(path.read_bytes()).hexdigest() != want["sha256"]:
             raise InputError(f"{path}: its SHA-256 is not the manifest's (changed after the export)")
-        out[name] = pd.read_parquet(path)
+        try:
+            frame = pd.read_parquet(path)
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise InputError(f"{path}: not a readable Parquet file ({first_line(e)})") from None
+        _typed(path, name, frame)
+        out[name] = frame
     return out

@@ -41,9 +41,10 @@ from ldtm_core.accountability.ledger import receipts as rc
 from ldtm_core.accountability.ledger import timestamps as ts
 from ldtm_core.accountability.ledger.audit import actual_wrongs
 from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT
-from ldtm_core.accountability.ledger.record_export import read_export
+from ldtm_core.accountability.ledger.record_export import read_export, require_folder
 from ldtm_core.data.calendar import session_close
 from ldtm_core.data.corporate_actions import Action
+from ldtm_core.errors import InputError, summary
 from ldtm_core.horizons import DIRECTION, HORIZONS
 
 
@@ -154,12 +155,24 @@ def verify_record(
     public: Ed25519PublicKey,
     tsa_chain: list[cryptography.x509.Certificate] | None = None,
 ) -> VerifyReport:
+    """The report of `export` against the receipts in `receipts_dir`; an InputError (exit 2) names the
+    file when either cannot be used, or when there is nothing to verify."""
     tables = read_export(export)
+    require_folder(receipts_dir, "the receipts")
     report = VerifyReport()
     rows = _records(tables["snapshots"])
     report.rows = len(rows)
-    by_id = {int(r["id"]): r for r in rows}
     receipts = rc.read_receipts(receipts_dir)
+    if not rows and not receipts:
+        raise InputError(f"nothing to verify: {export} holds no rows and {receipts_dir} no receipts")
+    try:
+        return _verify(rows, tables, receipts, public, tsa_chain, report)
+    except (KeyError, ValueError, TypeError, AttributeError) as e:  # a cell of a kind no export writes
+        raise InputError(f"{export / 'snapshots.parquet'}: a row cannot be checked ({summary(e)})") from None
+
+
+def _verify(rows, tables, receipts, public, tsa_chain, report: VerifyReport) -> VerifyReport:
+    by_id = {int(r["id"]): r for r in rows}
     good = check_receipts(receipts, public, report)
     bad_ids: set[int] = set()
     covered: set[int] = set()

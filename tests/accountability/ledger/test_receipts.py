@@ -23,7 +23,7 @@ from ldtm_core.accountability.ledger.record_verify import assurance, verify_reco
 from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
 from ldtm_core.db import lift_append_only
-from ldtm_core.errors import ConfigError
+from ldtm_core.errors import ConfigError, InputError
 from ldtm_core.schema import run_log, snapshots
 
 TICKERS = ["AAPL", "QQQ"]
@@ -225,6 +225,9 @@ def test_a_live_row_is_late_when_its_receipt_follows_its_first_target():
 def test_a_lost_receipts_sink_leaves_the_chain_and_says_what_was_lost(engine, tmp_path, keys, record):
     out = tmp_path / "export"
     export_record(engine, out)
+    with pytest.raises(InputError, match="nowhere: no such folder"):  # a mistyped folder is not "lost"
+        verify_record(out, tmp_path / "nowhere", rc.load_public_key(keys[1]))
+    (tmp_path / "nowhere").mkdir()
     report = verify_record(out, tmp_path / "nowhere", rc.load_public_key(keys[1]))
     assert report.receipts == 0 and {f.kind for f in report.findings} == {"uncovered"}
     assert any("Nothing outside the database" in line for line in assurance(report))
