@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,7 +233,22 @@ class Sink:
         git, remote = setting_flag(GIT_ENV), env_text(REMOTE_ENV)
         if remote and not git:
             raise ConfigError(f"{REMOTE_ENV} is set but {GIT_ENV} is not: only a git sink is pushed")
-        return cls(Path(raw).expanduser(), git, remote or None)
+        sink = cls(Path(raw).expanduser(), git, remote or None)
+        if git:
+            sink._check_repository()
+        return sink
+
+    def _check_repository(self) -> None:
+        if shutil.which("git") is None:
+            raise ConfigError(f"{GIT_ENV} is set but git is not installed (no git on PATH)")
+        proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell
+            ["git", "-C", str(self.directory), "rev-parse", "--show-toplevel"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if proc.returncode or Path(proc.stdout.strip()).resolve() != self.directory.resolve():
+            raise ConfigError(
+                f"{DIR_ENV} {self.directory} is not a git repository ({GIT_ENV} is set): `git init` it first"
+            )
 
     def write(self, body: dict, key: Ed25519PrivateKey) -> Receipt:
         """Sign `body` and write it as a new file (never over another); commit it when the sink is git."""
@@ -274,6 +290,47 @@ class Sink:
 # --- issuing -------------------------------------------------------------------------------------------
 
 
+def current_key_id(newest_receipt: Receipt | None) -> str | None:
+    """The key that signs the chain's next receipt: the newest receipt's, or the one it introduced."""
+    if newest_receipt is None:
+        return None
+    body = newest_receipt.body
+    return body["new_key_id"] if body["kind"] == "key" else body["key_id"]
+
+
+def _check_current(newest_receipt: Receipt | None, key: Ed25519PrivateKey) -> None:
+    """Only the chain's current key signs: another would break the chain for every later check."""
+    current, mine = current_key_id(newest_receipt), key_id(key.public_key())
+    if current is not None and current != mine:
+        raise ConfigError(
+            f"the configured signing key is {mine}, not the chain's current key {current} (receipt "
+            f"{newest_receipt.seq}); only `ldtm receipts rotate`, signed by the current key, changes it"
+        )
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The receipt settings, every one checked before an evening writes a row."""
+
+    sink: Sink
+    key: Ed25519PrivateKey
+    tsa_url: str | None
+
+
+def ready() -> Ready | None:
+    """The checked receipt settings (None with no sink): a ConfigError names the first wrong one, raised
+    before the evening writes anything, so no row is left uncovered by a setting's mistake."""
+    sink = Sink.configured()
+    if sink is None:
+        return None
+    key = signing_key()
+    if key is None:
+        raise ConfigError(f"{DIR_ENV} is set but neither {KEY_ENV} nor {SEED_ENV}: no key to sign with")
+    url = timestamps.configured_url()
+    _check_current(newest(sink.directory)[0], key)
+    return Ready(sink, key, url)
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -293,6 +350,7 @@ def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
     """A receipt for every snapshot row not covered by the sink's receipts yet (None when there is none):
     an evening whose receipt failed is covered by the next one."""
     previous, after = newest(sink.directory)
+    _check_current(previous, key)
     with engine.connect() as conn:
         upto = conn.execute(select(func.max(snapshots.c.id))).scalar() or 0
         if upto <= after:
@@ -315,7 +373,9 @@ def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
 
 def rotate(sink: Sink, old: Ed25519PrivateKey, new_public: Ed25519PublicKey) -> Receipt:
     """A receipt, signed by the current key, that introduces the next one: later receipts are signed by it."""
-    body = _base(newest(sink.directory)[0], old, "key") | {
+    previous = newest(sink.directory)[0]
+    _check_current(previous, old)
+    body = _base(previous, old, "key") | {
         "new_key_id": key_id(new_public),
         "new_public_key": base64.b64encode(
             new_public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
@@ -338,19 +398,16 @@ def unstamped(receipts: list[Receipt]) -> list[Receipt]:
     return [r for r in receipts if not timestamps.token_path(r.path).exists()]
 
 
-def after_predict(engine: Engine) -> Receipt | None:
-    """The nightly's receipt, when a sink is configured (`LDTM_RECEIPTS_DIR`), timestamped when a TSA is
-    (`LDTM_TSA_URL`): a ReceiptError (the run fails, the alert says why) when either cannot be had."""
-    sink = Sink.configured()
-    if sink is None:
+def after_predict(engine: Engine, settings: Ready | None) -> Receipt | None:
+    """The nightly's receipt with the settings `ready()` checked before the evening (None: no sink),
+    timestamped when a TSA is configured: a ReceiptError (the run fails, the alert says why) when either
+    cannot be had."""
+    if settings is None:
         return None
+    sink, key, url = settings.sink, settings.key, settings.tsa_url
     try:
-        key = signing_key()
-        if key is None:
-            raise ConfigError(f"{DIR_ENV} is set but neither {KEY_ENV} nor {SEED_ENV}: no key to sign with")
         receipt = issue(engine, sink, key)
-        url = timestamps.configured_url()
-    except (ConfigError, InputError) as e:  # InputError: a receipt in the sink that cannot be read
+    except (ConfigError, InputError) as e:  # the chain moved on meanwhile, or a receipt that cannot be read
         raise ReceiptError(str(e)) from None
     newest_receipt = receipt or newest(sink.directory)[0]
     if url and newest_receipt and unstamped([newest_receipt]):

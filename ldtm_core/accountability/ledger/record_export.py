@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -116,7 +117,9 @@ def _typed(path: Path, name: str, frame: pd.DataFrame) -> None:
     dates, numbers = _KINDS[name]
     for col, convert, kind in ((dates, pd.to_datetime, "date"), (numbers, pd.to_numeric, "number")):
         try:
-            convert(frame[col])
+            with warnings.catch_warnings():  # a format pandas cannot infer is still checked, value by value
+                warnings.simplefilter("ignore", UserWarning)
+                convert(frame[col])
         except (ValueError, TypeError) as e:
             raise InputError(
                 f"{path}: column {col} holds a value that is not a {kind} ({first_line(e)})"

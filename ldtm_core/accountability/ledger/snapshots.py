@@ -197,12 +197,13 @@ def predict(
             f"--mode live refused for {run_date}: prices up to {latest} already exist, so the outcome "
             "is known; record it as a replay (--mode replay, or no --mode)"
         )
+    receipt_settings = receipts.ready()  # checked before anything is written: no row left uncovered
     result = PredictResult(run_id=str(uuid.uuid4()), run_date=run_date, mode=mode)
     runlog.start(engine, "predict", run_date, wanted, run_id=result.run_id)
     try:
         _predict(engine, result, models, wanted, band, t0)
         # The evening's signed receipt outside the database (when configured): a failure fails the run.
-        result.receipt = receipts.after_predict(engine)
+        result.receipt = receipts.after_predict(engine, receipt_settings)
     except BaseException as exc:
         runlog.finish(
             engine, result.run_id, "failed", phases=result.phases, message=runlog.failure_message(exc)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -45,8 +46,8 @@ def token_path(receipt_path: Path) -> Path:
 
 def configured_url() -> str | None:
     url = env_text(URL_ENV)
-    if url and not url.startswith(("https://", "http://")):
-        raise ConfigError(f"{URL_ENV} {url!r}: a timestamp authority is reached over http(s)")
+    if url and (not url.startswith(("https://", "http://")) or not urllib.parse.urlsplit(url).hostname):
+        raise ConfigError(f"{URL_ENV} {url!r}: a timestamp authority is reached over http(s) at a host")
     return url or None
 
 

@@ -192,11 +192,15 @@ def test_rotation_and_a_key_nobody_introduced(engine, tmp_path, keys, record, mo
     report = _check(engine, tmp_path, keys, "after_rotation")
     assert report.ok, report.findings
     assert len(report.keys) == 2
-    # A key no receipt introduced: its receipts are findings, and their rows uncovered.
+    # A key no receipt introduced is refused before the evening writes; signed anyway (a patched copy of
+    # the code), its receipts are findings, and their rows uncovered.
     rogue, rogue_public = tmp_path / "keys" / "rogue.pem", tmp_path / "keys" / "rogue.pub"
     rc.keygen(rogue, rogue_public)
     monkeypatch.setenv(rc.KEY_ENV, str(rogue))
     later2 = sorted(d for d in ingest_dates(engine) if d > later)[0]
+    with pytest.raises(ConfigError, match="not the chain's current key"):
+        predict(engine, settings, run_date=later2)
+    monkeypatch.setattr(rc, "_check_current", lambda *_: None)
     predict(engine, settings, run_date=later2)
     report = _check(engine, tmp_path, keys, "rogue")
     assert ("receipt", "", later2.isoformat()) in _found(report)

@@ -1,0 +1,102 @@
+"""Receipt settings are checked before an evening writes anything, and only the chain's current key signs:
+a wrong setting used to fail the run after its rows were written (left uncovered), and another key
+signed the evening and broke the chain for every later check."""
+
+from __future__ import annotations
+
+import pytest
+from accountability_helpers import ingest, make_model, make_settings
+from sqlalchemy import func, select
+
+from ldtm_core.accountability.ledger import receipts as rc
+from ldtm_core.accountability.ledger.record_export import export_record
+from ldtm_core.accountability.ledger.record_verify import verify_record
+from ldtm_core.accountability.ledger.snapshots import predict
+from ldtm_core.accountability.ledger.timestamps import URL_ENV
+from ldtm_core.errors import ConfigError
+from ldtm_core.schema import run_log, snapshots
+
+SEED = "a-seed-of-forty-characters-for-the-test-0"
+
+
+def _counts(engine) -> tuple[int, int]:
+    with engine.connect() as conn:
+        return (
+            conn.execute(select(func.count()).select_from(snapshots)).scalar(),
+            conn.execute(select(func.count()).select_from(run_log)).scalar(),
+        )
+
+
+@pytest.fixture
+def evening(engine, db_url, tmp_path):
+    """(settings, the evenings to predict) of one ticker with a model, receipts not configured yet."""
+    settings = make_settings(tmp_path, db_url)
+    df = ingest(engine, ["AAPL"])
+    make_model(engine, settings, "AAPL")
+    return settings, sorted(df["date"].unique())[-30:-26]
+
+
+def _not_a_repo(tmp_path, mp):
+    (tmp_path / "receipts").mkdir()
+    mp.setenv(rc.GIT_ENV, "true")
+
+
+def _no_git(tmp_path, mp):
+    mp.setenv(rc.GIT_ENV, "true")
+    mp.setenv("PATH", str(tmp_path / "empty_bin"))
+
+
+# (what is wrong, how it is set, what the error names); each with LDTM_RECEIPTS_DIR set.
+BAD = [
+    ("no key", lambda tmp, mp: None, rc.KEY_ENV),
+    ("a short seed", lambda tmp, mp: mp.setenv(rc.SEED_ENV, "short"), rc.SEED_ENV),
+    ("both key settings", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(rc.KEY_ENV, "k.pem")), "not both"),
+    ("a missing key file", lambda tmp, mp: mp.setenv(rc.KEY_ENV, str(tmp / "nokey.pem")), "nokey.pem"),
+    ("a remote without git", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(rc.REMOTE_ENV, "origin")), rc.GIT_ENV),
+    ("an ftp TSA", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(URL_ENV, "ftp://tsa.example")), URL_ENV),
+    ("a TSA without a host", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(URL_ENV, "https://")), URL_ENV),
+    ("a folder that is not a git repository", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), _not_a_repo(tmp, mp)), "not a git repository"),
+    ("git not installed", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), _no_git(tmp, mp)), "git"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,setting,names", BAD, ids=[b[0] for b in BAD])
+def test_a_wrong_receipt_setting_stops_the_evening_before_it_writes(
+    engine, evening, tmp_path, monkeypatch, name, setting, names
+):
+    settings, days = evening
+    for var in (rc.KEY_ENV, rc.SEED_ENV, rc.GIT_ENV, rc.REMOTE_ENV, URL_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    setting(tmp_path, monkeypatch)
+    with pytest.raises(ConfigError, match=names):
+        predict(engine, settings, run_date=days[0])
+    assert _counts(engine) == (0, 0), f"{name}: the evening wrote before its receipt settings were checked"
+
+
+def test_only_the_chains_current_key_signs_and_rotation_changes_it(
+    engine, evening, tmp_path, monkeypatch, keys
+):
+    settings, days = evening
+    sink = tmp_path / "receipts"
+    monkeypatch.setenv(rc.DIR_ENV, str(sink))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    predict(engine, settings, run_date=days[0])
+    written = _counts(engine)
+    # Another key (a seed set by mistake instead of the file) is refused before a row is written.
+    monkeypatch.delenv(rc.KEY_ENV)
+    monkeypatch.setenv(rc.SEED_ENV, SEED)
+    other = rc.key_id(rc.key_from_seed(SEED).public_key())
+    with pytest.raises(
+        ConfigError, match=f"{other}.*not the chain's current key {rc.key_id(rc.load_public_key(keys[1]))}"
+    ):
+        predict(engine, settings, run_date=days[1])
+    assert _counts(engine) == written and len(rc.read_receipts(sink)) == 1
+    with pytest.raises(ConfigError, match="not the chain's current key"):
+        rc.issue(engine, rc.Sink.configured(), rc.key_from_seed(SEED))
+    # Rotation by the current key makes the seed's key current: it then signs, and the record verifies.
+    rc.rotate(rc.Sink(sink), rc.load_private_key(keys[0]), rc.key_from_seed(SEED).public_key())
+    predict(engine, settings, run_date=days[1])
+    export_record(engine, tmp_path / "export")
+    report = verify_record(tmp_path / "export", sink, rc.load_public_key(keys[1]))
+    assert report.receipts == 2 and not [f for f in report.findings if f.kind == "receipt"], report.findings
