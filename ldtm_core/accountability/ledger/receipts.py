@@ -102,20 +102,31 @@ def public_pem(public: Ed25519PublicKey) -> bytes:
 
 def keygen(private_path: Path, public_path: Path) -> str:
     """A new Ed25519 key: the private half to `private_path` (mode 0600), the public half to
-    `public_path`. Never overwrites a file. Returns the key id."""
+    `public_path`. Never overwrites a file; on failure leaves neither half behind. Returns the key id."""
+    if private_path.resolve() == public_path.resolve():
+        raise ConfigError(f"--private and --public are the same file {private_path}: give each half its own")
     for path in (private_path, public_path):
-        if path.exists():
+        if path.exists() or path.is_symlink():
             raise ConfigError(f"{path} exists: a key is never overwritten; choose another path")
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    private_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(private)
-    public_path.parent.mkdir(parents=True, exist_ok=True)
-    public_path.write_bytes(public_pem(key.public_key()))
+    created: list[Path] = []
+    for path, data, mode in (
+        (private_path, private, 0o600),
+        (public_path, public_pem(key.public_key()), 0o644),
+    ):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            created.append(path)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            for done in created:  # all or nothing: the same command can be run again
+                done.unlink(missing_ok=True)
+            raise ConfigError(f"{path}: cannot be written ({e.strerror or e}); no key was kept") from None
     return key_id(key.public_key())
 
 

@@ -100,3 +100,37 @@ def test_only_the_chains_current_key_signs_and_rotation_changes_it(
     export_record(engine, tmp_path / "export")
     report = verify_record(tmp_path / "export", sink, rc.load_public_key(keys[1]))
     assert report.receipts == 2 and not [f for f in report.findings if f.kind == "receipt"], report.findings
+
+
+def test_keygen_refuses_one_path_for_both_halves_and_leaves_nothing_when_it_fails(tmp_path):
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+
+    same = CliRunner().invoke(
+        app, ["receipts", "keygen", "--private", str(tmp_path / "k.pem"), "--public", str(tmp_path / "k.pem")]
+    )
+    assert same.exit_code == 2 and "the same file" in same.output and "keep it secret" not in same.output
+    assert not (tmp_path / "k.pem").exists()
+    (tmp_path / "locked").write_text("a file where a folder belongs (root writes anywhere else)\n")
+    args = [
+        "receipts",
+        "keygen",
+        "--private",
+        str(tmp_path / "k.pem"),
+        "--public",
+        str(tmp_path / "locked" / "sub" / "k.pub"),
+    ]
+    failed = CliRunner().invoke(app, args)
+    text = " ".join(failed.output.split())
+    assert failed.exit_code == 2 and "locked/sub" in text and failed.exception.__class__ is SystemExit, text
+    assert not (tmp_path / "k.pem").exists(), (
+        "the private half was left behind: the same command cannot be retried"
+    )
+    (tmp_path / "locked").unlink()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "keep it secret" in again.output, again.output
+    assert (
+        rc.load_private_key(tmp_path / "k.pem").public_key().public_bytes_raw()
+        == rc.load_public_key(tmp_path / "locked" / "sub" / "k.pub").public_bytes_raw()
+    )
