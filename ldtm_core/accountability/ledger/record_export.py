@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -29,6 +31,8 @@ MANIFEST = "manifest.json"
 
 def export_record(engine: Engine, out: Path, tickers: list[str] | None = None) -> dict:
     """Write the export to the new folder `out` (never into one that holds files); returns the manifest."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ConfigError(f"{out} is not a folder: an export is written to a new or empty folder only")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} is not empty: an export is written to a new or empty folder only")
     with engine.connect() as conn:
@@ -55,16 +59,27 @@ def export_record(engine: Engine, out: Path, tickers: list[str] | None = None) -
             .all(),
             columns=list(corporate_actions.c.keys()),
         )
-    out.mkdir(parents=True, exist_ok=True)
     manifest = {"exported_at": dt.datetime.now(dt.UTC).isoformat(), "tickers": len(names), "files": {}}
-    for name, frame in zip(FILES, (rows, bars, actions), strict=True):
-        path = out / f"{name}.parquet"
-        frame.to_parquet(path, index=False)
-        manifest["files"][path.name] = {
-            "rows": len(frame),
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    if tickers:  # the verifier checks these tickers' rows only, and says so
+        manifest["only_tickers"] = names
+    # Written beside `out` and renamed into place when complete: a failure leaves no half export.
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+    try:
+        partial.mkdir(parents=True)
+        for name, frame in zip(FILES, (rows, bars, actions), strict=True):
+            path = partial / f"{name}.parquet"
+            frame.to_parquet(path, index=False)
+            manifest["files"][path.name] = {
+                "rows": len(frame),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            }
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        os.rename(partial, out)  # onto a new name, or over the empty folder given
+    except OSError as e:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ConfigError(
+            f"{out}: the export cannot be written ({e.strerror or e}); nothing was kept"
+        ) from None
     return manifest
 
 
@@ -85,20 +100,23 @@ def require_folder(folder: Path, what: str) -> None:
         raise InputError(f"{folder}: not a folder ({what})")
 
 
-def _manifest(folder: Path) -> dict[str, dict]:
-    """The manifest's {file name: {"rows", "sha256"}}, its shape checked."""
+def _manifest(folder: Path) -> tuple[dict[str, dict], list[str] | None]:
+    """The manifest's ({file name: {"rows", "sha256"}}, the tickers a `--tickers` export holds), checked."""
     path = folder / MANIFEST
     if not path.is_file():
         raise InputError(f"{folder}: no {MANIFEST} (not an `ldtm audit export` folder)")
     try:
-        files = json.loads(path.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        manifest = json.loads(path.read_text())
+        files, only = manifest["files"], manifest.get("only_tickers")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
         raise InputError(f"{path}: not an export manifest (JSON with a files object)") from None
     if not isinstance(files, dict) or not all(
         isinstance(f, dict) and isinstance(f.get("sha256"), str) for f in files.values()
     ):
         raise InputError(f"{path}: its files are not {{name: {{rows, sha256}}}}")
-    return files
+    if only is not None and (not isinstance(only, list) or not all(isinstance(t, str) for t in only)):
+        raise InputError(f"{path}: only_tickers is not a list of tickers")
+    return files, only
 
 
 # Per file: (a column of dates, a column of numbers) the verifier converts.
@@ -130,11 +148,11 @@ def _typed(path: Path, name: str, frame: pd.DataFrame) -> None:
         raise InputError(f"{path}: its ids are not unique whole numbers")
 
 
-def read_export(folder: Path) -> dict[str, pd.DataFrame]:
-    """The export's tables, each file checked against the manifest and for the columns the verifier reads
-    (an InputError names the file and why)."""
+def read_export(folder: Path) -> tuple[dict[str, pd.DataFrame], list[str] | None]:
+    """(The export's tables, the tickers it is limited to: None for all), each file checked against the
+    manifest and for the columns the verifier reads (an InputError names the file and why)."""
     require_folder(folder, "the export")
-    files = _manifest(folder)
+    files, only = _manifest(folder)
     out = {}
     for name in FILES:
         path = folder / f"{name}.parquet"
@@ -149,4 +167,4 @@ def read_export(folder: Path) -> dict[str, pd.DataFrame]:
             raise InputError(f"{path}: not a readable Parquet file ({first_line(e)})") from None
         _typed(path, name, frame)
         out[name] = frame
-    return out
+    return out, only

@@ -360,3 +360,22 @@ def test_rotation_to_a_seed_from_the_environment(engine, db_url, tmp_path, keys,
     assert report.ok and len(report.keys) == 2, report.findings
     both = CliRunner().invoke(app, ["receipts", "rotate"], env=env)
     assert both.exit_code != 0 and "one of them" in both.output
+
+
+def test_a_ticker_filtered_export_verifies_as_partial_and_says_so(engine, tmp_path, keys, record):
+    _, dates = record
+    export_record(engine, tmp_path / "aapl", ["AAPL"])
+    report = verify_record(tmp_path / "aapl", tmp_path / "receipts", rc.load_public_key(keys[1]))
+    assert report.ok, report.findings  # on main: every QQQ row "removed"
+    assert report.covered == len(dates) and report.not_exported == len(dates)
+    assert any(
+        "holds only AAPL" in line and f"{len(dates)} row(s) of other tickers" in line
+        for line in assurance(report)
+    )
+    # Its AAPL rows are still checked: one removed from the export is found.
+    lift_append_only(engine)
+    with engine.begin() as conn:
+        conn.execute(snapshots.delete().where(snapshots.c.ticker == "AAPL", snapshots.c.run_date == dates[2]))
+    export_record(engine, tmp_path / "aapl2", ["AAPL"])
+    report = verify_record(tmp_path / "aapl2", tmp_path / "receipts", rc.load_public_key(keys[1]))
+    assert ("removed", "AAPL", dates[2].isoformat()) in _found(report)

@@ -3,9 +3,12 @@ traceback (0 ok, 1 findings, 2 unusable input). Each case starts from a copy of 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
+import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +23,7 @@ from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.accountability.ledger.record_export import MANIFEST, export_record
 from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.cli import app
+from ldtm_core.errors import LDTMError
 
 
 @pytest.fixture
@@ -234,3 +238,34 @@ def test_a_folder_that_is_not_there_is_named_not_counted_as_findings(signed, tmp
     assert out.exit_code == 2 and "no such folder" in out.output and "finding" not in out.output, out.output
     ok = CliRunner().invoke(app, ["verify-record", str(export), str(receipts), "--public-key", str(public)])
     assert ok.exit_code == 0 and "verify-record ok" in ok.output, ok.output
+
+
+@pytest.mark.parametrize("target", ["a file", "a fifo", "a dangling symlink", "a full disk"])
+def test_an_export_that_cannot_be_written_says_where_and_leaves_nothing(
+    engine, signed, tmp_path, monkeypatch, target
+):
+    export, _, _ = signed
+    out = tmp_path / "new_export"
+    if target == "a file":
+        out.write_text("mine\n")
+    elif target == "a fifo":
+        os.mkfifo(out)
+    elif target == "a dangling symlink":
+        out.symlink_to(tmp_path / "nowhere")
+    else:
+        real = pd.DataFrame.to_parquet
+
+        def disk_full_at_prices(frame, path, *a, **kw):
+            if "prices" in str(path):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(frame, path, *a, **kw)
+
+        monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full_at_prices)
+    with pytest.raises(LDTMError, match=re.escape(str(out))):
+        export_record(engine, out)
+    left = sorted(p.name for p in tmp_path.iterdir() if "new_export" in p.name)
+    assert left == ([] if target == "a full disk" else ["new_export"]), "a half-written export was left"
+    if target == "a full disk":
+        monkeypatch.undo()
+        export_record(engine, out)  # the retry is not refused as "not empty"
+        assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in export.iterdir())
