@@ -169,16 +169,25 @@ def verify_record(
     report = run(export.expanduser(), receipts.expanduser(), load_public_key(public_key.expanduser()), chain)
     for f in report.findings:
         err_console.print(f"{f.kind}: {f.ticker or '-'} {f.run_date}: {escape(f.detail)}")
-    table = Table(
-        "ticker", "rows", "next-day calls decided", "right", "accuracy", title="the board, recomputed"
-    )
-    for r in report.board.itertuples(index=False):
-        acc = "–" if r.accuracy != r.accuracy else f"{r.accuracy:.1%}"
-        table.add_row(r.ticker, str(r.rows), str(r.decided), str(r.right), acc)
-    console.print(table)
+    console.print(_board_table(report.board, report.revised_answers > 0))
     for line in assurance(report):
         console.print(line)
     if not report.ok:
         err_console.print(f"[bold red]verify-record: {len(report.findings)} finding(s)[/]")
         raise typer.Exit(1)
     console.print("verify-record ok")
+
+
+def _board_table(board, revised: bool) -> Table:
+    """The recomputed board, then the rows counted apart (replay, in-sample, ungated) under their group;
+    with revisions, accuracy on the answers first published beside it."""
+    pct = lambda v: "–" if v != v else f"{v:.1%}"  # noqa: E731 - NaN: nothing decided
+    extra = ["accuracy on the original answers"] if revised else []
+    table = Table(
+        "counted", "ticker", "rows", "next-day calls decided", "right", "accuracy", *extra,
+        title="the board, recomputed (other rows counted apart)",
+    )  # fmt: skip
+    for r in board.itertuples(index=False):
+        more = [pct(r.accuracy_original)] if revised else []
+        table.add_row(r.group, r.ticker, str(r.rows), str(r.decided), str(r.right), pct(r.accuracy), *more)
+    return table

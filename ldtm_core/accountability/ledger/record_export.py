@@ -1,8 +1,8 @@
 """`ldtm audit export`: the record as files an outsider checks without the database (`record_verify`).
 
 Parquet, one file per table: every snapshot row (predictions, chain hashes, fills), the stored closes
-the fills read (each exported ticker from its first run date to its last target date) and the recorded
-corporate actions; `manifest.json` names each file with its SHA-256 and row count. Nothing secret is in
+the fills read (each exported ticker from its first run date to its last target date), the recorded
+corporate actions and the logged re-fills of those rows (`fill_revisions`); `manifest.json` names each file with its SHA-256 and row count. Nothing secret is in
 it: no key, no URL with a password.
 """
 
@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -23,9 +24,19 @@ from sqlalchemy import Engine, select
 from ldtm_core.accountability.ledger.chain import HASHED_COLUMNS
 from ldtm_core.errors import ConfigError, InputError, first_line
 from ldtm_core.horizons import HORIZONS
-from ldtm_core.schema import corporate_actions, prices, snapshots
+from ldtm_core.schema import corporate_actions, fill_revisions, prices, snapshots
 
-FILES = ("snapshots", "prices", "corporate_actions")
+FILES = ("snapshots", "prices", "corporate_actions", "fill_revisions")
+OPTIONAL = ("fill_revisions",)  # an export made before revisions were exported carries none
+
+
+@dataclass(frozen=True)
+class Export:
+    tables: dict[str, pd.DataFrame]
+    only_tickers: list[str] | None  # a `--tickers` export's tickers; None: every ticker
+    has_revisions: bool  # False for an export from before fill_revisions were exported
+
+
 MANIFEST = "manifest.json"
 
 
@@ -59,6 +70,10 @@ def export_record(engine: Engine, out: Path, tickers: list[str] | None = None) -
             .all(),
             columns=list(corporate_actions.c.keys()),
         )
+        logged = (
+            select(fill_revisions).where(fill_revisions.c.ticker.in_(names)).order_by(fill_revisions.c.id)
+        )
+        revisions = pd.DataFrame(conn.execute(logged).mappings().all(), columns=list(fill_revisions.c.keys()))
     manifest = {"exported_at": dt.datetime.now(dt.UTC).isoformat(), "tickers": len(names), "files": {}}
     if tickers:  # the verifier checks these tickers' rows only, and says so
         manifest["only_tickers"] = names
@@ -66,7 +81,7 @@ def export_record(engine: Engine, out: Path, tickers: list[str] | None = None) -
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     try:
         partial.mkdir(parents=True)
-        for name, frame in zip(FILES, (rows, bars, actions), strict=True):
+        for name, frame in zip(FILES, (rows, bars, actions, revisions), strict=True):
             path = partial / f"{name}.parquet"
             frame.to_parquet(path, index=False)
             manifest["files"][path.name] = {
@@ -90,6 +105,7 @@ def _needs() -> dict[str, tuple[str, ...]]:
         "snapshots": ("id", "prev_hash", "row_hash", *HASHED_COLUMNS, *fills),
         "prices": ("ticker", "date", "close"),
         "corporate_actions": ("ticker", "ex_date", "factor", "kind"),
+        "fill_revisions": ("snapshot_id", "horizon", "old_actual", "new_actual", "revised_at"),
     }
 
 
@@ -124,6 +140,7 @@ _KINDS = {
     "snapshots": ("run_date", "id"),
     "prices": ("date", "close"),
     "corporate_actions": ("ex_date", "factor"),
+    "fill_revisions": ("revised_at", "snapshot_id"),
 }
 
 
@@ -148,15 +165,17 @@ def _typed(path: Path, name: str, frame: pd.DataFrame) -> None:
         raise InputError(f"{path}: its ids are not unique whole numbers")
 
 
-def read_export(folder: Path) -> tuple[dict[str, pd.DataFrame], list[str] | None]:
-    """(The export's tables, the tickers it is limited to: None for all), each file checked against the
-    manifest and for the columns the verifier reads (an InputError names the file and why)."""
+def read_export(folder: Path) -> Export:
+    """The export's tables, each file checked against the manifest and for the columns the verifier reads
+    (an InputError names the file and why)."""
     require_folder(folder, "the export")
     files, only = _manifest(folder)
     out = {}
     for name in FILES:
         path = folder / f"{name}.parquet"
         want = files.get(path.name)
+        if want is None and name in OPTIONAL:
+            continue
         if want is None or not path.is_file():
             raise InputError(f"{folder}: {path.name} is missing")
         if hashlib.sha256(path.read_bytes()).hexdigest() != want["sha256"]:
@@ -167,4 +186,6 @@ def read_export(folder: Path) -> tuple[dict[str, pd.DataFrame], list[str] | None
             raise InputError(f"{path}: not a readable Parquet file ({first_line(e)})") from None
         _typed(path, name, frame)
         out[name] = frame
-    return out, only
+    has_revisions = "fill_revisions" in out
+    out.setdefault("fill_revisions", pd.DataFrame(columns=list(fill_revisions.c.keys())))
+    return Export(out, only, has_revisions)

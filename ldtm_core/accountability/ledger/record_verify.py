@@ -38,6 +38,7 @@ import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ldtm_core.accountability.ledger import receipts as rc
+from ldtm_core.accountability.ledger import record_scores as scores
 from ldtm_core.accountability.ledger import timestamps as ts
 from ldtm_core.accountability.ledger.audit import actual_wrongs
 from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT
@@ -68,6 +69,10 @@ class VerifyReport:
     keys: list[str] = field(default_factory=list)
     only_tickers: list[str] | None = None  # a `--tickers` export's tickers: the others' rows are not checked
     not_exported: int = 0  # receipted rows of tickers such an export leaves out
+    has_revisions: bool = True  # the export carries the logged re-fills (an older one does not)
+    revised_closes: int = 0  # signed closes the export contradicts, each explained by a logged re-fill
+    revised_answers: int = 0  # answers re-filled after they were published
+    directions_changed: int = 0  # next-day calls a re-fill turned from right to wrong or back
     findings: list[Finding] = field(default_factory=list)
     board: pd.DataFrame | None = None
 
@@ -159,9 +164,10 @@ def verify_record(
 ) -> VerifyReport:
     """The report of `export` against the receipts in `receipts_dir`; an InputError (exit 2) names the
     file when either cannot be used, or when there is nothing to verify."""
-    tables, only = read_export(export)
+    exported = read_export(export)
+    tables, only = exported.tables, exported.only_tickers
     require_folder(receipts_dir, "the receipts")
-    report = VerifyReport(only_tickers=only)
+    report = VerifyReport(only_tickers=only, has_revisions=exported.has_revisions)
     rows = _records(tables["snapshots"])
     report.rows = len(rows)
     receipts = rc.read_receipts(receipts_dir)
@@ -222,8 +228,29 @@ def _verify(rows, tables, receipts, public, tsa_chain, report: VerifyReport) -> 
     _check_chains(rows, report)
     _check_actuals(rows, tables, report)
     passed = [r for r in rows if int(r["id"]) in covered and int(r["id"]) not in bad_ids]
-    report.board = board(passed)
+    _check_scores(passed, by_id, tables, report)
     return report
+
+
+def _check_scores(
+    passed: list[dict], by_id: dict, tables: dict[str, pd.DataFrame], report: VerifyReport
+) -> None:
+    """Closes against the signed ones, revised answers apart, the board's rows (`record_scores`)."""
+    revisions = tables["fill_revisions"]
+    wrong, report.revised_closes = scores.changed_closes(
+        passed, tables["prices"], scores.revised_targets(revisions, by_id)
+    )
+    for r, exported in wrong:
+        report.add(
+            "close",
+            r["ticker"],
+            r["run_date"],
+            f"the exported close {exported!r} is not the {r['run_date_close']!r} receipt-signed for this "
+            f"evening (row {r['id']}), and no logged re-fill explains it",
+        )
+    originals = scores.original_answers(revisions)
+    report.revised_answers, report.directions_changed = scores.revision_counts(passed, originals)
+    report.board = scores.board(passed, originals)
 
 
 def late(row: dict, issued: dt.datetime) -> bool:
@@ -273,22 +300,6 @@ def _check_actuals(rows: list[dict], tables: dict[str, pd.DataFrame], report: Ve
                 report.add("actual", r["ticker"], r["run_date"], "; ".join(wrong))
 
 
-def board(rows: list[dict]) -> pd.DataFrame:
-    """Per ticker: rows, next-day calls decided, right, accuracy (the board's next-day figure)."""
-    frame = pd.DataFrame(
-        [(r["ticker"], r[DIRECTION.col("direction_correct")]) for r in rows], columns=["ticker", "correct"]
-    )
-    if frame.empty:
-        return pd.DataFrame(columns=["ticker", "rows", "decided", "right", "accuracy"])
-    decided = frame.dropna(subset=["correct"])
-    out = frame.groupby("ticker").size().rename("rows").to_frame()
-    out["decided"] = decided.groupby("ticker").size()
-    out["right"] = decided.groupby("ticker")["correct"].sum()
-    out = out.fillna(0).astype({"decided": int, "right": int})
-    out["accuracy"] = out["right"] / out["decided"].where(out["decided"] > 0)
-    return out.reset_index()
-
-
 def assurance(report: VerifyReport) -> list[str]:
     """What the check proved, in words, and what it could not."""
     lines = [
@@ -317,6 +328,22 @@ def assurance(report: VerifyReport) -> list[str]:
             f"{report.unchecked_tokens} receipt(s) carry RFC 3161 tokens, not checked: pass --tsa-certs "
             "(the timestamp authority's certificate chain) to check them."
         )
+    lines.append(
+        "The board counts each evening's first published row, live, out of sample, by a gated model (as the "
+        "leaderboard does by default); replay, in-sample and ungated rows are counted apart."
+    )
+    if report.revised_answers:
+        lines.append(
+            f"Answers revised after publication: {report.revised_answers}; next-day directions changed: "
+            f"{report.directions_changed} ({report.revised_closes} signed close(s) differ from the export, "
+            "each explained by a logged re-fill): the board gives accuracy on the original answers beside "
+            "the revised ones."
+        )
+    if not report.has_revisions:
+        lines.append(
+            "This export carries no fill revisions (made before they were exported): a revised close "
+            "cannot be told from a changed one, and is reported as changed."
+        )
     if not report.receipts:
         lines.append(
             "No receipt verified: the export's chain links are all that was checked. Nothing outside the "
@@ -324,7 +351,7 @@ def assurance(report: VerifyReport) -> list[str]:
         )
     lines.append(
         "Not proved: the receipts' times, where no timestamp vouches for them, are the issuer's own clock; "
-        "the exported closes are the store's "
+        "the exported closes of dates no evening signed (targets after the last evening) are the store's "
         "(check them against another price source)."
     )
     return lines

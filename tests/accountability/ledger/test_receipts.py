@@ -379,3 +379,48 @@ def test_a_ticker_filtered_export_verifies_as_partial_and_says_so(engine, tmp_pa
     export_record(engine, tmp_path / "aapl2", ["AAPL"])
     report = verify_record(tmp_path / "aapl2", tmp_path / "receipts", rc.load_public_key(keys[1]))
     assert ("removed", "AAPL", dates[2].isoformat()) in _found(report)
+
+
+def test_a_revised_close_and_re_fill_are_shown_and_without_their_log_are_findings(
+    engine, tmp_path, keys, record
+):
+    """The app role's attack: revise a close an answer used, run the project's own re-fill. The signed
+    evening close contradicts the export; the logged re-fill explains it and the revision is shown apart
+    (accuracy on the original answers beside the revised ones); with the log deleted, it is a finding."""
+    import datetime as dt
+
+    from ldtm_core.accountability.ledger.refill import refill
+    from ldtm_core.schema import fill_revisions, prices
+
+    _, dates = record
+    day = dates[4]  # an evening whose close is also the next-day target of dates[3]
+    with engine.begin() as conn:
+        signed = conn.execute(
+            select(prices.c.close).where(prices.c.ticker == "AAPL", prices.c.date == day)
+        ).scalar_one()
+        conn.execute(
+            update(prices)
+            .where(prices.c.ticker == "AAPL", prices.c.date == day)
+            .values(close=signed * 1.2, ingested_at=dt.datetime.now(dt.UTC))
+        )
+    assert refill(engine).refilled
+    report = _check(engine, tmp_path, keys, "revised")
+    assert report.ok, report.findings  # explained by its log: not a finding ...
+    assert report.revised_closes == 1 and report.revised_answers >= 1  # ... but shown
+    line = next(x for x in assurance(report) if x.startswith("Answers revised after publication"))
+    assert f"{report.revised_answers}; next-day directions changed: {report.directions_changed}" in line
+    aapl = report.board.set_index("ticker").loc["AAPL"]
+    with engine.connect() as conn:
+        old = conn.execute(
+            select(fill_revisions.c.old_actual).where(fill_revisions.c.horizon == "next_day")
+        ).scalar_one()
+    assert old == pytest.approx(signed)  # the original answer was the signed close
+    assert abs(aapl["right_original"] - aapl["right"]) == report.directions_changed  # one answer revised
+    # Without the log, the same export is a finding naming ticker, evening and both closes.
+    lift_append_only(engine)
+    with engine.begin() as conn:
+        conn.execute(fill_revisions.delete())
+    report = _check(engine, tmp_path, keys, "unlogged")
+    closes = [f for f in report.findings if f.kind == "close"]
+    assert [(f.ticker, f.run_date) for f in closes] == [("AAPL", day.isoformat())], report.findings
+    assert repr(signed * 1.2) in closes[0].detail and repr(signed) in closes[0].detail
