@@ -157,16 +157,27 @@ def verify_record(
             "--tsa-certs", help="the timestamp authority's certificate chain (PEM): checks the tokens"
         ),
     ] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="the checkpoint kept from an earlier check: fails unless today's record extends it; "
+            "today's is then written there (a new file starts one)",
+        ),
+    ] = None,
 ) -> None:
     """Check an exported record against its signed receipts: no database, no secret. Exit 0 ok, 1 on any
     finding (each names the ticker and evening), 2 when the input cannot be used (the file and why)."""
+    from ldtm_core.accountability.ledger import record_checkpoint
     from ldtm_core.accountability.ledger.receipts import load_public_key
     from ldtm_core.accountability.ledger.record_verify import assurance
     from ldtm_core.accountability.ledger.record_verify import verify_record as run
     from ldtm_core.accountability.ledger.timestamps import load_chain
 
     chain = load_chain(tsa_certs.expanduser()) if tsa_certs else None
-    report = run(export.expanduser(), receipts.expanduser(), load_public_key(public_key.expanduser()), chain)
+    kept = record_checkpoint.read(checkpoint.expanduser()) if checkpoint else None
+    public = load_public_key(public_key.expanduser())
+    report = run(export.expanduser(), receipts.expanduser(), public, chain, kept)
     for f in report.findings:
         err_console.print(f"{f.kind}: {f.ticker or '-'} {f.run_date}: {escape(f.detail)}")
     console.print(_board_table(report.board, report.revised_answers > 0))
@@ -175,6 +186,13 @@ def verify_record(
     if not report.ok:
         err_console.print(f"[bold red]verify-record: {len(report.findings)} finding(s)[/]")
         raise typer.Exit(1)
+    if checkpoint and report.head is not None:  # kept only from a check that passed
+        record_checkpoint.write(checkpoint.expanduser(), report.head)
+        started = "" if kept else " (a new checkpoint: there was none at that path)"
+        console.print(
+            f"checkpoint: receipt {report.head.seq} ({report.head.run_date}), {report.head.tree_size} rows, "
+            f"kept in {escape(str(checkpoint))}{started}: pass it next time"
+        )
     console.print("verify-record ok")
 
 

@@ -80,4 +80,16 @@ def checked(path: Path, doc) -> tuple[dict, str]:
         _fail(path, "rows is not a list")
     for i, entry in enumerate(body["rows"]):
         _row(path, i, entry)
+    if "tree_size" in body:  # receipts from before tree heads carry none
+        _int(path, body, "tree_size")
+        _text(path, body, "tree_root")
+        parts = body.get("frontier")
+        if not isinstance(parts, list) or not all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is int and _hex64(p[1]) for p in parts
+        ):
+            _fail(path, "frontier is not a list of [leaves, SHA-256 hex]")
     return body, signature
+
+
+def _hex64(value) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)

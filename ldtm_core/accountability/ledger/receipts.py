@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from sqlalchemy import Engine, func, select
 
-from ldtm_core.accountability.ledger import receipt_format, timestamps
+from ldtm_core.accountability.ledger import merkle, receipt_format, timestamps
 from ldtm_core.accountability.ledger.chain import canonical
 from ldtm_core.config import env_text, setting_flag
 from ldtm_core.errors import ConfigError, InputError, LDTMError
@@ -217,17 +217,30 @@ def read_receipts(directory: Path) -> list[Receipt]:
     return sorted((_read(p) for p in _paths(directory)), key=lambda r: r.seq)
 
 
-def newest(directory: Path) -> tuple[Receipt | None, int]:
-    """(the newest receipt, the newest snapshot id an evening receipt covers: 0 for none), read from the
-    newest file back to the first evening receipt: an evening's issue never reads the whole folder."""
-    last, covered = None, 0
+def newest(directory: Path) -> tuple[Receipt | None, Receipt | None]:
+    """(the newest receipt, the newest evening receipt), read from the newest file back to the first
+    evening receipt: an evening's issue never reads the whole folder."""
+    last = None
     for path in reversed(_paths(directory)):
         receipt = _read(path)
         last = last or receipt
         if receipt.body["kind"] == "evening":
-            covered = int(receipt.body["last_id"])
-            break
-    return last, covered
+            return last, receipt
+    return last, None
+
+
+def tree_after(directory: Path, evening: Receipt | None) -> merkle.Frontier:
+    """The tree over every receipted row up to `evening` (the newest evening receipt): from its frontier,
+    or, for a chain begun before receipts carried one, rebuilt once from every receipt's rows."""
+    if evening is None:
+        return merkle.Frontier()
+    if "frontier" in evening.body:
+        return merkle.Frontier.from_json(evening.body["frontier"])
+    tree = merkle.Frontier()
+    for r in read_receipts(directory):
+        for entry in r.body.get("rows", []) if r.seq <= evening.seq else []:
+            tree.append(merkle.leaf(entry))
+    return tree
 
 
 @dataclass(frozen=True)
@@ -360,7 +373,8 @@ def _base(previous: Receipt | None, key: Ed25519PrivateKey, kind: str) -> dict:
 def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
     """A receipt for every snapshot row not covered by the sink's receipts yet (None when there is none):
     an evening whose receipt failed is covered by the next one."""
-    previous, after = newest(sink.directory)
+    previous, evening = newest(sink.directory)
+    after = int(evening.body["last_id"]) if evening else 0
     _check_current(previous, key)
     with engine.connect() as conn:
         upto = conn.execute(select(func.max(snapshots.c.id))).scalar() or 0
@@ -371,6 +385,9 @@ def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
         ).mappings()
         entries = [row_entry(r) for r in rows]
     dates = sorted({e[2] for e in entries})
+    tree = tree_after(sink.directory, evening)
+    for e in entries:
+        tree.append(merkle.leaf(e))
     body = _base(previous, key, "evening") | {
         "run_date": dates[-1],
         "run_dates": dates,
@@ -378,6 +395,11 @@ def issue(engine: Engine, sink: Sink, key: Ed25519PrivateKey) -> Receipt | None:
         "last_id": upto,
         "rows": entries,
         "merkle_root": merkle_root(entries),
+        # The signed tree head over every receipted row since the first (RFC 9162's shape): what a
+        # verifier's checkpoint keeps; the frontier lets the next evening extend it without rereading.
+        "tree_size": tree.size,
+        "tree_root": tree.root().hex(),
+        "frontier": tree.to_json(),
     }
     return sink.write(body, key)
 

@@ -38,6 +38,7 @@ import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ldtm_core.accountability.ledger import receipts as rc
+from ldtm_core.accountability.ledger import record_checkpoint as cp
 from ldtm_core.accountability.ledger import record_scores as scores
 from ldtm_core.accountability.ledger import timestamps as ts
 from ldtm_core.accountability.ledger.audit import actual_wrongs
@@ -51,7 +52,9 @@ from ldtm_core.horizons import DIRECTION, HORIZONS
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # removed | edited | late | uncovered | chain | actual | receipt | timestamp
+    kind: (
+        str  # removed | edited | late | uncovered | chain | actual | close | receipt | timestamp | checkpoint
+    )
     ticker: str
     run_date: str
     detail: str
@@ -69,6 +72,9 @@ class VerifyReport:
     keys: list[str] = field(default_factory=list)
     only_tickers: list[str] | None = None  # a `--tickers` export's tickers: the others' rows are not checked
     not_exported: int = 0  # receipted rows of tickers such an export leaves out
+    kept: cp.Checkpoint | None = None  # the checkpoint the outsider kept from an earlier check
+    head: cp.Checkpoint | None = None  # today's: what to keep for the next check
+    proof_hashes: int = 0  # the consistency proof's length, from the kept head to today's
     has_revisions: bool = True  # the export carries the logged re-fills (an older one does not)
     revised_closes: int = 0  # signed closes the export contradicts, each explained by a logged re-fill
     revised_answers: int = 0  # answers re-filled after they were published
@@ -161,13 +167,14 @@ def verify_record(
     receipts_dir: Path,
     public: Ed25519PublicKey,
     tsa_chain: list[cryptography.x509.Certificate] | None = None,
+    checkpoint: cp.Checkpoint | None = None,
 ) -> VerifyReport:
     """The report of `export` against the receipts in `receipts_dir`; an InputError (exit 2) names the
     file when either cannot be used, or when there is nothing to verify."""
     exported = read_export(export)
     tables, only = exported.tables, exported.only_tickers
     require_folder(receipts_dir, "the receipts")
-    report = VerifyReport(only_tickers=only, has_revisions=exported.has_revisions)
+    report = VerifyReport(only_tickers=only, has_revisions=exported.has_revisions, kept=checkpoint)
     rows = _records(tables["snapshots"])
     report.rows = len(rows)
     receipts = rc.read_receipts(receipts_dir)
@@ -182,6 +189,10 @@ def verify_record(
 def _verify(rows, tables, receipts, public, tsa_chain, report: VerifyReport) -> VerifyReport:
     by_id = {int(r["id"]): r for r in rows}
     good = check_receipts(receipts, public, report)
+    tree = cp.build(good, report.add)
+    report.head = tree.head
+    if report.kept is not None:
+        report.proof_hashes = cp.compare(report.kept, tree, good, report.add)
     bad_ids: set[int] = set()
     covered: set[int] = set()
     for r in good:
@@ -251,6 +262,10 @@ def _check_scores(
     originals = scores.original_answers(revisions)
     report.revised_answers, report.directions_changed = scores.revision_counts(passed, originals)
     report.board = scores.board(passed, originals)
+
+
+def _checkpoint_findings(report: VerifyReport) -> list[Finding]:
+    return [f for f in report.findings if f.kind == "checkpoint"]
 
 
 def late(row: dict, issued: dt.datetime) -> bool:
@@ -343,6 +358,18 @@ def assurance(report: VerifyReport) -> list[str]:
         lines.append(
             "This export carries no fill revisions (made before they were exported): a revised close "
             "cannot be told from a changed one, and is reported as changed."
+        )
+    if report.kept is not None and report.head is not None and not _checkpoint_findings(report):
+        lines.append(
+            f"Today's record extends the checkpoint kept at receipt {report.kept.seq} ({report.kept.run_date}, "
+            f"{report.kept.tree_size} rows): nothing up to it was removed or changed (RFC 9162 consistency "
+            f"proof, {report.proof_hashes} hashes)."
+        )
+    if report.head is not None:
+        lines.append(
+            f"Not ruled out: evenings after receipt {report.head.seq} ({report.head.run_date}) removed together "
+            "with their receipts. Keep today's checkpoint (--checkpoint FILE) and pass it next time: from "
+            "then on, a removal up to it fails the check."
         )
     if not report.receipts:
         lines.append(

@@ -424,3 +424,53 @@ def test_a_revised_close_and_re_fill_are_shown_and_without_their_log_are_finding
     closes = [f for f in report.findings if f.kind == "close"]
     assert [(f.ticker, f.run_date) for f in closes] == [("AAPL", day.isoformat())], report.findings
     assert repr(signed * 1.2) in closes[0].detail and repr(signed) in closes[0].detail
+
+
+def _verify_cli(tmp_path, keys, export, *more):
+    args = ["verify-record", str(export), str(tmp_path / "receipts"), "--public-key", str(keys[1]), *more]
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+    return out.exit_code, " ".join(out.output.split())
+
+
+def test_the_newest_evening_removed_is_caught_only_against_a_kept_checkpoint(engine, tmp_path, keys, record):
+    settings, dates = record
+    export_record(engine, tmp_path / "first")
+    code, text = _verify_cli(tmp_path, keys, tmp_path / "first", "--checkpoint", str(tmp_path / "kept.json"))
+    assert code == 0 and f"checkpoint: receipt {len(dates)} ({dates[-1]})" in text, text
+    # The attack: the last evening's rows and its receipt file deleted.
+    lift_append_only(engine)
+    with engine.begin() as conn:
+        conn.execute(snapshots.delete().where(snapshots.c.run_date == dates[-1]))
+    sorted((tmp_path / "receipts").glob(f"*{rc.SUFFIX}"))[-1].unlink()
+    export_record(engine, tmp_path / "cut")
+    code, text = _verify_cli(tmp_path, keys, tmp_path / "cut")
+    assert code == 0, text  # without a checkpoint nothing shows it, and the report says so:
+    assert f"Not ruled out: evenings after receipt {len(dates) - 1} ({dates[-2]}) removed" in text
+    kept = (tmp_path / "kept.json").read_text()
+    code, text = _verify_cli(tmp_path, keys, tmp_path / "cut", "--checkpoint", str(tmp_path / "kept.json"))
+    assert code == 1 and f"checkpoint: - {dates[-1]}: the checkpoint kept at receipt {len(dates)}" in text, (
+        text
+    )
+    assert "evenings were removed" in text and (tmp_path / "kept.json").read_text() == kept  # not replaced
+
+
+def test_a_checkpoint_moves_forward_with_each_evening_by_a_consistency_proof(engine, tmp_path, keys, record):
+    settings, dates = record
+    export_record(engine, tmp_path / "first")
+    assert (
+        _verify_cli(tmp_path, keys, tmp_path / "first", "--checkpoint", str(tmp_path / "kept.json"))[0] == 0
+    )
+    later = sorted(d for d in ingest_dates(engine) if d > dates[-1])[:2]
+    for d in later:
+        predict(engine, settings, run_date=d)
+    export_record(engine, tmp_path / "next")
+    code, text = _verify_cli(tmp_path, keys, tmp_path / "next", "--checkpoint", str(tmp_path / "kept.json"))
+    assert code == 0 and f"extends the checkpoint kept at receipt {len(dates)}" in text, text
+    assert f"checkpoint: receipt {len(dates) + 2} ({later[-1]})" in text
+    receipts = rc.read_receipts(tmp_path / "receipts")
+    assert [r.body["tree_size"] for r in receipts] == [2 * (i + 1) for i in range(len(dates) + 2)]
+    # A chain begun before receipts carried tree heads: the tree is rebuilt from the rows, the same.
+    legacy = rc.Receipt(
+        receipts[-1].path, {k: v for k, v in receipts[-1].body.items() if k != "frontier"}, "", ""
+    )
+    assert rc.tree_after(tmp_path / "receipts", legacy).root().hex() == receipts[-1].body["tree_root"]
