@@ -575,3 +575,10 @@ def test_universe_null(bench):
     assert len(rows) == 8, out
     detectable = {e: float(d) for e, edge, _, _, d in rows if edge == "0"}
     assert detectable["250"] < detectable["63"]
+
+
+def test_checkpoints(bench):
+    out = bench("checkpoints", "--sizes", "3,5", "--evenings", "4")
+    for n in (3, 5):
+        row = rf"^\| {n} \| {4 * n} \| {NUMBER} \| {NUMBER} \({NUMBER}\) \| {NUMBER} \| {NUMBER} \(\d+\) \| {NUMBER} \(\d+\) \|$"
+        assert re.search(row, out, re.M), out
