@@ -56,6 +56,35 @@ def receipts_keygen(
     console.print(f"key {kid}: private {escape(str(private))} (keep it secret), public {escape(str(public))}")
 
 
+@receipts_app.command("check")
+@handle_errors
+def receipts_check() -> None:
+    """Check every receipt setting as the nightly will, before it writes anything: the folder, the key
+    (and that it is the chain's current one), git and its remote (which must refuse forced pushes), the
+    timestamp authority's URL."""
+    from ldtm_core.accountability.ledger import receipts as rc
+
+    ready = rc.ready()
+    if ready is None:
+        raise ConfigError(f"{rc.DIR_ENV} is not set: no receipts are written")
+    sink = ready.sink
+    console.print(
+        f"receipts folder {escape(str(sink.directory))}; signing key {rc.key_id(ready.key.public_key())}"
+    )
+    if sink.git:
+        console.print("git: a repository, one commit per receipt")
+    if sink.remote:
+        where = sink.remote_path()
+        said = (
+            f"{escape(str(where))} refuses forced pushes"
+            if where is not None and where.exists()
+            else "over the network: not checked here; it must refuse forced pushes (e.g. branch protection)"
+        )
+        console.print(f"remote {escape(sink.remote)}: {said}")
+    console.print(f"timestamp authority: {escape(ready.tsa_url or 'none')}")
+    console.print("receipts: ok")
+
+
 @receipts_app.command("issue")
 @handle_errors
 def receipts_issue() -> None:

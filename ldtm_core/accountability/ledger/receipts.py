@@ -273,6 +273,38 @@ class Sink:
             raise ConfigError(
                 f"{DIR_ENV} {self.directory} is not a git repository ({GIT_ENV} is set): `git init` it first"
             )
+        if self.remote:
+            self._check_remote()
+
+    def remote_path(self) -> Path | None:
+        """The remote's folder when it is on this host (None over the network, or no such remote)."""
+        proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell
+            ["git", "-C", str(self.directory), "remote", "get-url", self.remote],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if proc.returncode:
+            raise ConfigError(f"{REMOTE_ENV} {self.remote}: no such remote of {self.directory}")
+        url = proc.stdout.strip()
+        if url.startswith("file://"):
+            return Path(url[len("file://") :])
+        if "://" in url or re.match(r"^[^/]+:", url):  # ssh://, https://, or scp-like host:path
+            return None
+        return (self.directory / url).resolve()
+
+    def _check_remote(self) -> None:
+        """A remote that takes `push -f` lets the newest receipts be replaced: refused where it can be read."""
+        path = self.remote_path()
+        if path is None or not path.exists():  # over the network, or away for now: the push says so
+            return
+        proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell
+            ["git", "-C", str(path), "config", "--bool", "receive.denyNonFastForwards"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if proc.stdout.strip() != "true":
+            raise ConfigError(
+                f"{REMOTE_ENV} {self.remote} ({path}) accepts forced pushes, which could replace the newest "
+                f"receipts: `git -C {path} config receive.denyNonFastForwards true` first"
+            )
 
     def write(self, body: dict, key: Ed25519PrivateKey) -> Receipt:
         """Sign `body` and write it as a new file (never over another); commit it when the sink is git."""

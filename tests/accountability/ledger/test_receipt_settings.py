@@ -4,6 +4,8 @@ signed the evening and broke the chain for every later check."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
@@ -134,3 +136,21 @@ def test_keygen_refuses_one_path_for_both_halves_and_leaves_nothing_when_it_fail
         rc.load_private_key(tmp_path / "k.pem").public_key().public_bytes_raw()
         == rc.load_public_key(tmp_path / "locked" / "sub" / "k.pub").public_bytes_raw()
     )
+
+
+def test_receipts_check_says_what_it_checked(tmp_path, monkeypatch, keys):
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+
+    repo, remote = tmp_path / "receipts", tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "witness", str(remote)], check=True)
+    env = {rc.DIR_ENV: str(repo), rc.KEY_ENV: str(keys[0]), rc.GIT_ENV: "true", rc.REMOTE_ENV: "witness"}
+    out = CliRunner().invoke(app, ["receipts", "check"], env=env)
+    assert out.exit_code == 2 and "accepts forced pushes" in " ".join(out.output.split()), out.output
+    subprocess.run(["git", "-C", str(remote), "config", "receive.denyNonFastForwards", "true"], check=True)
+    out = CliRunner().invoke(app, ["receipts", "check"], env=env)
+    text = " ".join(out.output.split())
+    assert out.exit_code == 0 and "refuses forced pushes" in text and "receipts: ok" in text, text

@@ -277,6 +277,12 @@ def test_a_git_sink_pushes_each_commit_and_a_failed_push_fails_the_evening(
     df = ingest(engine, ["AAPL"])
     make_model(engine, settings, "AAPL")
     days = sorted(df["date"].unique())[-5:-2]
+    # A default bare remote takes `push -f`: the newest receipts could be replaced there. Refused before
+    # the evening writes, naming the setting that fixes it.
+    with pytest.raises(ConfigError, match="accepts forced pushes.*receive.denyNonFastForwards"):
+        predict(engine, settings, run_date=days[0])
+    assert not engine.connect().execute(select(snapshots.c.id)).first()
+    subprocess.run(["git", "-C", str(remote), "config", "receive.denyNonFastForwards", "true"], check=True)
     predict(engine, settings, run_date=days[0])
 
     def pushed() -> list[str]:
