@@ -8,7 +8,6 @@ import typer
 from rich.table import Table
 
 from ldtm_core.cli.common import app, console, fmt_num, fmt_pct, handle_errors, open_db, parse_date
-from ldtm_core.scoring.hac import MIN_INDEPENDENT_PERIODS
 
 SHORT = {
     "long bullish / short bearish": "long/short",
@@ -23,6 +22,9 @@ def _pct(v, digits: int = 2) -> str:
 
 def _p_or_why(p: float, periods: float) -> str:
     """A p-value, or "too short" when the record spans too few independent target periods to test."""
+    # Imported here: scipy.stats, which hac needs, is ~1 s of every CLI start.
+    from ldtm_core.scoring.hac import MIN_INDEPENDENT_PERIODS
+
     return "too short" if periods < MIN_INDEPENDENT_PERIODS else fmt_num(p, 3)
 
 

@@ -20,7 +20,6 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-from scipy.signal import lfilter
 
 from ldtm_core.data.calendar import sessions_between
 from ldtm_core.data.membership import Span
@@ -96,6 +95,8 @@ def family_log_path(ticker: str, seed: int) -> np.ndarray:
     else:
         sign = 1.0 if int(ticker[-2:]) % 2 else -1.0
         ar = [1.0, -sign * f["a"]]  # r_t - s a r_{t-1} = sigma e_t
+    from scipy.signal import lfilter  # here, not at import: scipy.signal is 1.5 s of every CLI start
+
     return np.cumsum(lfilter([1.0], ar, shocks))
 
 
@@ -114,6 +115,8 @@ def planted_log_path(ticker: str, seed: int) -> np.ndarray:
     """The planted ticker's log price (from 0) on the whole weekday grid: anchor + AR(1) deviation."""
     p = PLANTED[ticker]
     draws = _rng(seed, ticker, "planted").standard_normal((2, GRID_LEN))
+    from scipy.signal import lfilter
+
     # lfilter runs the AR(1) recursion x_t = rho x_{t-1} + sigma e_t in C.
     deviation = lfilter([1.0], [1.0, -p["rho"]], p["sigma"] * draws[0])
     anchor = np.cumsum(p["anchor_vol"] * draws[1])
