@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from arch.bootstrap import SPA
 from statsmodels.stats.multitest import multipletests
 
 from ldtm_core.scoring import baselines
@@ -320,6 +319,8 @@ def spa_test(diffs: pd.DataFrame | np.ndarray, baselines: dict | None = None) ->
     if t < 2 or k == 0:
         return UniverseTest(math.nan, math.nan, math.nan, k, t, None, math.nan, counts)
     d = frame.to_numpy(float)
+    from arch.bootstrap import SPA  # here: arch is ~2.5 s of importing every module that reads the board
+
     spa = SPA(np.zeros(t), d, block_size=SPA_BLOCK, reps=SPA_REPS, bootstrap="stationary", seed=SPA_SEED)
     spa.compute()
     p = spa.pvalues
