@@ -443,6 +443,13 @@ SETTINGS: dict[str, Setting] = _table(
         shown="none (no push)",
     ),
     Setting(
+        "LDTM_RECEIPTS_MIRROR",
+        None,
+        "a second, independent folder every receipt (and token) is also written to (another disk or host)",
+        Text("path"),
+        shown="none (one copy)",
+    ),
+    Setting(
         "LDTM_TSA_URL",
         None,
         "an RFC 3161 timestamp authority that timestamps each receipt (http(s) URL)",

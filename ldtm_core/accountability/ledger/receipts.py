@@ -40,6 +40,7 @@ from ldtm_core.schema import snapshots
 VERSION = 1
 DIR_ENV, KEY_ENV, GIT_ENV = "LDTM_RECEIPTS_DIR", "LDTM_RECEIPT_KEY_FILE", "LDTM_RECEIPTS_GIT"
 REMOTE_ENV = "LDTM_RECEIPTS_GIT_REMOTE"
+MIRROR_ENV = "LDTM_RECEIPTS_MIRROR"
 SEED_ENV = "LDTM_RECEIPT_KEY"
 MIN_SEED_CHARS = 32
 SUFFIX = ".receipt.json"
@@ -248,6 +249,7 @@ class Sink:
     directory: Path
     git: bool = False
     remote: str | None = None  # a git remote of the sink's repository to push each commit to
+    mirror: Path | None = None  # a second, independent folder each file is also written to
 
     @classmethod
     def configured(cls) -> Sink | None:
@@ -257,7 +259,10 @@ class Sink:
         git, remote = setting_flag(GIT_ENV), env_text(REMOTE_ENV)
         if remote and not git:
             raise ConfigError(f"{REMOTE_ENV} is set but {GIT_ENV} is not: only a git sink is pushed")
-        sink = cls(Path(raw).expanduser(), git, remote or None)
+        mirror = Path(env_text(MIRROR_ENV)).expanduser() if env_text(MIRROR_ENV) else None
+        if mirror is not None and mirror.resolve() == Path(raw).expanduser().resolve():
+            raise ConfigError(f"{MIRROR_ENV} is {DIR_ENV} itself: a mirror is a second, independent folder")
+        sink = cls(Path(raw).expanduser(), git, remote or None, mirror)
         if git:
             sink._check_repository()
         return sink
@@ -332,7 +337,30 @@ class Sink:
         if self.remote:
             # Every commit not on the remote yet: an evening whose push failed goes with the next one.
             self._git(path, ["push", "-q", self.remote, "HEAD"], f"committed but not pushed to {self.remote}")
+        if self.mirror is not None:
+            self._mirror(path)
         return path
+
+    def _mirror(self, path: Path) -> None:
+        """Copy every receipt and token the mirror lacks (an evening whose copy failed goes with the next);
+        a file there that differs from this folder's is an error, never overwritten."""
+        try:
+            self.mirror.mkdir(parents=True, exist_ok=True)
+            for here in sorted(self.directory.glob(f"*{SUFFIX}*")):
+                there = self.mirror / here.name
+                if here.name.endswith(".tmp"):
+                    continue
+                if not there.exists():
+                    tmp = there.with_name(there.name + ".tmp")
+                    tmp.write_bytes(here.read_bytes())
+                    os.link(tmp, there)
+                    tmp.unlink()
+                elif here == path and there.read_bytes() != here.read_bytes():
+                    raise ReceiptError(
+                        f"{there} differs from {here}: the mirror was changed; nothing overwritten"
+                    )
+        except OSError as e:
+            raise ReceiptError(f"{path.name} written but not mirrored to {self.mirror}: {e}") from None
 
     def _git(self, path: Path, args: list[str], failure: str) -> None:
         proc = subprocess.run(  # noqa: S603 - fixed git arguments, no shell

@@ -154,3 +154,29 @@ def test_receipts_check_says_what_it_checked(tmp_path, monkeypatch, keys):
     out = CliRunner().invoke(app, ["receipts", "check"], env=env)
     text = " ".join(out.output.split())
     assert out.exit_code == 0 and "refuses forced pushes" in text and "receipts: ok" in text, text
+
+
+def test_a_mirror_holds_every_receipt_and_catches_up_after_a_failed_copy(
+    engine, evening, tmp_path, monkeypatch, keys
+):
+    settings, days = evening
+    sink, mirror = tmp_path / "receipts", tmp_path / "mirror"
+    monkeypatch.setenv(rc.DIR_ENV, str(sink))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    monkeypatch.setenv(rc.MIRROR_ENV, str(mirror))
+    predict(engine, settings, run_date=days[0])
+    mirror.rename(tmp_path / "away")
+    mirror.write_text("the mirror's disk is gone\n")  # a file where the folder belongs: the copy fails
+    with pytest.raises(rc.ReceiptError, match="not mirrored to"):
+        predict(engine, settings, run_date=days[1])
+    mirror.unlink()
+    (tmp_path / "away").rename(mirror)
+    predict(engine, settings, run_date=days[2])  # carries the missed receipt over
+    names = sorted(p.name for p in sink.iterdir())
+    assert len(names) == 3 and sorted(p.name for p in mirror.iterdir()) == names
+    assert all((sink / n).read_bytes() == (mirror / n).read_bytes() for n in names)
+    export_record(engine, tmp_path / "export")
+    assert verify_record(tmp_path / "export", mirror, rc.load_public_key(keys[1])).ok  # either copy verifies
+    monkeypatch.setenv(rc.MIRROR_ENV, str(sink))
+    with pytest.raises(ConfigError, match="a second, independent folder"):
+        rc.Sink.configured()
