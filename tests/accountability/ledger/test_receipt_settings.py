@@ -10,6 +10,7 @@ import pytest
 from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import func, select
 
+from ldtm_core.accountability.ledger import receipt_sink as rs
 from ldtm_core.accountability.ledger import receipts as rc
 from ldtm_core.accountability.ledger.record_export import export_record
 from ldtm_core.accountability.ledger.record_verify import verify_record
@@ -40,11 +41,11 @@ def evening(engine, db_url, tmp_path):
 
 def _not_a_repo(tmp_path, mp):
     (tmp_path / "receipts").mkdir()
-    mp.setenv(rc.GIT_ENV, "true")
+    mp.setenv(rs.GIT_ENV, "true")
 
 
 def _no_git(tmp_path, mp):
-    mp.setenv(rc.GIT_ENV, "true")
+    mp.setenv(rs.GIT_ENV, "true")
     mp.setenv("PATH", str(tmp_path / "empty_bin"))
 
 
@@ -54,7 +55,7 @@ BAD = [
     ("a short seed", lambda tmp, mp: mp.setenv(rc.SEED_ENV, "short"), rc.SEED_ENV),
     ("both key settings", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(rc.KEY_ENV, "k.pem")), "not both"),
     ("a missing key file", lambda tmp, mp: mp.setenv(rc.KEY_ENV, str(tmp / "nokey.pem")), "nokey.pem"),
-    ("a remote without git", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(rc.REMOTE_ENV, "origin")), rc.GIT_ENV),
+    ("a remote without git", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(rs.REMOTE_ENV, "origin")), rs.GIT_ENV),
     ("an ftp TSA", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(URL_ENV, "ftp://tsa.example")), URL_ENV),
     ("a TSA without a host", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), mp.setenv(URL_ENV, "https://")), URL_ENV),
     ("a folder that is not a git repository", lambda tmp, mp: (mp.setenv(rc.SEED_ENV, SEED), _not_a_repo(tmp, mp)), "not a git repository"),
@@ -67,7 +68,7 @@ def test_a_wrong_receipt_setting_stops_the_evening_before_it_writes(
     engine, evening, tmp_path, monkeypatch, name, setting, names
 ):
     settings, days = evening
-    for var in (rc.KEY_ENV, rc.SEED_ENV, rc.GIT_ENV, rc.REMOTE_ENV, URL_ENV):
+    for var in (rc.KEY_ENV, rc.SEED_ENV, rs.GIT_ENV, rs.REMOTE_ENV, URL_ENV):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
     setting(tmp_path, monkeypatch)
@@ -147,7 +148,7 @@ def test_receipts_check_says_what_it_checked(tmp_path, monkeypatch, keys):
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
     subprocess.run(["git", "-C", str(repo), "remote", "add", "witness", str(remote)], check=True)
-    env = {rc.DIR_ENV: str(repo), rc.KEY_ENV: str(keys[0]), rc.GIT_ENV: "true", rc.REMOTE_ENV: "witness"}
+    env = {rc.DIR_ENV: str(repo), rc.KEY_ENV: str(keys[0]), rs.GIT_ENV: "true", rs.REMOTE_ENV: "witness"}
     out = CliRunner().invoke(app, ["receipts", "check"], env=env)
     assert out.exit_code == 2 and "accepts forced pushes" in " ".join(out.output.split()), out.output
     subprocess.run(["git", "-C", str(remote), "config", "receive.denyNonFastForwards", "true"], check=True)
@@ -163,7 +164,7 @@ def test_a_mirror_holds_every_receipt_and_catches_up_after_a_failed_copy(
     sink, mirror = tmp_path / "receipts", tmp_path / "mirror"
     monkeypatch.setenv(rc.DIR_ENV, str(sink))
     monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
-    monkeypatch.setenv(rc.MIRROR_ENV, str(mirror))
+    monkeypatch.setenv(rs.MIRROR_ENV, str(mirror))
     predict(engine, settings, run_date=days[0])
     mirror.rename(tmp_path / "away")
     mirror.write_text("the mirror's disk is gone\n")  # a file where the folder belongs: the copy fails
@@ -177,6 +178,6 @@ def test_a_mirror_holds_every_receipt_and_catches_up_after_a_failed_copy(
     assert all((sink / n).read_bytes() == (mirror / n).read_bytes() for n in names)
     export_record(engine, tmp_path / "export")
     assert verify_record(tmp_path / "export", mirror, rc.load_public_key(keys[1])).ok  # either copy verifies
-    monkeypatch.setenv(rc.MIRROR_ENV, str(sink))
+    monkeypatch.setenv(rs.MIRROR_ENV, str(sink))
     with pytest.raises(ConfigError, match="a second, independent folder"):
         rc.Sink.configured()

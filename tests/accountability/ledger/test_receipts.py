@@ -14,6 +14,7 @@ from accountability_helpers import ingest, make_model, make_settings
 from sqlalchemy import select, text, update
 from typer.testing import CliRunner
 
+from ldtm_core.accountability.ledger import receipt_sink as rs
 from ldtm_core.accountability.ledger import receipts as rc
 from ldtm_core.accountability.ledger.audit import verify
 from ldtm_core.accountability.ledger.chain import AUDIT_KEY_ENV, row_hash
@@ -245,7 +246,7 @@ def test_a_git_sink_commits_each_receipt(engine, db_url, tmp_path, keys, monkeyp
         subprocess.run(["git", "-C", str(repo), "config", k, v], check=True)
     monkeypatch.setenv(rc.DIR_ENV, str(repo))
     monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
-    monkeypatch.setenv(rc.GIT_ENV, "true")
+    monkeypatch.setenv(rs.GIT_ENV, "true")
     settings = make_settings(tmp_path, db_url)
     df = ingest(engine, ["AAPL"])
     make_model(engine, settings, "AAPL")
@@ -271,8 +272,8 @@ def test_a_git_sink_pushes_each_commit_and_a_failed_push_fails_the_evening(
     subprocess.run(["git", "-C", str(repo), "remote", "add", "witness", str(remote)], check=True)
     monkeypatch.setenv(rc.DIR_ENV, str(repo))
     monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
-    monkeypatch.setenv(rc.GIT_ENV, "true")
-    monkeypatch.setenv(rc.REMOTE_ENV, "witness")
+    monkeypatch.setenv(rs.GIT_ENV, "true")
+    monkeypatch.setenv(rs.REMOTE_ENV, "witness")
     settings = make_settings(tmp_path, db_url)
     df = ingest(engine, ["AAPL"])
     make_model(engine, settings, "AAPL")
@@ -299,7 +300,7 @@ def test_a_git_sink_pushes_each_commit_and_a_failed_push_fails_the_evening(
     (tmp_path / "away.git").rename(remote)
     predict(engine, settings, run_date=days[2])
     assert [line.split(": ")[0] for line in pushed()] == ["receipt 3", "receipt 2", "receipt 1"]
-    monkeypatch.delenv(rc.GIT_ENV)
+    monkeypatch.delenv(rs.GIT_ENV)
     with pytest.raises(ConfigError, match="only a git sink is pushed"):
         rc.Sink.configured()
 
