@@ -65,15 +65,9 @@ def row_entry(row) -> list:
 
 
 def merkle_root(entries: list[list]) -> str:
-    """The Merkle root of the entries (RFC 6962's shape: 0x00-prefixed leaves, 0x01-prefixed nodes, an
-    odd node carried up); the root of no entries is the hash of nothing."""
-    level = [hashlib.sha256(b"\x00" + _canonical_json(e).encode()).digest() for e in entries]
-    if not level:
-        return hashlib.sha256(b"").hexdigest()
-    while len(level) > 1:
-        pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
-        level = [hashlib.sha256(b"\x01" + p[0] + p[1]).digest() if len(p) == 2 else p[0] for p in pairs]
-    return level[0].hex()
+    """The Merkle root of the entries (RFC 9162's tree, `merkle.root`: the same tree the receipts' tree
+    head spans); the root of no entries is the hash of nothing."""
+    return merkle.root([merkle.leaf(e) for e in entries]).hex()
 
 
 def _canonical_json(value) -> str:
@@ -234,8 +228,9 @@ def tree_after(directory: Path, evening: Receipt | None) -> merkle.Frontier:
         return merkle.Frontier.from_json(evening.body["frontier"])
     tree = merkle.Frontier()
     for r in read_receipts(directory):
-        for entry in r.body.get("rows", []) if r.seq <= evening.seq else []:
-            tree.append(merkle.leaf(entry))
+        if r.body["kind"] == "evening" and r.seq <= evening.seq:
+            for entry in r.body["rows"]:
+                tree.append(merkle.leaf(entry))
     return tree
 
 
