@@ -36,15 +36,15 @@ class Tree:
     head: Checkpoint | None  # None: no evening receipt
 
 
-def build(good: list[rc.Receipt], add) -> Tree:
-    """The tree over the verified receipts' rows, in order; a signed head that is not its rows' is a
-    finding (`add(kind, ticker, run_date, detail)`)."""
+def build(good: list[rc.Receipt], hashes: dict[int, list[bytes]], add) -> Tree:
+    """The tree over the verified receipts' rows, in order, from {seq: the rows' leaf hashes} (the
+    receipts' own Merkle check made them); a signed head that is not its rows' is a finding
+    (`add(kind, ticker, run_date, detail)`)."""
     tree, leaves, head = merkle.Frontier(), [], None
     for r in good:
         if r.body["kind"] != "evening":
             continue
-        for entry in r.body["rows"]:
-            h = merkle.leaf(entry)
+        for h in hashes[r.seq]:
             tree.append(h)
             leaves.append(h)
         root = tree.root().hex()

@@ -37,6 +37,7 @@ import cryptography.x509
 import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from ldtm_core.accountability.ledger import merkle
 from ldtm_core.accountability.ledger import receipts as rc
 from ldtm_core.accountability.ledger import record_checkpoint as cp
 from ldtm_core.accountability.ledger import record_scores as scores
@@ -105,9 +106,10 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 def check_receipts(
     receipts: list[rc.Receipt], public: Ed25519PublicKey, report: VerifyReport
-) -> list[rc.Receipt]:
-    """The receipts whose signature, number and link hold (the others are findings); follows rotations."""
-    key, good, previous, last_id = public, [], None, 0
+) -> tuple[list[rc.Receipt], dict[int, list[bytes]]]:
+    """(The receipts whose signature, number, link and Merkle root hold, {their seq: their rows' leaf
+    hashes}, which the tree head reuses); the others are findings. Follows rotations."""
+    key, good, leaves, previous, last_id = public, [], {}, None, 0
     report.keys.append(rc.key_id(public))
     for r in receipts:
         where = f"receipt {r.seq} ({r.path.name})"
@@ -137,12 +139,14 @@ def check_receipts(
                 f"{where}: covers ids from {r.body['first_id']}, after {last_id}",
             )
         last_id = int(r.body["last_id"])
-        if rc.merkle_root(r.body["rows"]) != r.body["merkle_root"]:
+        hashes = [merkle.leaf(e) for e in r.body["rows"]]
+        if merkle.root(hashes).hex() != r.body["merkle_root"]:
             report.add("receipt", "", r.body["run_date"], f"{where}: its Merkle root is not its rows'")
             continue
         good.append(r)
+        leaves[r.seq] = hashes
     report.receipts = len(good)
-    return good
+    return good, leaves
 
 
 def tsa_time(receipt: rc.Receipt, chain: list | None, report: VerifyReport) -> dt.datetime | None:
@@ -188,8 +192,8 @@ def verify_record(
 
 def _verify(rows, tables, receipts, public, tsa_chain, report: VerifyReport) -> VerifyReport:
     by_id = {int(r["id"]): r for r in rows}
-    good = check_receipts(receipts, public, report)
-    tree = cp.build(good, report.add)
+    good, leaves = check_receipts(receipts, public, report)
+    tree = cp.build(good, leaves, report.add)
     report.head = tree.head
     if report.kept is not None:
         report.proof_hashes = cp.compare(report.kept, tree, good, report.add)
