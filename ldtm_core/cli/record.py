@@ -231,10 +231,13 @@ def _board_table(board, revised: bool) -> Table:
     pct = lambda v: "–" if v != v else f"{v:.1%}"  # noqa: E731 - NaN: nothing decided
     extra = ["accuracy on the original answers"] if revised else []
     table = Table(
-        "counted", "ticker", "rows", "next-day calls decided", "right", "accuracy", *extra,
+        "counted", "ticker", "evenings", "rows", "next-day calls decided", "right", "accuracy", *extra,
         title="the board, recomputed (other rows counted apart)",
     )  # fmt: skip
     for r in board.itertuples(index=False):
         more = [pct(r.accuracy_original)] if revised else []
-        table.add_row(r.group, r.ticker, str(r.rows), str(r.decided), str(r.right), pct(r.accuracy), *more)
+        evenings = str(r.first) if r.first == r.last else f"{r.first} – {r.last}"
+        table.add_row(
+            r.group, r.ticker, evenings, str(r.rows), str(r.decided), str(r.right), pct(r.accuracy), *more
+        )
     return table

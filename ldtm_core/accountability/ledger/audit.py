@@ -22,14 +22,20 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 from sqlalchemy import Engine, or_, select
 
 from ldtm_core.accountability.ledger import audit_anchor
+from ldtm_core.accountability.ledger.audit_chain import (
+    AuditProblem,
+    ChainWalk,
+    check_anchors,
+    load_anchored_rows,
+    unkeyed_until,
+    with_given,
+)
 from ldtm_core.accountability.ledger.chain import (
     HASHED_COLUMNS,
     HASHED_V2,
@@ -50,7 +56,6 @@ from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION
 from ldtm_core.horizons import NAMES as HORIZONS
 from ldtm_core.schema import snapshots
-from ldtm_core.scoring.baselines import decode_calls, recorded_close_calls, registry
 
 __all__ = ["HASHED_COLUMNS", "AuditProblem", "AuditReport", "canonical", "row_hash", "verify"]
 
@@ -63,15 +68,6 @@ FULL_EVERY = dt.timedelta(days=7)
 FILL_MARGIN = dt.timedelta(hours=1)
 # pct errors and directions are recomputed here in Python; the database computed them in SQL.
 REL_TOL = 1e-9
-
-
-@dataclass
-class AuditProblem:
-    ticker: str
-    run_date: dt.date | str | None
-    model_version: str
-    what: str
-    kind: str = "chain"  # chain / anchor / actual
 
 
 @dataclass
@@ -127,160 +123,47 @@ def verify(
     # Each row is judged with its own stored band; this is only the band of rows stored without one.
     band = LEGACY_NEUTRAL_BAND_PCT if neutral_band_pct is None else float(neutral_band_pct)
     started = dt.datetime.now(dt.UTC)
-    s = snapshots.c
-    cols = [
-        s.id,
-        *(s[c] for c in HASHED_COLUMNS),
-        s[IN_SAMPLE],
-        *(s[c] for c in HASHED_V2),
-        *(s[c] for c in HASHED_V3),
-        s.chain_version,
-        s.prev_hash,
-        s.row_hash,
-    ]
-    problems: list[AuditProblem] = []
-    rows = 0
-    by_ticker: dict[str, dict[int, tuple]] = defaultdict(dict)
-    expected_prev: dict[str, str] = {}
-    keyed_from: dict[str, int] = {}  # per ticker: the first row hashed under the key
-    newest_version: dict[str, int] = {}
     with engine.connect() as conn:
-        base = audit_anchor.latest(conn) if mode != "full" else None
-        if base is not None and mode == "auto" and (now or started) - base.last_full_at >= full_every:
-            base = None
+        base = _base(conn, mode, now or started, full_every)
         max_id, run_log_from = audit_anchor.read_bounds(conn, started)
         anchors, keyed, unreadable = load_anchors(conn, wanted, base.run_log_from if base else None)
         base_heads = {t: h for t, h in (base.heads if base else {}).items() if wanted is None or t in wanted}
-        keyed = keyed or any(h.keyed for h in base_heads.values())
-        if keyed and key is None:
+        if (keyed or any(h.keyed for h in base_heads.values())) and key is None:
             raise InputError(
                 "the snapshot chain is keyed (written with LDTM_AUDIT_KEY): set LDTM_AUDIT_KEY to verify it"
             )
-        unkeyed_until = _unkeyed_until(anchors) if key is not None else {}
-        # Rows committed after the bounds were read are the next audit's (its anchor says where it starts).
-        stmt = select(*cols).where(s.id <= max_id).order_by(s.ticker, s.id)
-        if wanted:
-            stmt = stmt.where(s.ticker.in_(wanted))
+        walk = ChainWalk(key, unkeyed_until(anchors) if key is not None else {})
         if base is not None:
-            stmt = stmt.where(s.id > base.max_id)
-            for t, h in base_heads.items():
-                # The verified head's hash covers every row before it: continue the chain from it.
-                expected_prev[t] = h.row_hash
-                newest_version[t] = h.version
-                if h.keyed:
-                    keyed_from[t] = h.id
-                anchors.setdefault(t, []).append(
-                    Anchor(
-                        f"the verified chain head of the audit of {base.verified_at:%Y-%m-%d %H:%M} UTC "
-                        f"(run {base.run_id})",
-                        h.id,
-                        h.row_hash,
-                        None,
-                        "-",
-                    )
-                )
-        for r in conn.execute(stmt).mappings():
-            rows += 1
-            t = r["ticker"]
-            by_ticker[t][r["id"]] = (r["row_hash"], r["run_date"], r["model_version"])
-            prev = expected_prev.get(t, "")
-            if r["prev_hash"] != prev:
-                what = (
-                    "chain broken: first row of the ticker does not start the chain (rows before it were deleted)"
-                    if prev == ""
-                    else "chain broken: prev_hash does not match the previous row (a row was deleted, inserted or re-hashed)"
-                )
-                problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
-            if row_hash(r["prev_hash"], r, key) == r["row_hash"]:
-                keyed_from.setdefault(t, r["id"])
-            elif (
-                key is not None
-                and t not in keyed_from
-                and r["id"] <= unkeyed_until.get(t, r["id"])
-                and row_hash(r["prev_hash"], r) == r["row_hash"]
-            ):
-                pass  # written before the key was set: the ticker's chain is not keyed yet
-            else:
-                if key is not None and row_hash(r["prev_hash"], r) == r["row_hash"]:
-                    what = (
-                        "hash not keyed: computed without LDTM_AUDIT_KEY where the ticker's chain is keyed "
-                        "(recomputed by someone without the key)"
-                    )
-                else:
-                    what = "prediction changed: row_hash mismatch"
-                problems.append(AuditProblem(t, r["run_date"], r["model_version"], what))
-            expected_prev[t] = r["row_hash"]
-            if int(r["chain_version"] or 1) >= 3 and (wrong := _calls_off_their_closes(r)):
-                problems.append(AuditProblem(t, r["run_date"], r["model_version"], wrong))
-            # Versions only go up along a chain: a row relabelled as older would escape what v2 hashes.
-            version = int(r["chain_version"] or 1)
-            if version < newest_version.get(t, 1):
-                problems.append(
-                    AuditProblem(
-                        t,
-                        r["run_date"],
-                        r["model_version"],
-                        f"chain version went back: row {r['id']} says version {version} after a row of version "
-                        f"{newest_version[t]} (relabelled to escape the fields the newer version hashes)",
-                    )
-                )
-            newest_version[t] = max(version, newest_version.get(t, 1))
-        new_heads = {
-            t: audit_anchor.Head(
-                max(ids), expected_prev[t], key is not None and t in keyed_from, newest_version[t]
-            )
-            for t, ids in by_ticker.items()
-        }
-        all_anchors = {t: list(v) for t, v in anchors.items()}
-        for t, a in (extra_anchors or {}).items():
-            if wanted is None or t in wanted:
-                given = list(a) if isinstance(a, list | tuple) else [a]
-                if base is not None and given:
-                    # Older external anchors are covered by the verified head (module doc); the newest one
-                    # is still compared: it is what catches a verified anchor forged in the app database.
-                    newest = max(x.id for x in given)
-                    floor = base_heads[t].id if t in base_heads else 0
-                    given = [x for x in given if x.id >= floor or x.id == newest]
-                all_anchors.setdefault(t, []).extend(given)
+            walk.continue_from(base, base_heads, anchors)
+        for r in conn.execute(_chain_rows(wanted, base, max_id)).mappings():
+            walk.check(r)
+        all_anchors = with_given(anchors, extra_anchors, wanted, base_heads if base else None)
         if base is not None:
-            _load_anchored_rows(conn, all_anchors, by_ticker)
-            since = (base.max_id, base.verified_at - FILL_MARGIN)
-            actual_problems, actuals_checked = _check_actuals(conn, wanted, band, set(), since, max_id)
-            # Whether a mismatch is explained (stale for a recorded reason) is asked only when there is one.
-            bad = sorted({p.ticker for p in actual_problems})
-            stale = [st for st in find_stale(conn, bad) if st.reason is not None] if bad else []
-            if stale:
-                explained = {(st.id, st.horizon) for st in stale}
-                actual_problems, actuals_checked = _check_actuals(
-                    conn, wanted, band, explained, since, max_id
-                )
-        else:
-            stale = [st for st in find_stale(conn, wanted) if st.reason is not None]
-            actual_problems, actuals_checked = _check_actuals(
-                conn, wanted, band, {(st.id, st.horizon) for st in stale}
-            )
+            load_anchored_rows(conn, all_anchors, walk.by_ticker)
+        actual_problems, actuals_checked, stale = _actuals(conn, wanted, band, base, max_id)
         fill_log = revisions(conn, wanted)
-    for run_id in unreadable:
-        problems.append(
-            AuditProblem("-", None, "-", f"chain anchor of {run_id} in run_log is unreadable", "anchor")
-        )
-    anchor_problems, anchors_checked = _check_anchors(all_anchors, by_ticker)
-    problems.extend(anchor_problems)
-    problems.extend(actual_problems)
-    missing = [t for t in dict.fromkeys(wanted or []) if t not in by_ticker and t not in base_heads]
+    problems = walk.problems + [
+        AuditProblem("-", None, "-", f"chain anchor of {run_id} in run_log is unreadable", "anchor")
+        for run_id in unreadable
+    ]
+    anchor_problems, anchors_checked = check_anchors(all_anchors, walk.by_ticker)
+    problems += anchor_problems + actual_problems
     report = AuditReport(
         ok=not problems,
-        rows_checked=rows,
-        tickers_checked=len(by_ticker) if base is None else len(set(by_ticker) | set(base_heads)),
+        rows_checked=walk.rows,
+        tickers_checked=len(set(walk.by_ticker) | set(base_heads)),
         problems=problems,
         anchors_checked=anchors_checked,
         actuals_checked=actuals_checked,
-        tickers_without_rows=missing,
+        tickers_without_rows=[
+            t for t in dict.fromkeys(wanted or []) if t not in walk.by_ticker and t not in base_heads
+        ],
         stale=stale,
         revisions=fill_log,
         mode="full" if base is None else "incremental",
         since=base.verified_at if base else None,
     )
+    new_heads = walk.heads()
     # An empty store has no heads to anchor: its audit writes nothing (read commands stay no-ops).
     if record and wanted is None and (max_id or base_heads or new_heads):
         audit_anchor.record(
@@ -292,29 +175,52 @@ def verify(
             run_log_from=run_log_from,
             heads={**base_heads, **new_heads},
             previous=base,
-            rows_checked=rows,
+            rows_checked=walk.rows,
             problems=len(problems),
         )
     return report
 
 
-def _calls_off_their_closes(row: Mapping) -> str | None:
-    """A chain-version-3 row's recorded baseline calls re-derived from its own recorded closes: each
-    baseline that reads no more than those two closes must have called what its rule gives on them
-    (the hash proves the row is as written; this proves it was written right). None when all agree."""
-    try:
-        recorded = decode_calls(row["baseline_calls"])
-    except (ValueError, TypeError, AttributeError):
-        return "baseline calls unreadable: not the JSON object predict records"
-    close = np.array([row["run_date_close"]], dtype=float)
-    prev = np.array([np.nan if row["prev_close"] is None else row["prev_close"]], dtype=float)
-    derived = recorded_close_calls(close, prev, [b for b in registry() if b.sessions <= 2])
-    off = [
-        f"{name} recorded {recorded[name]:g}, its rule gives {call[0]:g}"
-        for name, call in derived.items()
-        if name in recorded and not np.array_equal(recorded[name], call[0], equal_nan=True)
-    ]
-    return "baseline call does not follow from the recorded closes: " + "; ".join(off) if off else None
+def _base(conn, mode: str, now: dt.datetime, full_every: dt.timedelta) -> audit_anchor.Verified | None:
+    """The passing audit an incremental one starts from: none in "full" mode, when there is none, or in
+    "auto" mode when the last full audit is `full_every` old."""
+    base = audit_anchor.latest(conn) if mode != "full" else None
+    if base is not None and mode == "auto" and now - base.last_full_at >= full_every:
+        return None
+    return base
+
+
+def _chain_rows(wanted: list[str] | None, base: audit_anchor.Verified | None, max_id: int):
+    """Every hashed column of the rows to walk, per ticker in id order: those up to `max_id` (rows
+    committed later are the next audit's), after the verified heads when incremental."""
+    s = snapshots.c
+    hashed = [*HASHED_COLUMNS, IN_SAMPLE, *HASHED_V2, *HASHED_V3, "chain_version", "prev_hash", "row_hash"]
+    stmt = select(s.id, *(s[c] for c in hashed)).where(s.id <= max_id).order_by(s.ticker, s.id)
+    if wanted:
+        stmt = stmt.where(s.ticker.in_(wanted))
+    if base is not None:
+        stmt = stmt.where(s.id > base.max_id)
+    return stmt
+
+
+def _actuals(
+    conn, wanted: list[str] | None, band: float, base: audit_anchor.Verified | None, max_id: int
+) -> tuple[list[AuditProblem], int, list[StaleActual]]:
+    """(Actual problems, actuals checked, stale actuals): every filled actual, or when incremental those
+    of rows after the verified heads or filled since; an actual stale for a recorded reason is apart."""
+    if base is None:
+        stale = [st for st in find_stale(conn, wanted) if st.reason is not None]
+        return (*_check_actuals(conn, wanted, band, {(st.id, st.horizon) for st in stale}), stale)
+    since = (base.max_id, base.verified_at - FILL_MARGIN)
+    problems, checked = _check_actuals(conn, wanted, band, set(), since, max_id)
+    # Whether a mismatch is explained (stale for a recorded reason) is asked only when there is one.
+    bad = sorted({p.ticker for p in problems})
+    stale = [st for st in find_stale(conn, bad) if st.reason is not None] if bad else []
+    if stale:
+        problems, checked = _check_actuals(
+            conn, wanted, band, {(st.id, st.horizon) for st in stale}, since, max_id
+        )
+    return problems, checked, stale
 
 
 def verified_tickers(engine: Engine) -> set[str] | None:
@@ -323,87 +229,6 @@ def verified_tickers(engine: Engine) -> set[str] | None:
     with engine.connect() as conn:
         base = audit_anchor.latest(conn)
     return None if base is None else set(base.heads)
-
-
-def _load_anchored_rows(
-    conn, anchors: Mapping[str, list[Anchor]], by_ticker: dict[str, dict[int, tuple]]
-) -> None:
-    """Add the rows the anchors name that the incremental read did not load (the verified heads, a
-    rerun's re-anchored heads), by primary key, so each anchor is compared with its stored row."""
-    s = snapshots.c
-    loaded = {i for rows in by_ticker.values() for i in rows}
-    ids = sorted({a.id for v in anchors.values() for a in v} - loaded)
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start : start + 1000]
-        stmt = select(s.id, s.ticker, s.row_hash, s.run_date, s.model_version).where(s.id.in_(chunk))
-        for i, t, h, d, v in conn.execute(stmt):
-            by_ticker[t][i] = (h, d, v)
-
-
-def _unkeyed_until(anchors: Mapping[str, list[Anchor]]) -> dict[str, int]:
-    """Per ticker with a keyed predict run: the newest row anchored unkeyed before its first keyed anchor.
-    Rows up to it were written before LDTM_AUDIT_KEY was set and verify unkeyed; rows after it must be
-    keyed. Tickers with no keyed run yet are absent: all their (old) rows verify unkeyed."""
-    out: dict[str, int] = {}
-    for t, items in anchors.items():
-        keyed = [a.id for a in items if a.keyed]
-        if keyed:
-            first = min(keyed)
-            out[t] = max((a.id for a in items if not a.keyed and a.id <= first), default=0)
-    return out
-
-
-def _check_anchors(
-    anchors: Mapping[str, list[Anchor]], by_ticker: Mapping[str, Mapping[int, tuple]]
-) -> tuple[list[AuditProblem], int]:
-    """Each anchored head must still be there with its hash; no row may follow the newest anchor."""
-    problems: list[AuditProblem] = []
-    checked = 0
-    for t in sorted(anchors):
-        rows = by_ticker.get(t, {})
-        seen: set[tuple[int, str]] = set()
-        for a in anchors[t]:
-            if (a.id, a.row_hash) in seen:  # a rerun anchors the same head again
-                continue
-            seen.add((a.id, a.row_hash))
-            checked += 1
-            stored = rows.get(a.id)
-            if stored is None:
-                problems.append(
-                    AuditProblem(
-                        t,
-                        a.run_date,
-                        a.model_version,
-                        f"anchored chain head missing: row {a.id} recorded by {a.source} is gone "
-                        "(the newest rows were deleted or the table truncated)",
-                        "anchor",
-                    )
-                )
-            elif stored[0] != a.row_hash:
-                problems.append(
-                    AuditProblem(
-                        t,
-                        stored[1],
-                        stored[2],
-                        f"anchored chain head changed: row {a.id} no longer has the hash recorded by "
-                        f"{a.source} (the chain was rewritten)",
-                        "anchor",
-                    )
-                )
-        newest = max(a.id for a in anchors[t])
-        for i, (_, run_date, version) in sorted(rows.items()):
-            if i > newest:
-                problems.append(
-                    AuditProblem(
-                        t,
-                        run_date,
-                        version,
-                        f"row {i} follows the newest anchored chain head ({newest}): "
-                        "not written by a recorded predict run",
-                        "anchor",
-                    )
-                )
-    return problems, checked
 
 
 def _close(a, b) -> bool:

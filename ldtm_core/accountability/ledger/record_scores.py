@@ -90,7 +90,7 @@ def original_answers(revisions: pd.DataFrame) -> dict[tuple[int, str], float]:
 
 
 def board(rows: list[dict], originals: dict[tuple[int, str], float]) -> pd.DataFrame:
-    """Per group and ticker: rows, next-day calls decided, right, accuracy; and the same on the answers
+    """Per group and ticker: rows, their first and last evening, next-day calls decided, right, accuracy; and the same on the answers
     first published (`right_original`, `accuracy_original`: they differ only where a re-fill changed one)."""
     col = DIRECTION.col("direction_correct")
     records = []
@@ -98,8 +98,8 @@ def board(rows: list[dict], originals: dict[tuple[int, str], float]) -> pd.DataF
         hit = r[col]
         old = originals.get((int(r["id"]), DIRECTION.name))
         first_hit = hit if old is None else direction_hit(r[DIRECTION.col("pred")], old, r["run_date_close"])
-        records.append((group(r), r["ticker"], hit, first_hit))
-    frame = pd.DataFrame(records, columns=["group", "ticker", "correct", "correct_original"])
+        records.append((group(r), r["ticker"], _day(r["run_date"]), hit, first_hit))
+    frame = pd.DataFrame(records, columns=["group", "ticker", "evening", "correct", "correct_original"])
     out = []
     for (g, t), part in frame.groupby(["group", "ticker"], sort=False):
         decided, first = part["correct"].dropna(), part["correct_original"].dropna()
@@ -108,6 +108,8 @@ def board(rows: list[dict], originals: dict[tuple[int, str], float]) -> pd.DataF
                 "group": g,
                 "ticker": t,
                 "rows": len(part),
+                "first": part["evening"].min(),
+                "last": part["evening"].max(),
                 "decided": len(decided),
                 "right": int(decided.sum()),
                 "accuracy": decided.mean() if len(decided) else float("nan"),
@@ -115,7 +117,18 @@ def board(rows: list[dict], originals: dict[tuple[int, str], float]) -> pd.DataF
                 "accuracy_original": first.mean() if len(first) else float("nan"),
             }
         )
-    cols = ["group", "ticker", "rows", "decided", "right", "accuracy", "right_original", "accuracy_original"]
+    cols = [
+        "group",
+        "ticker",
+        "rows",
+        "first",
+        "last",
+        "decided",
+        "right",
+        "accuracy",
+        "right_original",
+        "accuracy_original",
+    ]
     result = pd.DataFrame(out, columns=cols)
     order = {g: i for i, g in enumerate(GROUPS)}
     return result.sort_values(["group", "ticker"], key=lambda s: s.map(order) if s.name == "group" else s)

@@ -433,6 +433,66 @@ def test_a_revised_close_and_re_fill_are_shown_and_without_their_log_are_finding
     assert repr(signed * 1.2) in closes[0].detail and repr(signed) in closes[0].detail
 
 
+def test_replays_written_after_the_live_evenings_are_named_and_kept_off_the_board(
+    engine, db_url, tmp_path, keys, monkeypatch
+):
+    """The app role's attack: hindsight rows for past evenings, written with the project's own replay
+    after three live evenings, which the next receipts sign. The verifier passes them (they are what
+    they say), names each ticker's replayed evenings under `replay`, and scores the board on the live
+    rows alone, as the leaderboard does; before, they counted in its accuracy."""
+    import pandas as pd
+
+    from ldtm_core.data.ingest import ingest_frame
+    from ldtm_core.data.synthetic_market import generate
+    from ldtm_core.schema import model_registry
+
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    settings = make_settings(tmp_path, db_url)
+    df = generate(TICKERS, "2024-01-02", "2024-06-28", seed=7)
+    days = sorted(df["date"].unique())
+    live, hindsight = days[-8:-5], days[-20:-14]
+    ingest_frame(engine, df[df["date"] <= live[0]], "synthetic")
+    for i, t in enumerate(TICKERS):
+        make_model(engine, settings, t, seed=i)
+    with engine.begin() as conn:  # gated: the board's rows
+        conn.execute(update(model_registry).values(status="active"))
+    for d in live:  # each evening predicted with no later price stored, its receipt issued that night
+        ingest_frame(engine, df[df["date"] <= d], "synthetic")
+        monkeypatch.setattr(rc, "_now", lambda d=d: f"{pd.Timestamp(d):%Y-%m-%d}T23:00:00.000000Z")
+        assert predict(engine, settings, run_date=d).mode == "live"
+    monkeypatch.undo()  # the replays are written, and receipted, today
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    monkeypatch.setenv(rc.KEY_ENV, str(keys[0]))
+    ingest_frame(engine, df, "synthetic")
+    for d in hindsight:
+        assert predict(engine, settings, run_date=d).mode == "replay"
+    fillback(engine)
+    report = _check(engine, tmp_path, keys)
+    assert report.ok and report.replay == len(TICKERS) * len(hindsight), report.findings
+    board = report.board.set_index(["group", "ticker"])
+    col = snapshots.c.next_day_direction_correct
+    with engine.connect() as conn:
+        for t in TICKERS:
+            hits = conn.execute(
+                select(col).where(snapshots.c.ticker == t, snapshots.c.mode == "live")
+            ).scalars()
+            decided = [h for h in hits if h is not None]
+            assert (board.loc[("board", t), "decided"], board.loc[("board", t), "right"]) == (
+                len(decided),
+                sum(decided),
+            )
+            replay = board.loc[("replay", t)]
+            assert (replay["rows"], replay["first"], replay["last"]) == (
+                len(hindsight),
+                hindsight[0],
+                hindsight[-1],
+            )
+    code, out = _verify_cli(tmp_path, keys, tmp_path / "export")
+    named = f"│ replay │ {TICKERS[0]} │ {hindsight[0]} – {hindsight[-1]} │ {len(hindsight)} │"
+    assert code == 0 and named in out, out
+
+
 def _verify_cli(tmp_path, keys, export, *more):
     args = ["verify-record", str(export), str(tmp_path / "receipts"), "--public-key", str(keys[1]), *more]
     out = CliRunner().invoke(app, args, env={"COLUMNS": "400"})

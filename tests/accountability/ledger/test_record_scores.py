@@ -31,6 +31,7 @@ def test_replay_in_sample_ungated_and_shadow_rows_stay_out_of_the_board():
         1,
     )
     assert all(board.loc[g, "rows"] == 1 for g in ("replay", "in-sample", "ungated"))
+    assert [str(board.loc["board", k]) for k in ("first", "last")] == ["2024-05-01", "2024-05-02"]
 
 
 def test_the_original_answers_score_beside_the_revised_ones():
