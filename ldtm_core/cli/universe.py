@@ -4,6 +4,7 @@ the members as of a day)."""
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db, parse_date, settings
 from ldtm_core.data.universe import load_universe
@@ -40,8 +41,14 @@ def universe_import(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="check the file and say what it holds; store nothing"
     ),
+    allow_missing: bool = typer.Option(
+        False,
+        "--allow-missing",
+        help="import even if tickers of LDTM_UNIVERSE have no span (they then count as members on no evening)",
+    ),
 ) -> None:
-    """Replace the stored membership history with FILE's spans (Qlib's instruments format)."""
+    """Replace the stored membership history with FILE's spans (Qlib's instruments format). Refused
+    when a ticker of LDTM_UNIVERSE has no span in FILE, unless --allow-missing."""
     from ldtm_core.data.calendar import market_today
     from ldtm_core.data.membership import import_membership, read_membership_file
 
@@ -56,12 +63,15 @@ def universe_import(
     )
     absent = [t for t in load_universe(cfg.universe) if t not in tickers]
     if absent:
-        err_console.print(
-            f"[yellow]{len(absent)} ticker(s) of LDTM_UNIVERSE={cfg.universe} have no span in {path}, so they "
-            f"count as members on no evening (never predicted, backtested or benchmarked):[/] {' '.join(absent)}",
-            highlight=False,
-            soft_wrap=True,
+        said = (
+            f"{len(absent)} ticker(s) of LDTM_UNIVERSE={cfg.universe} have no span in {path}, so they would "
+            f"count as members on no evening (never predicted, backtested or benchmarked): {' '.join(absent)}"
         )
+        if not allow_missing:
+            raise InputError(
+                f"{said}. Nothing stored: add their spans, or pass --allow-missing to import it as it is"
+            )
+        err_console.print(f"[yellow]{escape(said)}[/]", highlight=False, soft_wrap=True)
     if dry_run:
         console.print("dry run: nothing was stored")
         return

@@ -27,6 +27,7 @@ from ldtm_core.data.universe import validate_ticker
 from ldtm_core.db import run_in_transaction
 from ldtm_core.errors import InputError
 from ldtm_core.schema import universe_membership
+from ldtm_core.text_files import read_text_file
 
 # An END on or after this day means "still a member" (Qlib writes 2099-12-31 or similar for today's members).
 OPEN_END = dt.date(2099, 1, 1)
@@ -118,10 +119,7 @@ def parse_membership(text: str, source: str) -> list[Span]:
 
 
 def read_membership_file(path: str | Path) -> list[Span]:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"membership file {p} does not exist")
-    return parse_membership(p.read_text(encoding="utf-8-sig"), str(p))
+    return parse_membership(read_text_file(path, "membership file"), str(path))
 
 
 def write_membership_file(path: str | Path, spans: Iterable[Span], header: str = "") -> Path:

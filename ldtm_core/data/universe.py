@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from ldtm_core.errors import InputError
+from ldtm_core.text_files import read_text_file
 
 # Letters, digits, '.', '-' and '^' (BRK.B, BF-B, ^VIX); nothing that can climb a path or end a string.
 TICKER_PATTERN = re.compile(r"^[A-Z0-9.\-^]{1,12}$")
@@ -54,10 +55,7 @@ def load_universe(spec: str = "full") -> list[str]:
         return _read_list(text, f"universe {name}")
     path = Path(spec)
     if path.suffix or "/" in spec or path.exists():
-        if not path.is_file():
-            raise InputError(f"universe file {spec} does not exist")
-        # utf-8-sig: a file saved by Notepad/Excel starts with a byte-order mark, not part of a ticker.
-        return _read_list(path.read_text(encoding="utf-8-sig"), str(path))
+        return _read_list(read_text_file(path, "universe file"), str(path))
     if "," not in spec and not spec.isupper():
         # `all` is what `--tickers all` says for the universe: here it means `full`, not the ticker ALL.
         aliases = {"all": "full"}
@@ -87,7 +85,7 @@ def stated_as_of(spec: str = "full") -> str | None:
     if spec.lower() in NAMED_UNIVERSES:
         text = resources.files("ldtm_core").joinpath("universe", f"{spec.lower()}.txt").read_text()
     elif Path(spec).is_file():
-        text = Path(spec).read_text(encoding="utf-8-sig")
+        text = read_text_file(spec, "universe file")
     else:
         return None
     for line in text.splitlines():

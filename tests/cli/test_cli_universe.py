@@ -77,13 +77,51 @@ def test_a_bad_file_is_refused_naming_file_line_and_ticker_and_stores_nothing(ld
     assert stored(ldtm_env["url"]) == 0
 
 
-def test_a_history_that_leaves_out_a_served_ticker_is_named(ldtm_env, tmp_path):
+def test_a_history_that_leaves_out_a_served_ticker_is_refused_unless_allowed(ldtm_env, tmp_path):
+    """It replaced the stored history anyway (exit 0, one warning): six served tickers then counted as
+    members on no evening. Now nothing is stored unless --allow-missing says so."""
     path = tmp_path / "h.txt"
     path.write_text("AAPL\t2001-01-02\t\n")
-    result = invoke("universe", "import", str(path))
+    for args in ([], ["--dry-run"]):
+        result = invoke("universe", "import", str(path), *args)
+        err = " ".join(result.stderr.split())
+        assert result.exit_code == 2, result.output
+        assert "6 ticker(s) of LDTM_UNIVERSE=demo have no span" in err and "NVDA" in err
+        assert "Nothing stored" in err and "--allow-missing" in err and stored(ldtm_env["url"]) == 0
+    result = invoke("universe", "import", str(path), "--allow-missing")
     assert result.exit_code == 0, result.output
-    err = " ".join(result.stderr.split())
-    assert "6 ticker(s) of LDTM_UNIVERSE=demo have no span" in err and "NVDA" in err
+    assert "6 ticker(s) of LDTM_UNIVERSE=demo have no span" in " ".join(result.stderr.split())
+    assert stored(ldtm_env["url"]) == 1
+
+
+def test_a_folder_pipe_or_non_utf8_file_is_named_for_what_it_is(ldtm_env, tmp_path, monkeypatch):
+    """A folder or FIFO was "does not exist"; a UTF-16 or binary file ended in a UnicodeDecodeError
+    traceback. Each is one line naming the file and what it is, for both files a user names."""
+    import os
+
+    (tmp_path / "dir.txt").mkdir()
+    os.mkfifo(tmp_path / "fifo.txt")  # never opened: reading it would block
+    (tmp_path / "utf16.txt").write_text("AAPL\t2001-01-02\t\n", encoding="utf-16")
+    (tmp_path / "bin.txt").write_bytes(b"AAPL\x00\x9c\xff\x00")
+    (tmp_path / "nul.txt").write_bytes(b"AAPL\x00\n")
+    said = {
+        "dir.txt": "is a folder, not a file",
+        "fifo.txt": "is not a regular file",
+        "utf16.txt": "is UTF-16 text: save it as UTF-8",
+        "bin.txt": "is not UTF-8 text (byte 5 is 0x9c)",
+        "nul.txt": "is not a text file (it holds NUL bytes)",
+        "absent.txt": "does not exist",
+    }
+    for name, why in said.items():
+        path = tmp_path / name
+        result = invoke("universe", "import", str(path))
+        assert result.exit_code == 2 and f"membership file {path} {why}" in " ".join(result.stderr.split())
+        assert "Traceback" not in result.output
+        monkeypatch.setenv("LDTM_UNIVERSE", str(path))
+        result = invoke("universe")
+        assert result.exit_code == 2 and f"universe file {path} {why}" in " ".join(result.stderr.split()), (
+            result.output
+        )
 
 
 def test_today_is_the_exchange_date_not_the_machines(ldtm_env, tmp_path, monkeypatch):
