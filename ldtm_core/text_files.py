@@ -23,7 +23,9 @@ def check_text_file(path: str | Path, what: str) -> Path:
     if stat.S_ISDIR(mode):
         raise InputError(f"{what} {p} is a folder, not a file")
     if not stat.S_ISREG(mode):
-        raise InputError(f"{what} {p} is not a regular file (a pipe, socket or device): give a saved text file")
+        raise InputError(
+            f"{what} {p} is not a regular file (a pipe, socket or device): give a saved text file"
+        )
     return p
 
 
@@ -39,7 +41,9 @@ def read_text_file(path: str | Path, what: str) -> str:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{what} {p} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})") from None
+        raise InputError(
+            f"{what} {p} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})"
+        ) from None
     if "\x00" in text:
         raise InputError(f"{what} {p} is not a text file (it holds NUL bytes)")
     return text
