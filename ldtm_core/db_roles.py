@@ -191,8 +191,8 @@ def grant(engine: Engine, app_role: str, reader_role: str) -> Granted:
         # The migration lock (ldtm_core.migrate.upgrade): never beside an upgrade, nor a second grant.
         conn.execute(text("SELECT pg_advisory_xact_lock(7400123)"))
         owner = conn.execute(text("SELECT current_user")).scalar_one()
+        kinds = _relations(conn, owner)  # first: the runner must own the tables the roles are checked against
         _check_roles(conn, owner, {"--app": app, "--reader": reader})
-        kinds = _relations(conn, owner)
         tables = sorted(n for n, k in kinds.items() if k in TABLE_KINDS)
         views = sorted(n for n, k in kinds.items() if k in READ_KINDS)
         sequences = sorted(n for n, k in kinds.items() if k == "S")

@@ -363,6 +363,9 @@ def test_roles_that_would_defeat_the_policy_are_refused(cluster):
     # Run by another role (a superuser) than the tables' owner: the default privileges would be its own.
     with pytest.raises(ConfigError, match="as the role that owns the tables"):
         db_roles.grant(cluster.engine(cluster.admin.username), cluster.app, cluster.reader)
+    # Run by the app role, naming itself: it was told it is "the owner of the tables", which it is not.
+    with pytest.raises(ConfigError, match=f"belong to {cluster.owner}, not to {cluster.app}"):
+        db_roles.grant(cluster.engine(cluster.app), cluster.app, cluster.reader)
     with owner.connect() as conn:  # nothing was granted by any refused run
         assert not conn.execute(
             text("SELECT has_table_privilege(:r, 'snapshots', 'SELECT')"), {"r": cluster.app}

@@ -145,12 +145,18 @@ def receipts_rotate(
     if (new_key is None) == (new_seed_from is None):
         raise ConfigError("give the next key as --new-key FILE or --new-seed-from VARIABLE (one of them)")
     if new_key is not None:
-        new, then = load_private_key(new_key.expanduser()), f"LDTM_RECEIPT_KEY_FILE={escape(str(new_key))}"
+        new, then = (
+            load_private_key(new_key.expanduser(), "--new-key"),
+            f"LDTM_RECEIPT_KEY_FILE={escape(str(new_key))}",
+        )
     else:  # the seed by name, never on the command line (shell history, the process list)
         seed = env_named(new_seed_from)
         if not seed:
             raise ConfigError(f"--new-seed-from {new_seed_from}: that environment variable is empty or unset")
-        new, then = key_from_seed(seed), f"LDTM_RECEIPT_KEY to the value of {new_seed_from}"
+        new, then = (
+            key_from_seed(seed, f"--new-seed-from {new_seed_from}"),
+            f"LDTM_RECEIPT_KEY to the value of {new_seed_from}",
+        )
     sink, key = _sink_and_key()
     receipt = rotate(sink, key, new.public_key())
     console.print(

@@ -43,6 +43,7 @@ from ldtm_core.schema import snapshots
 VERSION = 1
 KEY_ENV, SEED_ENV = "LDTM_RECEIPT_KEY_FILE", "LDTM_RECEIPT_KEY"
 MIN_SEED_CHARS = 32
+MIN_SEED_DISTINCT = 10  # token_urlsafe(24) has about 26 different characters
 
 
 # --- what a receipt commits to ---------------------------------------------------------------------
@@ -120,25 +121,30 @@ def keygen(private_path: Path, public_path: Path) -> str:
     return key_id(key.public_key())
 
 
-def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """The signing key from its file; refused when others may read it (a secret stays the owner's)."""
+def load_private_key(path: Path, setting: str = KEY_ENV) -> Ed25519PrivateKey:
+    """The signing key from its file; refused when others may read it (a secret stays the owner's).
+    `setting`: what named the file (the variable, or `receipts rotate --new-key`), for the errors."""
     if not path.is_file():
-        raise ConfigError(f"{KEY_ENV} {path}: no such file (create one with `ldtm receipts keygen`)")
+        raise ConfigError(f"{setting} {path}: no such file (create one with `ldtm receipts keygen`)")
     if path.stat().st_mode & 0o077:
-        raise ConfigError(f"{KEY_ENV} {path}: readable by group or others; `chmod 600 {path}` first")
+        raise ConfigError(f"{setting} {path}: readable by group or others; `chmod 600 {path}` first")
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"{KEY_ENV} {path}: not an unencrypted PEM private key ({e})") from None
+        raise ConfigError(f"{setting} {path}: not an unencrypted PEM private key ({e})") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise ConfigError(f"{KEY_ENV} {path}: not an Ed25519 key")
+        raise ConfigError(f"{setting} {path}: not an Ed25519 key")
     return key
 
 
-def key_from_seed(seed: str) -> Ed25519PrivateKey:
-    """The Ed25519 key of a secret seed: an Ed25519 private key is any 32 bytes, here SHA-256 of the seed."""
-    if len(seed) < MIN_SEED_CHARS:
-        raise ConfigError(f"{SEED_ENV}: {MIN_SEED_CHARS} characters or more of random text")
+def key_from_seed(seed: str, setting: str = SEED_ENV) -> Ed25519PrivateKey:
+    """The Ed25519 key of a secret seed: an Ed25519 private key is any 32 bytes, here SHA-256 of the seed.
+    A seed of blanks, or of a few characters repeated, is refused: it is no secret."""
+    if len(seed.strip()) < MIN_SEED_CHARS or len(set(seed)) < MIN_SEED_DISTINCT:
+        raise ConfigError(
+            f"{setting}: {MIN_SEED_CHARS} characters or more of random text (at least {MIN_SEED_DISTINCT} "
+            "different ones, not blanks), e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+        )
     return Ed25519PrivateKey.from_private_bytes(hashlib.sha256(seed.encode()).digest())
 
 

@@ -327,7 +327,7 @@ def test_the_cli_exports_and_verifies(engine, db_url, tmp_path, keys, record, mo
 
 
 def test_a_seed_in_the_environment_signs_like_a_key_file(engine, db_url, tmp_path, monkeypatch):
-    seed = "x" * rc.MIN_SEED_CHARS
+    seed = "correct horse battery staple, x 32+"
     monkeypatch.setenv(rc.SEED_ENV, seed)
     monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
     env = {"LDTM_DATABASE_URL": db_url, "LDTM_HOME": str(tmp_path)}
@@ -336,16 +336,18 @@ def test_a_seed_in_the_environment_signs_like_a_key_file(engine, db_url, tmp_pat
     (tmp_path / "seed.pub").write_text(out.output)
     public = rc.load_public_key(tmp_path / "seed.pub")
     assert rc.key_id(public) == rc.key_id(rc.key_from_seed(seed).public_key())
-    assert rc.key_id(public) != rc.key_id(rc.key_from_seed("y" * rc.MIN_SEED_CHARS).public_key())
+    assert rc.key_id(public) != rc.key_id(rc.key_from_seed(seed.replace("x", "y")).public_key())
     settings = make_settings(tmp_path, db_url)
     df = ingest(engine, ["AAPL"])
     make_model(engine, settings, "AAPL")
     receipt = predict(engine, settings, run_date=sorted(df["date"].unique())[-3]).receipt
     assert receipt is not None and receipt.verifies(public)
-    # A short seed, or a seed and a key file at once, is refused by name.
-    monkeypatch.setenv(rc.SEED_ENV, "short")
-    with pytest.raises(ConfigError, match="LDTM_RECEIPT_KEY: 32 characters or more"):
-        rc.signing_key()
+    # A short seed, 40 blanks (accepted before), a repeated character, or a seed and a key file at once,
+    # is refused by name.
+    for weak in ("short", " " * 40, "x" * 40):
+        monkeypatch.setenv(rc.SEED_ENV, weak)
+        with pytest.raises(ConfigError, match="LDTM_RECEIPT_KEY: 32 characters or more of random text"):
+            rc.signing_key()
     monkeypatch.setenv(rc.SEED_ENV, seed)
     monkeypatch.setenv(rc.KEY_ENV, str(tmp_path / "any.pem"))
     with pytest.raises(ConfigError, match="not both"):
@@ -355,18 +357,27 @@ def test_a_seed_in_the_environment_signs_like_a_key_file(engine, db_url, tmp_pat
 def test_rotation_to_a_seed_from_the_environment(engine, db_url, tmp_path, keys, record, monkeypatch):
     settings, dates = record
     env = {"LDTM_DATABASE_URL": db_url, "LDTM_HOME": str(tmp_path)}
-    monkeypatch.setenv("NEXT_SEED", "n" * rc.MIN_SEED_CHARS)
+    next_seed = "the next seed: n0t a real one, 32+ chars"
+    monkeypatch.setenv("NEXT_SEED", next_seed)
     out = CliRunner().invoke(app, ["receipts", "rotate", "--new-seed-from", "NEXT_SEED"], env=env)
     assert out.exit_code == 0 and "set LDTM_RECEIPT_KEY to the value of NEXT_SEED" in out.output, out.output
-    assert "n" * rc.MIN_SEED_CHARS not in out.output  # the secret is never echoed
+    assert next_seed not in out.output  # the secret is never echoed
     monkeypatch.delenv(rc.KEY_ENV)
-    monkeypatch.setenv(rc.SEED_ENV, "n" * rc.MIN_SEED_CHARS)
+    monkeypatch.setenv(rc.SEED_ENV, next_seed)
     later = sorted(d for d in ingest_dates(engine) if d > dates[-1])[0]
     assert predict(engine, settings, run_date=later).receipt is not None
     report = _check(engine, tmp_path, keys, "after_seed_rotation")
     assert report.ok and len(report.keys) == 2, report.findings
     both = CliRunner().invoke(app, ["receipts", "rotate"], env=env)
     assert both.exit_code != 0 and "one of them" in both.output
+    # Errors name the option that gave the next key, not the signing key's setting (as they did).
+    monkeypatch.setenv("NEXT_SEED", " " * 40)
+    for args, said in (
+        (["--new-seed-from", "NEXT_SEED"], "--new-seed-from NEXT_SEED: 32 characters or more"),
+        (["--new-key", str(tmp_path / "none.pem")], f"--new-key {tmp_path / 'none.pem'}: no such file"),
+    ):
+        out = CliRunner().invoke(app, ["receipts", "rotate", *args], env=env)
+        assert out.exit_code == 2 and said in " ".join(out.output.split()), out.output
 
 
 def test_a_ticker_filtered_export_verifies_as_partial_and_says_so(engine, tmp_path, keys, record):
