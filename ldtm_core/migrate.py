@@ -158,11 +158,24 @@ def open_database(url: str) -> Engine:
     return _opened_at_head(url) or _under_the_migration_lock(url, create_if_empty)
 
 
-def upgrade(url: str, revision: str = "head") -> Engine:
+def upgrade(
+    url: str, revision: str = "head", announce: Callable[[list[tuple[str, str]]], None] | None = None
+) -> Engine:
     """Migrate the database at `url` to `revision` (idempotent) and return its engine: `ldtm db upgrade`,
-    and the tests' and benchmarks' own stores."""
+    and the tests' and benchmarks' own stores. `announce` is given the revisions about to be applied,
+    read under the migration lock: an upgrade that waited for another is told what is left ([] if none)."""
     at_head = _opened_at_head(url) if revision == "head" else None
-    return at_head or _under_the_migration_lock(url, lambda conn, cfg: _run_upgrade(cfg, revision))
+    if at_head is not None:
+        if announce is not None:
+            announce([])
+        return at_head
+
+    def step(conn: Connection, cfg: Config) -> None:
+        if announce is not None:
+            announce(_steps(conn, revision))
+        _run_upgrade(cfg, revision)
+
+    return _under_the_migration_lock(url, step)
 
 
 def _opened_at_head(url: str) -> Engine | None:
@@ -192,11 +205,17 @@ def pending(url: str) -> list[tuple[str, str]]:
     """(revision, what it changes: its docstring's first paragraph) of each revision `upgrade` would apply
     to the database at `url`, oldest first; [] at the newest. Reads only."""
     cfg = alembic_config(url)
-    script = _scripts()
     with get_engine(url).connect() as conn:
         _refuse_a_newer_database(conn, cfg, url)
-        current = MigrationContext.configure(conn).get_current_revision()
-    steps = list(script.iterate_revisions(script.get_current_head(), current))
+        return _steps(conn)
+
+
+def _steps(conn: Connection, revision: str = "head") -> list[tuple[str, str]]:
+    """(revision, what it changes) from the database's current revision up to `revision`, oldest first."""
+    script = _scripts()
+    current = MigrationContext.configure(conn).get_current_revision()
+    target = script.get_current_head() if revision == "head" else revision
+    steps = list(script.iterate_revisions(target, current))
     out = []
     for rev in reversed(steps):
         doc = (rev.module.__doc__ or "").strip().split("\n\n")[0]

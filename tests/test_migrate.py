@@ -264,3 +264,29 @@ def test_db_upgrade_keeps_the_folds_baselines_of_a_store_written_by_the_current_
         assert older["persistence"] is None and older["trend"] is None
         assert newest_backtest(engine, 0) is None  # the readers run on the upgraded store
         get_engine.cache_clear()
+
+
+def test_an_upgrade_that_waited_for_another_says_it_applied_nothing(tmp_path, monkeypatch):
+    """Of two upgrades at once, the one that waited for the lock also printed "applying N revision(s)":
+    it had read what was pending before the lock. It now reads it under the lock, after the other."""
+    from typer.testing import CliRunner
+
+    from ldtm_core import migrate
+    from ldtm_core.cli import app
+
+    url = f"sqlite:///{tmp_path / 'ldtm.db'}"
+    migrate.upgrade(url, "0031")
+    locked = migrate._under_the_migration_lock
+
+    def the_other_upgrade_first(url, step):  # another process held the lock and upgraded meanwhile
+        locked(url, lambda conn, cfg: migrate._run_upgrade(cfg, "head"))
+        return locked(url, step)
+
+    monkeypatch.setattr(migrate, "_under_the_migration_lock", the_other_upgrade_first)
+    out = CliRunner().invoke(
+        app, ["db", "upgrade"], env={"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
+    )
+    assert out.exit_code == 0, out.output
+    assert "applying" not in out.output and "0032" not in out.output
+    assert "nothing to apply (already at the newest revision)" in out.output
+    assert f"at revision {migrate.head_revision()}" in out.output

@@ -37,14 +37,9 @@ def db_upgrade(
     cfg = settings()
     get_engine(cfg.database_url)  # a URL that cannot be opened is one clear error first
     where = masked_url(cfg.database_url)
-    steps = pending(cfg.database_url) if _exists(cfg) else []
-    if steps:
-        console.print(
-            f"database {where}: {'would apply' if dry_run else 'applying'} {len(steps)} revision(s)"
-        )
-        for revision, change in steps:
-            console.print(f"  {revision}  {change}", highlight=False, soft_wrap=True)
     if dry_run:
+        steps = pending(cfg.database_url) if _exists(cfg) else []
+        _say_steps(where, steps, "would apply")
         now = current_revision(cfg.database_url) if _exists(cfg) else None
         if not steps and now is not None:
             console.print(f"database {where} is already at the newest revision ({now}); nothing was changed")
@@ -55,8 +50,23 @@ def db_upgrade(
         return
     cfg.ensure_dirs()
     cfg.require_writable_sqlite()
-    upgrade(cfg.database_url)  # the one entry point that migrates (every other one refuses an older store)
+    existed = _exists(cfg)
+
+    def announce(steps: list[tuple[str, str]]) -> None:  # under the migration lock: what is really left
+        if existed:
+            _say_steps(where, steps, "applying")
+        if existed and not steps:
+            console.print(f"database {where}: nothing to apply (already at the newest revision)")
+
+    upgrade(cfg.database_url, announce=announce)  # the one entry point that migrates
     console.print(f"database {where} at revision {current_revision(cfg.database_url)}")
+
+
+def _say_steps(where: str, steps: list[tuple[str, str]], verb: str) -> None:
+    if steps:
+        console.print(f"database {where}: {verb} {len(steps)} revision(s)")
+        for revision, change in steps:
+            console.print(f"  {revision}  {change}", highlight=False, soft_wrap=True)
 
 
 @db_app.command("grant")
