@@ -243,8 +243,12 @@ def main(argv: list[str] | None = None) -> int:
             replay_sessions=args.replay_sessions,
             outcome_sessions=args.outcome_sessions,
         )
-    print_leaderboard(table)
     from ldtm_core.accountability.board.leaderboard import ungated_note
+    from ldtm_core.accountability.board.record import record_answer
+
+    print(record_answer(table).short())  # the answer first, then the table; the method: --explain
+    print_leaderboard(table, explain=False)
+    print("the method behind the labels, and every column: `ldtm leaderboard --explain --wide`")
 
     engine = resources["database"].engine(resources["store"])
     note = ungated_note(engine)

@@ -140,7 +140,7 @@ def test_end_to_end(ldtm_env):
         assert got.one_month_n == len(om)
         assert (pd.isna(got.one_month_mape) and om.empty) or got.one_month_mape == pytest.approx(om.mean())
         assert bool(got.beats_always_up) == (p > up / n and got.q_vs_always_up <= 0.05)
-    lb = runner.invoke(app, ["leaderboard"])
+    lb = runner.invoke(app, ["leaderboard", "--explain"])
     assert lb.exit_code == 0 and "always-up" in lb.output
 
     # audit: clean, then an edited prediction is caught and named

@@ -338,6 +338,17 @@ def leaderboard_cmd(
     by_recipe: bool = typer.Option(
         False, "--by-recipe", help="Also show each recipe's rows summed: recipes side by side (a description)"
     ),
+    wide: bool = typer.Option(
+        False,
+        "--wide",
+        help="Every column (each baseline's test, the errors); default: a table that fits 120 columns",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the board's rows as JSON (every column), nothing else"
+    ),
+    explain: bool = typer.Option(
+        False, "--explain", help="Also the method behind each answer, its power, and the rules of the labels"
+    ),
 ) -> None:
     """30-day accuracy per ticker with Wilson interval, errors, and the board's baselines.
 
@@ -364,24 +375,34 @@ def leaderboard_cmd(
         + (["ungated candidates"] if include_ungated else [])
     )
     flags = {"include_in_sample": include_in_sample, "include_ungated": include_ungated}
-    if by_model:
-        board = leaderboard_by_model(engine, mode, **flags)
-        print_leaderboard(board, f"{label}, by model")
-    else:
-        board = leaderboard(engine, mode, **flags)
-        print_leaderboard(board, label)
-        # The universe's answers: the record's (the test), then the window's SPA (a description).
+    board = leaderboard_by_model(engine, mode, **flags) if by_model else leaderboard(engine, mode, **flags)
+    if as_json:
+        typer.echo(board.to_json(orient="records", date_format="iso", default_handler=str))
+        return
+    answers = []
+    if not by_model:
+        # One short answer per question first: the record's (the test), then the window's SPA (a description).
         caveat = IN_SAMPLE_CAVEAT if include_in_sample else ""
-        console.print(record_answer(board, caveat).describe(), highlight=False, soft_wrap=True)
         tickers = sorted(board["ticker"])
-        for answer in horizon_answers(engine, tickers, mode, **flags):
-            console.print(answer.describe() + caveat, highlight=False, soft_wrap=True)
-        console.print(universe(engine, board, mode, **flags).describe(), highlight=False, soft_wrap=True)
+        answers = [
+            record_answer(board, caveat),
+            *horizon_answers(engine, tickers, mode, **flags),
+            universe(engine, board, mode, **flags),
+        ]
+        for answer in answers:
+            console.print(answer.short(), highlight=False, soft_wrap=True)
+        if caveat:
+            console.print(f"[yellow]{caveat.strip()}[/]", highlight=False, soft_wrap=True)
+    print_leaderboard(board, f"{label}, by model" if by_model else label, wide=wide, explain=explain)
     if by_recipe:
         _print_by_recipe(engine, mode, label, flags)
-    # What the labels control and what the board could show, then what the window's q is.
-    console.print(f"[dim]{evidence_rule(board)}[/]", highlight=False, soft_wrap=True)
-    console.print(f"[dim]{label_rule(board)}[/]", highlight=False, soft_wrap=True)
+    if explain:  # each answer's method and power, then what the labels control
+        for answer in answers:
+            console.print(answer.describe(), highlight=False, soft_wrap=True)
+        console.print(f"[dim]{evidence_rule(board)}[/]", highlight=False, soft_wrap=True)
+        console.print(f"[dim]{label_rule(board)}[/]", highlight=False, soft_wrap=True)
+    else:
+        console.print("[dim]--explain: the method behind each answer, its power and the labels' rules[/]")
     missing = without_champion(engine)
     if missing:
         console.print(
@@ -549,15 +570,44 @@ def board_cells() -> list[BoardCell]:
     return ordered
 
 
-def print_leaderboard(df, mode: str = "all") -> None:
-    """The leaderboard as a table plus the plain verdict (also used by the Dagster demo); its columns are
-    leaderboard.display_columns()' (board_cells)."""
+def compact_cells() -> list[BoardCell]:
+    """The default board, within 120 columns: the ticker's accuracy and interval, the best baseline, the
+    baselines it beats this window, the whole record and its label. `--wide` shows every cell."""
+    from ldtm_core.scoring.baselines import board_baselines
+
+    full = {cell.label: cell for cell in board_cells()}
+    baselines = board_baselines()
+
+    def best(r, _) -> str:
+        b = max(baselines, key=lambda b: _number(getattr(r, b.column("accuracy"), None)))
+        return f"{b.short} {fmt_pct(getattr(r, b.column('accuracy'), None))}"
+
+    def beaten(r, _) -> str:
+        names = [b.short for b in baselines if getattr(r, b.column("beats"), False)]
+        return ", ".join(names) if names else "[red]none[/]"
+
+    return [
+        *(full[label] for label in ("ticker", "n", "dir acc", "95% Wilson")),
+        BoardCell("best baseline", tuple(b.column("accuracy") for b in baselines), best),
+        BoardCell("beats", tuple(b.column("beats") for b in baselines), beaten),
+        *(full[label] for label in ("record n: acc", "shown (e)")),
+    ]
+
+
+def _number(v) -> float:
+    return float("-inf") if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def print_leaderboard(df, mode: str = "all", wide: bool = False, explain: bool = True) -> None:
+    """The leaderboard as a table (also used by the Dagster demo): the compact columns (compact_cells), or
+    with `wide` every one of leaderboard.display_columns() (board_cells); with `explain`, the verdict's
+    sentence (the labels, their rule and power) after it."""
     from ldtm_core.accountability.board.leaderboard import UNGATED_LEGEND, verdict
 
     title = f"accuracy_30d ({mode})"
     if not df.empty:
         title += f", {df['window_start'].min()} .. {df['window_end'].max()}"
-    cells = board_cells()
+    cells = board_cells() if wide else compact_cells()
     table = Table(*(cell.label for cell in cells), title=title)
     for column, cell in zip(table.columns, cells, strict=True):
         column.no_wrap = cell.label == "ticker"  # a ticker (and its model version) on one line; figures wrap
@@ -565,9 +615,12 @@ def print_leaderboard(df, mode: str = "all") -> None:
     for r in df.itertuples(index=False):
         table.add_row(*(cell.render(r, columns) for cell in cells))
     console.print(table)
+    if not wide:
+        console.print("[dim]--wide: every column (each baseline's test, the errors); --json: the rows[/]")
     if "gated" in df.columns and not df["gated"].all():
         console.print(UNGATED_LEGEND, highlight=False, soft_wrap=True)
-    console.print(verdict(df))
+    if explain:
+        console.print(verdict(df))
 
 
 def _e(e) -> str:

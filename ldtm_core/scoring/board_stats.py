@@ -240,7 +240,7 @@ def loss_differentials(rows: pd.DataFrame, baseline_of: dict) -> pd.DataFrame:
 # The window's answer describes a month: its baselines are chosen before the window and include no coin,
 # so in a market that turns, always-up falls below a coin and coin-flip models look better than it.
 WINDOW_NOTE = (
-    " A description of the month, not the label: the record's answer (anytime-valid, a coin among the "
+    "A description of the month, not the label: the record's answer (anytime-valid, a coin among the "
     "baselines) is the test."
 )
 
@@ -268,7 +268,21 @@ class UniverseTest:
             "In the 30-day window, does any model beat its best no-hindsight baseline after the search over "
             f"the {self.tickers} tickers?"
         )
-        return self._answer(question) + WINDOW_NOTE + self.caveat
+        # The description first, so no reader takes its "Yes" for the label (issue 62).
+        return WINDOW_NOTE.strip() + " " + self._answer(question) + self.caveat
+
+    def short(self) -> str:
+        """One line: the window's SPA p, marked as the description it is."""
+        if self.tickers == 0 or self.evenings == 0:
+            return "30-day window (a description, not the label): not tested, no scored evenings."
+        p = format_p_value(self.p_value)
+        edge = (
+            f"; largest edge {self.best} (+{self.best_improvement * 100:.1f} points)" if self.rejects else ""
+        )
+        return (
+            f"30-day window (a description, not the label): best model vs its best baseline after the search "
+            f"over {self.tickers} tickers, SPA p = {p}{edge}."
+        )
 
     def _answer(self, question: str) -> str:
         if self.tickers == 0 or self.evenings == 0:

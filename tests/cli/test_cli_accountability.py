@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 
 import pandas as pd
@@ -91,7 +92,9 @@ def test_predict_refuses_a_neutral_band_that_is_no_percent(one_model, band):
     assert _count(one_model, snapshots) == 0 and _count(one_model, run_log) == 0
 
 
-def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(ldtm_env, engine, tmp_path):
+def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(
+    ldtm_env, engine, tmp_path, monkeypatch
+):
     """The first-use loop: replay evenings the model trained on, fill back, read the board."""
     import datetime as dt
 
@@ -117,6 +120,22 @@ def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(ldtm_env, 
     assert f"{hidden} in-sample rows hidden; --include-in-sample shows them" in board
     shown = " ".join(runner.invoke(app, ["leaderboard", "--include-in-sample"]).output.split())
     assert re.search(rf"TSLA \W+ {hidden} \W", shown) and "in-sample rows hidden" not in shown
+    # The default table fits 120 columns with every head whole (23 columns were cut to "tra…", "mod…").
+    from ldtm_core.cli.common import console
+
+    monkeypatch.setattr(console, "width", 120)
+    compact = runner.invoke(app, ["leaderboard", "--include-in-sample"]).output
+    table = [line for line in compact.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(len(line) for line in table) <= 120 and "…" not in "".join(table), compact
+    assert "best baseline" in compact and "┃ beats " in compact and "--wide" in compact
+    wide = runner.invoke(app, ["leaderboard", "--include-in-sample", "--wide"]).output
+    from ldtm_core.cli.accountability import board_cells, compact_cells
+
+    top = lambda out: next(line for line in out.splitlines() if line.startswith("┏"))  # noqa: E731
+    assert top(wide).count("┳") + 1 == len(board_cells()) and "--wide:" not in wide
+    assert top(compact).count("┳") + 1 == len(compact_cells()) == 8
+    rows = json.loads(runner.invoke(app, ["leaderboard", "--include-in-sample", "--json"]).output)
+    assert [(r["ticker"], r["n"]) for r in rows] == [("TSLA", hidden)] and "beats_persistence" in rows[0]
     by_model = " ".join(
         runner.invoke(app, ["leaderboard", "--by-model", "--include-in-sample"]).output.split()
     )
@@ -124,7 +143,7 @@ def test_an_all_in_sample_board_says_what_it_hides_and_how_to_show_it(ldtm_env, 
     assert re.search(rf"TSLA \S+ \W+ {hidden} \W", by_model), by_model
 
 
-def _printed_board_header(monkeypatch, columns) -> list[str]:
+def _printed_board_header(monkeypatch, columns, wide=True) -> list[str]:
     """The header of the table `ldtm leaderboard` prints, for a one-row board with these columns."""
     from ldtm_core.cli import accountability as cli
 
@@ -134,7 +153,7 @@ def _printed_board_header(monkeypatch, columns) -> list[str]:
     row |= {"always_up_accuracy": 0.5}
     printed = []
     monkeypatch.setattr(cli.console, "print", lambda *a, **k: printed.extend(a))
-    cli.print_leaderboard(pd.DataFrame([row]))
+    cli.print_leaderboard(pd.DataFrame([row]), wide=wide)
     (table,) = [p for p in printed if isinstance(p, Table)]
     return [str(c.header) for c in table.columns]
 

@@ -286,6 +286,16 @@ class RecordAnswer:
             )
         return f"{question} {answer}" + self.caveat
 
+    def short(self) -> str:
+        """One line: the label's answer and its figure (`describe`: the method and the power)."""
+        head = "Shown to beat every baseline, a coin included (whole record):"
+        if self.tickers == 0:
+            return f"{head} not tested, no scored evenings."
+        figure = f"e = {self.e:.3g}, a Yes needs {1 / evidence.ALPHA:g}; {self.tickers} tickers, {self.evenings:,} evenings"
+        if self.rejects:
+            return f"{head} YES, {self.shown} ticker(s) shown ({figure})."
+        return f"{head} not yet ({figure})."
+
     def to_dict(self) -> dict:
         return {
             "e_value": self.e,
@@ -340,6 +350,15 @@ class HorizonAnswer:
                 f"{question} Yes: e = {self.e:.3g} >= {1 / evidence.ALPHA:g} ({share}; {self.shown} shown)."
             )
         return f"{question} No evidence yet: e = {self.e:.3g} ({share}; a Yes needs {1 / evidence.ALPHA:g})."
+
+    def short(self) -> str:
+        head = f"{self.horizon[:1].upper()}{self.horizon[1:]}, closer than no change (whole record):"
+        if self.tickers == 0 or self.targets == 0:
+            return f"{head} not tested, no filled targets."
+        figure = f"e = {self.e:.3g}, a Yes needs {1 / evidence.ALPHA:g}; closer on {self.closer:,} of {self.targets:,}"
+        return (
+            f"{head} YES, {self.shown} shown ({figure})." if self.rejects else f"{head} not yet ({figure})."
+        )
 
 
 def horizon_answers(

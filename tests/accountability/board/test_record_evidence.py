@@ -255,13 +255,23 @@ def test_the_cli_prints_the_record_answers_under_the_board(engine, ldtm_env):
         }
         frame = stored.rename(columns=named)[["ticker", "run_date", "target", "pred", "actual", "close"]]
         assert got == record.horizon_answer(got.horizon, _closer(frame)) and got.targets > 0
-    out = " ".join(CliRunner().invoke(app, ["leaderboard"]).output.split())
+    short = " ".join(CliRunner().invoke(app, ["leaderboard"]).output.split())
+    # The answers lead, one line each, the window's marked as a description; the method: --explain.
+    first = short.index("Shown to beat every baseline, a coin included (whole record): not yet (e = ")
+    assert first < short.index("Next Monday, closer than no change (whole record):") < short.index("┏")
+    assert "30-day window (a description, not the label): best model vs its best baseline" in short
+    assert "would be shown" not in short and "--explain" in short
+    out = " ".join(CliRunner().invoke(app, ["leaderboard", "--explain"]).output.split())
     assert (
         "Does any model beat every baseline, a coin included, on its whole published record (1 tickers" in out
     )
     assert "Next Monday: does any model land closer to the answer than no change" in out
     assert "One month: does any model land closer" in out
-    assert "In the 30-day window, does any model beat its best no-hindsight baseline" in out
+    assert (
+        "A description of the month, not the label: the record's answer (anytime-valid, a coin among the "
+        "baselines) is the test. In the 30-day window, does any model beat its best no-hindsight baseline"
+        in out
+    )
     assert "would be shown among 1 tickers" in out
 
 
