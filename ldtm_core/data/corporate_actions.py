@@ -331,10 +331,12 @@ def reconcile(
             )
         else:
             i = int(np.flatnonzero(changed)[0])
+            # Name the level that changed (an open revised under an unchanged close read "close 5 -> 5").
+            k = int(np.argmax(_rel(new[i : i + 1], old[i : i + 1])[0]))
             raise HistoryRewriteRefused(
                 f"{ticker}: re-ingest from {source} changes {int(changed.sum())} stored bars between "
-                f"{days[changed].min()} and {days[changed].max()} (first: {days[i]} close {old[i, 3]:g} -> "
-                f"{new[i, 3]:g}) in a way that is not one constant rescale before a date (a split or "
+                f"{days[changed].min()} and {days[changed].max()} (first: {days[i]} {PRICE_LEVELS[k]} "
+                f"{old[i, k]:g} -> {new[i, k]:g}) in a way that is not one constant rescale before a date (a split or "
                 f"dividend); nothing stored for {ticker} was changed. Check the source; to overwrite the "
                 f"stored history anyway re-run with --force (or {ENV_FORCE}=1)"
             )

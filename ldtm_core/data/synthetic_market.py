@@ -51,6 +51,8 @@ REGIMES = {
 REGIME_NAMES = tuple(REGIMES)
 # The index ETF is the market factor itself; its levered siblings are multiples of it.
 LEVERED = {"QQQ": 1.0, "TQQQ": 3.0, "SQQQ": -3.0}
+# The share of each day's log move that happens overnight, between the previous close and the open.
+OVERNIGHT_SHARE = 0.35
 # The planted edge: log price = a slow random-walk anchor + a mean-reverting AR(1) deviation x,
 # x_t = rho * x_{t-1} + sigma * e_t (rho = 0: every day's deviation is undone the next). Tomorrow's move
 # is (rho - 1) x_t + noise, so its sign is opposite to today's deviation with probability
@@ -135,7 +137,12 @@ def _regime_path(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _ticker_frame(
-    ticker: str, sessions: np.ndarray, grid_pos: np.ndarray, market: np.ndarray, seed: int
+    ticker: str,
+    sessions: np.ndarray,
+    grid_pos: np.ndarray,
+    market: np.ndarray,
+    seed: int,
+    overnight_share: float = OVERNIGHT_SHARE,
 ) -> pd.DataFrame:
     """Prices on `sessions` (every session from the grid start to the requested end)."""
     rng = _rng(seed, ticker)
@@ -166,7 +173,11 @@ def _ticker_frame(
     log_close = np.log(rng.uniform(2, 40)) + np.cumsum(idio)
     close = np.exp(log_close)
     prev_close = np.concatenate([[close[0] / np.exp(idio[0])], close[:-1]])
-    open_ = prev_close * np.exp(0.004 * draws["open"].standard_normal(GRID_LEN)[grid_pos])
+    # The open carries the overnight part of the day's move (as real opens do), so a rule that trades at
+    # the next open gets only the rest of it; before, opens were the previous close plus noise and
+    # "next open" books collected the whole predicted day.
+    overnight = overnight_share * idio + 0.004 * draws["open"].standard_normal(GRID_LEN)[grid_pos]
+    open_ = prev_close * np.exp(overnight)
     body_hi, body_lo = np.maximum(open_, close), np.minimum(open_, close)
     spread = np.abs(idio) + 0.004
     wick = draws["wick"].uniform(0.05, 0.6, (2, GRID_LEN))[:, grid_pos]
@@ -229,13 +240,13 @@ def apply_splits(df: pd.DataFrame, splits: Mapping[str, Sequence[tuple[dt.date, 
 
 
 @lru_cache(maxsize=128)
-def _ticker_path(ticker: str, seed: int, last: dt.date) -> pd.DataFrame:
+def _ticker_path(ticker: str, seed: int, last: dt.date, overnight_share: float) -> pd.DataFrame:
     """One ticker's bars on every session from the grid start to `last`, simulated from the grid start so
     every path (and its mean-reversion state) is range-independent. Kept for the process's next ask (a
     test suite or a replay asks for the same paths again and again); callers only ever slice it."""
     sessions = np.array(sessions_between(GRID_START, last))
     grid_pos = np.busday_count(GRID_START, sessions.astype("datetime64[D]"))
-    return _ticker_frame(ticker, sessions, grid_pos, _market_returns(seed), seed)
+    return _ticker_frame(ticker, sessions, grid_pos, _market_returns(seed), seed, overnight_share)
 
 
 def generate(
@@ -245,13 +256,16 @@ def generate(
     seed: int = 0,
     splits: Mapping[str, Sequence[tuple[dt.date, float]]] | None = None,
     delistings: Mapping[str, dt.date | str] | None = None,
+    overnight_share: float = OVERNIGHT_SHARE,
 ) -> pd.DataFrame:
     """Long frame (ticker, date, open, high, low, close, adj_close, volume) over XNYS sessions.
 
     `splits` (off by default: the demo and the tests see the continuous market): {ticker: [(ex-date,
     ratio)]} re-bases those tickers as raw closes after a ratio:1 split (`apply_splits`).
     `delistings` (off by default): {ticker: last session}: that ticker's bars stop after it, as a
-    delisted name's do; the bars before are unchanged. `membership_spans` writes the matching history."""
+    delisted name's do; the bars before are unchanged. `membership_spans` writes the matching history.
+    `overnight_share`: the share of each day's move in its open (0: the releases before 2026-12, whose
+    opens were the previous close plus noise; the closes are the same either way)."""
     if np.datetime64(pd.Timestamp(start).date(), "D") < GRID_START:
         # The random grid is fixed (prices never depend on the range asked), so it cannot grow backwards.
         raise InputError(f"synthetic start {start}: the synthetic market begins on {GRID_START}")
@@ -259,7 +273,7 @@ def generate(
     if len(days) < 2:
         raise InputError(f"synthetic range {start}..{end} holds fewer than 2 XNYS sessions")
     first = days[0]
-    frames = [_ticker_path(t, seed, days[-1]) for t in tickers]
+    frames = [_ticker_path(t, seed, days[-1], float(overnight_share)) for t in tickers]
     frames = [f[f["date"] >= first] for f in frames]
     gone = {t: pd.Timestamp(d).date() for t, d in (delistings or {}).items()}
     frames = [f[f["date"] <= gone[t]] if t in gone else f for t, f in zip(tickers, frames, strict=True)]

@@ -138,3 +138,40 @@ def test_the_planted_ticker_has_a_learnable_next_day_edge(seed):
     later = generate(["SYNEDGE"], "2024-01-02", "2024-12-31", seed=seed)
     merged = later.merge(df, on=["ticker", "date"], suffixes=("_l", "_f"))
     assert len(merged) == len(later) and (merged["close_l"] == merged["close_f"]).all()
+
+
+def test_opens_move_overnight_with_the_day():
+    """The open was the previous close plus noise: an evening's forecast traded at the next open then
+    collected the whole predicted day (the demo's next_open Sharpe 10.79 beside next_close's -1.86).
+    Now a share of each day's move happens overnight, so the open moves with the day."""
+    from ldtm_core.data.synthetic_market import OVERNIGHT_SHARE
+
+    df = generate(["AAPL", "NVDA", "QQQ"], "2015-01-02", "2024-12-31", seed=3)
+    for _, g in df.groupby("ticker"):
+        close, open_ = np.log(g["close"].to_numpy()), np.log(g["open"].to_numpy())
+        day, gap = np.diff(close), open_[1:] - close[:-1]
+        slope = np.polyfit(day, gap, 1)[0]  # the overnight gap's share of the day's move
+        assert abs(slope - OVERNIGHT_SHARE) < 0.05, slope
+        assert np.corrcoef(day, gap)[0, 1] > 0.5
+    before = generate(["AAPL"], "2015-01-02", "2024-12-31", seed=3, overnight_share=0.0)
+    assert before["close"].equals(df[df["ticker"] == "AAPL"]["close"].reset_index(drop=True))
+
+
+def test_a_store_of_the_earlier_market_refuses_its_re_ingest_naming_the_open(tmp_path):
+    """A store holding the earlier synthetic market (opens without the overnight move) refuses a
+    re-ingest of the same range as a history rewrite; the error named "close 1473.07 -> 1473.07", the
+    unchanged close, and now names the level that changed most. LDTM_FORCE_REINGEST overwrites (the docs')."""
+    from ldtm_core.data.corporate_actions import HistoryRewriteRefused
+    from ldtm_core.data.ingest import ingest_frame
+    from ldtm_core.migrate import upgrade
+
+    engine = upgrade(f"sqlite:///{tmp_path / 'old.db'}")
+    ingest_frame(engine, generate(["AAPL"], "2024-01-02", "2024-03-28", overnight_share=0.0), "synthetic")
+    with pytest.raises(
+        HistoryRewriteRefused, match=r"\(first: 2024-01-03 (open|high|low) [\d.]+ -> [\d.]+\)"
+    ) as e:
+        ingest_frame(engine, generate(["AAPL"], "2024-01-02", "2024-03-28"), "synthetic")
+    assert "LDTM_FORCE_REINGEST=1" in str(e.value)
+    assert ingest_frame(
+        engine, generate(["AAPL"], "2024-01-02", "2024-03-28"), "synthetic", force=True
+    ).written
