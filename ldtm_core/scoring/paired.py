@@ -13,8 +13,9 @@ variance against Student t, and no test below 10 independent target periods). Co
 next-Monday and one-month targets share most of their window and model errors are persistent, so a
 test that treats rows as independent (the Wilcoxon this replaced) or a Newey-West lag of h - 1 against
 t(T - 1) calls one of two equal predictors worse far above its level (benchmarks/hac_size.py).
-The horizons give ONE decision: Holm over their one-sided p-values (`holm`), so an equal challenger is
-refused at most about alpha of the time, not once per horizon. The shadow's live comparison uses the
+The horizons give ONE decision: Holm over the one-sided p-values of the horizons tested (`holm`; one too
+short to test is left out of the family), so an equal challenger is refused at most about alpha of the
+time, not once per horizon. The shadow's live comparison uses the
 same `dm_error_test`.
 """
 
@@ -153,10 +154,12 @@ class PairedComparison:
 
     @property
     def errors_worse_holm(self) -> dict[str, float]:
-        """{horizon: Holm-adjusted p of "the challenger's errors are larger"}: one decision over all."""
-        return dict(
-            zip([e.horizon for e in self.errors], holm([e.p_worse for e in self.errors]), strict=True)
-        )
+        """{horizon: Holm-adjusted p of "the challenger's errors are larger"}: one decision over the
+        horizons tested. One too short to test is not in the family (its p is 1.0): counted with p = 1 it
+        split alpha three ways where two tests ran (the default backtest's one-month test never does)."""
+        tested = [e for e in self.errors if not e.too_short]
+        adjusted = dict(zip([e.horizon for e in tested], holm([e.p_worse for e in tested]), strict=True))
+        return {e.horizon: adjusted.get(e.horizon, 1.0) for e in self.errors}
 
     @property
     def error_worse_p(self) -> float:

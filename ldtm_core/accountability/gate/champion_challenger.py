@@ -62,11 +62,11 @@ RULES = {
     CONFIGS: "the candidate must be right more often than the champion on the same rows (exact McNemar "
     "p <= {alpha_adj}: try {trials} on these folds, alpha {alpha} spent over every try) and its |errors| not "
     "significantly worse beyond a practical margin (Diebold-Mariano with HAC variance, Holm over the "
-    "horizons, p <= {alpha}); a tie "
+    "horizons long enough to test, p <= {alpha}; a horizon too short is not tested and not in the family); a tie "
     "keeps the champion",
     REFRESH: "the refreshed weights must not be significantly worse than the stale ones on the next "
     "fold's rows (stale better at exact McNemar p <= {alpha}, or the |errors| worse at Diebold-Mariano "
-    "p <= {alpha} after Holm over the horizons, fails)",
+    "p <= {alpha} after Holm over the horizons long enough to test, fails)",
     FIRST: "no active model: the candidate must beat a coin (exact binomial test of its hits vs 50 %) "
     "and always-up (exact McNemar on the disagreements), each at p <= {alpha_adj} (try {trials} on these "
     "folds, alpha {alpha} spent over every try)",

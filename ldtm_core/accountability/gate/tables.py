@@ -68,12 +68,14 @@ def comparison_notes(report) -> list[str]:
             f"p ({p.champion} better) = {format_p_value(p.p_worse)}"
         )
         holm = p.errors_worse_holm
+        tested = sum(not e.too_short for e in p.errors)
         out += [
-            f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano on {e.n} rows: {e.p_text(e.p_worse)}"
+            f"|error| {HORIZON_LABELS[e.horizon]}: not tested, {e.n} rows ({e.p_text(e.p_worse)}); not in the "
+            "Holm family"
             if e.too_short
             else f"|error| {HORIZON_LABELS[e.horizon]}: Diebold-Mariano (EWC t({e.dof})) p ({p.challenger} "
-            f"worse by more than {e.margin:.3g} points) = {format_p_value(e.p_worse)}, Holm over the horizons "
-            f"{format_p_value(holm[e.horizon])}"
+            f"worse by more than {e.margin:.3g} points) = {format_p_value(e.p_worse)}, Holm over the "
+            f"{tested} horizon(s) tested {format_p_value(holm[e.horizon])}"
             for e in p.errors
         ]
         if up := p.baselines.get("always_up"):

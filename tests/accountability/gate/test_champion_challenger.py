@@ -87,7 +87,9 @@ def test_paired_counts_and_p_values_on_planted_rows():
         assert p.to_dict()["errors"][e.horizon]["naive_mae"] == pytest.approx(naive.mean())
         margin = 0.01 * e_cm[:, h].mean()  # worse beyond 1 % of the champion's mean |error|
         assert e.p_worse == pytest.approx(dm_test(e_ch[:, h] - e_cm[:, h] - margin, span).p_greater)
-    assert p.error_worse_p == pytest.approx(min(holm([e.p_worse for e in p.errors])))
+    # 200 rows: the one-month test (210 needed) does not run and is not in Holm's family.
+    assert [e.too_short for e in p.errors] == [False, False, True]
+    assert p.error_worse_p == pytest.approx(min(holm([e.p_worse for e in p.errors[:2]])))
     # Always-up on the same rows, with the paired test of each side against it.
     up_right = actual[:, 0] > close
     assert p.baselines["always_up"].hits == up_right.sum()
@@ -348,3 +350,22 @@ def test_alpha_from_the_environment_and_refused_out_of_range(monkeypatch):
             GateThresholds.from_env()
     with pytest.raises(InputError, match="alpha"):
         GateThresholds(alpha=1.0).validate()
+
+
+def test_holm_counts_only_the_horizons_tested():
+    """The one-month test never runs on the default backtest (189 rows, 210 needed), yet Holm counted it
+    with p = 1, splitting alpha three ways where two tests ran: 0.02 and 0.03 adjusted to 0.06, no
+    refusal. Over the two tested (statsmodels' Holm), 0.04: refused at 0.05."""
+    from statsmodels.stats.multitest import multipletests
+
+    from ldtm_core.scoring.paired import ErrorTest, PairedComparison
+
+    errors = (
+        ErrorTest("1d", 189, 1.0, 0.9, 0.02, 0.9),
+        ErrorTest("mon", 189, 2.0, 1.8, 0.03, 0.9),
+        ErrorTest("1m", 189, float("nan"), float("nan"), 1.0, 1.0, too_short=True, needs=210),
+    )
+    p = PairedComparison("candidate", "champion", 189, (189,), 100, 95, 20, 15, errors=errors)
+    expected = multipletests([0.02, 0.03], method="holm")[1]
+    assert list(p.errors_worse_holm.values()) == pytest.approx([*expected, 1.0])
+    assert p.error_worse_p == pytest.approx(0.04) and p.error_worse_p <= 0.05
