@@ -133,10 +133,18 @@ def gate_table(reps: int) -> pd.DataFrame:
         size = gate_sim.error_test_size(reps, h, seed=h)
         power = gate_sim.error_test_size(max(reps // 2, 10), h, ratio=2.0, seed=100 + h)
         out.append({"h": h, "equal called worse %": 100 * size.dm, "doubled bias found %": 100 * power.dm})
-    holm_rate, _ = gate_sim.equal_refresh_refusal_rate(max(reps * 3 // 4, 10), seed=4)
-    out.append(
-        {"h": "all (Holm)", "equal called worse %": 100 * holm_rate, "doubled bias found %": float("nan")}
-    )
+    # One decision over the horizons tested (the one-month test is too short at 189 rows and is left
+    # out of Holm's family); beside it the rule before, which counted it with p = 1.
+    n = max(reps * 3 // 4, 10)
+    for every, label in (
+        (False, "all (Holm over the tested)"),
+        (True, "all (Holm, untested counted: before)"),
+    ):
+        size, _ = gate_sim.equal_refresh_refusal_rate(n, seed=4, every_horizon_in_holm=every)
+        power, _ = gate_sim.equal_refresh_refusal_rate(
+            n, seed=5, next_day_ratio=2.0, every_horizon_in_holm=every
+        )
+        out.append({"h": label, "equal called worse %": 100 * size, "doubled bias found %": 100 * power})
     return pd.DataFrame(out)
 
 

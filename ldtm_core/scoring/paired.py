@@ -135,6 +135,13 @@ def dm_error_test(
     )  # fmt: skip
 
 
+def holm_over_tested(errors) -> dict[str, float]:
+    """{horizon: Holm-adjusted p_worse} over the ErrorTests that ran; 1.0 for one too short to test."""
+    tested = [e for e in errors if not e.too_short]
+    adjusted = dict(zip([e.horizon for e in tested], holm([e.p_worse for e in tested]), strict=True))
+    return {e.horizon: adjusted.get(e.horizon, 1.0) for e in errors}
+
+
 @dataclass(frozen=True)
 class PairedComparison:
     """Challenger vs champion on the same rows: hits, discordant rows, p-values, errors, baselines."""
@@ -157,9 +164,7 @@ class PairedComparison:
         """{horizon: Holm-adjusted p of "the challenger's errors are larger"}: one decision over the
         horizons tested. One too short to test is not in the family (its p is 1.0): counted with p = 1 it
         split alpha three ways where two tests ran (the default backtest's one-month test never does)."""
-        tested = [e for e in self.errors if not e.too_short]
-        adjusted = dict(zip([e.horizon for e in tested], holm([e.p_worse for e in tested]), strict=True))
-        return {e.horizon: adjusted.get(e.horizon, 1.0) for e in self.errors}
+        return holm_over_tested(self.errors)
 
     @property
     def error_worse_p(self) -> float:

@@ -20,7 +20,7 @@ from ldtm_core.accountability.gate.ledger import spend
 from ldtm_core.accountability.gate.policy import GateThresholds
 from ldtm_core.horizons import DIRECTION
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
-from ldtm_core.scoring.paired import HORIZONS, dm_error_test, holm, mcnemar_p
+from ldtm_core.scoring.paired import HORIZONS, dm_error_test, holm, holm_over_tested, mcnemar_p
 
 
 def _folds(rng, folds: int, rows: int, up_rate: float, accuracy: float) -> list[dict]:
@@ -164,19 +164,32 @@ def error_test_size(
 
 
 def equal_refresh_refusal_rate(
-    reps: int, *, rows: int = 189, phi: float = 0.95, scale: float = 0.3, alpha: float = 0.05, seed: int = 0
+    reps: int,
+    *,
+    rows: int = 189,
+    phi: float = 0.95,
+    scale: float = 0.3,
+    alpha: float = 0.05,
+    seed: int = 0,
+    next_day_ratio: float = 1.0,
+    every_horizon_in_holm: bool = False,
 ) -> tuple[float, float]:
-    """(the gate's rule: Holm over the three DM p-values, the old rule: any horizon's Wilcoxon) share
-    of equal predictors refused for larger errors on at least one horizon."""
+    """(the gate's rule: Holm over the DM p-values of the horizons tested, the old rule: any horizon's
+    Wilcoxon) share of refreshes refused for larger errors on at least one horizon: equal predictors, or
+    with `next_day_ratio` a challenger whose next-day bias is that many times the champion's (power).
+    `every_horizon_in_holm`: the rule before issue 62, an untested horizon counted in Holm with p = 1."""
     rng = np.random.default_rng(seed)
     holm_n = any_n = 0
     for _ in range(reps):
-        p_dm, p_wx = [], []
+        tests, p_wx = [], []
         for name, h in zip(HORIZONS, (1, 5, 21), strict=True):
-            a, b = overlapping_errors(rng, rows, h, phi, scale)
-            p_dm.append(dm_error_test(name, a, b, h=h).p_worse)
+            a, b = overlapping_errors(rng, rows, h, phi, scale, next_day_ratio if h == 1 else 1.0)
+            tests.append(dm_error_test(name, a, b, h=h))
             p_wx.append(wilcoxon(a - b, alternative="greater").pvalue)
-        holm_n += min(holm(p_dm)) <= alpha
+        adjusted = (
+            holm([t.p_worse for t in tests]) if every_horizon_in_holm else holm_over_tested(tests).values()
+        )
+        holm_n += min(adjusted) <= alpha
         any_n += min(p_wx) <= alpha
     return holm_n / reps, any_n / reps
 
