@@ -41,7 +41,7 @@ TEXTS = {
     "leaderboard": (
         "a coin included, on its whole published record",
         "shown to beat every baseline",
-        "would be shown among",
+        "shown within five years",
         "A description of the month, not the label",
     )
 }

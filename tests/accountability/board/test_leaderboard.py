@@ -17,7 +17,7 @@ from ldtm_core.accountability.board.reads import recent_next_day
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS, NAMES
 from ldtm_core.schema import model_registry, snapshots
-from ldtm_core.scoring.evidence import e_bh, evenings_to_show
+from ldtm_core.scoring.evidence import e_bh, waits_to_show
 
 LATEST = dt.date(2024, 5, 31)
 
@@ -249,7 +249,8 @@ def test_small_known_case_and_verdict(engine):
     said = verdict(leaderboard(engine))
     # The label is the record's (4 evenings: far too few), and the negative says what it could show.
     assert said.startswith("No model is shown to beat every baseline, a coin included (anytime-valid")
-    assert f"60% after ~{evenings_to_show(0.6, 1, share=0.5):,} scored evenings" in said
+    median, share = waits_to_show(0.6, 1)
+    assert f"60%: {share:.0%} (median ~{median:,.0f} evenings)" in said
     # The window is described, with its exact p and BH q, and called a description.
     assert said.endswith(
         "In the 30-day window 1 of 1 were more accurate than always-up (a description, not evidence of "

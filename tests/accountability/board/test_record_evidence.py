@@ -23,7 +23,7 @@ from ldtm_core.accountability.board.leaderboard import leaderboard, verdict
 from ldtm_core.db import lift_append_only
 from ldtm_core.schema import snapshots
 from ldtm_core.scoring.baselines import board_baselines, encode_calls
-from ldtm_core.scoring.evidence import e_value, evenings_to_show
+from ldtm_core.scoring.evidence import e_value, waits_to_show
 
 START = dt.date(2023, 1, 2)
 CALLS_UP = encode_calls({b.name: 1.0 for b in board_baselines()})
@@ -153,7 +153,8 @@ def test_the_rule_says_what_the_board_could_show():
     board = pd.DataFrame({"record_n": [10, 0, 5]})
     rule = record.evidence_rule(board)
     assert "over the 2 tickers with a record" in rule
-    assert f"60% after ~{evenings_to_show(0.6, 2, share=0.5):,} scored evenings" in rule
+    median, share = waits_to_show(0.6, 2)
+    assert f"60%: {share:.0%} (median ~{median:,.0f} evenings)" in rule
 
 
 @pytest.mark.parametrize("by_model", [False, True])
@@ -260,7 +261,7 @@ def test_the_cli_prints_the_record_answers_under_the_board(engine, ldtm_env):
     first = short.index("Shown to beat every baseline, a coin included (whole record): not yet (e = ")
     assert first < short.index("Next Monday, closer than no change (whole record):") < short.index("┏")
     assert "30-day window (a description, not the label): best model vs its best baseline" in short
-    assert "would be shown" not in short and "--explain" in short
+    assert "shown within five years" not in short and "--explain" in short
     out = " ".join(CliRunner().invoke(app, ["leaderboard", "--explain"]).output.split())
     assert (
         "Does any model beat every baseline, a coin included, on its whole published record (1 tickers" in out
@@ -272,7 +273,7 @@ def test_the_cli_prints_the_record_answers_under_the_board(engine, ldtm_env):
         "baselines) is the test. In the 30-day window, does any model beat its best no-hindsight baseline"
         in out
     )
-    assert "would be shown among 1 tickers" in out
+    assert "shown within five years (1,260 scored evenings) among 1 tickers" in out
 
 
 def test_overlapping_month_targets_are_thinned_to_ones_known_before_the_next():
