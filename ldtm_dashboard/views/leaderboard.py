@@ -250,33 +250,26 @@ if board.empty:
     shadow_section()
     st.stop()
 
-st.markdown(f"**{verdict(full_board)}**")
-# The universe's answers: on the whole record (the test), then the window's SPA (a description).
-on_record = record_answer(full_board, IN_SAMPLE_CAVEAT if include_in_sample else "")
-(st.success if on_record.rejects else st.info)(on_record.describe())
-for by_horizon in horizon_answers(
+# One short answer per question first: the record's label (the test), each error horizon, then the
+# window's SPA (a description). How each is reached sits in the expander below the table, said once.
+caveat = IN_SAMPLE_CAVEAT if include_in_sample else ""
+on_record = record_answer(full_board, caveat)
+by_horizons = horizon_answers(
     engine(),
     sorted(full_board["ticker"]),
     mode,
     include_in_sample=include_in_sample,
     include_ungated=include_ungated,
-):
-    st.caption(by_horizon.describe() + (IN_SAMPLE_CAVEAT if include_in_sample else ""))
+)
 answer = universe(
     engine(), full_board, mode, include_in_sample=include_in_sample, include_ungated=include_ungated
 )
-st.caption(answer.describe())
-st.caption(
-    f"Labels: {evidence_rule(full_board)}. "
-    f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
-    f"snapshots ending at the newest). p is each ticker's one-sided exact test of 'right more often than the "
-    f"baseline' on the window's rows where the two disagree; {label_rule(full_board)}. A higher accuracy alone is not evidence. "
-    "The next-Monday and one-month errors each cover the 30 days ending at their own newest filled target, "
-    "with their row counts and the distinct target dates those rows stand on."
-    + (f" {hidden} in-sample rows hidden; 'Include in-sample replays' shows them." if hidden else "")
-    + ungated_text
-    + (f" Unticked 'gated': {UNGATED_LEGEND}." if not board["gated"].all() else "")
-)
+(st.success if on_record.rejects else st.info)(on_record.short())
+for by_horizon in by_horizons:
+    st.markdown(by_horizon.short())
+st.caption(answer.short())
+if caveat:
+    st.warning(caveat.strip())
 left, mid, right = st.columns(3)
 left.metric("tickers scored", len(board))
 mid.metric(
@@ -310,6 +303,26 @@ if shown.empty:
 else:
     st.subheader("Accuracy with its 95% interval; the orange tick is always-up")
     st.altair_chart(leaderboard_chart(shown), width="stretch")
+with st.expander("How these answers are reached: the method, its power, the labels' rules", expanded=False):
+    st.markdown(verdict(full_board))
+    for said in (on_record, *by_horizons, answer):
+        st.caption(said.describe())
+    st.caption(
+        f"Labels: {evidence_rule(full_board)}. "
+        f"Window {board['window_start'].min()} .. {board['window_end'].max()} (30 calendar days of filled "
+        f"snapshots ending at the newest). p is each ticker's one-sided exact test of 'right more often than "
+        f"the baseline' on the window's rows where the two disagree; {label_rule(full_board)}. A higher "
+        "accuracy alone is not evidence. The next-Monday and one-month errors each cover the 30 days ending "
+        "at their own newest filled target, with their row counts and the distinct target dates those rows "
+        "stand on."
+    )
+notes = (
+    f"{hidden} in-sample rows hidden; 'Include in-sample replays' shows them." if hidden else ""
+) + ungated_text
+if not board["gated"].all():
+    notes += f" Unticked 'gated': {UNGATED_LEGEND}."
+if notes:
+    st.caption(notes.strip())
 recipes_section(mode, include_in_sample, include_ungated)
 no_champion_section()
 shadow_section()

@@ -39,10 +39,9 @@ PAGES = [  # (screenshot, path, title, selectors that must be rendered); the def
 # control and could show, beside the window's answer described as a description.
 TEXTS = {
     "leaderboard": (
-        "a coin included, on its whole published record",
-        "shown to beat every baseline",
-        "shown within five years",
-        "A description of the month, not the label",
+        "Shown to beat every baseline, a coin included (whole record)",
+        "30-day window (a description, not the label)",
+        "How these answers are reached",
     )
 }
 
@@ -143,4 +142,10 @@ def test_every_page_renders_in_a_real_browser(served, browser, tmp_path):
         shown = browser.find_element(By.TAG_NAME, "body").text
         for text in TEXTS.get(name, ()):
             assert text in shown, (path, text)
+        if name == "leaderboard":  # the table within the first 1,400 pixels (it was below that fold)
+            table = browser.find_element(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
+            top = browser.execute_script(
+                "return arguments[0].getBoundingClientRect().top + window.scrollY", table
+            )
+            assert top < 1400, f"the leaderboard's table starts {top:.0f} px down"
         assert (shots / f"{name}.png").stat().st_size > 10_000
