@@ -10,7 +10,9 @@ evening the board is read: the record's labels (accountability.board.record: e-v
 majority, the smallest per ticker, e-BH over the tickers) and, for comparison, the window's old rule
 (the 30-evening exact sign test vs always-up and persistence, BH over the board's tests, q <= 0.05). Figures: the share of evenings with
 any false label, the share of boards ever showing one in the horizon, the record answer's false Yes
-(universe e >= 1/alpha), and the evenings a lone planted edge needs before the record labels it.
+(universe e >= 1/alpha), the "beats" labels (e-BH over every ticker-baseline e-value) against a
+baseline the coin does not beat on the record so far, and the evenings a lone planted edge needs before
+the record labels it.
 It prints a Markdown table and the CPU.
 """
 
@@ -61,8 +63,32 @@ def trend_right(up: np.ndarray) -> np.ndarray:
     return (total >= 0) == up
 
 
-def record_labels(right: np.ndarray, up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per evening: (shown, universe_yes) of the record's labels, read on the cumulative counts."""
+def expected_baseline_accuracy(up_rate, evenings: int) -> np.ndarray:
+    """(evenings, 3): each board baseline's expected accuracy on each evening, from the market's up-rate
+    (always-up: p; persistence: p_t p_(t-1) + (1 - p_t)(1 - p_(t-1)); the trailing majority: the chance
+    its last TREND_SESSIONS moves mostly went up times p, plus the opposite)."""
+    p = up_rate(np.arange(evenings) / evenings) * np.ones(evenings)
+    prev = np.concatenate([[p[0]], p[:-1]])
+    trailing = np.array([p[max(t - TREND_SESSIONS, 0) : t].mean() if t else 0.5 for t in range(evenings)])
+    majority_up = binom.sf(TREND_SESSIONS // 2, TREND_SESSIONS, trailing)  # > half of them up
+    majority_up[0] = 1.0  # no moves yet: up
+    return np.stack(
+        [p, p * prev + (1 - p) * (1 - prev), majority_up * p + (1 - majority_up) * (1 - p)], axis=1
+    )
+
+
+def false_beats(beats: np.ndarray, up_rate) -> np.ndarray:
+    """Per evening: any "beats" label against a baseline a coin-flip model does not beat on the record
+    so far (its expected accuracy over the evenings up to then >= 1/2; in a falling market a coin really
+    beats always-up, so that label is true). `beats`: (evenings, tickers, 3)."""
+    acc = expected_baseline_accuracy(up_rate, beats.shape[0])
+    record = np.cumsum(acc, 0) / np.arange(1, beats.shape[0] + 1)[:, None]
+    return (beats & (record >= 0.5)[:, None, :]).any(axis=(1, 2))
+
+
+def record_labels(right: np.ndarray, up: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per evening: (shown, universe_yes, beats) of the record's labels, read on the cumulative counts;
+    `beats` (evenings, tickers, 3 baselines): e-BH over every (ticker, board baseline) e-value."""
     persist = np.vstack([np.zeros((1, up.shape[1]), bool), up[1:] == up[:-1]])
     has_prev = np.vstack([np.zeros((1, up.shape[1]), bool), np.ones((up.shape[0] - 1, up.shape[1]), bool)])
     trend = trend_right(up)
@@ -72,8 +98,11 @@ def record_labels(right: np.ndarray, up: np.ndarray) -> tuple[np.ndarray, np.nda
         (right & ~persist & has_prev, ~right & persist & has_prev),  # persistence
         (right & ~trend, ~right & trend),  # the trailing majority
     ]
-    e = np.min([evidence.e_value(np.cumsum(w, 0), np.cumsum(lo, 0)) for w, lo in pairs], axis=0)
-    return evidence.e_bh_rows(e), e.mean(axis=1) >= 1 / ALPHA
+    each = [evidence.e_value(np.cumsum(w, 0), np.cumsum(lo, 0)) for w, lo in pairs]
+    e = np.min(each, axis=0)
+    vs_baselines = np.concatenate(each[1:], axis=1)  # (evenings, 3 x tickers), baseline-major
+    beats = evidence.e_bh_rows(vs_baselines).reshape(up.shape[0], 3, up.shape[1]).transpose(0, 2, 1)
+    return evidence.e_bh_rows(e), e.mean(axis=1) >= 1 / ALPHA, beats
 
 
 def window_labels(right: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -100,10 +129,14 @@ def run(sims: int, tickers: int, evenings: int, seed: int, window: bool) -> list
     out = []
     for name, up_rate in MARKETS.items():
         any_evening, ever, yes_evening, yes_ever, old_evening, old_ever = [], [], [], [], [], []
+        beats_evening, beats_ever = [], []
         for _ in range(sims):
             up = directions(rng, tickers, evenings, up_rate)
             right = rng.random(up.shape) < 0.5
-            shown, yes = record_labels(right, up)
+            shown, yes, beats = record_labels(right, up)
+            wrong = false_beats(beats, up_rate)
+            beats_evening.append(wrong.mean())
+            beats_ever.append(wrong.any())
             any_evening.append(shown.any(1).mean())
             ever.append(shown.any())
             yes_evening.append(yes.mean())
@@ -121,6 +154,8 @@ def run(sims: int, tickers: int, evenings: int, seed: int, window: bool) -> list
                 np.mean(yes_ever),
                 np.mean(old_evening) if window else np.nan,
                 np.mean(old_ever) if window else np.nan,
+                np.mean(beats_evening),
+                np.mean(beats_ever),
             )
         )
     return out
@@ -136,7 +171,7 @@ def evenings_to_label(rate: float, sims: int, tickers: int, evenings: int, seed:
         p = np.full(tickers, 0.5)
         p[0] = rate
         right = rng.random(up.shape) < p
-        shown, _ = record_labels(right, up)
+        shown, _, _ = record_labels(right, up)
         hit = np.flatnonzero(shown[:, 0])
         first.append(hit[0] + 1 if hit.size else np.inf)
     first = np.asarray(first)
@@ -161,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {describe_cpu()}; {args.sims} boards of {args.tickers} tickers x {args.evenings} evenings\n")
     print(
         "| market (no model has skill) | any label, per evening | any label ever | record Yes, per evening "
-        "| record Yes ever | window rule: any label, per evening | window rule: ever |"
+        "| record Yes ever | window rule: any label, per evening | window rule: ever "
+        "| false 'beats', per evening | false 'beats' ever |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, *figures in run(args.sims, args.tickers, args.evenings, args.seed, window=True):
         print(f"| {name} | " + " | ".join(pct(f) for f in figures) + " |")
     print(

@@ -73,18 +73,34 @@ def test_labels_read_every_evening_stay_within_alpha_where_the_window_rule_does_
     included) show a false label on <= alpha of evenings and its universe answer a false Yes on <= alpha of
     boards ever; the window's exact tests, read the same way, label a coin-flip model on most boards."""
     rng = np.random.default_rng(20261128)
-    boards, any_evening, yes_ever, old_ever = 40, [], [], []
+    boards, any_evening, yes_ever, old_ever, false_beats = 40, [], [], [], []
     for _ in range(boards):
         up = record_null.directions(rng, 60, 504, record_null.MARKETS[market])
         right = rng.random(up.shape) < 0.5
-        shown, yes = record_null.record_labels(right, up)
+        shown, yes, beats = record_null.record_labels(right, up)
         any_evening.append(shown.any(1).mean())
+        false_beats.append(record_null.false_beats(beats, record_null.MARKETS[market]).mean())
         yes_ever.append(yes.any())
         old_ever.append(record_null.window_labels(right, up).any())
     se = np.sqrt(0.05 * 0.95 / boards)
     assert np.mean(any_evening) <= evidence.ALPHA + 2 * se
     assert np.mean(yes_ever) <= evidence.ALPHA + 2 * se
     assert np.mean(old_ever) > 0.3  # the failure the record replaces
+    assert np.mean(false_beats) <= evidence.ALPHA + 2 * se  # "beats": its own family, its own false rate
+
+
+def test_a_baseline_a_coin_beats_is_told_from_one_it_does_not():
+    """A "beats" label is false only against a baseline right at least half the time on the record: in
+    a falling market a coin-flip model really beats always-up (44 %), never persistence (50.7 %)."""
+    flat = record_null.expected_baseline_accuracy(record_null.MARKETS["flat"], 300)
+    falling = record_null.expected_baseline_accuracy(record_null.MARKETS["falling"], 300)
+    assert np.allclose(flat, 0.5)
+    assert np.allclose(falling[:, 0], 0.44) and np.allclose(falling[1:, 1], 0.44**2 + 0.56**2)
+    assert (falling[25:, 2] > 0.5).all()  # the trailing majority calls the falling market down
+    beats = np.zeros((300, 2, 3), bool)
+    beats[100, 0, 0] = True  # beats always-up: true in the falling market, false in the flat one
+    assert not record_null.false_beats(beats, record_null.MARKETS["falling"]).any()
+    assert record_null.false_beats(beats, record_null.MARKETS["flat"])[100]
 
 
 def test_a_planted_edge_is_labelled_as_the_record_grows():
@@ -95,7 +111,7 @@ def test_a_planted_edge_is_labelled_as_the_record_grows():
         p = np.full(60, 0.5)
         p[:3] = 0.70
         right = rng.random(up.shape) < p
-        shown, yes = record_null.record_labels(right, up)
+        shown, yes, _ = record_null.record_labels(right, up)
         assert not shown[:, 3:].any()  # no coin labelled beside them
         hit = np.flatnonzero(shown[:, :3].any(1))
         firsts.append(hit[0] if hit.size else np.inf)
