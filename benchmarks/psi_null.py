@@ -45,9 +45,11 @@ OLD_MIN_STRETCHES = 5
 VOL = 0.015  # the random walk's daily volatility
 
 
-def ar_inputs(rng, shift: float = 0.0) -> pd.DataFrame:
-    """Reference + recent sessions of 11 AR(1) inputs; the first 3 moved by `shift` sd in the recent ones."""
-    n, phi, rho = REFERENCE + RECENT, rng.uniform(0.90, 0.97, INPUTS), 0.5
+def ar_inputs(rng, shift: float = 0.0, phi: float | None = None) -> pd.DataFrame:
+    """Reference + recent sessions of 11 AR(1) inputs; the first 3 moved by `shift` sd in the recent ones.
+    `phi`: every input's persistence (default: drawn in 0.90-0.97 per input)."""
+    n, rho = REFERENCE + RECENT, 0.5
+    phi = rng.uniform(0.90, 0.97, INPUTS) if phi is None else np.full(INPUTS, phi)
     cov = np.full((INPUTS, INPUTS), rho) + (1 - rho) * np.eye(INPUTS)
     e = rng.standard_normal((n + 300, INPUTS)) @ np.linalg.cholesky(cov).T * np.sqrt(1 - phi**2)
     x = np.column_stack([lfilter([1.0], [1.0, -p], e[:, i]) for i, p in enumerate(phi)])[300:]
@@ -55,11 +57,12 @@ def ar_inputs(rng, shift: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame(x, columns=list(REFERENCE_FEATURES))
 
 
-def walk_inputs(rng, trend: float = 0.0) -> pd.DataFrame:
+def walk_inputs(rng, trend: float = 0.0, jump: float = 0.0) -> pd.DataFrame:
     """The model inputs of a random walk's bars (constant volatility); from the recent window on, a daily
-    drift of `trend` x the volatility."""
+    drift of `trend` x the volatility, and on its first session a level jump of `jump` x the volatility."""
     n = REFERENCE + RECENT + WINDOW + 40  # the features' and the window's warm-up before the reference
     drift_per_day = np.where(np.arange(n) >= n - RECENT, trend * VOL, 0.0)
+    drift_per_day[n - RECENT] += jump * VOL
     r = drift_per_day + rng.standard_normal(n) * VOL
     close = 100 * np.exp(np.cumsum(r))
     open_ = np.r_[100.0, close[:-1]] * np.exp(rng.standard_normal(n) * VOL * 0.3)
@@ -126,10 +129,21 @@ def main(argv: list[str] | None = None) -> int:
             ("planted", f"random walk, trend {k:g} x vol", lambda rng, k=k: walk_inputs(rng, k))
             for k in (0.3, 0.6)
         ],
+        # What it cannot see well (issue 62): a shift in a very persistent input, and a price level's
+        # jump on the model's basis (each window is rescaled to its own range).
+        *[
+            ("planted", f"AR(1) phi {f:g}, 3 inputs +3 sd", lambda rng, f=f: ar_inputs(rng, 3.0, f))
+            for f in (0.9, 0.98)
+        ],
+        ("planted", "random walk, price level jump 3 x vol", lambda rng: walk_inputs(rng, jump=3.0)),
     ]
     if args.quick:
         args.tickers = args.planted = 8
-        cases = [c for c in cases if "+1 " not in c[1] and "+2 " not in c[1] and "0.3" not in c[1]]
+        cases = [
+            c
+            for c in cases
+            if "+1 " not in c[1] and "+2 " not in c[1] and "0.3" not in c[1] and "phi" not in c[1]
+        ]
     t0 = time.perf_counter()
     print("# PSI drift flag: false flags on unchanged tickers, power on planted drifts\n")
     print(

@@ -30,6 +30,7 @@ def decay_cmd(
     changes, and PSI feature drift since the recipe's data cutoff (what the `leaderboard_decay`
     Dagster check reports each night; docs/operations.md says what to do on an alarm)."""
     from ldtm_core.accountability.decay.decay import DecaySettings, check, notify_decay
+    from ldtm_core.accountability.decay.drift import BLIND_SPOTS
     from ldtm_core.config import Settings
     from ldtm_core.data.universe import parse_ticker_list
 
@@ -49,7 +50,7 @@ def decay_cmd(
         "always-up",
         "CUSUM / h",
         "vs up / h",
-        "max PSI (feature, band; unusual)",
+        "drift: unusual inputs (largest PSI)",
         "state",
         title="decay (published record across model changes; each row against its model's promise)",
     )
@@ -75,8 +76,8 @@ def decay_cmd(
             "—" if r["cusum_vs_up"] is None else f"{r['cusum_vs_up']:.2f} / {r['threshold_vs_up']:.2f}",
             "—"
             if r["psi_max"] is None
-            else f"{fmt_num(r['psi_max'], 3)} ({r['psi_feature']}, {r['psi_band']})"
-            + (f"; unusual: {r['psi_unusual']}" if r["psi_unusual"] else ""),
+            else (f"unusual: {r['psi_unusual']}" if r["psi_unusual"] else "none unusual")
+            + f" (largest {fmt_num(r['psi_max'], 3)}, {r['psi_feature']})",
             state,
         )
     console.print(table)
@@ -88,6 +89,7 @@ def decay_cmd(
         soft_wrap=True,
     )
     console.print(report.summary(), highlight=False, soft_wrap=True)
+    console.print(f"[dim]Drift: {BLIND_SPOTS}.[/]", highlight=False, soft_wrap=True)
     if report.without_active:
         console.print(
             f"[yellow]not checked, no active model (ungated): {', '.join(report.without_active)}[/]",

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from ldtm_core.accountability.decay.decay import TABLE_COLUMNS, DecaySettings, check
+from ldtm_core.accountability.decay.drift import BLIND_SPOTS
 from ldtm_dashboard.data import database_caption, engine
 
 PCT = st.column_config.NumberColumn
@@ -74,17 +75,15 @@ st.caption(
     "evenings where model and always-up disagree. Thresholds are designed (exact Markov-chain run length) "
     f"for one false alarm per {settings.arl0:g} sessions per ticker; one alarm episode is notified once. PSI: "
     f"the last {settings.psi_sessions} sessions after the recipe's data cutoff (its first model's) against "
-    "the rows up to it, decile bins; < 0.1 stable, "
-    "0.1-0.25 moderate, >= 0.25 significant, read beside 'PSI unusual' (limits simulated from the training "
-    "window: an unchanged ticker lists any feature at most 5 % of the time). What to do on an alarm: "
-    "docs/operations.md (Decay)."
+    "the rows up to it, decile bins; 'PSI unusual' lists the inputs beyond limits simulated from the "
+    "training window (an unchanged ticker lists any at most 5 % of the time; the usual 0.1 / 0.25 bands "
+    f"assume independent draws and do not apply to these persistent inputs). {BLIND_SPOTS}. What to do on an "
+    "alarm: docs/operations.md (Decay)."
 )
 left, mid, right = st.columns(3)
 left.metric("active models", len(report.tickers))
 mid.metric("decaying", len(bad))
-right.metric(
-    "PSI >= 0.25", sum(t.drift is not None and t.drift.band == "significant" for t in report.tickers)
-)
+right.metric("inputs unusual", sum(bool(t.drift and t.drift.unusual) for t in report.tickers))
 
 table = pd.DataFrame(report.rows())
 st.subheader("Alarms")

@@ -317,6 +317,15 @@ def null_limits(ticker: str, reference: np.ndarray, length: int, sims: int = SIM
     return _LIMITS[key].copy()
 
 
+# What the check cannot see, said once wherever drift is shown (benchmarks/psi_null.py, docs/performance.md).
+BLIND_SPOTS = (
+    "PSI compares where each input sits in its own distribution, so it cannot see a price level's move on "
+    "the model's inputs (each window is rescaled to its own range: a 3-sd jump is flagged about as often as "
+    "on an unchanged ticker), and it rarely sees a shift in a very persistent input (3 sd in 3 inputs: "
+    "most tickers flagged at persistence 0.9, few at 0.98)"
+)
+
+
 @dataclass(frozen=True)
 class FeatureDrift:
     """PSI per feature of one ticker, with the windows it compared."""
@@ -352,12 +361,15 @@ class FeatureDrift:
         return band(self.max_psi)
 
     def describe(self) -> str:
+        """The calibrated answer first (inputs beyond what unchanged inputs show); the largest PSI beside it,
+        without the usual bands' word, which assumes independent draws (on these persistent inputs an
+        unchanged ticker's PSI is often 'significant': issue 62 found every ridge champion so)."""
         if not self.values:
             return f"{self.ticker}: PSI not computed ({self.reason})"
         beyond = ", ".join(self.unusual) or "none"
         return (
-            f"{self.ticker}: max PSI {self.max_psi:.3f} ({self.max_feature}, {self.band}); beyond what "
-            f"unchanged inputs show (family {FAMILY_ALPHA:.0%}): {beyond}"
+            f"{self.ticker}: inputs beyond what unchanged inputs show (family {FAMILY_ALPHA:.0%}): {beyond}; "
+            f"largest PSI {self.max_psi:.3f} ({self.max_feature})"
             + (f" (reference up to {self.reference_end})" if self.reference_end else "")
         )
 

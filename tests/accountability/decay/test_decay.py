@@ -165,9 +165,14 @@ def test_unusual_drift_is_judged_against_limits_simulated_from_the_training_wind
     fd = drift.feature_drift("X", reference, recent)
     assert set(fd.limits) == {"f", "g"} and all(0 < v < 5 for v in fd.limits.values())
     assert fd.unusual == ["g"] and fd.max_feature == "g"
-    assert "beyond what unchanged inputs show (family 5%): g" in fd.describe()
-    # A function of the reference and the recent window's length only, and reproducible.
+    assert fd.describe().startswith("X: inputs beyond what unchanged inputs show (family 5%): g; largest PSI")
+    # An unchanged ticker whose largest PSI the usual bands call "significant" (persistent inputs do that)
+    # is said to have none unusual, without the band's word (issue 62: every ridge champion read so).
     again = drift.feature_drift("X", reference, recent.assign(g=rng.standard_normal(63)))
+    calm = drift.FeatureDrift("X", {"f": 3.5}, 750, 63, limits={"f": 8.3})
+    assert calm.band == "significant" and "significant" not in calm.describe()
+    assert calm.describe().startswith("X: inputs beyond what unchanged inputs show (family 5%): none;")
+    # A function of the reference and the recent window's length only, and reproducible.
     assert again.limits == fd.limits and again.unusual == []
     # Too short a reference for the simulation: PSI alone, nothing called unusual.
     short = drift.feature_drift("X", reference.iloc[: drift.MIN_REFERENCE - 1], recent)
@@ -243,6 +248,8 @@ def test_cli_decay_names_the_decaying_ticker(ldtm_env, tmp_path):
     assert "DECAYING" in out.output and "Decay in 1 of 2 active models" in out.output
     # The promise the chart ran against beside the backtest's own figure, and why they differ.
     assert "53.9%" in out.output and "60.0%" in out.output and "which overstates a model" in out.output
+    said = " ".join(out.output.split())
+    assert said.count("Drift: PSI compares where each input sits") == 1 and "it cannot see a price level" in said
     only = CliRunner().invoke(app, ["decay", "--ticker", "NVDA"], env={"COLUMNS": "200"})
     assert only.exit_code == 0 and "No decay: 1 active model checked" in only.output
 
