@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ldtm_core.accountability.decay import decay, record  # noqa: E402
+from ldtm_core.accountability.decay import decay, record, selection  # noqa: E402
 from ldtm_core.accountability.gate import sim as gate_sim  # noqa: E402
 from ldtm_core.data.calendar import SESSIONS_PER_YEAR  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
@@ -104,6 +104,26 @@ def case(args, trials: int, settings) -> list[tuple]:
     return rows
 
 
+def selection_bias(args, trials: int) -> tuple:
+    """(passers, mean raw backtest, mean chart floor, mean expected after selection) of the models the
+    gate's rule passed, the prior fitted to every judged backtest, passed or not (`decay.selection`)."""
+    judged = gate_sim.first_deployment_judgements(
+        args.reps, accuracy=args.accuracy, trials=trials, seed=args.seed + trials
+    )
+    every = [record.promise_from("b", "gate decision", folds, report) for folds, report, _ in judged]
+    prior = selection.fit_prior([p.hits for p in every], [p.n for p in every])
+    passed = [
+        record.promise_from("b", "gate decision", folds, report, prior) for folds, report, ok in judged if ok
+    ]
+    mean = lambda xs: float(np.mean(xs)) if xs else math.nan  # noqa: E731
+    return (
+        len(passed),
+        mean([p.accuracy for p in passed]),
+        mean([p.promised for p in passed]),
+        mean([p.expected for p in passed]),
+    )
+
+
 def fmt_delay(x: float, horizon: int) -> str:
     return f"> {horizon}" if not math.isfinite(x) else f"{x:.0f}"
 
@@ -151,6 +171,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {t} | {rule} | {n} | {acc * 100:.1f} % | {share * 100:.1f} % | {false:.3f} ± {se:.3f} | "
                 f"{fmt_delay(med, horizon)} | {fmt_delay(p90, horizon)} | {caught * 100:.0f} % |"
             )
+    print(
+        f"\nWhat to expect after selection (true accuracy {args.accuracy:.0%}): the passers' mean figures, "
+        "points from the truth in brackets\n"
+    )
+    print("| trials | passers | raw backtest | chart floor (lower bound) | expected (empirical Bayes) |")
+    print("|---:|---:|---:|---:|---:|")
+    for trials in (int(t) for t in args.trials.split(",")):
+        n, raw, floor, expected = selection_bias(args, trials)
+        cells = [f"{x * 100:.1f} % ({(x - args.accuracy) * 100:+.1f})" for x in (raw, floor, expected)]
+        print(f"| {trials} | {n} | " + " | ".join(cells) + " |")
     print(f"\n{time.perf_counter() - t0:.0f} s on {describe_cpu()}")
     return 0
 

@@ -45,7 +45,8 @@ def decay_cmd(
         "live n",
         "models",
         "live acc",
-        "promised",
+        "expected",
+        "chart floor",
         "backtest",
         "always-up",
         "CUSUM / h",
@@ -69,6 +70,7 @@ def decay_cmd(
             str(t.n),
             str(t.models),
             fmt_pct(r["live_accuracy"]),
+            fmt_pct(r["expected_accuracy"]),
             fmt_pct(r["promised_accuracy"]),
             fmt_pct(r["backtest_accuracy"]),
             fmt_pct(r["always_up_accuracy"]),
@@ -82,9 +84,10 @@ def decay_cmd(
         )
     console.print(table)
     console.print(
-        "promised: what each chart expects, the exact lower confidence bound of the backtest accuracy at the "
-        "level the gate judged the model at; backtest: the raw figure, which overstates a model kept because "
-        "it passed",
+        "expected: the best estimate of the model's accuracy after the gate's selection (empirical Bayes over "
+        "every stored backtest); chart floor: what the charts expect in control, the exact lower confidence "
+        "bound of the backtest accuracy at the level the gate judged the model at, so an alarm needs a drop "
+        "below it; backtest: the raw figure, which overstates a model kept because it passed",
         highlight=False,
         soft_wrap=True,
     )

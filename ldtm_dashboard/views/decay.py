@@ -19,8 +19,14 @@ COLUMN_CONFIG = {
     "live_n": PCT("live n", help="filled out-of-sample published evenings, whichever model served"),
     "live_models": PCT("models", help="models whose published rows make up the record"),
     "live_accuracy": PCT("live acc.", format="percent"),
+    "expected_accuracy": PCT(
+        "expected",
+        format="percent",
+        help="the best estimate of the model's accuracy after the gate's selection: the posterior mean "
+        "given its backtest under a prior fitted to every stored backtest (empirical Bayes)",
+    ),
     "promised_accuracy": PCT(
-        "promised",
+        "chart floor",
         format="percent",
         help="mean over the record of each row's promise, what the charts expect: the exact lower "
         "confidence bound of the pooled accuracy of the backtest the gate promoted the model that wrote it "

@@ -128,6 +128,7 @@ class TickerDecay:
     models: int = 0  # models whose published rows make up the record
     judged: int = 0  # rows whose model had a promise to judge them against
     promised: float | None = None  # the judged rows' mean promised accuracy (shrunk for selection)
+    expected: float | None = None  # their mean expected accuracy after selection (empirical Bayes)
     backtest: float | None = None  # the judged rows' mean raw backtest accuracy, beside it
     dates: list = field(default_factory=list, repr=False)  # the record's evenings, for the episode
     hold: int = 5
@@ -177,6 +178,7 @@ class TickerDecay:
             "live_n": self.n,
             "live_accuracy": self.accuracy,
             "live_models": self.models,
+            "expected_accuracy": self.expected,
             "promised_accuracy": self.promised
             if self.promised is not None
             else (self.promise.promised if self.promise else None),
@@ -216,9 +218,15 @@ class TickerDecay:
             if backtest is not None and promised < backtest - 5e-4
             else ""
         )
+        expected = (
+            f"expected {self.expected * 100:.1f}% after the gate's selection; the charts watch for a drop "
+            f"below the floor of "
+            if self.expected is not None
+            else "promised "
+        )
         head = (
             f"{self.ticker} model {self.model_id}: live {self.accuracy * 100:.1f}% on {self.n} published "
-            f"evenings{models} vs promised {promised * 100:.1f}%{why} (always-up "
+            f"evenings{models} vs {expected}{promised * 100:.1f}%{why} (always-up "
             f"{self.always_up_accuracy * 100:.1f}% on the same evenings); "
             + ", ".join(f"{label[c.name]} {c.statistic:.2f} / h {c.h:.2f}" for c in self.charts)
         )
@@ -241,6 +249,7 @@ TABLE_COLUMNS = [
     "live_n",
     "live_models",
     "live_accuracy",
+    "expected_accuracy",
     "promised_accuracy",
     "backtest_accuracy",
     "always_up_accuracy",
@@ -410,6 +419,8 @@ def _fill(out: TickerDecay, promises, hits, ups, dates, settings: DecaySettings)
     judged = [p for p in promises if p is not None]
     out.judged = len(judged)
     out.promised = float(np.mean([p.promised for p in judged])) if judged else None
+    expected = [p.expected for p in judged if p.expected is not None]
+    out.expected = float(np.mean(expected)) if expected else None
     out.backtest = float(np.mean([p.accuracy for p in judged])) if judged else None
     if not out.n:
         out.reason = "no filled out-of-sample published evening yet"

@@ -37,6 +37,7 @@ from scipy.stats import binomtest
 from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.decay.drift import FeatureDrift, feature_drift, model_inputs
+from ldtm_core.accountability.decay.selection import Prior, fit_prior
 from ldtm_core.accountability.gate.ledger import spend
 from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
 from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
@@ -79,6 +80,9 @@ class Promise:
     model_only: int | None  # discordant rows vs always-up; None before revision 0013
     up_only: int | None
     level: float | None = None
+    # The best estimate of the model's accuracy after the gate's selection (`selection`: empirical Bayes
+    # over every stored backtest); None where no prior was given. Reported; the charts expect `promised`.
+    expected: float | None = None
 
     @property
     def hits(self) -> int:
@@ -131,12 +135,36 @@ def _report(text: str | None) -> dict | None:
     return out if isinstance(out, dict) else None
 
 
-def promise_from(backtest_id: str, source: str, folds, report: dict | None = None) -> Promise | None:
+def promise_from(
+    backtest_id: str, source: str, folds, report: dict | None = None, prior: Prior | None = None
+) -> Promise | None:
     """The promise of the backtest `folds` (backtest_folds rows: a DataFrame or records), judged at the level
-    of `report` (the gate's stored report, `judged_level`); None when the folds decided no row."""
+    of `report` (the gate's stored report, `judged_level`), its expected accuracy under `prior`; None when
+    the folds decided no row."""
     frame = folds if isinstance(folds, pd.DataFrame) else pd.DataFrame(list(folds))
     pooled = _pooled(backtest_id, frame)
-    return None if pooled is None else Promise(backtest_id, source, *pooled, level=judged_level(report))
+    if pooled is None:
+        return None
+    return _with_expected(Promise(backtest_id, source, *pooled, level=judged_level(report)), prior)
+
+
+def _with_expected(p: Promise, prior: Prior | None) -> Promise:
+    return p if prior is None else replace(p, expected=prior.expected(p.hits, p.n))
+
+
+def prior_of(engine: Engine) -> Prior:
+    """The selection prior fitted to every stored backtest's pooled next-day hits (`selection.fit_prior`)."""
+    c = backtest_folds.c
+    with engine.connect() as conn:
+        folds = pd.DataFrame(
+            conn.execute(
+                select(c.backtest_id, c.n, c.ties, c.direction_accuracy, c.always_up_accuracy)
+            ).all(),
+            columns=["backtest_id", "n", "ties", "direction_accuracy", "always_up_accuracy"],
+        )
+    pooled = [pooled_direction(f.to_dict("records")) for _, f in folds.groupby("backtest_id")]
+    pooled = [p for p in pooled if p.scored]
+    return fit_prior([p.hits for p in pooled], [p.scored for p in pooled])
 
 
 def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise | None]:
@@ -179,6 +207,7 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
             else pd.DataFrame()
         )
     by_backtest = {bid: _pooled(bid, folds[folds["backtest_id"] == bid]) for bid in bids}
+    prior = prior_of(engine) if by_backtest else None
     out: dict[int, Promise | None] = {}
     for m in models:
         if m.id not in chosen:
@@ -186,7 +215,8 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
             continue
         bid, source, text = chosen[m.id]
         p = by_backtest.get(bid)
-        out[m.id] = None if p is None else Promise(bid, source, *p, level=judged_level(_report(text)))
+        promise = None if p is None else Promise(bid, source, *p, level=judged_level(_report(text)))
+        out[m.id] = None if promise is None else _with_expected(promise, prior)
     return out
 
 

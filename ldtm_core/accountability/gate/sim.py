@@ -69,7 +69,15 @@ def first_deployment_pass_rate(
     return len(passes) / reps
 
 
-def first_deployment_passes(
+def first_deployment_passes(reps: int, **kw) -> list[tuple[list[dict], dict]]:
+    """The judgements among `reps` first deployments (as `first_deployment_pass_rate` judges them) that
+    pass: each one's backtest folds and what its stored gate report would say of the comparison
+    ({"comparison": Comparison.to_dict()}, empty under the seed policy). What the decay monitor is then
+    handed: only the models that passed."""
+    return [(f, report) for f, report, passed in first_deployment_judgements(reps, **kw) if passed]
+
+
+def first_deployment_judgements(
     reps: int,
     *,
     folds: int = 3,
@@ -79,26 +87,21 @@ def first_deployment_passes(
     thresholds: GateThresholds | None = None,
     trials: int = 1,
     seed: int = 0,
-) -> list[tuple[list[dict], dict]]:
-    """The judgements among `reps` first deployments (as `first_deployment_pass_rate` judges them) that
-    pass: each one's backtest folds and what its stored gate report would say of the comparison
-    ({"comparison": Comparison.to_dict()}, empty under the seed policy). What the decay monitor is then
-    handed: only the models that passed."""
+) -> list[tuple[list[dict], dict, bool]]:
+    """Every one of `reps` first deployments: its folds, its report (as above), and whether it passed."""
     t = thresholds or GateThresholds()
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(reps):
         f = _folds(rng, folds, rows, up_rate, accuracy)
         fig, _ = evaluate(f, t)
-        if fig["decision"] != "pass":
-            continue
         report: dict = {}
-        if t.policy == "evidence":
+        passed = fig["decision"] == "pass"
+        if passed and t.policy == "evidence":
             comparison = cc.first_deployment(fig["skill"], t, fig["hits"], fig["scored"], trials)
-            if comparison.decision != "pass":
-                continue
-            report = {"comparison": comparison.to_dict()}
-        out.append((f, report))
+            passed = comparison.decision == "pass"
+            report = {"comparison": comparison.to_dict()} if passed else {}
+        out.append((f, report, passed))
     return out
 
 

@@ -249,7 +249,9 @@ def test_cli_decay_names_the_decaying_ticker(ldtm_env, tmp_path):
     # The promise the chart ran against beside the backtest's own figure, and why they differ.
     assert "53.9%" in out.output and "60.0%" in out.output and "which overstates a model" in out.output
     said = " ".join(out.output.split())
-    assert said.count("Drift: PSI compares where each input sits") == 1 and "it cannot see a price level" in said
+    assert (
+        said.count("Drift: PSI compares where each input sits") == 1 and "it cannot see a price level" in said
+    )
     only = CliRunner().invoke(app, ["decay", "--ticker", "NVDA"], env={"COLUMNS": "200"})
     assert only.exit_code == 0 and "No decay: 1 active model checked" in only.output
 

@@ -124,3 +124,57 @@ def test_the_report_shows_the_backtest_figure_beside_the_promise_and_why():
     # A promise known without selection (level None) is taken as it is.
     known = record.Promise("b", "simulation", 250, 0.60, 0.52, 60, 40)
     assert known.promised == 0.60 and known.promised_vs_up == 0.60
+
+
+@pytest.mark.parametrize("truth", [0.55, 0.60])
+def test_the_expected_accuracy_after_selection_is_within_a_point_of_the_truth(truth):
+    """The chart floor (a lower bound) promised a true-55 % passer 53 % and the raw backtest 60 % (issue 62):
+    neither is what to expect. The posterior mean under a prior fitted to every judged backtest (passed or
+    not, `selection.fit_prior`) averages the passers' true accuracy within a point."""
+    from ldtm_core.accountability.decay import selection
+
+    judged = gate_sim.first_deployment_judgements(REPS, accuracy=truth, seed=SEED)
+    every = [record.promise_from("b", "gate decision", f, r) for f, r, _ in judged]
+    prior = selection.fit_prior([p.hits for p in every], [p.n for p in every])
+    passed = [record.promise_from("b", "gate decision", f, r, prior) for f, r, ok in judged if ok]
+    expected, raw = (np.mean([getattr(p, k) for p in passed]) for k in ("expected", "accuracy"))
+    floor = np.mean([p.promised for p in passed])
+    assert abs(expected - truth) < 0.01 and raw - truth > 0.01 and truth - floor > 0.01, (
+        expected,
+        raw,
+        floor,
+    )
+    # The same passes as the passers-only reader's (one rule, one sequence of draws).
+    assert len(passed) == len(gate_sim.first_deployment_passes(REPS, accuracy=truth, seed=SEED))
+
+
+def test_a_prior_needs_enough_backtests_and_says_what_it_rests_on():
+    from ldtm_core.accountability.decay import selection
+
+    few = selection.fit_prior([110, 120], [189, 189])
+    assert (
+        few.backtests == 0 and (few.a, few.b) == selection.DEFAULT_PRIOR and "default prior" in few.describe()
+    )
+    rng = np.random.default_rng(2)
+    p = rng.uniform(0.45, 0.60, 400)
+    fitted = selection.fit_prior(rng.binomial(189, p), np.full(400, 189))
+    assert abs(fitted.mean - p.mean()) < 0.01 and "fitted to 400 backtests" in fitted.describe()
+    sd = math.sqrt(fitted.mean * (1 - fitted.mean) / (fitted.a + fitted.b + 1))
+    assert abs(sd - p.std()) < 0.015  # the spread of the true accuracies, not of the noisy backtests
+    assert fitted.expected(120, 189) < 120 / 189  # shrunk toward the candidates' mean
+
+
+def test_the_decay_report_shows_the_expected_accuracy_beside_the_chart_floor(engine, db_url, tmp_path):
+    settings = make_settings(tmp_path, db_url)
+    model = planted_model(engine, settings, "AAPL")
+    promise = record.promise_of(engine, registry.get_model(engine, model))
+    assert promise.expected is not None  # one backtest stored: the default prior
+    assert promise.expected == pytest.approx(selection_default_expected(promise))
+    assert promise.promised < promise.expected < promise.accuracy
+
+
+def selection_default_expected(p: record.Promise) -> float:
+    from ldtm_core.accountability.decay.selection import DEFAULT_PRIOR
+
+    a, b = DEFAULT_PRIOR
+    return (p.hits + a) / (p.n + a + b)
