@@ -21,7 +21,8 @@ from ldtm_core.config import Settings, mask_secrets, masked_url
 from ldtm_core.errors import InputError, LDTMError
 
 app = typer.Typer(
-    help="LDTM: per-ticker LSTM forecasts, recorded, filled back, scored and gated.",
+    help="LDTM: forecasts of any recipe (the per-ticker LSTM, global recipes, your own), recorded before "
+    "the answer is known, filled back, scored against baselines and gated.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

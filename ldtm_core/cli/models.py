@@ -39,7 +39,7 @@ def train(
         "reference",
         "--profile",
         "-p",
-        help="demo | reference | reference_b32 | upgrade | tuned (per ticker, from `ldtm tune`)",
+        help="the LSTM's profile: demo | reference | reference_b32 | upgrade | tuned (per ticker, from `ldtm tune`)",
     ),
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override a model config field: key=value")
@@ -62,7 +62,8 @@ def train(
         "(docs/architecture.md)",
     ),
 ) -> None:
-    """Train, checkpoint and register a candidate model per ticker."""
+    """Train, checkpoint and register a candidate model per ticker: the LSTM, one network per ticker, or
+    with --recipe a global recipe fitted once for all the tickers (--set: the recipe's own fields)."""
     from ldtm_core.data.universe import load_universe, resolve_tickers
     from ldtm_core.learning import recipes
     from ldtm_core.learning.training import parse_overrides

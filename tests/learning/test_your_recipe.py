@@ -202,6 +202,7 @@ def test_a_fit_over_its_budget_is_refused_by_name_and_writes_nothing(
     assert time.perf_counter() - t0 < 60  # the sleeper was stopped, not waited for
     assert {o.status for o in outcomes} == {"failed"}
     assert all(f"recipe momentum: {message}" in o.reason for o in outcomes), outcomes[0].reason
+    assert all(o.reason.count("recipe momentum:") == 1 for o in outcomes), outcomes[0].reason  # said twice
     assert _count(engine, model_registry) == 0 and not list(settings.checkpoint_dir.rglob("*.json"))
 
 

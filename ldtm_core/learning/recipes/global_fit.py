@@ -169,9 +169,11 @@ def train_global(
     except Exception as exc:  # noqa: BLE001 - the recipe's failure is every ticker's outcome, never a crash
         what = str(exc) if isinstance(exc, LDTMError) else f"{type(exc).__name__}: {exc}"
         first = mask_secrets(what, settings.database_url).strip().splitlines() or [type(exc).__name__]
+        # Named once: an error from the recipe's own budget already starts "recipe <name>: ".
+        reason = first[0] if first[0].startswith(f"recipe {name}: ") else f"recipe {name}: {first[0]}"
         for t in members:
             if outcomes.get(t) is None:
-                outcomes[t] = TrainOutcome(t, "failed", reason=f"recipe {name}: {first[0]}")
+                outcomes[t] = TrainOutcome(t, "failed", reason=reason)
     finally:
         if written is not None:  # never registered: no orphan artifact
             written.unlink(missing_ok=True)
