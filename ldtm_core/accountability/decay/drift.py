@@ -320,9 +320,9 @@ def null_limits(ticker: str, reference: np.ndarray, length: int, sims: int = SIM
 # What the check cannot see, said once wherever drift is shown (benchmarks/psi_null.py, docs/performance.md).
 BLIND_SPOTS = (
     "PSI compares where each input sits in its own distribution, so it cannot see a price level's move on "
-    "the model's inputs (each window is rescaled to its own range: a 3-sd jump is flagged about as often as "
-    "on an unchanged ticker), and it rarely sees a shift in a very persistent input (3 sd in 3 inputs: "
-    "most tickers flagged at persistence 0.9, few at 0.98)"
+    "the model's inputs (each window is rescaled to its own range: a jump of three days' volatility is "
+    "flagged on 2.5 % of tickers, as unchanged ones are), and it rarely sees a shift in a very persistent "
+    "input (3 sd in 3 of 11 inputs: every ticker flagged at persistence 0.9, 15 % at 0.98)"
 )
 
 
