@@ -33,7 +33,7 @@ def test_the_leaderboard_asset_says_what_it_controls_and_who_has_no_champion(
     meta = mat.metadata
     # The labels: e-BH over the whole records, saying what the board could show; the window's q apart.
     assert "e-BH at 0.05 over the 3 tickers with a record" in meta["label_controls"].value
-    assert "60% after ~" in meta["label_controls"].value
+    assert "shown within five years (1,260 scored evenings) among 3 tickers" in meta["label_controls"].value
     assert "Benjamini-Hochberg over every (ticker, baseline)" in meta["window_q"].value
     # The universe: the record's answer (coin included), then the window's SPA, described as such.
     assert "a coin included, on its whole published record (3 tickers" in meta["universe"].value
