@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [
             c
             for c in cases
-            if "+1 " not in c[1] and "+2 " not in c[1] and "0.3" not in c[1] and "phi" not in c[1]
+            if not any(w in c[1] for w in ("+1 ", "+2 ", "0.3", "phi", "jump"))  # one planted size per kind
         ]
     t0 = time.perf_counter()
     print("# PSI drift flag: false flags on unchanged tickers, power on planted drifts\n")
