@@ -51,7 +51,8 @@ REGIMES = {
 REGIME_NAMES = tuple(REGIMES)
 # The index ETF is the market factor itself; its levered siblings are multiples of it.
 LEVERED = {"QQQ": 1.0, "TQQQ": 3.0, "SQQQ": -3.0}
-# The share of each day's log move that happens overnight, between the previous close and the open.
+# The share of each day's unforeseen log move that happens overnight, between the previous close and the
+# open (the foreseen part is all in the open).
 OVERNIGHT_SHARE = 0.35
 # The planted edge: log price = a slow random-walk anchor + a mean-reverting AR(1) deviation x,
 # x_t = rho * x_{t-1} + sigma * e_t (rho = 0: every day's deviation is undone the next). Tomorrow's move
@@ -88,7 +89,7 @@ def family_log_path(ticker: str, seed: int) -> np.ndarray:
     """A planted family member's log price (from 0) on the whole weekday grid (PLANTED_FAMILIES)."""
     name = FAMILY_OF[ticker]
     f = PLANTED_FAMILIES[name]
-    shocks = f["sigma"] * _rng(seed, ticker, "family").standard_normal(GRID_LEN)
+    shocks = _family_shocks(ticker, seed)
     if name == "lagged_factor":
         market = _market_returns(seed)
         return np.cumsum(f["beta"] * np.r_[0.0, market[:-1]] + shocks)
@@ -100,6 +101,27 @@ def family_log_path(ticker: str, seed: int) -> np.ndarray:
     from scipy.signal import lfilter  # here, not at import: scipy.signal is 1.5 s of every CLI start
 
     return np.cumsum(lfilter([1.0], ar, shocks))
+
+
+def _family_shocks(ticker: str, seed: int) -> np.ndarray:
+    """A family member's daily innovations: what its past did not tell (the rest of its move did)."""
+    return PLANTED_FAMILIES[FAMILY_OF[ticker]]["sigma"] * _rng(seed, ticker, "family").standard_normal(
+        GRID_LEN
+    )
+
+
+def _planted_surprise(ticker: str, seed: int) -> np.ndarray:
+    """The planted ticker's daily move less what its deviation's past foretold: the anchor's step and
+    the deviation's new innovation (the same draws as `planted_log_path`)."""
+    p = PLANTED[ticker]
+    draws = _rng(seed, ticker, "planted").standard_normal((2, GRID_LEN))
+    return p["anchor_vol"] * draws[1] + p["sigma"] * draws[0]
+
+
+def _foreseen(log_path: np.ndarray, surprise: np.ndarray, grid_pos: np.ndarray) -> np.ndarray:
+    """Per session: the part of its move since the session before that the past foretold."""
+    foreseen = np.cumsum(np.diff(log_path, prepend=0.0) - surprise)
+    return np.diff(foreseen[grid_pos], prepend=0.0)
 
 
 def _rng(seed: int, *names: str) -> np.random.Generator:
@@ -149,12 +171,17 @@ def _ticker_frame(
     n = len(sessions)
     draws = {name: _rng(seed, ticker, name) for name in ("regimes", "shocks", "open", "wick", "volume")}
     mkt = market[grid_pos]
+    foreseen = np.zeros(n)  # the part of each day's move its past foretold: public at the open
     if ticker in LEVERED:
         idio = LEVERED[ticker] * mkt + 0.002 * draws["shocks"].standard_normal(GRID_LEN)[grid_pos]
     elif ticker in PLANTED:
-        idio = np.diff(planted_log_path(ticker, seed)[grid_pos], prepend=0.0)
+        path = planted_log_path(ticker, seed)
+        idio = np.diff(path[grid_pos], prepend=0.0)
+        foreseen = _foreseen(path, _planted_surprise(ticker, seed), grid_pos)
     elif ticker in FAMILY_OF:
-        idio = np.diff(family_log_path(ticker, seed)[grid_pos], prepend=0.0)
+        path = family_log_path(ticker, seed)
+        idio = np.diff(path[grid_pos], prepend=0.0)
+        foreseen = _foreseen(path, _family_shocks(ticker, seed), grid_pos)
     else:
         regimes = _regime_path(draws["regimes"], GRID_LEN)[grid_pos]
         drift, vol, kappa = (np.array([REGIMES[r][k] for r in REGIME_NAMES])[regimes] for k in range(3))
@@ -165,18 +192,24 @@ def _ticker_frame(
         # inherently sequential, so it runs on plain floats (a few ms per ticker).
         level = anchor = 0.0
         mkt_l, shocks_l, kappa_l = mkt.tolist(), shocks.tolist(), kappa.tolist()
+        drift_l = drift.tolist()
         for i in range(n):
-            step = beta * mkt_l[i] + shocks_l[i] - kappa_l[i] * (level - anchor)
+            pull = kappa_l[i] * (level - anchor)
+            step = beta * mkt_l[i] + shocks_l[i] - pull
+            foreseen[i] = drift_l[i] - pull
             anchor += 0.02 * (level - anchor)
             level += step
             idio[i] = step
     log_close = np.log(rng.uniform(2, 40)) + np.cumsum(idio)
     close = np.exp(log_close)
     prev_close = np.concatenate([[close[0] / np.exp(idio[0])], close[:-1]])
-    # The open carries the overnight part of the day's move (as real opens do), so a rule that trades at
-    # the next open gets only the rest of it; before, opens were the previous close plus noise and
-    # "next open" books collected the whole predicted day.
-    overnight = overnight_share * idio + 0.004 * draws["open"].standard_normal(GRID_LEN)[grid_pos]
+    # The open carries what the day's past foretold (public by then, so the market has priced it) and a
+    # share of the rest of the move, as real opens do: a rule that trades at the next open gets no edge
+    # from the closes alone. Before, opens were the previous close plus noise, and "next open" books
+    # collected the whole predicted day (Sharpe 10.8 in the demo). A share of 0: that earlier market.
+    overnight = 0.004 * draws["open"].standard_normal(GRID_LEN)[grid_pos]
+    if overnight_share > 0:
+        overnight = foreseen + overnight_share * (idio - foreseen) + overnight
     open_ = prev_close * np.exp(overnight)
     body_hi, body_lo = np.maximum(open_, close), np.minimum(open_, close)
     spread = np.abs(idio) + 0.004
@@ -264,7 +297,8 @@ def generate(
     ratio)]} re-bases those tickers as raw closes after a ratio:1 split (`apply_splits`).
     `delistings` (off by default): {ticker: last session}: that ticker's bars stop after it, as a
     delisted name's do; the bars before are unchanged. `membership_spans` writes the matching history.
-    `overnight_share`: the share of each day's move in its open (0: the releases before 2026-12, whose
+    `overnight_share`: the share of each day's unforeseen move in its open, which also carries the
+    foreseen part (0: the releases before 2026-12, whose
     opens were the previous close plus noise; the closes are the same either way)."""
     if np.datetime64(pd.Timestamp(start).date(), "D") < GRID_START:
         # The random grid is fixed (prices never depend on the range asked), so it cannot grow backwards.
