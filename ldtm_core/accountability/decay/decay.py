@@ -51,10 +51,12 @@ from ldtm_core.accountability.decay.record import (
     Promise,
     drift_of,
     models_by_id,
+    prior_of,
     promise_of,
     promises_of,
     published_record,
 )
+from ldtm_core.accountability.decay.selection import Prior
 from ldtm_core.config import env_number
 from ldtm_core.data.calendar import SESSIONS_PER_YEAR
 from ldtm_core.errors import InputError
@@ -435,11 +437,14 @@ def _fill(out: TickerDecay, promises, hits, ups, dates, settings: DecaySettings)
 # --- the database ----------------------------------------------------------------------------------
 
 
-def check_ticker(engine: Engine, model: ModelRecord, settings: DecaySettings) -> TickerDecay:
-    """`model`'s ticker: its published record across model changes, each row against its model's promise."""
+def check_ticker(
+    engine: Engine, model: ModelRecord, settings: DecaySettings, prior: Prior | None = None
+) -> TickerDecay:
+    """`model`'s ticker: its published record across model changes, each row against its model's promise
+    (`prior`: the selection prior, read once by `check` for every ticker)."""
     record = published_record(engine, model.ticker, settings.mode)
     models = models_by_id(engine, {*record["model_id"].tolist(), model.id})
-    promises = promises_of(engine, list(models.values()))
+    promises = promises_of(engine, list(models.values()), prior)
     out = TickerDecay(model.ticker, model.id, model.version, promises.get(model.id), hold=settings.hold)
     out.models = int(record["model_id"].nunique())
     _fill(
@@ -517,8 +522,9 @@ def check(
     settings = settings or DecaySettings.from_env()
     serving = serving_models(engine, tickers)
     active = [m for _, m in sorted(serving.items()) if m.status == "active"]
+    prior = prior_of(engine) if active else None  # every stored backtest, read and fitted once
     return DecayReport(
-        [check_ticker(engine, m, settings) for m in active],
+        [check_ticker(engine, m, settings, prior) for m in active],
         settings,
         sorted(t for t, m in serving.items() if m.status != "active"),
     )

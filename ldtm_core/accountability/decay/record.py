@@ -167,8 +167,12 @@ def prior_of(engine: Engine) -> Prior:
     return fit_prior([p.hits for p in pooled], [p.scored for p in pooled])
 
 
-def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise | None]:
-    """{model id: its promise or None}, in three queries whatever the number of models."""
+def promises_of(
+    engine: Engine, models: list[ModelRecord], prior: Prior | None = None
+) -> dict[int, Promise | None]:
+    """{model id: its promise or None}, in three queries whatever the number of models; each promise's
+    expected accuracy under `prior` (default: `prior_of`, read here; a caller judging many tickers reads
+    it once and passes it)."""
     ids = [m.id for m in models]
     if not ids:
         return {}
@@ -207,7 +211,8 @@ def promises_of(engine: Engine, models: list[ModelRecord]) -> dict[int, Promise 
             else pd.DataFrame()
         )
     by_backtest = {bid: _pooled(bid, folds[folds["backtest_id"] == bid]) for bid in bids}
-    prior = prior_of(engine) if by_backtest else None
+    if prior is None and by_backtest:
+        prior = prior_of(engine)
     out: dict[int, Promise | None] = {}
     for m in models:
         if m.id not in chosen:

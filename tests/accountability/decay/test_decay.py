@@ -233,6 +233,32 @@ def test_a_ticker_without_an_active_model_is_not_checked(engine, db_url, tmp_pat
     assert "No decay" in report.summary()
 
 
+def test_the_selection_prior_is_read_once_per_check_not_per_ticker(engine, db_url, tmp_path, monkeypatch):
+    """Every stored backtest is read and fitted for the prior: once for the whole report (it was once per
+    ticker), and each ticker's expected accuracy is the one a lone reader gives."""
+    from ldtm_core.accountability.decay import record as decay_record
+
+    settings = make_settings(tmp_path, db_url)
+    for i, t in enumerate(("AAPL", "NVDA")):
+        planted_record(engine, t, planted_model(engine, settings, t, seed=i), seed=i + 1)
+    alone = {
+        t.ticker: t.row()["expected_accuracy"] for t in decay.check(engine, None, DecaySettings()).tickers
+    }
+    calls = []
+    real = decay_record.prior_of
+
+    def counted(engine):
+        calls.append(1)
+        return real(engine)
+
+    monkeypatch.setattr(decay_record, "prior_of", counted)
+    monkeypatch.setattr(decay, "prior_of", counted)
+    report = decay.check(engine, None, DecaySettings())
+    assert len(report.tickers) == 2 and len(calls) == 1
+    assert {t.ticker: t.row()["expected_accuracy"] for t in report.tickers} == alone
+    assert all(v is not None for v in alone.values())
+
+
 def test_cli_decay_names_the_decaying_ticker(ldtm_env, tmp_path):
     from typer.testing import CliRunner
 
