@@ -85,14 +85,15 @@ PLANTED_FAMILIES = {
 FAMILY_OF = {t: name for name, f in PLANTED_FAMILIES.items() for t in f["members"]}
 
 
-def family_log_path(ticker: str, seed: int) -> np.ndarray:
-    """A planted family member's log price (from 0) on the whole weekday grid (PLANTED_FAMILIES)."""
+def family_path(ticker: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A planted family member's log price (from 0) on the whole weekday grid (PLANTED_FAMILIES), and its
+    daily innovations: what its past did not tell (the rest of each move it did)."""
     name = FAMILY_OF[ticker]
     f = PLANTED_FAMILIES[name]
-    shocks = _family_shocks(ticker, seed)
+    shocks = f["sigma"] * _rng(seed, ticker, "family").standard_normal(GRID_LEN)
     if name == "lagged_factor":
         market = _market_returns(seed)
-        return np.cumsum(f["beta"] * np.r_[0.0, market[:-1]] + shocks)
+        return np.cumsum(f["beta"] * np.r_[0.0, market[:-1]] + shocks), shocks
     if name == "pooled":
         ar = [1.0, *([f["b"] / 5] * 5)]  # r_t + (b/5) (r_{t-1} + ... + r_{t-5}) = sigma e_t
     else:
@@ -100,22 +101,7 @@ def family_log_path(ticker: str, seed: int) -> np.ndarray:
         ar = [1.0, -sign * f["a"]]  # r_t - s a r_{t-1} = sigma e_t
     from scipy.signal import lfilter  # here, not at import: scipy.signal is 1.5 s of every CLI start
 
-    return np.cumsum(lfilter([1.0], ar, shocks))
-
-
-def _family_shocks(ticker: str, seed: int) -> np.ndarray:
-    """A family member's daily innovations: what its past did not tell (the rest of its move did)."""
-    return PLANTED_FAMILIES[FAMILY_OF[ticker]]["sigma"] * _rng(seed, ticker, "family").standard_normal(
-        GRID_LEN
-    )
-
-
-def _planted_surprise(ticker: str, seed: int) -> np.ndarray:
-    """The planted ticker's daily move less what its deviation's past foretold: the anchor's step and
-    the deviation's new innovation (the same draws as `planted_log_path`)."""
-    p = PLANTED[ticker]
-    draws = _rng(seed, ticker, "planted").standard_normal((2, GRID_LEN))
-    return p["anchor_vol"] * draws[1] + p["sigma"] * draws[0]
+    return np.cumsum(lfilter([1.0], ar, shocks)), shocks
 
 
 def _foreseen(log_path: np.ndarray, surprise: np.ndarray, grid_pos: np.ndarray) -> np.ndarray:
@@ -135,8 +121,10 @@ def _market_returns(seed: int) -> np.ndarray:
     return 0.0002 + vol * rng.standard_normal(GRID_LEN)
 
 
-def planted_log_path(ticker: str, seed: int) -> np.ndarray:
-    """The planted ticker's log price (from 0) on the whole weekday grid: anchor + AR(1) deviation."""
+def planted_path(ticker: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The planted ticker's log price (from 0) on the whole weekday grid, anchor + AR(1) deviation, and
+    its daily surprise: the anchor's step and the deviation's new innovation (the rest of each move, the
+    deviation's reversion, its past foretold)."""
     p = PLANTED[ticker]
     draws = _rng(seed, ticker, "planted").standard_normal((2, GRID_LEN))
     from scipy.signal import lfilter
@@ -144,7 +132,7 @@ def planted_log_path(ticker: str, seed: int) -> np.ndarray:
     # lfilter runs the AR(1) recursion x_t = rho x_{t-1} + sigma e_t in C.
     deviation = lfilter([1.0], [1.0, -p["rho"]], p["sigma"] * draws[0])
     anchor = np.cumsum(p["anchor_vol"] * draws[1])
-    return anchor + deviation
+    return anchor + deviation, p["anchor_vol"] * draws[1] + p["sigma"] * draws[0]
 
 
 def _regime_path(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -174,14 +162,10 @@ def _ticker_frame(
     foreseen = np.zeros(n)  # the part of each day's move its past foretold: public at the open
     if ticker in LEVERED:
         idio = LEVERED[ticker] * mkt + 0.002 * draws["shocks"].standard_normal(GRID_LEN)[grid_pos]
-    elif ticker in PLANTED:
-        path = planted_log_path(ticker, seed)
+    elif ticker in PLANTED or ticker in FAMILY_OF:
+        path, surprise = planted_path(ticker, seed) if ticker in PLANTED else family_path(ticker, seed)
         idio = np.diff(path[grid_pos], prepend=0.0)
-        foreseen = _foreseen(path, _planted_surprise(ticker, seed), grid_pos)
-    elif ticker in FAMILY_OF:
-        path = family_log_path(ticker, seed)
-        idio = np.diff(path[grid_pos], prepend=0.0)
-        foreseen = _foreseen(path, _family_shocks(ticker, seed), grid_pos)
+        foreseen = _foreseen(path, surprise, grid_pos)
     else:
         regimes = _regime_path(draws["regimes"], GRID_LEN)[grid_pos]
         drift, vol, kappa = (np.array([REGIMES[r][k] for r in REGIME_NAMES])[regimes] for k in range(3))
