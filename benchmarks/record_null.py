@@ -100,8 +100,9 @@ def record_labels(right: np.ndarray, up: np.ndarray) -> tuple[np.ndarray, np.nda
     ]
     each = [evidence.e_value(np.cumsum(w, 0), np.cumsum(lo, 0)) for w, lo in pairs]
     e = np.min(each, axis=0)
-    vs_baselines = np.concatenate(each[1:], axis=1)  # (evenings, 3 x tickers), baseline-major
-    beats = evidence.e_bh_rows(vs_baselines).reshape(up.shape[0], 3, up.shape[1]).transpose(0, 2, 1)
+    vs_baselines = np.concatenate(each[1:], axis=1)  # (evenings, baselines x tickers), baseline-major
+    found = evidence.e_bh_rows(vs_baselines)
+    beats = found.reshape(up.shape[0], len(each) - 1, up.shape[1]).transpose(0, 2, 1)
     return evidence.e_bh_rows(e), e.mean(axis=1) >= 1 / ALPHA, beats
 
 

@@ -53,9 +53,10 @@ def db_upgrade(
     existed = _exists(cfg)
 
     def announce(steps: list[tuple[str, str]]) -> None:  # under the migration lock: what is really left
-        if existed:
-            _say_steps(where, steps, "applying")
-        if existed and not steps:
+        if not existed:
+            return
+        _say_steps(where, steps, "applying")
+        if not steps:
             console.print(f"database {where}: nothing to apply (already at the newest revision)")
 
     upgrade(cfg.database_url, announce=announce)  # the one entry point that migrates

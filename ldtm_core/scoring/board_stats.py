@@ -269,7 +269,7 @@ class UniverseTest:
             f"the {self.tickers} tickers?"
         )
         # The description first, so no reader takes its "Yes" for the label (issue 62).
-        return WINDOW_NOTE.strip() + " " + self._answer(question) + self.caveat
+        return f"{WINDOW_NOTE} {self._answer(question)}{self.caveat}"
 
     def short(self) -> str:
         """One line: the window's SPA p, marked as the description it is."""

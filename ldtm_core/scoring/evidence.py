@@ -37,12 +37,13 @@ import numpy as np
 from scipy.special import logsumexp
 from statsmodels.stats.multitest import multipletests
 
+from ldtm_core.scoring.baselines import board_baselines
+
 ALPHA = 0.05
 # Win rates the mixture bets on: small edges first (a 52-55 % model is what finance mostly offers).
 GRID = (0.52, 0.55, 0.60, 0.65, 0.70, 0.80)
 COIN = "coin"  # the comparison every row has: right more often than a fair coin
 MAX_EVENINGS = 100_000  # the longest record `evenings_to_show` looks through
-DISAGREE = 0.5  # the share of evenings a model and a baseline disagree when their calls are independent
 
 
 def e_value(wins, losses) -> np.ndarray:
@@ -108,7 +109,6 @@ def evenings_to_show(rate: float, family: int, alpha: float = ALPHA, share: floa
 
 HORIZON_EVENINGS = 1260  # five years of sessions: the horizon the power sentence speaks of
 POWER_PATHS = 400  # simulated records per rate (the share shown is within +-2.5 points)
-POWER_BASELINES = 3  # the board's baselines, each a comparison besides the coin
 
 
 @lru_cache(maxsize=256)  # ~0.2 s a call; pure in its arguments (a fixed seed)
@@ -117,15 +117,15 @@ def waits_to_show(
 ) -> tuple[float | None, float]:
     """(The median scored evenings until a lone model right on `rate` of its evenings is shown among
     `family` tickers, None if beyond `horizon`; the share of its records shown within `horizon`), simulated
-    through the labels' own machinery: its e-value against a coin and against POWER_BASELINES baselines
-    whose calls are independent of its own (each counting the evenings they disagree), the smallest of
+    through the labels' own machinery: its e-value against a coin and against each board baseline, whose
+    calls are independent of its own (each counting the evenings they disagree), the smallest of
     them (`e_skill`) reaching e-BH's line for a lone discovery (family / alpha). The expected path
     (`evenings_to_show`) is faster than the median: records that start unlucky wait long."""
     rng = np.random.default_rng(20261205)
     table = _e_table(horizon)  # e_value by (wins, losses): one lookup per evening, not a mixture each
     right = rng.random((paths, horizon)) < rate
     smallest = table[np.cumsum(right, axis=1), np.cumsum(~right, axis=1)]  # against the coin
-    for _ in range(POWER_BASELINES):
+    for _ in board_baselines():  # each a comparison besides the coin
         base = rng.random((paths, horizon)) < 0.5
         wins, losses = np.cumsum(right & ~base, axis=1), np.cumsum(~right & base, axis=1)
         smallest = np.minimum(smallest, table[wins, losses])

@@ -90,8 +90,9 @@ def original_answers(revisions: pd.DataFrame) -> dict[tuple[int, str], float]:
 
 
 def board(rows: list[dict], originals: dict[tuple[int, str], float]) -> pd.DataFrame:
-    """Per group and ticker: rows, their first and last evening, next-day calls decided, right, accuracy; and the same on the answers
-    first published (`right_original`, `accuracy_original`: they differ only where a re-fill changed one)."""
+    """Per group and ticker: rows, their first and last evening, next-day calls decided, right, accuracy;
+    and the same on the answers first published (`right_original`, `accuracy_original`: they differ only
+    where a re-fill changed one)."""
     col = DIRECTION.col("direction_correct")
     records = []
     for r in first_published(rows):
