@@ -308,12 +308,13 @@ SETTINGS: dict[str, Setting] = _table(
     Setting(
         "LDTM_BACKTEST_REUSE", True, "backtests reuse stored fold outcomes whose key is unchanged", Flag()
     ),
-    # A global recipe's fit (learning.recipes.budget): unset, it runs in-process with no limit.
+    # A global recipe's fit (learning.recipes.budget): in a child process within an hour by default, so
+    # a slow recipe is refused by name instead of hanging the run; 0 (and no memory limit): in-process.
     Setting(
         "LDTM_RECIPE_FIT_TIMEOUT_S",
-        None,
-        "wall time a global recipe's fit may take (in a child process), else refused by name",
-        Number(float, 0, 1e6, "seconds", low_open=True),
+        3600.0,
+        "wall time a global recipe's fit may take (in a child process), else refused by name; 0: no limit",
+        Number(float, 0, 1e6, "seconds"),
     ),
     Setting(
         "LDTM_RECIPE_FIT_MEMORY_MIB",

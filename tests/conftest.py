@@ -24,6 +24,9 @@ os.environ["LDTM_UNIVERSE"] = "demo"
 # `amp=auto` trains in fp32 on CPUs without AMX whatever the CI machine's core: no bf16 probe (and no
 # cache file written under ~/.cache) unless a test asks for it (tests/learning/test_precision.py).
 os.environ["LDTM_BF16_PROBE"] = "0"
+# Global recipes' fits in-process: a child per fit (the default, an hour's budget) costs ~1.5 s to start,
+# minutes over the suite's fold fits; tests/learning/test_your_recipe.py runs the default.
+os.environ["LDTM_RECIPE_FIT_TIMEOUT_S"] = "0"
 # pytest-xdist's workers inherit COLUMNS=80 from their launcher: the CLI's console (built at import) would
 # then wrap its tables at 80 columns in some workers only. Output is piped in every test, as in CI.
 if os.environ.get("PYTEST_XDIST_WORKER"):

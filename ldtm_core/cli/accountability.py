@@ -124,6 +124,7 @@ def predict_cmd(
         )
         if all(r.skipped and not r.tickers_predicted for r in results):
             sys.exit(1)
+        _exit_if_models_failed({t: why for r in results for t, why in r.failed.items()})
         return
     when = parse_date(run_date, "--run-date")
     engine = open_db(cfg)
@@ -134,6 +135,20 @@ def predict_cmd(
     res = predict(engine, cfg, when, chosen, mode, neutral_band)
     _print_predict(res)
     if res.skipped and not res.tickers_predicted:
+        sys.exit(1)
+    _exit_if_models_failed(res.failed)
+
+
+def _exit_if_models_failed(failed: dict[str, str]) -> None:
+    """Exit 1, saying the run is partial, when a model failed to serve its ticker (the other rows stand):
+    a failed model is a fault to fix, unlike a ticker the data left out."""
+    if failed:
+        err_console.print(
+            f"[bold red]partial:[/] {len(failed)} ticker(s) not served because their model failed "
+            f"({', '.join(sorted(failed))}); the other rows were written",
+            highlight=False,
+            soft_wrap=True,
+        )
         sys.exit(1)
 
 

@@ -74,6 +74,7 @@ def snapshots(
     previous = _materialized_anchors(context, audit.verified_tickers(engine))
     duplicates: dict[str, int] = {}
     heads: dict[str, str] = {}
+    failed_models: set[str] = set()
 
     def one(key: str) -> dict:
         day = dt.date.fromisoformat(key)
@@ -81,6 +82,9 @@ def snapshots(
             return {"run_date": key, "status": "no session", "rows_written": 0}
         result = snaps.predict(engine, settings, run_date=day, tickers=store.tickers())
         heads.update(result.chain_heads.get("heads", {}))
+        for t, why in result.failed.items():
+            failed_models.add(t)
+            context.log.warning(f"snapshots {key} {t}: not served, its model failed: {why}")
         for t, why in result.features_recomputed.items():
             context.log.info(f"snapshots {key} {t}: features recomputed from prices: {why}")
         # One row per (ticker, evening) per model: a model promoted later may add its own row for an
@@ -104,6 +108,8 @@ def snapshots(
             "neutral": result.cohort.get("neutral", 0),
             "bearish": result.cohort.get("bearish", 0),
             "skipped": "; ".join(f"{t}: {why}" for t, why in result.skipped.items()),
+            # Of those, the tickers whose model failed (not the data): a partial evening to fix.
+            "models_failed": ",".join(sorted(result.failed)),
             # Not members of the universe on the evening (universe_membership): not predicted, no failure.
             "not_members": ",".join(sorted(result.not_members)),
             "used_candidate": ",".join(result.used_candidate),
@@ -132,6 +138,7 @@ def snapshots(
         metadata={
             "runs": records_table(runs),
             "rows_written": sum(r.get("rows_written", 0) for r in runs),
+            "tickers_with_failed_model": len(failed_models),
             "sessions": sessions,
             "mode": last.get("status", ""),
             "cohort": MetadataValue.json({k: last.get(k, 0) for k in ("bullish", "neutral", "bearish")}),

@@ -72,7 +72,7 @@ def test_a_model_that_cannot_run_is_skipped_and_the_others_are_written(engine, d
 
     assert res.tickers_predicted == ["AAPL", "NVDA"]
     assert res.rows_written == 2
-    assert set(res.skipped) == {"TSLA"}
+    assert set(res.skipped) == {"TSLA"} and res.failed == res.skipped
     assert f"model {bad_id} (TSLA)" in res.skipped["TSLA"] or "checkpoint" in res.skipped["TSLA"]
     with engine.connect() as conn:
         written = sorted(conn.execute(select(snapshots.c.ticker)).scalars())
@@ -91,15 +91,16 @@ def test_nan_model_reason_names_the_model_and_the_problem(engine, db_url, tmp_pa
     assert res.skipped == {"TSLA": f"model {bad_id} (TSLA) cannot run: ValueError: non-finite prediction"}
 
 
-def test_cli_predict_reports_the_skipped_model_and_exits_0(ldtm_env, engine, tmp_path):
+def test_cli_predict_reports_the_failed_model_as_partial_and_exits_1(ldtm_env, engine, tmp_path):
     settings = make_settings(tmp_path, ldtm_env["url"])
     object.__setattr__(settings, "home", ldtm_env["home"])
     ingest(engine, ["AAPL", "TSLA"])
     make_model(engine, settings, "AAPL", seed=1)
     _one_head_model(engine, settings, "TSLA")
     result = CliRunner().invoke(app, ["predict", "--run-date", str(RUN_DATE)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the AAPL row stands, the run is partial
     assert "1 rows written" in result.output and "skipped TSLA" in result.output
+    assert "partial: 1 ticker(s) not served because their model failed (TSLA)" in result.output
     assert "Traceback" not in result.output
 
 
@@ -149,5 +150,5 @@ def test_a_partial_predict_says_which_tickers_were_skipped_and_why(engine, db_ur
     make_model(engine, settings, "AAPL")
     res = predict(engine, settings, run_date=RUN_DATE, tickers=["AAPL", "QQQ"])
     run = _finished_run(engine)
-    assert run["status"] == "partial" and res.skipped
+    assert run["status"] == "partial" and res.skipped and not res.failed  # no model: not a model failure
     assert run["message"] == f"skipped 1 of 2 tickers: QQQ: {res.skipped['QQQ']}"

@@ -144,7 +144,7 @@ def test_a_recipe_that_fails_is_refused_by_name_with_nothing_written(store, monk
     assert not list(settings.checkpoint_dir.rglob("*.json"))
 
 
-def test_an_artifact_that_no_longer_loads_costs_only_its_own_tickers(store, monkeypatch):
+def test_an_artifact_that_no_longer_loads_costs_only_its_own_tickers(store, monkeypatch, db_url):
     engine, settings = store
     _train(engine, settings)
     make_model(engine, settings, "NVDA", trained_on=dt.date(2024, 3, 28))  # an LSTM beside them, newer
@@ -159,9 +159,22 @@ def test_an_artifact_that_no_longer_loads_costs_only_its_own_tickers(store, monk
     assert result.tickers_predicted == ["NVDA"]
     for t in ("AAPL", "MSFT"):
         assert "recipe momentum" in result.skipped[t] and "slope of the wrong length" in result.skipped[t]
+    assert result.failed == {t: result.skipped[t] for t in ("AAPL", "MSFT")}  # the model, not the data
     with engine.connect() as conn:
         assert set(conn.execute(select(snapshots.c.ticker)).scalars()) == {"NVDA"}
     assert _count(engine, backtest_fold_results) == 0
+
+    # At the command line the evening is partial: its rows are written, and the exit status says so.
+    for name, value in (("LDTM_HOME", str(settings.home)), ("LDTM_DATABASE_URL", db_url)):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LDTM_UNIVERSE", ",".join(TICKERS))
+    cli = CliRunner().invoke(app, ["predict", "--run-date", "2024-04-03", "--mode", "replay"])
+    assert cli.exit_code == 1, cli.output
+    assert (
+        "1 rows written" in cli.output
+        and "partial: 2 ticker(s) not served because their model failed" in cli.output
+    )
+    assert "(AAPL, MSFT)" in cli.output and "Traceback" not in cli.output
 
 
 # --- budgets: a fit that runs too long or asks for too much memory ------------------------------------
@@ -211,7 +224,7 @@ def test_within_its_budget_a_fit_in_a_child_gives_the_same_model(store, monkeypa
     monkeypatch.setenv("LDTM_RECIPE_FIT_TIMEOUT_S", "120")
     monkeypatch.setenv("LDTM_RECIPE_FIT_MEMORY_MIB", "8192")
     in_child = _train(engine, settings)
-    monkeypatch.delenv("LDTM_RECIPE_FIT_TIMEOUT_S")
+    monkeypatch.setenv("LDTM_RECIPE_FIT_TIMEOUT_S", "0")  # no limit at all: in-process
     monkeypatch.delenv("LDTM_RECIPE_FIT_MEMORY_MIB")
     in_process = _train(engine, settings)
 
@@ -224,3 +237,12 @@ def get_model_sha(engine, model_id: int) -> str:
     from ldtm_core.learning.registry import get_model
 
     return get_model(engine, model_id).checkpoint_sha256
+
+
+def test_by_default_a_fit_has_an_hour_in_a_child_and_0_means_in_process(monkeypatch):
+    from ldtm_core.learning.recipes.budget import FitBudget
+
+    monkeypatch.delenv("LDTM_RECIPE_FIT_TIMEOUT_S")  # the suite fits in-process (tests/conftest.py)
+    assert FitBudget.from_env() == FitBudget(timeout_s=3600.0) and FitBudget.from_env().limited
+    monkeypatch.setenv("LDTM_RECIPE_FIT_TIMEOUT_S", "0")
+    assert not FitBudget.from_env().limited

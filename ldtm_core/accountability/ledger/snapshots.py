@@ -98,6 +98,9 @@ class PredictResult:
     rows_existing: int = 0
     tickers_predicted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    # Of the skipped tickers, those whose model failed (would not load or run, predicted NaN or the wrong shape),
+    # as opposed to those the data left out: the run is partial (`ldtm predict` exits 1).
+    failed: dict[str, str] = field(default_factory=dict)
     # Tickers with a model that were not members of the universe on the run date (universe_membership),
     # with the reason: not predicted, and no failure (a replay never uses today's list for the past).
     not_members: dict[str, str] = field(default_factory=dict)
@@ -126,6 +129,7 @@ class PredictResult:
             "cohort_ungated": self.cohort_ungated,
             "ungated": self.used_candidate,
             "skipped": self.skipped,
+            "failed": self.failed,
             "not_members": self.not_members,
             "used_candidate": self.used_candidate,
             "features_recomputed": self.features_recomputed,
@@ -260,9 +264,9 @@ def _predict(
         try:
             loaded[t] = (models[t], load_verified_model(models[t], t))
         except CheckpointError as exc:
-            result.skipped[t] = str(exc)
+            result.failed[t] = str(exc)
         except Exception as exc:  # noqa: BLE001 - one model that cannot load must not stop the others
-            result.skipped[t] = recipe_serving.cannot_run(models[t], exc)
+            result.failed[t] = recipe_serving.cannot_run(models[t], exc)
     # A shadow predicts only beside an active champion that loaded (never as the ticker's only row).
     shadow_loaded: dict[str, tuple[ModelRecord, Weights]] = {}
     champions = [t for t in [*loaded, *by_recipe] if models[t].status == "active"]
@@ -304,20 +308,22 @@ def _predict(
 
     # forward: one batch per architecture signature
     preds, failed = _forward_grouped(inputs, loaded)
-    result.skipped.update(failed)
+    result.failed.update(failed)
     inputs = [inp for inp in inputs if inp.ticker in preds]
     s_preds, s_failed = _forward_grouped([i for i in shadow_inputs if i.ticker in preds], shadow_loaded)
     result.shadow_skipped.update(s_failed)
     shadow_inputs = [inp for inp in shadow_inputs if inp.ticker in s_preds]
-    r_inputs, r_preds, r_skipped = _recipe_forecasts(by_recipe, arrays, run_date, engine)
+    r_inputs, r_preds, r_skipped, r_failed = _recipe_forecasts(by_recipe, arrays, run_date, engine)
     result.skipped.update(r_skipped)
+    result.failed.update(r_failed)
     inputs += r_inputs
     preds.update(r_preds)
     shadow_by_recipe = {t: rec for t, rec in shadow_by_recipe.items() if t in preds}
-    r_inputs, r_preds, r_skipped = _recipe_forecasts(shadow_by_recipe, arrays, run_date, engine)
-    result.shadow_skipped.update(r_skipped)
+    r_inputs, r_preds, r_skipped, r_failed = _recipe_forecasts(shadow_by_recipe, arrays, run_date, engine)
+    result.shadow_skipped.update({**r_skipped, **r_failed})
     shadow_inputs += r_inputs
     s_preds.update(r_preds)
+    result.skipped.update(result.failed)  # every ticker not predicted is skipped; `failed` says which failed
     t3 = time.perf_counter()
     result.phases["forward"] = round(t3 - t2, 4)
 
@@ -379,13 +385,13 @@ def _recipe_forecasts(
     recs: dict[str, ModelRecord], arrays: dict, run_date: dt.date, engine: Engine
 ) -> tuple[list[_Input], dict[str, np.ndarray], dict[str, str]]:
     """Global recipes' forecasts (learning.recipes.serving) as inputs beside the LSTMs' (they read no
-    window): (inputs, {ticker: prices}, {ticker: why skipped})."""
+    window): (inputs, {ticker: prices}, {ticker: why the data left it out}, {ticker: how its model failed})."""
     if not recs:
-        return [], {}, {}
-    preds, closes, skipped = recipe_serving.predict(recs, arrays, run_date, engine)
+        return [], {}, {}, {}
+    preds, closes, skipped, failed = recipe_serving.predict(recs, arrays, run_date, engine)
     no_window = np.empty((0, 0), dtype=np.float32)
     inputs = [_Input(t, recs[t], no_window, np.nan, np.nan, *closes[t]) for t in preds]
-    return inputs, preds, skipped
+    return inputs, preds, skipped, failed
 
 
 def _baseline_calls(series: dict | None, run_date: dt.date) -> str:

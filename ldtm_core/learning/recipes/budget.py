@@ -1,9 +1,9 @@
 """A global recipe's fit within a time and memory budget (LDTM_RECIPE_FIT_TIMEOUT_S / _MEMORY_MIB).
 
-With neither set, the fit runs in this process (`tabular.fit`). With either, it runs in a spawned child
-process: memory through RLIMIT_DATA (the process's heap and anonymous mappings, its imports included:
-about 0.5 GiB before the fit allocates anything), time by the
-parent killing the child at the deadline. The child returns the family's `dump` of its fitted state as
+By default a fit has an hour. With no limit at all (a timeout of 0 and no memory budget) it runs in this
+process (`tabular.fit`). Otherwise it runs in a spawned child process (about 1.5 s to start): memory
+through RLIMIT_DATA (the process's heap and anonymous mappings, its imports included: about 0.5 GiB
+before the fit allocates anything), time by the parent killing the child at the deadline. The child returns the family's `dump` of its fitted state as
 strict JSON text and the parent rebuilds it with `load`, so nothing but data crosses back; a fit over
 budget, or one whose child dies, is refused by recipe name (InputError) and nothing is written.
 """
@@ -31,7 +31,10 @@ class FitBudget:
 
     @classmethod
     def from_env(cls) -> FitBudget:
-        return cls(setting_float("LDTM_RECIPE_FIT_TIMEOUT_S"), setting_int("LDTM_RECIPE_FIT_MEMORY_MIB"))
+        # A timeout of 0 is no time limit.
+        return cls(
+            setting_float("LDTM_RECIPE_FIT_TIMEOUT_S") or None, setting_int("LDTM_RECIPE_FIT_MEMORY_MIB")
+        )
 
     @property
     def limited(self) -> bool:

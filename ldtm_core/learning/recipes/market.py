@@ -43,7 +43,7 @@ class MarketConfig(TabularConfig):
             raise InputError(f"market recipe kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if not isinstance(self.market, str) or not self.market.strip():
             raise InputError("market recipe: --set market=TICKER needs a ticker")
-        self.check_device()
+        self.check_settings()
 
 
 def market_names(cfg: MarketConfig | None = None) -> tuple[str, ...]:

@@ -117,10 +117,12 @@ def feature_rows(
 
 def predict(
     recs: dict[str, ModelRecord], arrays: dict[str, dict], run_date: dt.date, engine: Engine | None = None
-) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str]]:
-    """({ticker: predicted price per horizon}, {ticker: (close, previous close)}, {ticker: why not});
-    with `engine`, inputs from the `price_features` library read its stored rows."""
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float | None]], dict[str, str], dict[str, str]]:
+    """({ticker: predicted price per horizon}, {ticker: (close, previous close)}, {ticker: why the data
+    left it out}, {ticker: how its model failed}); with `engine`, inputs from the `price_features`
+    library read its stored rows."""
     skipped = unpriced(arrays, list(recs), run_date)
+    failed: dict[str, str] = {}
     priced = [t for t in recs if t not in skipped]
     groups: dict[str, list[str]] = defaultdict(list)
     models = {}
@@ -128,7 +130,7 @@ def predict(
         try:
             models[t] = load_verified(recs[t])  # each ticker's own file, verified
         except Exception as exc:  # noqa: BLE001 - an artifact that cannot load skips its own ticker only
-            skipped[t] = cannot_run(recs[t], exc)
+            failed[t] = cannot_run(recs[t], exc)
             continue
         groups[recs[t].checkpoint_sha256].append(t)
     preds: dict[str, np.ndarray] = {}
@@ -149,8 +151,8 @@ def predict(
                 try:
                     batches.append(([t], model.predict(rows[t][None, :])))
                 except Exception as exc:  # noqa: BLE001 - reported per ticker
-                    skipped[t] = cannot_run(recs[t], exc)
+                    failed[t] = cannot_run(recs[t], exc)
         for names, log_returns in batches:
             for t, r in zip(names, log_returns, strict=True):
                 preds[t] = closes[t][0] * np.exp(r)
-    return preds, {t: closes[t] for t in preds}, skipped
+    return preds, {t: closes[t] for t in preds}, skipped, failed

@@ -99,6 +99,21 @@ def training_frame(
 
 
 LIGHTGBM_DEVICES = ("cpu", "gpu", "cuda")
+# Settings checked before a fit: whole numbers with their least value, and numbers with their range
+# (low, high, whether low itself is allowed).
+WHOLE_SETTINGS = {
+    "num_leaves": 2,
+    "n_estimators": 1,
+    "min_child_samples": 1,
+    "subsample_freq": 0,
+    "num_threads": 1,
+}
+RANGE_SETTINGS = {
+    "alpha": (0.0, 1e12, True),
+    "learning_rate": (0.0, 1.0, False),
+    "subsample": (0.0, 1.0, False),
+    "colsample_bytree": (0.0, 1.0, False),
+}
 
 
 @dataclass(frozen=True)
@@ -123,9 +138,21 @@ class TabularConfig(RecipeConfig):
     def __post_init__(self):
         if self.kind not in KINDS:
             raise InputError(f"tabular recipe kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        self.check_device()
+        self.check_settings()
 
-    def check_device(self) -> None:
+    def check_settings(self) -> None:
+        """Refuse a bad setting by its `--set` name before any data is read (the libraries would refuse
+        it only at fit time, in their own words, or not at all)."""
+        for name, low in WHOLE_SETTINGS.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise InputError(f"{self.kind}: --set {name} must be a whole number >= {low}, got {value!r}")
+        for name, (low, high, low_allowed) in RANGE_SETTINGS.items():
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and (value >= low if low_allowed else value > low) and value <= high):
+                where = f"{'[' if low_allowed else '('}{low:g}, {high:g}]"
+                raise InputError(f"{self.kind}: --set {name} must be in {where}, got {value!r}")
         if self.device not in LIGHTGBM_DEVICES:
             raise InputError(
                 f"{self.kind}: device must be one of {', '.join(LIGHTGBM_DEVICES)}, got {self.device!r}"
