@@ -233,6 +233,15 @@ def test_a_market_recipe_without_its_market_fails_every_ticker_naming_it(market,
         (["--recipe", "ridge", "--set", "hidden_size=4"], "--set hidden_size: unknown TabularConfig field"),
         (["--recipe", "global_lstm", "--set", "window=1"], "global_lstm: window must be at least 2 sessions"),
         (["--recipe", "ridge_market", "--set", "market="], "--set market=TICKER needs a ticker"),
+        # Values the libraries would refuse only at fit time, in their own words, or take silently.
+        (["--recipe", "ridge", "--set", "alpha=-1"], "ridge: --set alpha must be in [0, 1e+12], got -1.0"),
+        (["--recipe", "lightgbm", "--set", "num_leaves=1"], "--set num_leaves must be a whole number >= 2"),
+        (["--recipe", "lightgbm", "--set", "learning_rate=0"], "--set learning_rate must be in (0, 1]"),
+        (["--recipe", "lightgbm_market", "--set", "subsample=1.5"], "--set subsample must be in (0, 1]"),
+        (
+            ["--recipe", "lightgbm", "--set", "n_estimators=0"],
+            "--set n_estimators must be a whole number >= 1",
+        ),
     ],
 )
 def test_train_refuses_a_bad_recipe_setting_before_touching_the_store(market, ldtm_env, args, message):
