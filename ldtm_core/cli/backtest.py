@@ -46,6 +46,12 @@ def backtest_cmd(
     model_id: int = typer.Option(
         None, "--model-id", help="Candidate the backtest validates (default newest)"
     ),
+    recipe: str = typer.Option(
+        None,
+        "--recipe",
+        "-r",
+        help="backtest the newest candidate of this recipe (default: the newest candidate, whatever its recipe)",
+    ),
     test_sessions: int = typer.Option(
         None,
         "--test-sessions",
@@ -78,12 +84,28 @@ def backtest_cmd(
         raise InputError("give exactly one of --ticker T (one backtest, every fold) or --tickers T1,T2|all")
     warm = DEFAULT_WARM_START if warm_start is None else warm_start
     end_d = parse_date(end, "--end")
+    if recipe is not None:
+        from ldtm_core.learning.recipes import get
+
+        get(recipe)  # an unknown recipe is refused naming the known ones
+        if profile or model_id is not None:
+            raise InputError("--recipe chooses the candidate: not with --profile or --model-id")
     if tickers is not None:
         if profile or model_id is not None or test_sessions is not None:
             raise InputError("--profile, --model-id and --test-sessions go with --ticker, not --tickers")
-        _backtest_many(tickers, folds, workers, warm, False if no_reuse else None, end_d)
+        _backtest_many(tickers, folds, workers, warm, False if no_reuse else None, end_d, recipe)
         return
     cfg = settings()
+    if recipe is not None:
+        from ldtm_core.errors import NotFoundError
+        from ldtm_core.learning.registry import newest_candidate
+
+        found = newest_candidate(open_db(cfg), validate_ticker(ticker), recipe)
+        if found is None:
+            raise NotFoundError(
+                f"{ticker} has no candidate of recipe {recipe}; `ldtm train --recipe {recipe}` first"
+            )
+        model_id = found.id
     options = {"warm_start": warm, "reuse": False if no_reuse else None, "end": end_d}
     if profile:
         res = run_backtest(
@@ -162,8 +184,10 @@ def _backtest_many(
     warm_start: bool,
     reuse: bool | None = None,
     end=None,
+    recipe: str | None = None,
 ) -> None:
-    """`ldtm backtest --tickers ...`: every ticker's newest candidate, progress, one summary row each."""
+    """`ldtm backtest --tickers ...`: every ticker's newest candidate (of `recipe`), progress, one summary
+    row each."""
     from ldtm_core.accountability.gate.backtest_pool import backtest_many, backtest_q_values
     from ldtm_core.data.universe import load_universe, resolve_tickers
     from ldtm_core.progress import progress
@@ -183,10 +207,11 @@ def _backtest_many(
             reuse=reuse,
             on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
             end=end,
+            recipe=recipe,
         )
     q = backtest_q_values(outcomes)  # the p-values read together: BH over every ticker with one
     counts = print_outcomes(
-        f"backtest, {folds} folds",
+        f"backtest, {folds} folds" + (f", the newest {recipe} candidates" if recipe else ""),
         (
             "ticker",
             "model",

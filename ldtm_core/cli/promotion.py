@@ -26,20 +26,37 @@ app.add_typer(registry_app, name="registry")
 
 @registry_app.command("list")
 @handle_errors
-def registry_list(ticker: str = typer.Option(None, "--ticker", help="Only this ticker")) -> None:
-    """Every registered model with status and version."""
+def registry_list(
+    ticker: str = typer.Option(None, "--ticker", help="Only this ticker"),
+    recipe: str = typer.Option(None, "--recipe", "-r", help="Only this recipe's models"),
+) -> None:
+    """Every registered model with its recipe, status and version."""
+    from ldtm_core.learning.recipes import LSTM, get
     from ldtm_core.learning.registry import list_models
 
+    if recipe is not None:
+        get(recipe)  # an unknown recipe is refused naming the known ones
     table = Table(
-        "id", "ticker", "status", "version", "profile", "trained on", "val loss", title="model registry"
+        "id",
+        "ticker",
+        "recipe",
+        "status",
+        "version",
+        "profile",
+        "trained on",
+        "val loss",
+        title="model registry" + (f": recipe {recipe}" if recipe else ""),
     )
     for m in list_models(open_db(), ticker):
+        if recipe is not None and m.recipe != recipe:
+            continue
         table.add_row(
             str(m.id),
             m.ticker,
+            m.recipe,
             m.status,
             m.version or "",
-            m.profile,
+            m.profile if m.recipe == LSTM else "",  # the LSTM's settings; another recipe's is its config
             str(m.trained_on_date),
             fmt_num(m.val_loss, 5),
         )

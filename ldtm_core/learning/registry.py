@@ -245,15 +245,24 @@ def active_model(conn_or_engine: Connection | Engine, ticker: str) -> ModelRecor
     return ModelRecord.from_row(row) if row else None
 
 
-def newest_candidate(conn_or_engine: Connection | Engine, ticker: str) -> ModelRecord | None:
+def newest_candidate(
+    conn_or_engine: Connection | Engine, ticker: str, recipe: str | None = None
+) -> ModelRecord | None:
+    """The ticker's newest candidate; with `recipe`, its newest candidate of that recipe."""
+    stmt = (
+        select(*_COLS)
+        .where(model_registry.c.ticker == ticker, model_registry.c.status == "candidate")
+        .order_by(model_registry.c.id.desc())
+    )
     with _conn(conn_or_engine) as conn:
-        row = conn.execute(
-            select(*_COLS)
-            .where(model_registry.c.ticker == ticker, model_registry.c.status == "candidate")
-            .order_by(model_registry.c.id.desc())
-            .limit(1)
-        ).first()
-    return ModelRecord.from_row(row) if row else None
+        if recipe is None:
+            row = conn.execute(stmt.limit(1)).first()
+            return ModelRecord.from_row(row) if row else None
+        # The recipe is named inside the config JSON: read newest first until one is this recipe's.
+        for row in conn.execute(stmt):
+            if recipe_of(row.config_json) == recipe:
+                return ModelRecord.from_row(row)
+    return None
 
 
 def serving_models(

@@ -257,3 +257,25 @@ def test_decay_and_shadow_read_a_global_recipe_as_its_own(store):
         f.write(" ")
     serving.clear_cache()
     assert "does not match the registry" in checkpoint_problem(rec)
+
+
+def test_a_ticker_whose_prices_end_early_is_judged_on_the_folds_its_data_covers(engine, tmp_path, db_url):
+    """Real daily files end on different dates: a ticker is tested on the folds its rows reach, and
+    one whose rows reach no fold is skipped saying so (not every ticker refused for one fold)."""
+    from ldtm_core.accountability.gate.backtest_pool import backtest_candidate
+    from ldtm_core.learning.recipes.global_backtest import backtest_fit
+
+    ingest(engine, ["AAPL", "NVDA"])
+    ingest(engine, ["MSFT"], end="2023-12-29")  # fold 3's quarter (2024 Q1) has no MSFT row
+    ingest(engine, ["TSLA"], start="2022-06-01", end="2023-06-30")  # ends before fold 1's quarter
+    settings = make_settings(tmp_path, db_url)
+    outcomes = global_fit.train_global(engine, settings, "ridge", ["AAPL", "MSFT", "NVDA", "TSLA"])
+    assert [o.status for o in outcomes] == ["trained"] * 4
+
+    bt = backtest_fit(engine, settings, outcomes[0].model_id, folds=3)
+
+    assert [f.fold for f in bt.results["AAPL"].folds] == [1, 2, 3]
+    assert [f.fold for f in bt.results["MSFT"].folds] == [1, 2]  # the folds MSFT's data covers
+    assert "TSLA" not in bt.results and "no testable rows in any of the 3 folds" in bt.skipped["TSLA"]
+    assert "prices end 2023-06-30" in bt.skipped["TSLA"]
+    assert backtest_candidate(engine, "MSFT", None, 1, settings=settings, folds=3).status == "ok"

@@ -103,12 +103,13 @@ def backtest_candidate(
     warm_start: bool = DEFAULT_WARM_START,
     reuse: bool | None = None,
     end: dt.date | None = None,
+    recipe: str | None = None,
 ) -> BacktestOutcome:
-    """Backtest `ticker`'s newest candidate with its own config; a core error becomes a failed outcome
-    (one bad ticker never stops the others), anything else propagates."""
-    candidate = newest_candidate(engine, ticker)
+    """Backtest `ticker`'s newest candidate (of `recipe`, when named) with its own config; a core error
+    becomes a failed outcome (one bad ticker never stops the others), anything else propagates."""
+    candidate = newest_candidate(engine, ticker, recipe)
     if candidate is None:
-        return BacktestOutcome(ticker, "no candidate")
+        return BacktestOutcome(ticker, "no candidate", reason=f"none of recipe {recipe}" if recipe else "")
     try:
         result = backtest_model(
             engine,
@@ -142,7 +143,12 @@ def _with_champion(engine, settings: Settings, candidate, result: BacktestResult
 
 
 def _global_fits(
-    settings: Settings, tickers: list[str], folds: int, reuse: bool | None, end: dt.date | None
+    settings: Settings,
+    tickers: list[str],
+    folds: int,
+    reuse: bool | None,
+    end: dt.date | None,
+    recipe: str | None = None,
 ) -> dict[str, BacktestOutcome]:
     """The tickers whose newest candidate is a global recipe's, each fit backtested once for all of its
     tickers here (its folds are one fit each for the whole panel): {ticker: outcome}."""
@@ -151,7 +157,7 @@ def _global_fits(
     engine = get_engine(settings.database_url)
     fits: dict[str, list] = {}
     for t in tickers:
-        rec = newest_candidate(engine, t)
+        rec = newest_candidate(engine, t, recipe)
         if rec is not None and rec.recipe != LSTM:
             fits.setdefault(rec.checkpoint_path, []).append(rec)
     out = {}
@@ -185,17 +191,24 @@ def backtest_many(
     reuse: bool | None = None,
     on_outcome: Callable[[BacktestOutcome], None] | None = None,
     end: dt.date | None = None,
+    recipe: str | None = None,
 ) -> list[BacktestOutcome]:
-    """Backtest every ticker's newest candidate within the slot plan; outcomes in the order given.
-    `end`: read prices up to that day only (folds that stop before a replay window)."""
+    """Backtest every ticker's newest candidate (of `recipe`, when named) within the slot plan; outcomes
+    in the order given. `end`: read prices up to that day only (folds that stop before a replay window)."""
     if folds < 1:
         raise InputError(f"folds must be >= 1, not {folds}")
     tickers = [validate_ticker(t) for t in tickers]
-    done = _global_fits(settings, tickers, folds, reuse, end)
+    done = _global_fits(settings, tickers, folds, reuse, end, recipe)
     for o in done.values():
         (on_outcome or (lambda _o: None))(o)
     work = partial(
-        backtest_candidate, settings=settings, folds=folds, warm_start=warm_start, reuse=reuse, end=end
+        backtest_candidate,
+        settings=settings,
+        folds=folds,
+        warm_start=warm_start,
+        reuse=reuse,
+        end=end,
+        recipe=recipe,
     )
     rest = map_tickers(
         settings,

@@ -118,9 +118,9 @@ class UniverseVerdict:
 
 def _challengers(engine: Engine, recipe: str, tickers: list[str]) -> dict[str, ModelRecord]:
     out = {}
-    for t in tickers:
-        rec = newest_candidate(engine, t)
-        if rec is not None and rec.recipe == recipe:
+    for t in tickers:  # the newest candidate of this recipe, whatever was fitted since
+        rec = newest_candidate(engine, t, recipe)
+        if rec is not None:
             out[t] = rec
     return out
 

@@ -327,11 +327,15 @@ def backtest_fit(
     panel, members = _panel_for(engine, tickers, start, stop, cfg)
     rt = runtime(cfg)
     plans = _plans(panel, members, sig, cfg, rt, folds, test_sessions, (tuple(tickers), start, stop))
+    # A ticker is judged on the folds its rows reach (daily files end on different dates; membership
+    # starts and ends); one that no fold reaches is skipped, saying where its prices end.
     skipped = {
-        t: f"{t} has no testable rows in fold {p.place.fold} (its quarter from {p.place.test_days[0]})"
-        for p in plans
+        t: f"{t} has no testable rows in any of the {len(plans)} folds (quarters from "
+        f"{plans[0].place.test_days[0]}; its prices end {pd.Timestamp(panel.days[panel.blocks[t][1] - 1]).date()})"
+        if t in panel.blocks
+        else f"{t} has no prices up to {stop}"
         for t in tickers
-        if t not in p.tests
+        if not any(t in p.tests for p in plans)
     }
     preds: list[dict[str, np.ndarray]] = []
     reused: list[bool] = []
@@ -375,6 +379,8 @@ def backtest_fit(
             features=inputs_of(cfg).name,
         )
         for plan, fold_preds, was_reused, fit_s in zip(plans, preds, reused, fits, strict=True):
+            if t not in plan.tests:  # a fold its rows do not reach
+                continue
             test = plan.tests[t]
             idx = np.array([local[r] for r in test])
             scores = score_rows(

@@ -89,8 +89,10 @@ def test_the_universe_verdict_pairs_every_tickers_folds_and_is_recorded_once(cha
     assert v.figures.challenger_accuracy == pytest.approx(weighted)
     assert v.recorded and "clustered by evening" in v.summary()
 
+    # Another recipe fitted since: the verdict still reads the newest candidate of the recipe named.
+    global_fit.train_global(engine, settings, "ridge", TICKERS, overrides={"alpha": 3.0})
     again = universe_verdict(engine, settings, "lightgbm", [*TICKERS, "TSLA"])
-    assert again.skipped == {"TSLA": "no candidate of recipe lightgbm"}
+    assert again.skipped == {"TSLA": "no candidate of recipe lightgbm"} and again.tickers == 3
     assert not again.recorded and again.trials == 1  # the same evidence judged again counts once
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(universe_trials)).scalar_one() == 1
