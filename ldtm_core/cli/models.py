@@ -115,15 +115,16 @@ def train(
                 on_outcome=lambda o: advance(f"{o.ticker} {o.status}"),
             )
 
+    one_fit = chosen_recipe.scope == "global"  # its settings and time are the one fit's, said below
     counts = print_outcomes(
         f"train ({profile})",
         ("ticker", "settings", "device", "duration", "epochs", "status", "val_loss", "reason"),
         outcomes,
         lambda o, status: (
             o.ticker,
-            o.profile or "",
+            "" if one_fit else o.profile or "",
             o.device or "",
-            f"{o.duration_s:.1f}s",
+            "" if one_fit else f"{o.duration_s:.1f}s",
             "" if o.epochs is None else str(o.epochs),
             status,
             _fmt(o.val_loss, ".5f"),
@@ -132,10 +133,30 @@ def train(
         {"trained": "green", "skipped": "yellow", "failed": "red"},
     )
     console.print()
+    if one_fit:
+        _print_fit(engine, recipe, parsed, outcomes)
     if not counts["trained"]:
         err_console.print("[bold red]error:[/] nothing was trained", highlight=False)
     if counts["failed"] or not counts["trained"]:
         sys.exit(1)
+
+
+def _print_fit(engine, recipe: str, overrides: dict, outcomes) -> None:
+    """A global recipe's one fit: its settings, time and pool (the tickers whose rows it fitted)."""
+    from ldtm_core.learning.recipes.global_fit import fit_pool
+
+    trained = next((o for o in outcomes if o.model_id is not None), None)
+    settings_said = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "its defaults"
+    if trained is None:
+        console.print(f"{recipe} ({settings_said}): no fit registered", highlight=False)
+        return
+    pool = fit_pool(engine, trained.model_id) or []
+    console.print(
+        f"{recipe} ({settings_said}): one fit in {trained.duration_s:.1f}s on the rows of {len(pool)} "
+        f"ticker(s), the member universe (LDTM_UNIVERSE) and those asked for: {', '.join(pool)}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _model_checkpoint(engine, ticker: str, candidate: bool) -> tuple[str, str, int]:

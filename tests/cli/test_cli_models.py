@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 import torch
@@ -249,3 +250,53 @@ def test_train_refuses_a_bad_recipe_setting_before_touching_the_store(market, ld
     assert r.exit_code != 0
     assert message in " ".join(r.output.split()), r.output
     assert _rows(market) == []
+
+
+def test_a_global_fit_pools_the_member_universe_whatever_tickers_lists_and_says_so(
+    market, ldtm_env, monkeypatch
+):
+    from ldtm_core.learning.recipes.global_fit import fit_pool
+
+    monkeypatch.setenv("LDTM_UNIVERSE", "AAPL,NVDA,FER")
+    one = runner.invoke(app, ["train", "--tickers", "AAPL", "--recipe", "ridge", "--set", "alpha=2.5"])
+    both = runner.invoke(app, ["train", "--tickers", "AAPL,NVDA", "--recipe", "ridge", "--set", "alpha=2.5"])
+    assert one.exit_code == 0 and both.exit_code == 0, one.output + both.output
+    said = " ".join(one.output.split())
+    assert "ridge (alpha=2.5): one fit in" in said and "on the rows of 3 ticker(s)" in said
+    assert "those asked for: AAPL, FER, NVDA" in said  # FER: too little history for a model, its rows fitted
+    assert not re.search(r"\d\.\ds", _line(one.output, "AAPL"))  # no per-ticker copy of the one fit's time
+    rows = _rows(market)
+    assert [r["ticker"] for r in rows] == ["AAPL", "AAPL", "NVDA"]
+    # The same config on the same pool: one model, whichever tickers were asked for.
+    assert rows[0]["checkpoint_sha256"] == rows[1]["checkpoint_sha256"] == rows[2]["checkpoint_sha256"]
+    assert fit_pool(market, rows[0]["id"]) == ["AAPL", "FER", "NVDA"]
+
+    listed = runner.invoke(app, ["registry", "list", "--recipe", "ridge"])
+    assert listed.exit_code == 0 and listed.output.count("│ ridge ") == 3, listed.output
+    assert "AAPL" in runner.invoke(app, ["registry", "list", "--recipe", "ridge"]).output
+    assert "AAPL" not in runner.invoke(app, ["registry", "list", "--recipe", "lightgbm"]).output
+    bad = runner.invoke(app, ["registry", "list", "--recipe", "gru"])
+    assert bad.exit_code != 0 and "recipe 'gru' is unknown" in bad.output
+
+
+def test_backtest_recipe_picks_that_recipes_newest_candidate(market, ldtm_env):
+    ridge = runner.invoke(app, ["train", "--tickers", "AAPL,NVDA", "--recipe", "ridge"])
+    lgbm = runner.invoke(
+        app, ["train", "--tickers", "AAPL", "--recipe", "lightgbm", "--set", "n_estimators=20"]
+    )
+    assert ridge.exit_code == 0 and lgbm.exit_code == 0, ridge.output + lgbm.output
+    ridge_id = next(r["id"] for r in _rows(market) if r["ticker"] == "AAPL" and "ridge" in r["config_json"])
+
+    r = runner.invoke(app, ["backtest", "--ticker", "AAPL", "--recipe", "ridge", "--folds", "2"])
+    assert r.exit_code == 0, r.output
+    assert f"AAPL model {ridge_id}:" in " ".join(r.output.split())  # not the newer LightGBM candidate
+    many = runner.invoke(
+        app, ["backtest", "--tickers", "AAPL,NVDA,FER", "--recipe", "lightgbm", "--folds", "2"]
+    )
+    assert "the newest lightgbm candidates" in many.output and "none of recipe lightgbm" in _line(
+        many.output, "NVDA"
+    )
+    missing = runner.invoke(app, ["backtest", "--ticker", "NVDA", "--recipe", "lightgbm"])
+    assert missing.exit_code != 0 and "NVDA has no candidate of recipe lightgbm" in " ".join(
+        missing.output.split()
+    )

@@ -1,7 +1,8 @@
 """Walk-forward backtest of a global recipe's fit: one fit per fold for the whole panel, scored per ticker.
 
-The panel is the fit's own: every ticker registered on the candidate's artifact (`global_fit` registers
-one row per ticker on one file). Folds sit where the per-ticker backtest's do (`fold_calendar`: the
+The panel is the fit's own: the pool it was fitted on (`global_fit.fit_pool`; for a fit stored before
+pools were, every ticker registered on its artifact), and each ticker registered on the artifact is
+scored. Folds sit where the per-ticker backtest's do (`fold_calendar`: the
 newest completed quarters; a cutoff is the session before its quarter), so a recipe's fold pairs row by
 row with an LSTM's fold of the same ticker. Fold k fits on every panel row whose every target date is
 on or before its cutoff (the purge) and tests each ticker on its own rows of the quarter.
@@ -50,7 +51,7 @@ from ldtm_core.learning.backtest import (
 from ldtm_core.learning.fold_calendar import FOLD_PERIOD
 from ldtm_core.learning.recipes import artifacts, budget, tabular
 from ldtm_core.learning.recipes.family import RecipeConfig, config_from, family, inputs_of
-from ldtm_core.learning.recipes.global_fit import context_arrays, panel_bars
+from ldtm_core.learning.recipes.global_fit import context_arrays, fit_pool, panel_bars
 from ldtm_core.learning.recipes.inputs import with_library
 from ldtm_core.learning.registry import ModelRecord, get_model, models_on_artifact
 from ldtm_core.schema import backtest_fold_results
@@ -153,11 +154,15 @@ class FoldPlace:
     test_days: np.ndarray
 
 
-def fold_places(panel: Panel, folds: int, test_sessions: int | None) -> list[FoldPlace]:
+def fold_places(
+    panel: Panel, folds: int, test_sessions: int | None, testable: np.ndarray | None = None
+) -> list[FoldPlace]:
     """The folds' cutoffs and test sessions: the `folds` newest completed quarters of sessions with a
-    next-day answer, as `fold_calendar.fold_spans` places them for one ticker."""
+    next-day answer (on a `testable` row, when given: a scored ticker's, its inputs known, a member), as
+    `fold_calendar.fold_spans` places them for one ticker."""
     sessions = np.unique(panel.days)
-    evaluable = np.unique(panel.days[np.isfinite(panel.next_close)])
+    answered = np.isfinite(panel.next_close) & (True if testable is None else testable)
+    evaluable = np.unique(panel.days[answered])
     if not len(evaluable):
         raise InputError("no session of the panel has its next-day answer yet: nothing to test")
     periods = pd.PeriodIndex(pd.DatetimeIndex(evaluable), freq=FOLD_PERIOD)
@@ -234,12 +239,18 @@ def _plan(panel: Panel, place: FoldPlace, members: np.ndarray, sig: str, cfg, rt
     return _Fold(place, train, tests, keys, prints)
 
 
-def _plans(panel, members, sig: str, cfg, rt, folds: int, test_sessions: int | None, read) -> list[_Fold]:
-    """Every fold's plan (within a `shared_panels()` scope, made once per fit and fold geometry)."""
-    cache, key = _PANELS.get(), ("plans", *read, sig, folds, test_sessions)
+def _plans(
+    panel, members, scored: list[str], sig: str, cfg, rt, folds: int, test_sessions: int | None, read
+) -> list[_Fold]:
+    """Every fold's plan (within a `shared_panels()` scope, made once per fit and fold geometry). Folds
+    sit on quarters where a `scored` ticker has a testable row: a pool ticker's rows alone (a late
+    listing still in warm-up) place none."""
+    cache, key = _PANELS.get(), ("plans", *read, tuple(scored), sig, folds, test_sessions)
     if cache is not None and key in cache:
         return cache[key]
-    plans = [_plan(panel, p, members, sig, cfg, rt) for p in fold_places(panel, folds, test_sessions)]
+    testable = np.isfinite(panel.x).all(axis=1) & members & np.isin(panel.tickers, scored)
+    places = fold_places(panel, folds, test_sessions, testable)
+    plans = [_plan(panel, p, members, sig, cfg, rt) for p in places]
     if cache is not None:
         cache[key] = plans
     return plans
@@ -319,14 +330,15 @@ def backtest_fit(
     cfg = config_from(head.recipe, json.loads(head.config_json))
     sig = cfg.signature
     by_ticker = {r.ticker: r for r in records}
-    tickers = sorted(by_ticker)
-    start = earliest_price_date(engine, tickers)
-    stop = end or latest_price_date(engine, tickers)
+    tickers = sorted(by_ticker)  # scored
+    pool = sorted({*(fit_pool(engine, head.id) or ()), *tickers})  # fitted on
+    start = earliest_price_date(engine, pool)
+    stop = end or latest_price_date(engine, pool)
     if start is None or stop is None:
         raise NotFoundError(f"no prices for the tickers of model {model_id}'s fit")
-    panel, members = _panel_for(engine, tickers, start, stop, cfg)
+    panel, members = _panel_for(engine, pool, start, stop, cfg)
     rt = runtime(cfg)
-    plans = _plans(panel, members, sig, cfg, rt, folds, test_sessions, (tuple(tickers), start, stop))
+    plans = _plans(panel, members, tickers, sig, cfg, rt, folds, test_sessions, (tuple(pool), start, stop))
     # A ticker is judged on the folds its rows reach (daily files end on different dates; membership
     # starts and ends); one that no fold reaches is skipped, saying where its prices end.
     skipped = {

@@ -1,9 +1,11 @@
 """Training a global recipe: one fit on every member ticker's rows, one artifact, a candidate per ticker.
 
-Bars up to `as_of` (the exchange's today by default) for the member tickers -> the panel's features and
+Bars up to `as_of` (the exchange's today by default) for the pool -> the panel's features and
 targets (`tabular.training_frame`: a row is kept only once all its targets are known, so nothing after
 `as_of` is read) -> one fit -> one sha256-verified JSON artifact -> one `candidate` registry row per
-ticker with enough rows of its own, all in one transaction. A fit that raises, predicts NaN/inf or the
+ticker asked for with enough rows of its own, all in one transaction. The pool is the member universe
+at `as_of` (LDTM_UNIVERSE's tickers that are members then, and those asked for), whatever `tickers`
+lists, so the same config fits the same rows; it is stored with each model (`fit_pool`) and printed. A fit that raises, predicts NaN/inf or the
 wrong shape on its own training rows writes nothing: every ticker is reported failed, by recipe name.
 """
 
@@ -75,6 +77,24 @@ def ticker_inputs(engine: Engine, rec) -> pd.DataFrame:
     return frame.dropna()
 
 
+POOL_KEY = "pool"  # the key of a global model's metrics JSON that lists the tickers its fit pooled
+
+
+def fit_pool(engine: Engine, model_id: int) -> list[str] | None:
+    """The tickers whose rows model `model_id`'s fit pooled (None: a fit registered before pools were
+    stored, whose pool is the tickers registered on its artifact)."""
+    from sqlalchemy import select
+
+    from ldtm_core.schema import model_registry
+
+    with engine.connect() as conn:
+        text = conn.execute(
+            select(model_registry.c.metrics_json).where(model_registry.c.id == model_id)
+        ).scalar_one_or_none()
+    pool = json.loads(text or "{}").get(POOL_KEY)
+    return list(pool) if isinstance(pool, list) else None
+
+
 def artifact_path(settings: Settings, name: str, trained_on: dt.date, signature: str) -> Path:
     stem = f"{name}_{trained_on.isoformat()}_{signature[:12]}_{uuid.uuid4().hex[:8]}.json"
     return settings.checkpoint_dir / "recipes" / name / stem
@@ -98,6 +118,8 @@ def train_global(
     from ldtm_core.learning.recipes import artifacts, budget, tabular
     from ldtm_core.learning.registry import register_candidates
 
+    from ldtm_core.data.universe import load_universe
+
     t0 = time.perf_counter()
     cfg = recipe_config(name, overrides)
     day = as_of or market_today()
@@ -108,8 +130,10 @@ def train_global(
         if not membership.is_member(t, day)
     }
     members = [t for t in tickers if t not in outcomes]
-    start = earliest_price_date(engine, members) if members else None
-    arrays = load_price_arrays(engine, members, start, day) if start else {}
+    universe = [t for t in load_universe(settings.universe) if membership.is_member(t, day)]
+    pool = sorted({*universe, *members}) if members else []
+    start = earliest_price_date(engine, pool) if pool else None
+    arrays = load_price_arrays(engine, pool, start, day) if start else {}
     written: Path | None = None
     try:
         context = context_arrays(engine, cfg, start, day)
@@ -152,7 +176,12 @@ def train_global(
             val_loss=None,
             device="cpu",
             duration_s=duration,
-            metrics={"n_train": len(x), "tickers_fitted": int(rows.size), "first_date": str(days.min())},
+            metrics={
+                "n_train": len(x),
+                "tickers_fitted": int(rows.size),
+                "first_date": str(days.min()),
+                POOL_KEY: sorted(rows.index),  # the tickers whose rows were fitted
+            },
         )
         written = None  # registered: the registry owns the file now
         for t in served:
