@@ -115,10 +115,9 @@ def train_global(
     from ldtm_core.data.calendar import market_today
     from ldtm_core.data.membership import load_membership
     from ldtm_core.data.prices import earliest_price_date
+    from ldtm_core.data.universe import load_universe
     from ldtm_core.learning.recipes import artifacts, budget, tabular
     from ldtm_core.learning.registry import register_candidates
-
-    from ldtm_core.data.universe import load_universe
 
     t0 = time.perf_counter()
     cfg = recipe_config(name, overrides)
