@@ -144,16 +144,91 @@ def feature_names() -> tuple[str, ...]:
     return tuple(f.name for f in FEATURES)
 
 
+# The library as first released: a tabular model stored without its own feature list read these 19.
+FIRST_LIBRARY = (
+    *(f"ret_{k}" for k in (1, 5, 10, 20, 60)),
+    *(f"vol_{n}" for n in (5, 20, 60)),
+    *(f"vratio_{n}" for n in (5, 20, 60)),
+    *(f"ma_ratio_{n}" for n in (5, 10, 20, 60)),
+    "range_1",
+    "range_20",
+    "pos_20",
+    "dd_60",
+)
+
+
+def definitions(names: tuple[str, ...] | list[str] | None = None) -> list[Feature]:
+    """The features called `names`, in that order (default: every one); InputError naming any unknown."""
+    if names is None:
+        return list(FEATURES)
+    by_name = {f.name: f for f in FEATURES}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise InputError(
+            f"price feature(s) {', '.join(map(repr, unknown))} are not in the library (`ldtm features list`)"
+        )
+    return [by_name[n] for n in names]
+
+
+def lookback(names: tuple[str, ...] | list[str] | None = None) -> int:
+    """The most bars any of the features `names` reads."""
+    return max(f.window for f in definitions(names))
+
+
+def code_for(names: tuple[str, ...] | list[str], source: str | None = None, features=None) -> str:
+    """This module's code as the features `names` compute it: its syntax tree without `FEATURES`, `LOOKBACK`,
+    the constants the FEATURES entries read and every feature's own function, then the functions of
+    `names` alone and their (name, window, doc). Adding a feature (its function, its entry, a window)
+    leaves the code of every other list unchanged, so a stored model's fold keys stand.
+    `source` and `features` (this file and FEATURES by default) let a test edit the library."""
+    import ast
+    from pathlib import Path
+
+    features = FEATURES if features is None else features
+    tree = ast.parse(source if source is not None else Path(__file__).read_text(encoding="utf-8"))
+    by_name = {f.name: f for f in features}
+    used = [by_name[n] for n in names]
+    own = lambda f: f.fn.__qualname__.split(".")[0]  # noqa: E731 - the top-level function making it
+    factories, kept = {own(f) for f in features}, {own(f) for f in used}
+    registry = next(
+        (n for n in tree.body if isinstance(n, ast.AnnAssign | ast.Assign) and "FEATURES" in _targets(n)),
+        None,
+    )
+    # The windows and other constants the entries read (RETURN_WINDOWS, ...): the entries' own part.
+    read = (
+        {n.id for n in ast.walk(registry) if isinstance(n, ast.Name) and n.id.isupper()}
+        if registry
+        else set()
+    )
+    body = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in factories - kept:
+            continue
+        if isinstance(node, ast.AnnAssign | ast.Assign) and _targets(node) & {"FEATURES", "LOOKBACK", *read}:
+            continue
+        body.append(node)
+    tree.body = body
+    spec = json.dumps([[f.name, f.window, f.doc] for f in used], separators=(",", ":"))
+    return f"{ast.unparse(tree)}\n# features: {spec}\n"
+
+
+def _targets(node) -> set[str]:
+    import ast
+
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
 def docs_table() -> str:
     """The registry as a Markdown table (name, bars read, formula)."""
     rows = [f"| `{f.name}` | {f.window} | `{f.doc}` |" for f in FEATURES]
     return "\n".join(["| feature | bars | formula |", "|---|---|---|", *rows])
 
 
-def fingerprint() -> str:
-    """sha256 hex of the registry's (name, window, doc) and VERSION, as canonical JSON: stored with a
-    feature set, it says which definitions made it."""
-    spec = {"version": VERSION, "features": [[f.name, f.window, f.doc] for f in FEATURES]}
+def fingerprint(names: tuple[str, ...] | list[str] | None = None) -> str:
+    """sha256 hex of the (name, window, doc) of the features `names` (default: the whole registry) and
+    VERSION, as canonical JSON: stored with a feature set or a model, it says which definitions made it."""
+    spec = {"version": VERSION, "features": [[f.name, f.window, f.doc] for f in definitions(names)]}
     blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode("ascii")).hexdigest()
 

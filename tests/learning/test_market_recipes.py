@@ -168,11 +168,11 @@ def test_without_the_market_in_the_store_every_ticker_fails_naming_it(store):
 
 def test_recipes_on_price_features_keep_the_signature_they_were_stored_with():
     # The signature stored with every ridge / LightGBM row before inputs were a family's choice (and
-    # before a fit could choose its device: the config had no such field).
+    # before a fit could choose its device or recorded its features: the config had no such fields).
     for kind in ("ridge", "lightgbm"):
         cfg = tabular.TabularConfig(kind=kind)
         spec = {
-            "config": {k: v for k, v in cfg.to_dict().items() if k != "device"},
+            "config": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "features")},
             "features_fingerprint": price_features.fingerprint(),
             "horizons": [h.name for h in HORIZONS],
             "targets": TARGET_DEFINITION,
@@ -195,5 +195,5 @@ def test_the_market_inputs_fingerprint_names_every_definition_they_read(monkeypa
     monkeypatch.setattr(market, "MARKET_RETURN_WINDOWS", (1, 5))
     assert market.MARKET_INPUTS.fingerprint(MarketConfig()) != before
     monkeypatch.undo()
-    monkeypatch.setattr(price_features, "fingerprint", lambda: "f" * 64)
+    monkeypatch.setattr(price_features, "fingerprint", lambda names=None: "f" * 64)
     assert market.MARKET_INPUTS.fingerprint(MarketConfig()) != before

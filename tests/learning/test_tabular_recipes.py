@@ -196,7 +196,7 @@ def test_config_kind_and_signature():
 
 def test_signature_follows_the_feature_definitions(monkeypatch):
     before = TabularConfig().signature
-    monkeypatch.setattr(price_features, "fingerprint", lambda: "0" * 64)
+    monkeypatch.setattr(price_features, "fingerprint", lambda names=None: "0" * 64)
     assert TabularConfig().signature != before
 
 
@@ -332,7 +332,7 @@ def test_unknown_or_inconsistent_documents_are_refused(saved, change, message):
 
 def test_a_model_fitted_on_other_feature_definitions_is_refused_as_stale(saved, monkeypatch):
     path, sha = saved
-    monkeypatch.setattr(price_features, "fingerprint", lambda: "f" * 64)
+    monkeypatch.setattr(price_features, "fingerprint", lambda names=None: "f" * 64)
     assert PRICE_FEATURES.fingerprint(None) == "f" * 64  # what every tabular recipe reads
     with pytest.raises(CheckpointError, match="other feature definitions .*stale, refit it"):
         load(path, sha)

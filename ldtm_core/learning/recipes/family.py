@@ -37,6 +37,9 @@ class RecipeConfig:
     # Where a fit runs, not what it is: left out of the signature, so a GPU fit shares its fold keys
     # with the CPU fit of the same recipe (they differ by float rounding only).
     RUNTIME_FIELDS: ClassVar[tuple[str, ...]] = ("device",)
+    # Signed as the inputs' fingerprint (their definitions), not as a config value: a model stored before
+    # it recorded its feature list signs as it did then.
+    INPUT_FIELDS: ClassVar[tuple[str, ...]] = ("features",)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,7 +56,9 @@ class RecipeConfig:
         """sha256 of the config, the inputs' definitions, the horizons and the target definition as
         canonical JSON: two fits with one signature saw the same recipe on the same inputs' definitions."""
         spec = {
-            "config": {k: v for k, v in self.to_dict().items() if k not in self.RUNTIME_FIELDS},
+            "config": {
+                k: v for k, v in self.to_dict().items() if k not in (*self.RUNTIME_FIELDS, *self.INPUT_FIELDS)
+            },
             "features_fingerprint": inputs_of(self).fingerprint(self),
             "horizons": [h.name for h in HORIZONS],
             "targets": TARGET_DEFINITION,

@@ -178,13 +178,16 @@ def fold_places(
 
 
 def runtime(cfg: RecipeConfig) -> fold_cache.Runtime:
-    return _runtime(cfg.kind)
+    from ldtm_core.learning.recipes.inputs import library_names
+
+    return _runtime(cfg.kind, library_names(cfg) if inputs_of(cfg).library else ())
 
 
 @functools.lru_cache(maxsize=16)
-def _runtime(kind: str) -> fold_cache.Runtime:
+def _runtime(kind: str, features: tuple[str, ...]) -> fold_cache.Runtime:
     """What does a recipe fit's arithmetic: its libraries' versions and the syntax trees of the recipe
-    code (its family's module, the features, the artifact format and the fit around them)."""
+    code (its family's module, the artifact format and the fit around them, and of the `price_features`
+    library the code of the `features` it reads: `price_features.code_for`)."""
     import importlib.metadata as md
     import sys
 
@@ -194,10 +197,13 @@ def _runtime(kind: str) -> fold_cache.Runtime:
     libraries = ", ".join(f"{lib} {md.version(lib)}" for lib in fam.libraries)
     code = hashlib.sha256()
     read = sys.modules[fam.inputs.compute.__module__]
-    modules = (sys.modules[fam.fit.__module__], tabular, read, price_features, artifacts, global_fit)
+    modules = (sys.modules[fam.fit.__module__], tabular, read, artifacts, global_fit)
     for module in dict.fromkeys(modules):
         path = Path(module.__file__)
         code.update(fold_cache.code_digest(path.name, path.read_text()).encode())
+    if features:
+        library = price_features.code_for(features)
+        code.update(fold_cache.code_digest("price_features.py", library).encode())
     return fold_cache.Runtime("float64", "cpu", libraries, code.hexdigest())
 
 

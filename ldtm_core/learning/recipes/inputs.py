@@ -46,8 +46,14 @@ class Inputs:
         return pd.DataFrame(values, index=bars.index, columns=list(self.names(cfg)), copy=False)
 
 
+def library_names(cfg) -> tuple[str, ...]:
+    """The `price_features` a recipe reads: its config's own list (`features`, recorded with the model, so
+    a feature added to the library later is additive), or the whole library without a config."""
+    return tuple(getattr(cfg, "features", None) or price_features.feature_names())
+
+
 def _price_features(bars: pd.DataFrame, cfg, context: Arrays) -> np.ndarray:
-    names = list(price_features.feature_names())
+    names = list(library_names(cfg))
     if set(names) <= set(bars.columns):  # read from the store beside the bars (`with_library`)
         return bars[names].to_numpy(dtype=np.float64)
     return price_features.compute_panel(bars)[names].to_numpy(dtype=np.float64)
@@ -57,19 +63,19 @@ def with_library(engine, bars: pd.DataFrame, inputs: Inputs) -> pd.DataFrame:
     """The panel `bars` with the `price_features` library's columns beside them when `inputs` read it:
     stored rows where they stand for a recomputation, computed otherwise (logged with why)."""
     from ldtm_core.data.feature_store import library_values
+    from ldtm_core.data.feature_store.library import NAMES  # the columns the store holds
 
     if not inputs.library or engine is None or bars.empty:
         return bars
     values, _ = library_values(engine, bars)
-    names = price_features.feature_names()
-    return pd.concat([bars, pd.DataFrame(values, index=bars.index, columns=list(names))], axis=1)
+    return pd.concat([bars, pd.DataFrame(values, index=bars.index, columns=list(NAMES))], axis=1)
 
 
 PRICE_FEATURES = Inputs(
     "price_features",
-    lambda cfg: price_features.feature_names(),
+    library_names,
     _price_features,
-    lambda cfg: price_features.fingerprint(),
-    lambda cfg: price_features.LOOKBACK,
+    lambda cfg: price_features.fingerprint(library_names(cfg)),
+    lambda cfg: price_features.lookback(library_names(cfg)),
     library=True,
 )

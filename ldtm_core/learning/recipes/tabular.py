@@ -134,11 +134,19 @@ class TabularConfig(RecipeConfig):
     # LightGBM's device_type: "gpu" (OpenCL) or "cuda" where the installed build has them; not tested
     # here (no GPU). Ridge runs on the CPU whatever this says.
     device: str = "cpu"
+    # The `price_features` it reads, recorded with the model: a feature added to the library later is
+    # the next fit's, never a stored model's (`--set features=ret_1,vol_20` chooses some).
+    features: tuple[str, ...] = field(default_factory=price_features.feature_names)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise InputError(f"tabular recipe kind {self.kind!r} is not one of {', '.join(KINDS)}")
         self.check_settings()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TabularConfig:
+        # Stored before models recorded their features: they read the library as first released.
+        return super().from_dict({"features": price_features.FIRST_LIBRARY, **d})
 
     def check_settings(self) -> None:
         """Refuse a bad setting by its `--set` name before any data is read (the libraries would refuse
@@ -157,6 +165,12 @@ class TabularConfig(RecipeConfig):
             raise InputError(
                 f"{self.kind}: device must be one of {', '.join(LIGHTGBM_DEVICES)}, got {self.device!r}"
             )
+        object.__setattr__(self, "features", tuple(self.features))  # a stored list reads as the tuple
+        if not self.features or len(set(self.features)) != len(self.features):
+            raise InputError(
+                f"{self.kind}: --set features needs distinct feature names, got {self.features!r}"
+            )
+        price_features.definitions(self.features)  # an unknown one is refused by name
 
     def lightgbm_params(self) -> dict[str, Any]:
         """The booster's parameters under LightGBM's canonical names (aliases would warn)."""
