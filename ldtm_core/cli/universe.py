@@ -162,3 +162,53 @@ def universe_verdict_cmd(
             if v.recorded
             else "not recorded: judged before, or insufficient evidence"
         )
+
+
+@universe_app.command("decide")
+@handle_errors
+def universe_decide_cmd(
+    recipe: str = typer.Option(
+        ..., "--recipe", "-r", help="the global recipe whose newest candidates to decide"
+    ),
+    tickers: str = typer.Option("all", "--tickers", "-t", help="comma list, or 'all' for the universe"),
+) -> None:
+    """Decide a global RECIPE's candidates as one universe (the universe policy): one date-clustered
+    verdict against the champions, or on a first deployment against every baseline, applied to every
+    member ticker's gate; each ticker's own figures shown beside it."""
+    from rich.table import Table
+
+    from ldtm_core.accountability.gate.universe_decision import decide
+    from ldtm_core.cli.common import fmt_pct
+    from ldtm_core.data.universe import resolve_tickers
+
+    cfg = settings()
+    chosen = resolve_tickers(
+        None if tickers.strip().lower() == "all" else tickers, load_universe(cfg.universe)
+    )
+    d = decide(open_db(cfg), cfg, recipe, chosen)
+    for verdict in d.verdicts.values():
+        console.print(verdict.summary(), highlight=False, soft_wrap=True)
+    table = Table(
+        "ticker",
+        "decision",
+        "own rows",
+        "own dir acc",
+        "always-up",
+        "model",
+        title=f"universe decision: {recipe}",
+    )
+    for t, r in sorted(d.reports.items()):
+        table.add_row(
+            t,
+            r.decision,
+            str(r.n),
+            fmt_pct(r.direction_accuracy),
+            fmt_pct(r.always_up_accuracy),
+            str(r.model_id),
+        )
+    console.print(table)
+    for t, why in sorted(d.skipped.items()):
+        err_console.print(f"[yellow]{t}[/]: {why}", highlight=False, soft_wrap=True)
+    console.print(
+        f"promoted: {', '.join(d.promoted) or 'none'} (the champions keep serving elsewhere)", highlight=False
+    )

@@ -291,6 +291,11 @@ def _samples(engine: Engine, ticker: str, cfg: ModelConfig, end) -> SampleSet:
     return build_samples(prices, cfg.window, features=feats.frame, names=cfg.features)
 
 
+def answer_samples(engine: Engine, rec: ModelRecord, end) -> SampleSet:
+    """Model `rec`'s ticker's closes and answers up to `end`, one sample per session its rows can be on."""
+    return _samples(engine, rec.ticker, _pairing_config(rec), end)
+
+
 def _pairing_config(*records: ModelRecord) -> ModelConfig:
     """The config whose samples give the paired rows' closes and answers: the first LSTM's among
     `records`, else the reference profile's (a global recipe reads no window; only the dates matter)."""

@@ -41,6 +41,7 @@ from ldtm_core.accountability.gate.policy import (  # noqa: F401  (re-exported: 
     DEFAULT_MIN_ROWS,
     EVIDENCE_CRITERIA,
     POLICIES,
+    UNIVERSE_POLICY,
     Criterion,
     GateThresholds,
     _fmt,
@@ -206,6 +207,44 @@ def _decision(conn, report: GateReport, at: dt.datetime) -> None:
     )
 
 
+def _universe_decides(verdict, fig: dict, criteria: list[Criterion], thresholds: GateThresholds):
+    """(the decision, the criteria shown) when the universe verdict decides: better -> pass, not shown
+    better -> fail, too few evenings -> insufficient evidence; a ticker whose folds leak fails whatever it
+    says. The ticker's own criteria stay in the report as its evidence, marked as not deciding."""
+    from ldtm_core.accountability.gate.universe import BETTER, INSUFFICIENT
+
+    leak = Criterion(
+        "leakage_rows",
+        fig["leakage"],
+        "<=",
+        thresholds.max_leakage_rows,
+        fig["leakage"] <= thresholds.max_leakage_rows,
+    )
+    said = Criterion(
+        "universe_verdict",
+        f"{verdict.decision} ({verdict.summary()})",
+        "==",
+        BETTER,
+        verdict.decision == BETTER,
+    )
+    own = [
+        Criterion(
+            f"own {c.name} ({'met' if c.passed else 'not met'}; evidence, not deciding)",
+            c.value,
+            c.op,
+            c.threshold,
+            True,
+        )
+        for c in criteria
+    ]
+    if not leak.passed:
+        return "fail", [leak, said, *own]
+    decision = (
+        "insufficient evidence" if verdict.decision == INSUFFICIENT else ("pass" if said.passed else "fail")
+    )
+    return decision, [said, leak, *own]
+
+
 def _json_default(value):
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
@@ -235,9 +274,12 @@ def run_gate(
     thresholds: GateThresholds | None = None,
     force: bool = False,
     forced_by: str | None = None,
+    universe=None,
 ) -> GateReport:
     """Judge the candidate on its newest backtest of its own config; `force` judges a backtest that
-    already has a decision again (otherwise AlreadyJudgedError), recorded as made by `forced_by`."""
+    already has a decision again (otherwise AlreadyJudgedError), recorded as made by `forced_by`.
+    `universe`: the universe verdict (`universe.UniverseVerdict`) on the candidate's global recipe, which
+    then decides (the universe policy, `universe_decision`): the ticker's own figures are shown beside it."""
     ticker = validate_ticker(ticker)
     thresholds = thresholds or GateThresholds.from_env()
     if model_id is None:
@@ -290,7 +332,9 @@ def run_gate(
 
     fig, criteria = evaluate(folds, thresholds)
     comparison, trials, evidence, kind = None, None, None, None
-    if thresholds.policy == "evidence":
+    if universe is not None:
+        fig["decision"], criteria = _universe_decides(universe, fig, criteria, thresholds)
+    elif thresholds.policy == "evidence":
         evidence = gate_ledger.evidence_of(engine, backtest_id, folds)
         champion = active_model(engine, ticker)
         kind = (
@@ -347,7 +391,7 @@ def run_gate(
         criteria=criteria,
         decision=fig["decision"],
         comparison=comparison,
-        policy=thresholds.policy,
+        policy=UNIVERSE_POLICY if universe is not None else thresholds.policy,
         passed=fig["decision"] == "pass",
         trials=trials if kind in gate_ledger.COUNTED else None,
         recipe=rec.recipe,

@@ -15,6 +15,10 @@ from ldtm_core.scoring.paired import DEFAULT_ERROR_MARGIN
 from ldtm_core.scoring.skill import format_p_value
 
 POLICIES = ("evidence", "seed")
+# Which decision applies to a candidate: a per-ticker recipe's (the LSTM) is its ticker's gate under one
+# of POLICIES; a global recipe's, fitted once for the universe, is one universe verdict applied to its
+# member tickers (`universe_decision.decide`), recorded in each ticker's gate report under this name.
+UNIVERSE_POLICY = "universe"
 # Criteria of the minimum evidence: failing one of them makes the decision "insufficient evidence".
 EVIDENCE_CRITERIA = ("rows", "fold_rows")
 # A one-sided exact test at alpha 0.05 with 80 % power needs ~1716 rows to see a 3-point edge over 50 %

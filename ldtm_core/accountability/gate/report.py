@@ -11,7 +11,7 @@ from ldtm_core.accountability.alerts import notify
 from ldtm_core.accountability.gate import ledger as gate_ledger
 from ldtm_core.accountability.gate import markdown as gate_markdown
 from ldtm_core.accountability.gate.champion_challenger import Comparison
-from ldtm_core.accountability.gate.policy import Criterion
+from ldtm_core.accountability.gate.policy import UNIVERSE_POLICY, Criterion
 from ldtm_core.learning.registry import PromoteResult
 from ldtm_core.scoring import baselines
 from ldtm_core.scoring.skill import SkillTest
@@ -57,6 +57,12 @@ class GateReport:
         # The rule as it reads before any figure: "each must be met", never a claim that they were.
         if self.policy == "seed":
             return "seed policy: the absolute criteria below, each must be met"
+        if self.policy == UNIVERSE_POLICY:
+            return (
+                "universe policy (a global recipe): the universe verdict decides for every member ticker, "
+                "date-clustered over the universe against the champions or, on a first deployment, against "
+                "every baseline; no leakage; this ticker's own figures are its evidence beside it"
+            )
         head = (
             "evidence policy: enough test rows in all and in every fold (else insufficient evidence, the "
             "champion stays), then the seed's absolute criteria (each must be met)"

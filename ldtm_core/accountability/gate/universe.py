@@ -15,9 +15,9 @@ The claim is one-sided (the challenger is better) at `spend(alpha, k)`, k the un
 folds overlapping these (the `universe_trials` ledger, counted as the per-ticker trials ledger counts).
 The report says the smallest difference it could detect: (t(1 - level) + t(power)) x SE, power 80 %.
 
-The verdict promotes nothing. Each ticker's candidate still goes through its own gate: the universe
-figure is the quant's evidence for retraining the universe on recipe B, and the per-ticker gate keeps
-each ticker's champion unless its own rows say otherwise.
+The verdict itself promotes nothing: for a global recipe it is the decision, applied to its member
+tickers by `universe_decision.decide` (the universe policy; a first deployment is judged there against
+the baselines); for the LSTM it is the quant's evidence beside the per-ticker gates.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class UniverseVerdict:
     skipped: dict[str, str] = field(default_factory=dict)
     recorded: bool = False
     note: str = ""
+    against: str = "the champions"  # or, on a first deployment, a baseline (`universe_decision`)
 
     def summary(self) -> str:
         f = self.figures
@@ -107,7 +108,7 @@ class UniverseVerdict:
         return (
             f"universe verdict on recipe {self.recipe}: {self.decision}. Over {self.tickers} ticker(s), "
             f"{f.rows} paired rows on {f.evenings} evenings: next-day accuracy {pct(f.challenger_accuracy)} "
-            f"vs the champions' {pct(f.champion_accuracy)} ({pts(f.difference)}, SE {pct(f.std_error)} "
+            f"vs {self.against}' {pct(f.champion_accuracy)} ({pts(f.difference)}, SE {pct(f.std_error)} "
             f"clustered by evening), one-sided p = {p} at level {self.alpha_adjusted:.4g} (try "
             f"{self.trials} on these folds, alpha {self.alpha:g}); the smallest difference these rows "
             f"could detect with {POWER:.0%} power is {pts(f.detectable)}"
@@ -161,7 +162,7 @@ def universe_verdict(
         }
         for p in pairs
     ]
-    k = _trials(engine, signature, key, cutoffs)
+    k = trials_on(engine, signature, key, cutoffs)
     level = gate_ledger.spend(alpha, k)
     figures = clustered(
         paired.get("challenger", []), paired.get("champion", []), paired["evening"].to_numpy(), level
@@ -183,7 +184,7 @@ def universe_verdict(
         note="" if figures.evenings >= MIN_EVENINGS else f"fewer than {MIN_EVENINGS} evenings paired",
     )
     if record and decision != INSUFFICIENT:
-        out.recorded = _record(engine, out, signature, key, cutoffs)
+        out.recorded = record_verdict(engine, out, signature, key, cutoffs)
     return out
 
 
@@ -238,7 +239,7 @@ def _rows(ticker: str, shared: cc.PairedFolds) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _trials(engine: Engine, signature: str, key: str, cutoffs: list[str]) -> int:
+def trials_on(engine: Engine, signature: str, key: str, cutoffs: list[str]) -> int:
     """Distinct (recipe, evidence) universe judgements on folds sharing a cutoff with these, this one
     included once."""
     with engine.connect() as conn:
@@ -253,7 +254,7 @@ def _trials(engine: Engine, signature: str, key: str, cutoffs: list[str]) -> int
     return len(seen)
 
 
-def _record(engine: Engine, v: UniverseVerdict, signature: str, key: str, cutoffs: list[str]) -> bool:
+def record_verdict(engine: Engine, v: UniverseVerdict, signature: str, key: str, cutoffs: list[str]) -> bool:
     """Add the judgement to the ledger; False when this recipe's evidence was judged before."""
     f = v.figures
     finite = lambda x: x if math.isfinite(x) else None  # noqa: E731
