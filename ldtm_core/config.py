@@ -308,6 +308,14 @@ SETTINGS: dict[str, Setting] = _table(
     Setting(
         "LDTM_BACKTEST_REUSE", True, "backtests reuse stored fold outcomes whose key is unchanged", Flag()
     ),
+    # The weekly loop (ldtm_dagster): global recipes refitted each week beside those serving a ticker.
+    Setting(
+        "LDTM_CHALLENGER_RECIPES",
+        None,
+        "global recipes the weekly loop fits and decides each week as challengers (comma list), beside the "
+        "recipes serving a ticker",
+        Text("text"),
+    ),
     # A global recipe's fit (learning.recipes.budget): in a child process within an hour by default, so
     # a slow recipe is refused by name instead of hanging the run; 0 (and no memory limit): in-process.
     Setting(

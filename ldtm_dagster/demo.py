@@ -12,8 +12,9 @@ Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforce
   4. hpo_studies            a token Optuna search (2 one-epoch trials per ticker) so the asset shows
   5. snapshots              a single-run backfill of the last evenings: `replay` rows
   6. fillbacks, leaderboard, signal_performance
-  7. recipe_fits            ridge fitted once for the universe (data up to the replay start): a candidate
-                            per ticker beside the LSTMs, last, so every figure above is the LSTMs'
+  7. recipe_fits, recipe_backtests, recipe_decisions
+                            ridge fitted once for the universe for the week before the replay start, its
+                            folds, and the universe decision on it, last, so every figure above is the LSTMs'
 
 The app database is SQLite under LDTM_HOME (default ./.ldtm) unless LDTM_DATABASE_URL is set. The
 Dagster instance is the persistent one in $DAGSTER_HOME (default `.dagster_home` in the repository, the
@@ -40,7 +41,7 @@ from ldtm_core.data import calendar
 
 from . import assets, checks
 from .gpu_pool import GPU_RUN_TAGS, sync_pool_limit
-from .partitions import evening_partitions, range_tags
+from .partitions import evening_partitions, range_tags, recipe_week_key
 from .resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
 
 ALL_ASSETS = [getattr(assets, name) for name in assets.__all__]
@@ -178,10 +179,19 @@ def run_demo(
         "fillbacks + leaderboard + signal_performance",
         [assets.fillbacks, assets.leaderboard, assets.signal_performance],
     )
+    # The newest week whose fit reads prices up to its Friday no later than the replay start.
+    last = dt.date.fromisoformat(replay_start) - dt.timedelta(days=6)
+    week = (last - dt.timedelta(days=(last.weekday() - 5) % 7)).isoformat()
     run(
-        "recipe_fits: ridge, one fit for the universe (compare: ldtm backtest --tickers all, ldtm universe verdict)",
-        [assets.recipe_fits],
-        run_config={"ops": {"recipe_fits": {"config": {"recipe": "ridge", "as_of": replay_start}}}},
+        f"recipe_fits + recipe_backtests: ridge for the week of {week}, one fit for the universe",
+        [assets.recipe_fits, assets.recipe_backtests],
+        partition_key=recipe_week_key("ridge", week),
+        run_config={"ops": {"recipe_backtests": {"config": {"folds": folds}}}},
+    )
+    run(
+        "recipe_decisions: ridge decided once for the universe (what recipe_decision_sensor launches)",
+        [assets.recipe_decisions],
+        partition_key=recipe_week_key("ridge", week),
     )
 
     from ldtm_core.accountability.board.leaderboard import leaderboard

@@ -20,11 +20,14 @@ from .assets import (
     onnx_exports,
     prices,
     promotions,
+    recipe_backtests,
+    recipe_decisions,
+    recipe_fits,
     signal_performance,
     snapshots,
 )
 from .gpu_pool import GPU_RUN_TAGS
-from .partitions import evening_partitions, ticker_partitions
+from .partitions import evening_partitions, recipe_week_partitions, ticker_partitions
 
 # A killed run of a chunked GPU job is retried (run_retries) with ALL_STEPS: its planning step re-plans
 # and skips the tickers trained since; the default FROM_FAILURE reuses the dead plan and trains nothing.
@@ -66,4 +69,18 @@ backtests_job = define_asset_job(
     partitions_def=ticker_partitions,
     tags=RESUMABLE_GPU_RUN_TAGS,
     description="Backtest a range of tickers' newest candidates; launched for the tickers a failed retrain trained.",
+)
+
+recipe_refit_job = define_asset_job(
+    "recipe_refit_job",
+    selection=AssetSelection.assets(recipe_fits, recipe_backtests),
+    partitions_def=recipe_week_partitions,
+    description="Fit a global recipe for its week and backtest its candidates; recipe_decision_sensor decides.",
+)
+
+recipe_decision_job = define_asset_job(
+    "recipe_decision_job",
+    selection=AssetSelection.assets(recipe_decisions),
+    partitions_def=recipe_week_partitions,
+    description="The universe policy for a global recipe's week: one verdict applied to every member's gate.",
 )

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from dagster import Failure, StaticPartitionsDefinition, TimeWindowPartitionsDefinition
+from dagster import (
+    Failure,
+    MultiPartitionKey,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+    WeeklyPartitionsDefinition,
+)
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -24,6 +31,7 @@ from ldtm_core.config import setting, setting_time
 from ldtm_core.data import calendar
 from ldtm_core.data.universe import load_universe
 from ldtm_core.errors import ConfigError, InputError
+from ldtm_core.learning.recipes import global_recipes
 
 MARKET_TZ = "America/New_York"
 MARKET_CLOSE = dt.time(16, 0)
@@ -67,6 +75,36 @@ evening_partitions = TimeWindowPartitionsDefinition(
     fmt="%Y-%m-%d",
     end_offset=1,
 )
+
+
+# A global recipe's weekly loop (assets/recipes.py): one partition per (recipe, week). A week runs from
+# Saturday 02:00 New York to the next; its fit reads prices up to the Friday it ends on, so a backfill of
+# past weeks refits the recipe as it would have been fitted then.
+RECIPES, WEEK = "recipe", "week"
+WEEKS_START = "2024-01-06"
+recipe_week_partitions = MultiPartitionsDefinition(
+    {
+        RECIPES: StaticPartitionsDefinition(global_recipes()),
+        WEEK: WeeklyPartitionsDefinition(
+            start_date=WEEKS_START, day_offset=6, hour_offset=2, timezone=MARKET_TZ, fmt="%Y-%m-%d"
+        ),
+    }
+)
+
+
+def recipe_week_key(recipe: str, week: str) -> MultiPartitionKey:
+    return MultiPartitionKey({RECIPES: recipe, WEEK: week})
+
+
+def recipe_and_as_of(key: MultiPartitionKey | str) -> tuple[str, dt.date]:
+    """(the recipe, the last day of prices its fit reads: the Friday its week ends on) of a partition."""
+    keys = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else _split(key)
+    return keys[RECIPES], dt.date.fromisoformat(keys[WEEK]) + dt.timedelta(days=6)
+
+
+def _split(key: str) -> dict[str, str]:
+    parts = dict(zip(sorted((RECIPES, WEEK)), key.split("|"), strict=True))  # Dagster orders by name
+    return parts
 
 
 RANGE_START = ASSET_PARTITION_RANGE_START_TAG

@@ -1,17 +1,24 @@
-"""Schedules: the nightly evening run and the weekly retrain, in market time (America/New_York)."""
+"""Schedules: the nightly evening run, the weekly LSTM retrain and the weekly global-recipe refits, in
+market time (America/New_York)."""
 
+import datetime as dt
 from zoneinfo import ZoneInfo
 
 from dagster import (
     DefaultScheduleStatus,
     RunRequest,
     ScheduleEvaluationContext,
+    SkipReason,
     schedule,
 )
 
+from ldtm_core.learning.recipes import challenger_recipes, global_recipes
+from ldtm_core.learning.registry import serving_models
+
 from .gpu_pool import GPU_RUN_TAGS
-from .jobs import nightly_market_job, retrain_job
-from .partitions import EVENING_TAG, MARKET_TZ, NIGHTLY_CRON, range_tags, ticker_partitions
+from .jobs import nightly_market_job, recipe_refit_job, retrain_job
+from .partitions import EVENING_TAG, MARKET_TZ, NIGHTLY_CRON, range_tags, recipe_week_key, ticker_partitions
+from .resources import AppDatabase, ArtifactStore
 
 
 def _all_tickers_tags() -> dict:
@@ -49,3 +56,32 @@ def weekly_retrain(context: ScheduleEvaluationContext) -> RunRequest:
         run_key=f"weekly_retrain:{context.scheduled_execution_time:%Y-%m-%d}",
         tags={**_all_tickers_tags(), **GPU_RUN_TAGS},
     )
+
+
+def loop_recipes(engine, tickers: list[str]) -> list[str]:
+    """The global recipes the weekly loop refits: every one serving a ticker (its champion, refitted with
+    its own recipe) and every LDTM_CHALLENGER_RECIPES, in registry order."""
+    serving = {m.recipe for m in serving_models(engine, tickers).values() if m.status == "active"}
+    wanted = serving | set(challenger_recipes())
+    return [r for r in global_recipes() if r in wanted]
+
+
+@schedule(
+    cron_schedule="30 2 * * 6",
+    execution_timezone=MARKET_TZ,
+    job=recipe_refit_job,
+    default_status=DefaultScheduleStatus.RUNNING,
+)
+def weekly_recipe_refit(context: ScheduleEvaluationContext, store: ArtifactStore, database: AppDatabase):
+    """Saturday 02:30: for the week that just ended, fit and backtest every global recipe serving a ticker
+    and every LDTM_CHALLENGER_RECIPES (one run each); `recipe_decision_sensor` decides each as it lands.
+    The LSTMs are retrained by `weekly_retrain` as before, so a recipe champion is challenged by both."""
+    when = context.scheduled_execution_time.astimezone(ZoneInfo(MARKET_TZ)).date()
+    week = (when - dt.timedelta(days=7)).isoformat()  # the Saturday the ended week began on
+    recipes = loop_recipes(database.engine(store), store.tickers())
+    if not recipes:
+        return SkipReason("no global recipe serves a ticker and LDTM_CHALLENGER_RECIPES is empty")
+    return [
+        RunRequest(run_key=f"recipe_refit:{recipe}:{week}", partition_key=recipe_week_key(recipe, week))
+        for recipe in recipes
+    ]

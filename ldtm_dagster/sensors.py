@@ -1,6 +1,6 @@
-"""Sensors: keep the `gpu` pool sized to free VRAM, run the promotion gate per backtest, start an
-evening's snapshots once its prices and features have landed, and backtest the tickers a partly failed
-retrain trained."""
+"""Sensors: keep the `gpu` pool sized to free VRAM, run the promotion gate per backtest (a global recipe's
+universe decision per recipe backtest), start an evening's snapshots once its prices and features have
+landed, and backtest the tickers a partly failed retrain trained."""
 
 from dagster import (
     AssetKey,
@@ -22,12 +22,20 @@ from ldtm_core.accountability.gate import gate
 
 from . import deployment
 from .gpu_pool import pool_limit, sync_pool_limit
-from .jobs import backtests_job, nightly_job, nightly_market_job, promotion_job, retrain_job
+from .jobs import (
+    backtests_job,
+    nightly_job,
+    nightly_market_job,
+    promotion_job,
+    recipe_decision_job,
+    retrain_job,
+)
 from .partitions import EVENING_TAG, ticker_partitions
 from .resources import AppDatabase, ArtifactStore, GpuProbe
 from .retrain_recovery import backtest_requests
 
 BACKTESTS = AssetKey("backtests")
+RECIPE_BACKTESTS = AssetKey("recipe_backtests")
 # Materializations read per tick; a longer backlog is worked off over the next ticks.
 BATCH = 500
 
@@ -127,3 +135,21 @@ def retrain_backtests_sensor(context: RunFailureSensorContext) -> list[RunReques
     return requests or SkipReason(
         f"retrain {run.run_id} owes no backtests (none trained, or its backtests ran)"
     )
+
+
+@sensor(job=recipe_decision_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def recipe_decision_sensor(context: SensorEvaluationContext) -> SensorResult:
+    """One universe decision run per new `recipe_backtests` materialization (cursor = last storage id
+    seen; the run key makes a repeated evaluation a no-op). A decision already taken on the same backtests
+    is not taken twice: each member's gate refuses a judged backtest and the trials ledger counts it once."""
+    after = int(context.cursor) if context.cursor else None
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=RECIPE_BACKTESTS, after_storage_id=after), limit=BATCH, ascending=True
+    ).records
+    requests = [
+        RunRequest(run_key=f"{r.partition_key}:{r.storage_id}", partition_key=r.partition_key)
+        for r in records
+        if r.partition_key
+    ]
+    cursor = str(records[-1].storage_id) if records else context.cursor
+    return SensorResult(run_requests=requests, cursor=cursor)

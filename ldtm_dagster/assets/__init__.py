@@ -5,7 +5,7 @@ from .backtests import backtests
 from .checkpoints import checkpoints
 from .market import features, prices
 from .models import onnx_exports, promotions
-from .recipes import recipe_fits
+from .recipes import recipe_backtests, recipe_decisions, recipe_fits
 from .signals import signal_performance
 from .tuning import hpo_studies
 
@@ -14,6 +14,8 @@ __all__ = [
     "features",
     "checkpoints",
     "recipe_fits",
+    "recipe_backtests",
+    "recipe_decisions",
     "backtests",
     "promotions",
     "onnx_exports",

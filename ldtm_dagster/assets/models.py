@@ -76,6 +76,7 @@ def promotions(
             )
             if report.passed
             else ("insufficient evidence" if report.decision == "insufficient evidence" else "held"),
+            "recipe": report.recipe,  # the candidate's (the champion's after a promotion)
             "policy": report.policy,
             "rule": report.rule,
             "model_id": report.model_id,

@@ -26,6 +26,8 @@ ASSET_KEYS = {
     "signal_performance",
     "hpo_studies",
     "recipe_fits",
+    "recipe_backtests",
+    "recipe_decisions",
 }
 
 

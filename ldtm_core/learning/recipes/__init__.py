@@ -71,3 +71,24 @@ def recipe_of(config_json: str) -> str:
     """The recipe a registry row's stored config names (`lstm` when it names none)."""
     config = json.loads(config_json)
     return str(config.get(RECIPE_KEY, LSTM)) if isinstance(config, dict) else LSTM
+
+
+def global_recipes() -> list[str]:
+    """The recipes fitted once for the universe, in registry order."""
+    return [r.name for r in RECIPES.values() if r.scope == "global"]
+
+
+def challenger_recipes() -> list[str]:
+    """LDTM_CHALLENGER_RECIPES: the global recipes the weekly loop fits as challengers; ConfigError naming
+    the setting for one that is unknown or fitted per ticker."""
+    from ldtm_core.config import setting_text
+    from ldtm_core.errors import ConfigError
+
+    names = [n.strip() for n in (setting_text("LDTM_CHALLENGER_RECIPES") or "").split(",") if n.strip()]
+    wrong = [n for n in names if n not in global_recipes()]
+    if wrong:
+        raise ConfigError(
+            f"LDTM_CHALLENGER_RECIPES: {', '.join(map(repr, wrong))} not a global recipe; global: "
+            f"{', '.join(global_recipes())}"
+        )
+    return list(dict.fromkeys(names))
