@@ -584,3 +584,11 @@ def test_checkpoints(bench):
     for n in (3, 5):
         row = rf"^\| {n} \| {4 * n} \| {NUMBER} \| {NUMBER} \({NUMBER}\) \| {NUMBER} \| {NUMBER} \(\d+\) \| {NUMBER} \(\d+\) \|$"
         assert re.search(row, out, re.M), out
+
+
+def test_recipe_null(bench):
+    """One null universe through ridge's whole loop (fit, folds, the universe decision): a row with the
+    rate and its bound; on a random walk nothing is deployed."""
+    out = bench("recipe_null", "--recipes", "ridge", "--universes", "1", "--folds", "2")
+    assert "| recipe | null universes | deployed | rate | 95 % upper bound | one loop (median) |" in out
+    assert re.search(rf"^\| ridge \| 1 \| 0 \| 0.0% \| {NUMBER}% \| {NUMBER} s \|$", out, re.M), out

@@ -98,7 +98,7 @@ class UniverseVerdict:
     skipped: dict[str, str] = field(default_factory=dict)
     recorded: bool = False
     note: str = ""
-    against: str = "the champions"  # or, on a first deployment, a baseline (`universe_decision`)
+    against: str = "the champions'"  # whose accuracy: or, on a first deployment, a baseline's
 
     def summary(self) -> str:
         f = self.figures
@@ -108,7 +108,7 @@ class UniverseVerdict:
         return (
             f"universe verdict on recipe {self.recipe}: {self.decision}. Over {self.tickers} ticker(s), "
             f"{f.rows} paired rows on {f.evenings} evenings: next-day accuracy {pct(f.challenger_accuracy)} "
-            f"vs {self.against}' {pct(f.champion_accuracy)} ({pts(f.difference)}, SE {pct(f.std_error)} "
+            f"vs {self.against} {pct(f.champion_accuracy)} ({pts(f.difference)}, SE {pct(f.std_error)} "
             f"clustered by evening), one-sided p = {p} at level {self.alpha_adjusted:.4g} (try "
             f"{self.trials} on these folds, alpha {self.alpha:g}); the smallest difference these rows "
             f"could detect with {POWER:.0%} power is {pts(f.detectable)}"

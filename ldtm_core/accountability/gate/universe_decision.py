@@ -173,7 +173,7 @@ def baseline_verdict(
             + (f" ({beside})" if beside else "")
             + ("" if figures[weakest].evenings >= MIN_EVENINGS else f"; fewer than {MIN_EVENINGS} evenings")
         ),
-        against=label,
+        against=f"{label}'s",
     )
     if record and decision != INSUFFICIENT:
         out.recorded = record_verdict(engine, out, signature, key, cutoffs)

@@ -106,7 +106,7 @@ def test_a_challenge_of_the_champions_is_decided_by_the_verdict_against_them(sto
     d = decide(engine, settings, "lightgbm", TICKERS, thresholds=PERMISSIVE)
 
     v = d.verdicts[CHAMPIONS]
-    assert list(d.verdicts) == [CHAMPIONS] and v.against == "the champions" and v.tickers == 3
+    assert list(d.verdicts) == [CHAMPIONS] and v.against == "the champions'" and v.tickers == 3
     for t, report in d.reports.items():
         assert report.passed == (v.decision == BETTER)
         assert active_model(engine, t).recipe == ("lightgbm" if v.decision == BETTER else "ridge")
