@@ -225,11 +225,20 @@ def gate_cmd(
         False, "--force", help="Judge the newest backtest again even if the gate already judged it"
     ),
     by: str = typer.Option(None, "--by", help=BY_HELP + "; with --force"),
+    alone: bool = typer.Option(
+        False,
+        "--alone",
+        help="judge a global recipe's candidate on this ticker's rows alone (its policy is one decision for "
+        "the universe: `ldtm universe decide`)",
+    ),
 ) -> None:
-    """Judge a candidate on its newest backtest, paired with the champion on the same rows: promote on
-    pass; exit 1 and notify on fail."""
+    """Judge one ticker's candidate on its newest backtest, paired with the champion on the same rows:
+    promote on pass; exit 1 and notify on fail. A per-ticker recipe's (the LSTM) policy; a global recipe's
+    candidates are decided together by `ldtm universe decide` (--alone judges one ticker anyway)."""
     from ldtm_core.accountability.gate.gate import GateThresholds, run_gate
     from ldtm_core.data.universe import validate_ticker
+    from ldtm_core.learning.recipes import get
+    from ldtm_core.learning.registry import get_model, newest_candidate
 
     thresholds = GateThresholds.from_env(
         min_folds=min_folds,
@@ -243,6 +252,17 @@ def gate_cmd(
         alpha=alpha,
     )
     cfg = settings()
+    found = (
+        get_model(open_db(cfg), model_id)
+        if model_id is not None
+        else newest_candidate(open_db(cfg), validate_ticker(ticker))
+    )
+    if found is not None and get(found.recipe).scope == "global" and not alone:
+        raise InputError(
+            f"model {found.id} of {found.ticker} is a {found.recipe} candidate: a global recipe is decided once "
+            f"for the universe (`ldtm universe decide --recipe {found.recipe}`); `ldtm gate --alone` judges this "
+            "ticker on its own rows anyway"
+        )
     import logging
 
     # The notification's log line is the summary printed below: without a handler of its own the

@@ -8,7 +8,7 @@ from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, Me
 
 from ldtm_core.accountability.gate import gate
 from ldtm_core.learning import export, registry
-from ldtm_core.learning.recipes import LSTM
+from ldtm_core.learning.recipes import LSTM, get
 from ldtm_core.scoring import baselines
 
 from ..metadata import records_table
@@ -46,6 +46,13 @@ def promotions(
         if candidate is None:
             active = registry.active_model(engine, ticker)
             return {"ticker": ticker, "decision": "no candidate", "active_version": active and active.version}
+        if get(candidate.recipe).scope == "global":  # the universe policy: recipe_decisions decides it
+            return {
+                "ticker": ticker,
+                "decision": "universe policy",
+                "model_id": candidate.id,
+                "recipe": candidate.recipe,
+            }
         try:
             report = gate.run_gate(engine, settings, ticker, model_id=candidate.id)
         except gate.AlreadyJudgedError as exc:

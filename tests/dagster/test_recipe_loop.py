@@ -17,7 +17,7 @@ from ldtm_core.data.synthetic_market import generate
 from ldtm_core.learning.registry import active_model, list_models, promote
 from ldtm_core.migrate import upgrade
 from ldtm_dagster import defs
-from ldtm_dagster.assets import recipe_backtests, recipe_decisions, recipe_fits
+from ldtm_dagster.assets import promotions, recipe_backtests, recipe_decisions, recipe_fits
 from ldtm_dagster.partitions import recipe_week_key
 from ldtm_dagster.schedules import weekly_recipe_refit
 from ldtm_dagster.sensors import recipe_decision_sensor
@@ -86,6 +86,10 @@ def test_the_weekly_recipe_loop_from_the_schedule_and_the_sensor(world, dagster_
     )
     assert {r.data["ticker"] for r in meta["serving"].value.records} == {"AAPL", "NVDA"}
     assert not _decide(dagster_instance, resources, first.cursor).run_requests  # nothing new landed
+    # The per-ticker gate leaves a global candidate to the universe policy.
+    gated = materialize([promotions], partition_key="NVDA", instance=dagster_instance, resources=resources)
+    [row] = gated.asset_materializations_for_node("promotions")[0].metadata["summary"].value.records
+    assert row.data["decision"] in ("universe policy", "no candidate")
 
     # Ridge serves AAPL (a decision of the verdict, or of an operator): next week the schedule refits the
     # champion's recipe with its own settings, and the configured challenger beside it.

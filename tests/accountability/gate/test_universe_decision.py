@@ -135,3 +135,22 @@ def test_the_cli_decides_a_recipe_for_the_universe(store, monkeypatch):
     assert "universe verdict on recipe ridge" in text and "first deployment" in text
     assert "universe decision: ridge" in text and all(t in out.output for t in TICKERS)
     assert "promoted:" in text
+
+
+def test_the_per_ticker_gate_refuses_a_global_candidate_unless_told_to_judge_it_alone(store, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+
+    engine, settings = store
+    monkeypatch.setenv("LDTM_HOME", str(settings.home))
+    monkeypatch.setenv("LDTM_DATABASE_URL", settings.database_url)
+    refused = CliRunner().invoke(app, ["gate", "--ticker", "AAPL"])
+    assert refused.exit_code != 0
+    said = " ".join(refused.output.split())
+    assert "is a ridge candidate: a global recipe is decided once for the universe" in said
+    assert "ldtm universe decide --recipe ridge" in said
+    alone = CliRunner().invoke(app, ["gate", "--ticker", "AAPL", "--alone", "--policy", "seed"])
+    assert "gate " in alone.output and "recipe ridge, seed policy" in " ".join(alone.output.split()), (
+        alone.output
+    )
