@@ -182,7 +182,9 @@ def _model_checkpoint(engine, ticker: str, candidate: bool) -> tuple[str, str, i
 
         if (recipe := get_model(engine, row.id).recipe) != "lstm":
             raise InputError(
-                f"model {row.id} of {ticker} is a {recipe} recipe: ONNX export is for the lstm recipe"
+                f"model {row.id} of {ticker} is a {recipe} recipe: ONNX export is for the lstm recipe; a "
+                f"{recipe} model is already portable: JSON data, sha256-verified ({row.checkpoint_path}; "
+                "docs/architecture.md, Add a recipe)"
             )
         return row.checkpoint_path, row.checkpoint_sha256, row.id
     if candidate:

@@ -139,7 +139,11 @@ def onnx_exports(
         if model is None:
             return {"ticker": ticker, "status": "no active model"}
         if model.recipe != LSTM:  # its artifact is already a portable JSON file
-            return {"ticker": ticker, "status": f"not exported: recipe {model.recipe} has no ONNX export"}
+            return {
+                "ticker": ticker,
+                "status": f"not exported: recipe {model.recipe} has no ONNX export",
+                "path": model.checkpoint_path,  # its portable artifact: JSON data, sha256-verified
+            }
         out = settings.export_dir / f"{ticker}_ldtm_{model.version or model.id}.onnx"
         result = export.export_onnx(model.promoted_path or model.checkpoint_path, out)
         return {
