@@ -592,3 +592,20 @@ def test_recipe_null(bench):
     out = bench("recipe_null", "--recipes", "ridge", "--universes", "1", "--folds", "2")
     assert "| recipe | null universes | deployed | rate | 95 % upper bound | one loop (median) |" in out
     assert re.search(rf"^\| ridge \| 1 \| 0 \| 0.0% \| {NUMBER}% \| {NUMBER} s \|$", out, re.M), out
+
+
+@pytest.mark.slow
+def test_recipe_loop():
+    """Two tickers through a week of the recipe loop from the schedule and the sensor beside the LSTM's:
+    in its own process, since it sets LDTM_UNIVERSE before the Dagster code location loads."""
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "recipe_loop.py"), "--tickers", "2", "--years", "1.6", "--folds", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(
+        r"week 1 decisions: ridge: \d+ promoted; lightgbm: \d+ promoted; serving after", out.stdout
+    )
+    assert re.search(rf"^\| ratio LSTM loop / recipe loop \| {NUMBER} \|$", out.stdout, re.M), out.stdout
