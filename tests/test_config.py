@@ -291,3 +291,10 @@ def test_choices_are_read_in_any_case(monkeypatch, name, value, canonical):
     monkeypatch.setenv(name, value)
     Settings.from_env()
     assert setting(name) == canonical
+
+
+def test_a_comma_list_longer_than_a_file_name_is_a_list_not_a_path():
+    # The whole `full` universe written out (601 characters) crashed with OSError: File name too long.
+    full = load_universe("full")
+    assert load_universe(",".join(full)) == full
+    assert load_universe("BRK.B,AAPL") == ["BRK.B", "AAPL"]  # a dot in a list is a share class, not a suffix

@@ -42,6 +42,13 @@ def _read_list(text: str, source: str) -> list[str]:
     return list(dict.fromkeys(tickers))
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name no file system holds (too long): not a file
+        return False
+
+
 def load_universe(spec: str = "full") -> list[str]:
     """Resolve `demo`, `full` (any case), a comma list (`AAPL,NVDA`) or a path to a file of tickers.
 
@@ -54,7 +61,9 @@ def load_universe(spec: str = "full") -> list[str]:
         text = resources.files("ldtm_core").joinpath("universe", f"{name}.txt").read_text()
         return _read_list(text, f"universe {name}")
     path = Path(spec)
-    if path.suffix or "/" in spec or path.exists():
+    # A comma list is a list (a dot in it is a share class: BRK.B), however long; a path has a folder,
+    # a suffix or exists.
+    if "/" in spec or ("," not in spec and (path.suffix or _exists(path))):
         return _read_list(read_text_file(path, "universe file"), str(path))
     if "," not in spec and not spec.isupper():
         # `all` is what `--tickers all` says for the universe: here it means `full`, not the ticker ALL.
