@@ -120,18 +120,17 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ["LDTM_CHALLENGER_RECIPES"] = "ridge"
         cursor, setup = loop(week0 + dt.timedelta(days=7), None)
-        for t in tickers:  # ridge serves every ticker: by the verdict, or by an operator
-            if active_model(engine, t) is None:
-                promote(
-                    engine,
-                    max(m.id for m in list_models(engine, t) if m.recipe == "ridge"),
-                    reason="benchmark",
-                )
+        for t in tickers:  # ridge serves every ticker it could fit: by the verdict, or by an operator
+            ridge = [m.id for m in list_models(engine, t) if m.recipe == "ridge"]
+            if active_model(engine, t) is None and ridge:
+                promote(engine, max(ridge), reason="benchmark")
         os.environ["LDTM_CHALLENGER_RECIPES"] = "lightgbm"
         t0 = time.perf_counter()
         cursor, decided = loop(week1 + dt.timedelta(days=7), cursor)
         recipe_s = time.perf_counter() - t0
-        serving = Counter(active_model(engine, t).recipe for t in tickers)
+        serving = Counter(
+            getattr(active_model(engine, t), "recipe", "none (too little history)") for t in tickers
+        )
 
         evening = latest_session_on_or_before(week1 + dt.timedelta(days=9))
         t1 = time.perf_counter()
@@ -163,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"CPU: {describe_cpu()}; {len(tickers)} tickers, {args.years:g} years to week {week1}, {args.folds} folds"
     )
-    print(f"week 0 (setup): {'; '.join(setup)}; ridge then served every ticker")
+    print(f"week 0 (setup): {'; '.join(setup)}; ridge then served every ticker it could fit")
     print(f"week 1 decisions: {'; '.join(decided)}; serving after: {dict(serving)}; nightly rows {rows}\n")
     print("| step | wall |")
     print("|---|---|")
