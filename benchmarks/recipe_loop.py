@@ -153,12 +153,18 @@ def main(argv: list[str] | None = None) -> int:
                     "backtests": {"config": {"folds": args.folds}},
                 }
             },
+            raise_on_error=False,  # a late listing too short for the folds fails its ticker, not the loop
         )
         gated = materialize(
             [assets.promotions], instance=instance, resources=resources, tags=range_tags(tickers)
         )
         lstm_s = time.perf_counter() - t2
-        assert lstm.success and gated.success
+        assert gated.success
+        lstm_note = (
+            ""
+            if lstm.success
+            else " (the backtests step failed naming its too-short tickers; the others ran)"
+        )
     print(
         f"CPU: {describe_cpu()}; {len(tickers)} tickers, {args.years:g} years to week {week1}, {args.folds} folds"
     )
@@ -171,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"| the next evening's snapshots, served by the winners | {nightly_s:.1f} s |")
     print(
-        f"| LSTM loop ({args.lstm_profile}): features -> checkpoints -> backtests -> promotions | {lstm_s:.1f} s |"
+        f"| LSTM loop ({args.lstm_profile}): features -> checkpoints -> backtests -> promotions{lstm_note} "
+        f"| {lstm_s:.1f} s |"
     )
     print(f"| ratio LSTM loop / recipe loop | {lstm_s / recipe_s:.1f} |")
     return 0
