@@ -40,6 +40,7 @@ from ldtm_core.data.synthetic_market import generate  # noqa: E402
 from ldtm_core.data.universe import load_universe  # noqa: E402
 from ldtm_core.learning.precision import describe_cpu  # noqa: E402
 from ldtm_core.learning.registry import active_model, list_models, promote  # noqa: E402
+from ldtm_core.learning.resume import backtested_since  # noqa: E402
 from ldtm_core.migrate import upgrade  # noqa: E402
 
 NY = ZoneInfo("America/New_York")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             {"LDTM_UNIVERSE": ",".join(tickers), "LDTM_HOME": f"{tmp}/home", "DAGSTER_HOME": f"{tmp}/dagster"}
         )
         from ldtm_dagster import assets, defs  # the partitions read LDTM_UNIVERSE at import
-        from ldtm_dagster.partitions import range_tags
+        from ldtm_dagster.partitions import contiguous_ranges, range_tags
         from ldtm_dagster.resources import AppDatabase, ArtifactStore, GpuProbe, TrainingProfile
         from ldtm_dagster.schedules import weekly_recipe_refit
         from ldtm_dagster.sensors import recipe_decision_sensor
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             getattr(active_model(engine, t), "recipe", "none (too little history)") for t in tickers
         )
 
+        print(f"recipe loop: {recipe_s:.1f} s; {'; '.join(decided)}; serving {dict(serving)}", flush=True)
         evening = latest_session_on_or_before(week1 + dt.timedelta(days=9))
         t1 = time.perf_counter()
         nightly = materialize(
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         assert nightly.success
         rows = nightly.asset_materializations_for_node("snapshots")[0].metadata["rows_written"].value
 
-        t2 = time.perf_counter()
+        t2, started = time.perf_counter(), dt.datetime.now(dt.UTC)
         lstm = materialize(
             [assets.features, assets.checkpoints, assets.backtests],
             instance=instance,
@@ -155,11 +157,14 @@ def main(argv: list[str] | None = None) -> int:
             },
             raise_on_error=False,  # a late listing too short for the folds fails its ticker, not the loop
         )
-        gated = materialize(
-            [assets.promotions], instance=instance, resources=resources, tags=range_tags(tickers)
-        )
+        # promotion_gate_sensor gates each ticker whose backtest landed: one run per contiguous range.
+        landed = backtested_since(engine, tickers, started)
+        for keys in contiguous_ranges(landed, tickers):
+            gated = materialize(
+                [assets.promotions], instance=instance, resources=resources, tags=range_tags(keys)
+            )
+            assert gated.success, keys
         lstm_s = time.perf_counter() - t2
-        assert gated.success
         lstm_note = (
             ""
             if lstm.success
