@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lstm-profile", default="demo", help="the LSTM loop's training profile")
     ap.add_argument("--folds", type=int, default=3)
     args = ap.parse_args(argv)
-    logging.disable(logging.WARNING)  # every held candidate's notification
+    logging.getLogger("ldtm.notify").setLevel(
+        logging.ERROR
+    )  # every held candidate's notification (own process)
     week1 = dt.date.fromisoformat(args.week)
     week0 = week1 - dt.timedelta(days=7)
     tickers = load_universe("full")[: args.tickers]

@@ -50,9 +50,10 @@ def test_tampered_checkpoints_are_named_and_others_carry_on(pg_url, tmp_path):
     env = cli_env(home, pg_url)
 
     r = run_cli(["predict", "--run-date", RUN_DATE.isoformat()], env)
-    assert r.returncode == 0, r.stderr  # partial run: QQQ predicted
+    assert r.returncode == 1, r.stderr  # partial run: QQQ predicted, three models failed
     assert "1 rows written" in r.stdout
     err = " ".join(r.stderr.split())  # rich may wrap long paths
+    assert "partial: 3 ticker(s) not served because their model failed (AAPL, NVDA, TSLA)" in err
     for ticker, what in (("AAPL", "missing"), ("NVDA", "does not match"), ("TSLA", "does not match")):
         line = next(ln for ln in err.split("skipped ") if ln.startswith(ticker))
         assert what in line and ticker in line and Path(paths[ticker]).name in line, line

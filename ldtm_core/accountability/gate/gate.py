@@ -37,9 +37,11 @@ from ldtm_core.accountability.alerts import notify
 from ldtm_core.accountability.gate import champion_challenger
 from ldtm_core.accountability.gate import ledger as gate_ledger
 from ldtm_core.accountability.gate.policy import (  # noqa: F401  (re-exported: gate.GateThresholds)
+    BETTER,
     DEFAULT_MIN_FOLD_ROWS,
     DEFAULT_MIN_ROWS,
     EVIDENCE_CRITERIA,
+    INSUFFICIENT,
     POLICIES,
     UNIVERSE_POLICY,
     Criterion,
@@ -211,8 +213,6 @@ def _universe_decides(verdict, fig: dict, criteria: list[Criterion], thresholds:
     """(the decision, the criteria shown) when the universe verdict decides: better -> pass, not shown
     better -> fail, too few evenings -> insufficient evidence; a ticker whose folds leak fails whatever it
     says. The ticker's own criteria stay in the report as its evidence, marked as not deciding."""
-    from ldtm_core.accountability.gate.universe import BETTER, INSUFFICIENT
-
     leak = Criterion(
         "leakage_rows",
         fig["leakage"],

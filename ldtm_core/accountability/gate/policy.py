@@ -19,6 +19,8 @@ POLICIES = ("evidence", "seed")
 # of POLICIES; a global recipe's, fitted once for the universe, is one universe verdict applied to its
 # member tickers (`universe_decision.decide`), recorded in each ticker's gate report under this name.
 UNIVERSE_POLICY = "universe"
+# The universe verdict's answers (`universe.py`), read by the gate when it decides (`gate.run_gate`).
+BETTER, NOT_SHOWN, INSUFFICIENT = "better", "not shown better", "insufficient evidence"
 # Criteria of the minimum evidence: failing one of them makes the decision "insufficient evidence".
 EVIDENCE_CRITERIA = ("rows", "fold_rows")
 # A one-sided exact test at alpha 0.05 with 80 % power needs ~1716 rows to see a 3-point edge over 50 %

@@ -36,7 +36,7 @@ from sqlalchemy import Engine, insert, select
 from ldtm_core.accountability.gate import champion_challenger as cc
 from ldtm_core.accountability.gate import ledger as gate_ledger
 from ldtm_core.accountability.gate.gate import newest_backtest
-from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
+from ldtm_core.accountability.gate.policy import BETTER, DEFAULT_ALPHA, INSUFFICIENT, NOT_SHOWN  # noqa: F401
 from ldtm_core.config import Settings
 from ldtm_core.errors import InputError, NotFoundError
 from ldtm_core.learning.recipes import get, global_backtest
@@ -44,7 +44,6 @@ from ldtm_core.learning.registry import ModelRecord, active_model, newest_candid
 from ldtm_core.schema import universe_trials
 
 POWER = 0.8  # the power at which the smallest detectable difference is stated
-BETTER, NOT_SHOWN, INSUFFICIENT = "better", "not shown better", "insufficient evidence"
 MIN_EVENINGS = 20  # fewer clusters than this: the clustered error is itself too noisy to judge on
 
 
