@@ -98,13 +98,8 @@ def recipe_week_key(recipe: str, week: str) -> MultiPartitionKey:
 
 def recipe_and_as_of(key: MultiPartitionKey | str) -> tuple[str, dt.date]:
     """(the recipe, the last day of prices its fit reads: the Friday its week ends on) of a partition."""
-    keys = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else _split(key)
+    keys = recipe_week_partitions.get_partition_key_from_str(str(key)).keys_by_dimension
     return keys[RECIPES], dt.date.fromisoformat(keys[WEEK]) + dt.timedelta(days=6)
-
-
-def _split(key: str) -> dict[str, str]:
-    parts = dict(zip(sorted((RECIPES, WEEK)), key.split("|"), strict=True))  # Dagster orders by name
-    return parts
 
 
 RANGE_START = ASSET_PARTITION_RANGE_START_TAG

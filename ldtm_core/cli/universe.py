@@ -113,6 +113,13 @@ def universe_show(
         )
 
 
+def _chosen(tickers: str, cfg) -> list[str]:
+    """`--tickers`: a comma list, or `all` for LDTM_UNIVERSE."""
+    from ldtm_core.data.universe import resolve_tickers
+
+    return resolve_tickers(None if tickers.strip().lower() == "all" else tickers, load_universe(cfg.universe))
+
+
 @universe_app.command("verdict")
 @handle_errors
 def universe_verdict_cmd(
@@ -131,12 +138,9 @@ def universe_verdict_cmd(
     from ldtm_core.accountability.gate.policy import GateThresholds
     from ldtm_core.accountability.gate.universe import universe_verdict
     from ldtm_core.cli.common import fmt_pct
-    from ldtm_core.data.universe import resolve_tickers
 
     cfg = settings()
-    chosen = resolve_tickers(
-        None if tickers.strip().lower() == "all" else tickers, load_universe(cfg.universe)
-    )
+    chosen = _chosen(tickers, cfg)
     level = GateThresholds.from_env().alpha if alpha is None else alpha
     if not 0.0 < level < 1.0:
         raise InputError(f"--alpha must be within (0, 1), not {level}")
@@ -179,12 +183,9 @@ def universe_decide_cmd(
 
     from ldtm_core.accountability.gate.universe_decision import decide
     from ldtm_core.cli.common import fmt_pct
-    from ldtm_core.data.universe import resolve_tickers
 
     cfg = settings()
-    chosen = resolve_tickers(
-        None if tickers.strip().lower() == "all" else tickers, load_universe(cfg.universe)
-    )
+    chosen = _chosen(tickers, cfg)
     d = decide(open_db(cfg), cfg, recipe, chosen)
     for verdict in d.verdicts.values():
         console.print(verdict.summary(), highlight=False, soft_wrap=True)

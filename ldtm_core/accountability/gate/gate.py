@@ -209,17 +209,11 @@ def _decision(conn, report: GateReport, at: dt.datetime) -> None:
     )
 
 
-def _universe_decides(verdict, fig: dict, criteria: list[Criterion], thresholds: GateThresholds):
+def _universe_decides(verdict, criteria: list[Criterion]):
     """(the decision, the criteria shown) when the universe verdict decides: better -> pass, not shown
     better -> fail, too few evenings -> insufficient evidence; a ticker whose folds leak fails whatever it
     says. The ticker's own criteria stay in the report as its evidence, marked as not deciding."""
-    leak = Criterion(
-        "leakage_rows",
-        fig["leakage"],
-        "<=",
-        thresholds.max_leakage_rows,
-        fig["leakage"] <= thresholds.max_leakage_rows,
-    )
+    leak = next(c for c in criteria if c.name == "leakage_rows")  # evaluate's, under every policy
     said = Criterion(
         "universe_verdict",
         f"{verdict.decision} ({verdict.summary()})",
@@ -333,7 +327,7 @@ def run_gate(
     fig, criteria = evaluate(folds, thresholds)
     comparison, trials, evidence, kind = None, None, None, None
     if universe is not None:
-        fig["decision"], criteria = _universe_decides(universe, fig, criteria, thresholds)
+        fig["decision"], criteria = _universe_decides(universe, criteria)
     elif thresholds.policy == "evidence":
         evidence = gate_ledger.evidence_of(engine, backtest_id, folds)
         champion = active_model(engine, ticker)
