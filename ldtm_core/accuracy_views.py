@@ -10,6 +10,8 @@ produced (tests/test_horizons.py pins them) while a new one asks for the new sha
 - "0026": the tie rule: a zero next-day move is counted in `ties`, apart from `n`, and scored by nobody.
 - "0034": a dated universe: with a membership history (universe_membership), a row is scored only on an
   evening its ticker was a member; with no history every row counts, as before.
+- "0039": a submitted model's rows (`model_status = 'external'`, not promoted) are never published either:
+  they are dropped with the shadow rows (registry.UNPUBLISHED).
 
 The direction horizon (ldtm_core.horizons.DIRECTION) gives the window, hits and baselines; every other
 horizon adds its own 30-day window of |pct error| (`{name}_mape`, `{name}_n`).
@@ -21,7 +23,8 @@ from collections.abc import Sequence
 
 from ldtm_core.horizons import BY_NAME, DIRECTION, Horizon
 
-VERSIONS = ("0021", "0024", "0026", "0034")
+VERSIONS = ("0021", "0024", "0026", "0034", "0039")
+CURRENT = VERSIONS[-1]  # what the newest migration creates: code that reads the views' selection uses it
 # The horizons of the schema from 0021 to 0026: what those migrations build their views with.
 HORIZONS_0021 = ("next_day", "next_monday", "one_month")
 
@@ -52,6 +55,9 @@ FIRST_PUBLISHED_SINCE = (
     "s.id IN (SELECT MIN(f.id) FROM {f} WHERE f.model_status <> 'shadow' AND f.run_date >= :since "
     "GROUP BY f.ticker, f.run_date)"
 )
+# 0039: what 0024 said of shadow rows, said of every unpublished status (registry.UNPUBLISHED).
+_SHADOW_ONLY = "model_status <> 'shadow'"
+_UNPUBLISHED = "model_status NOT IN ('shadow', 'external')"
 
 # name: (grouping keys, which snapshot rows are scored) as of 0021
 _VIEWS_0021 = {
@@ -76,7 +82,8 @@ def views(version: str) -> dict[str, tuple[tuple[str, ...], str]]:
     for name, (keys, scored) in _VIEWS_0021.items():
         scored = scored.replace(FIRST_OF_EVENING, FIRST_PUBLISHED)
         scored = scored if FIRST_PUBLISHED in scored else f"{scored} AND {NOT_SHADOW}"
-        out[name] = (keys, f"{scored} AND {MEMBER}" if version >= "0034" else scored)
+        scored = f"{scored} AND {MEMBER}" if version >= "0034" else scored
+        out[name] = (keys, scored.replace(_SHADOW_ONLY, _UNPUBLISHED) if version >= "0039" else scored)
     return out
 
 
@@ -235,8 +242,11 @@ def _select_sql(name: str, dialect: str, version: str, horizons: Sequence[str], 
     if bounded:
         f = "snapshots f INDEXED BY ix_snapshots_run_date" if dialect == "sqlite" else "snapshots f"
         scored = scored.replace(FIRST_OF_EVENING, FIRST_OF_EVENING_SINCE.format(f=f))
-        scored = scored.replace(FIRST_PUBLISHED, FIRST_PUBLISHED_SINCE.format(f=f))
+        for first in (FIRST_PUBLISHED, FIRST_PUBLISHED.replace(_SHADOW_ONLY, _UNPUBLISHED)):
+            scored = scored.replace(first, FIRST_PUBLISHED_SINCE.format(f=f))
         scored = f"s.run_date >= :since AND {scored}"
+    if version >= "0039":
+        scored = scored.replace(_SHADOW_ONLY, _UNPUBLISHED)
     # Only fixed names (views, horizons, columns) are formatted in: no user text reaches this SQL.
     sql = f"WITH scored AS (\n    SELECT s.* FROM snapshots s WHERE {scored}\n),\n"  # noqa: S608
     sql += "latest AS (\n    SELECT " + ",\n           ".join(latest) + "\n),\n"

@@ -605,6 +605,19 @@ SETTINGS: dict[str, Setting] = _table(
         "when the paper books trade an evening's signals",
         Choice(("next_close", "next_open", "same_close")),
     ),
+    # Submitted forecasts (accountability.submissions).
+    Setting(
+        "LDTM_SUBMISSION_CUTOFF_MIN",
+        0,
+        "minutes before the open of the session after the run date when a live submission closes",
+        Number(int, 0, 1_000, "minutes"),
+    ),
+    Setting(
+        "LDTM_SUBMISSIONS_DIR",
+        None,
+        "drop folder the submission sensor reads: <dir>/<model name>/<file>.csv or .parquet (unset: off)",
+        Text("path"),
+    ),
     # Deployment (ldtm_dagster/deployment.py).
     Setting("LDTM_DEPLOYMENT", "local", "where the code location runs", Choice(("local", "docker", "k8s"))),
     Setting("LDTM_K8S_GPU_PER_STEP", True, "a gpu pool step's pod requests one GPU", Flag()),

@@ -13,21 +13,25 @@ from .gpu_pool import mark_pool_processes
 from .heartbeat import nightly_heartbeat
 from .jobs import (
     backtests_job,
+    external_judgement_job,
     nightly_job,
     nightly_market_job,
     promotion_job,
     recipe_decision_job,
     recipe_refit_job,
     retrain_job,
+    submission_job,
 )
 from .resources import resources_from_env
 from .schedules import nightly, weekly_recipe_refit, weekly_retrain
 from .sensors import (
     gpu_pool_sensor,
+    judge_after_nightly,
     nightly_after_market,
     promotion_gate_sensor,
     recipe_decision_sensor,
     retrain_backtests_sensor,
+    submission_sensor,
 )
 
 # A bad setting (or a placeholder password) is the code location's load error, shown in the UI, before any
@@ -49,6 +53,8 @@ defs = Definitions(
         backtests_job,
         recipe_refit_job,
         recipe_decision_job,
+        submission_job,
+        external_judgement_job,
     ],
     schedules=[nightly, weekly_retrain, weekly_recipe_refit],
     sensors=[
@@ -57,6 +63,8 @@ defs = Definitions(
         nightly_after_market,
         retrain_backtests_sensor,
         recipe_decision_sensor,
+        submission_sensor,
+        judge_after_nightly,
         run_failure_alert,
         snapshots_freshness_alert,
         nightly_heartbeat,

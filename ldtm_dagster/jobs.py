@@ -14,6 +14,7 @@ from dagster import AssetSelection, define_asset_job
 from .assets import (
     backtests,
     checkpoints,
+    external_judgements,
     features,
     fillbacks,
     leaderboard,
@@ -25,6 +26,7 @@ from .assets import (
     recipe_fits,
     signal_performance,
     snapshots,
+    submissions,
 )
 from .gpu_pool import GPU_RUN_TAGS
 from .partitions import evening_partitions, recipe_week_partitions, ticker_partitions
@@ -83,4 +85,16 @@ recipe_decision_job = define_asset_job(
     selection=AssetSelection.assets(recipe_decisions),
     partitions_def=recipe_week_partitions,
     description="The universe policy for a global recipe's week: one verdict applied to every member's gate.",
+)
+
+submission_job = define_asset_job(
+    "submission_job",
+    selection=AssetSelection.assets(submissions),
+    description="Record one submitted model's file (run config: model, path); launched by submission_sensor.",
+)
+
+external_judgement_job = define_asset_job(
+    "external_judgement_job",
+    selection=AssetSelection.assets(external_judgements),
+    description="Judge every submitted model's live record; launched after each nightly_job success.",
 )

@@ -1,6 +1,9 @@
-"""Sensors: keep the `gpu` pool sized to free VRAM, run the promotion gate per backtest (a global recipe's
+"""Sensors: record each file dropped for a submitted model and judge them after each nightly, keep the `gpu`
+pool sized to free VRAM, run the promotion gate per backtest (a global recipe's
 universe decision per recipe backtest), start an evening's snapshots once its prices and features have
 landed, and backtest the tickers a partly failed retrain trained."""
+
+from pathlib import Path
 
 from dagster import (
     AssetKey,
@@ -19,16 +22,19 @@ from dagster import (
 )
 
 from ldtm_core.accountability.gate import gate
+from ldtm_core.config import setting_text
 
 from . import deployment
 from .gpu_pool import pool_limit, sync_pool_limit
 from .jobs import (
     backtests_job,
+    external_judgement_job,
     nightly_job,
     nightly_market_job,
     promotion_job,
     recipe_decision_job,
     retrain_job,
+    submission_job,
 )
 from .partitions import EVENING_TAG, ticker_partitions
 from .resources import AppDatabase, ArtifactStore, GpuProbe
@@ -153,3 +159,44 @@ def recipe_decision_sensor(context: SensorEvaluationContext) -> SensorResult:
     ]
     cursor = str(records[-1].storage_id) if records else context.cursor
     return SensorResult(run_requests=requests, cursor=cursor)
+
+
+SUBMISSION_SUFFIXES = (".csv", ".parquet")
+
+
+@sensor(job=submission_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def submission_sensor(context: SensorEvaluationContext) -> list[RunRequest] | SkipReason:
+    """One `submission_job` run per new file in LDTM_SUBMISSIONS_DIR/<model name>/ (a .csv or .parquet).
+    The run key is the file with its size and modification time: a file is submitted once, and a file
+    written again is submitted again (then refused if it changes a recorded forecast)."""
+    root = setting_text("LDTM_SUBMISSIONS_DIR")
+    if not root:
+        return SkipReason("LDTM_SUBMISSIONS_DIR is not set: no drop folder to watch")
+    folder = Path(root)
+    if not folder.is_dir():
+        return SkipReason(f"LDTM_SUBMISSIONS_DIR={root} is not a folder")
+    requests = []
+    for path in sorted(folder.glob("*/*")):
+        if path.suffix.lower() not in SUBMISSION_SUFFIXES or not path.is_file():
+            continue
+        st = path.stat()
+        config = {"model": path.parent.name, "path": str(path)}
+        requests.append(
+            RunRequest(
+                run_key=f"{path}:{st.st_size}:{st.st_mtime_ns}",
+                run_config={"ops": {"submissions": {"config": config}}},
+                tags={"ldtm/submitted_model": path.parent.name},
+            )
+        )
+    return requests or SkipReason(f"no submission file in {root}/<model name>/")
+
+
+@run_status_sensor(
+    run_status=DagsterRunStatus.SUCCESS,
+    monitored_jobs=[nightly_job],
+    request_job=external_judgement_job,
+    default_status=DefaultSensorStatus.RUNNING,
+)
+def judge_after_nightly(context: RunStatusSensorContext) -> RunRequest:
+    """Every submitted model judged on its live record once an evening's fillbacks are in."""
+    return RunRequest(run_key=f"judge:{context.dagster_run.run_id}")

@@ -4,7 +4,7 @@ The layers, lowest first: the base (`ldtm_core/*.py`: config, db, schema, errors
 `data/` (prices in, features out), `scoring/` (pure scoring functions: the skill test, the baselines),
 `learning/` (models and their registry), `accountability/` (predictions, scores, promotion), then `cli/`.
 `accountability/` is rooms, not flat modules, lowest first: `alerts/` (the webhook), `ledger/` (snapshots,
-the chain, audit, fillback, refill, run log), `shadow/`, `gate/`, `board/`, `decay/`, `signals/`; a room
+the chain, audit, fillback, refill, run log), `shadow/`, `gate/`, `board/`, `decay/`, `signals/`, `submissions/` (models LDTM does not run); a room
 imports only the rooms before it.
 A layer imports only the layers below it: the base nothing of the packages, `data/` nothing of scores,
 predictions or models, `scoring/` only the base and `data/`, `learning/` nothing of `accountability/`.
@@ -188,7 +188,7 @@ def test_accountability_never_imports_the_command_line():
     _refuse(_violations(_package_files("ldtm_core/accountability"), ("ldtm_core.cli",)))
 
 
-ROOMS = ("alerts", "ledger", "shadow", "gate", "board", "decay", "signals")
+ROOMS = ("alerts", "ledger", "shadow", "gate", "board", "decay", "signals", "submissions")
 
 
 def _room(module: str) -> str | None:

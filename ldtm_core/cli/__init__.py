@@ -9,6 +9,7 @@ from ldtm_core.cli import (  # noqa: E402,F401
     dashboard,
     data,
     decay,
+    external,
     features,
     hardware,
     models,

@@ -117,6 +117,11 @@ def session_close(day) -> dt.datetime:
     return _calendar().session_close(pd.Timestamp(day).date()).to_pydatetime()
 
 
+def session_open(day) -> dt.datetime:
+    """When session `day` opens (UTC-aware): 09:30 New York."""
+    return _calendar().session_open(pd.Timestamp(day).date()).to_pydatetime()
+
+
 def latest_closed_session(at: dt.datetime | None = None) -> dt.date:
     """The latest session whose close has passed at `at` (default `now()`): at 10:00 New York on a
     session day that session is still trading, so it is the one before."""

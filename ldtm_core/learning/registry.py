@@ -29,6 +29,11 @@ from ldtm_core.learning.recipes import LSTM, RECIPE_KEY, recipe_of
 from ldtm_core.schema import model_registry, registry_events
 
 SHADOW = "shadow"  # registry status and snapshots.model_status of a shadow model and its rows
+# A model LDTM cannot run, whose forecasts are submitted (accountability.submissions): its registry rows
+# name this recipe, and its rows are recorded with this model_status until it is promoted to publish.
+EXTERNAL = "external"
+# snapshots.model_status values never published: the boards choose an evening's first row among the others.
+UNPUBLISHED = (SHADOW, EXTERNAL)
 
 
 def config_signature(cfg: ModelConfig) -> str:
@@ -248,19 +253,18 @@ def active_model(conn_or_engine: Connection | Engine, ticker: str) -> ModelRecor
 def newest_candidate(
     conn_or_engine: Connection | Engine, ticker: str, recipe: str | None = None
 ) -> ModelRecord | None:
-    """The ticker's newest candidate; with `recipe`, its newest candidate of that recipe."""
+    """The ticker's newest candidate LDTM can run; with `recipe`, its newest candidate of that recipe
+    (`EXTERNAL` names a submitted model's)."""
     stmt = (
         select(*_COLS)
         .where(model_registry.c.ticker == ticker, model_registry.c.status == "candidate")
         .order_by(model_registry.c.id.desc())
     )
     with _conn(conn_or_engine) as conn:
-        if recipe is None:
-            row = conn.execute(stmt.limit(1)).first()
-            return ModelRecord.from_row(row) if row else None
         # The recipe is named inside the config JSON: read newest first until one is this recipe's.
         for row in conn.execute(stmt):
-            if recipe_of(row.config_json) == recipe:
+            found = recipe_of(row.config_json)
+            if found == recipe or (recipe is None and found != EXTERNAL):
                 return ModelRecord.from_row(row)
     return None
 
@@ -268,7 +272,8 @@ def newest_candidate(
 def serving_models(
     conn_or_engine: Connection | Engine, tickers: Sequence[str] | None = None
 ) -> dict[str, ModelRecord]:
-    """For each ticker: its active model, else its newest candidate. One query."""
+    """For each ticker: its active model, else its newest candidate LDTM can run (a submitted model's
+    candidate rows serve nothing: its forecasts arrive by `submit`). One query."""
     stmt = select(*_COLS).where(model_registry.c.status.in_(["active", "candidate"]))
     if tickers is not None:
         stmt = stmt.where(model_registry.c.ticker.in_(list(tickers)))
@@ -276,6 +281,8 @@ def serving_models(
         rows = [ModelRecord.from_row(r) for r in conn.execute(stmt.order_by(model_registry.c.id))]
     out: dict[str, ModelRecord] = {}
     for rec in rows:  # id order: a later candidate replaces an earlier one; active always wins
+        if rec.status == "candidate" and rec.recipe == EXTERNAL:
+            continue
         cur = out.get(rec.ticker)
         if cur is None or rec.status == "active" or cur.status != "active":
             out[rec.ticker] = rec
@@ -434,9 +441,12 @@ def promote(
         )
     with engine.connect() as conn:
         version = _version_for(conn, rec)
-    dst = Path(settings.checkpoint_dir) / f"{rec.ticker}_ldtm_{version}.pt"
-    existed = dst.exists()
-    _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256, rec.ticker)
+    if rec.recipe == EXTERNAL:  # no artifact to copy: its forecasts arrive as submissions
+        dst, existed = Path(rec.checkpoint_path), True
+    else:
+        dst = Path(settings.checkpoint_dir) / f"{rec.ticker}_ldtm_{version}.pt"
+        existed = dst.exists()
+        _copy_verified(Path(rec.checkpoint_path), dst, rec.checkpoint_sha256, rec.ticker)
 
     def work(conn: Connection) -> PromoteResult:
         return _guarded(conn, rec.ticker, guard, within, transition)

@@ -7,6 +7,7 @@ from .market import features, prices
 from .models import onnx_exports, promotions
 from .recipes import recipe_backtests, recipe_decisions, recipe_fits
 from .signals import signal_performance
+from .submissions import external_judgements, submissions
 from .tuning import hpo_studies
 
 __all__ = [
@@ -23,5 +24,7 @@ __all__ = [
     "fillbacks",
     "leaderboard",
     "signal_performance",
+    "submissions",
+    "external_judgements",
     "hpo_studies",
 ]

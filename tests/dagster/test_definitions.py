@@ -24,6 +24,8 @@ ASSET_KEYS = {
     "fillbacks",
     "leaderboard",
     "signal_performance",
+    "submissions",
+    "external_judgements",
     "hpo_studies",
     "recipe_fits",
     "recipe_backtests",

@@ -57,7 +57,7 @@ from ldtm_core.accountability.board.reads import (
 from ldtm_core.data.membership import load_membership
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
-from ldtm_core.learning.registry import SHADOW, serving_models
+from ldtm_core.learning.registry import UNPUBLISHED, serving_models
 from ldtm_core.schema import snapshots
 from ldtm_core.scoring import baselines, board_stats, evidence
 from ldtm_core.scoring.board_stats import ALPHA, UniverseTest
@@ -373,18 +373,20 @@ def _with_target_dates(
     if board.empty:
         return board
     s = snapshots.c
-    where = [s.model_status != SHADOW]
+    where = [s.model_status.not_in(UNPUBLISHED)]
     if bounds is not None:
         # The view's own rows were all at or after `since` (_read): so are these, the same rows.
         where.append(s.run_date >= bounds.since)
     if not by_model:
-        first = select(func.min(s.id)).where(s.model_status != SHADOW).group_by(s.ticker, s.run_date)
+        first = (
+            select(func.min(s.id)).where(s.model_status.not_in(UNPUBLISHED)).group_by(s.ticker, s.run_date)
+        )
         if bounds is not None:
             # The same first row (it shares its run_date). A closed range: SQLite's planner (no
             # statistics) reads the run_date index for it, but scans a whole index for an open one.
             first = (
                 select(func.min(s.id))
-                .where(s.model_status != SHADOW, s.run_date.between(bounds.since, dt.date.max))
+                .where(s.model_status.not_in(UNPUBLISHED), s.run_date.between(bounds.since, dt.date.max))
                 .group_by(s.run_date, s.ticker)
             )
         where.append(s.id.in_(first))
@@ -473,7 +475,7 @@ def hidden_in_sample(engine: Engine, mode: str = "all") -> int:
         # Within the window only: an evening's first row shares its run_date (flat in years).
         first = (
             select(func.min(s.id))
-            .where(s.model_status != SHADOW, s.run_date >= start, s.run_date <= end)
+            .where(s.model_status.not_in(UNPUBLISHED), s.run_date >= start, s.run_date <= end)
             .group_by(s.run_date, s.ticker)
         )
         stmt = select(func.count()).where(
@@ -508,7 +510,7 @@ def hidden_non_members(engine: Engine, mode: str = "all") -> dict[str, int]:
         return {}
     views, _ = _read(engine, "accuracy_30d_with_in_sample_and_ungated", COLUMNS, mode)
     s = snapshots.c
-    where = [s.model_status != SHADOW, s.next_day_actual.is_not(None)]
+    where = [s.model_status.not_in(UNPUBLISHED), s.next_day_actual.is_not(None)]
     if not views.empty:
         where.append(s.run_date.between(views["window_start"].min(), views["window_end"].max()))
     if mode != "all":

@@ -19,7 +19,7 @@ from sqlalchemy import Date, Engine, bindparam, func, select, text
 from ldtm_core import accuracy_views
 from ldtm_core.data.membership import load_membership
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
-from ldtm_core.learning.registry import SHADOW
+from ldtm_core.learning.registry import UNPUBLISHED
 from ldtm_core.schema import snapshots
 from ldtm_core.scoring import baselines
 
@@ -119,7 +119,7 @@ def _newest_filled(engine: Engine) -> dict[str, dt.date | None]:
         stmts[h.name] = select(func.max(s[h.col("date")])).where(s[h.col("pct_error")].is_not(None))
     with engine.connect() as conn:
         return {
-            h: as_date(conn.execute(stmt.where(s.model_status != SHADOW)).scalar_one())
+            h: as_date(conn.execute(stmt.where(s.model_status.not_in(UNPUBLISHED))).scalar_one())
             for h, stmt in stmts.items()
         }
 
@@ -170,7 +170,7 @@ def next_day_rows(engine: Engine, tickers: list[str], start, end) -> pd.DataFram
         )
         .where(
             s.ticker.in_(tickers),
-            s.model_status != SHADOW,
+            s.model_status.not_in(UNPUBLISHED),
             s.run_date >= start,
             s.run_date <= end,
         )
@@ -249,7 +249,7 @@ def newest_filled_run_dates(engine: Engine, tickers: list[str], mode: str = "all
     s = snapshots.c
     newest = (
         select(s.run_date)
-        .where(s.ticker == bindparam("t"), s.next_day_actual.is_not(None), s.model_status != SHADOW)
+        .where(s.ticker == bindparam("t"), s.next_day_actual.is_not(None), s.model_status.not_in(UNPUBLISHED))
         .order_by(s.run_date.desc())
         .limit(1)
     )
@@ -302,7 +302,7 @@ def _recent_rows(engine: Engine, tickers: list[str], since: dt.date | None, sess
             s.in_sample,
             s.model_status,
         )
-        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None), s.model_status != SHADOW)
+        .where(s.ticker.in_(tickers), s.next_day_actual.is_not(None), s.model_status.not_in(UNPUBLISHED))
         .order_by(s.ticker, s.run_date, s.id)
     )
     if since is not None:

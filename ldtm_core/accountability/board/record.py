@@ -133,7 +133,9 @@ def sql_figures(
 ) -> pd.DataFrame:
     """`record_figures`' columns counted by the database over the accuracy view's own selection (its
     scored-rows condition, accuracy_views, no window), ties out."""
-    keys, scored = accuracy_views.views("0034")[view_name(by_model, include_in_sample, include_ungated)]
+    keys, scored = accuracy_views.views(accuracy_views.CURRENT)[
+        view_name(by_model, include_in_sample, include_ungated)
+    ]
     right = "s.next_day_direction_correct"
     wrong = f"({right} IS NULL OR NOT {right})"  # as reads.next_day_rows: unknown is not a hit
     sums = [
@@ -419,7 +421,9 @@ def horizon_rows(
     horizon: run date, each horizon's target date and `{name}_closer` (1: the forecast landed closer to
     the answer than no change, -1 farther, 0 as close; NULL: not filled). The ticker accuracy view's
     scored-rows condition (accuracy_views: first published row, in-sample, gated, member)."""
-    _, scored = accuracy_views.views("0034")[view_name(False, include_in_sample, include_ungated)]
+    _, scored = accuracy_views.views(accuracy_views.CURRENT)[
+        view_name(False, include_in_sample, include_ungated)
+    ]
     cols, filled = [], []
     for h in ERROR_ONLY:
         pred, actual = f"s.{h.col('pred')}", f"s.{h.col('actual')}"

@@ -20,7 +20,7 @@ from ldtm_core.accountability.ledger.audit import verify
 from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.data.universe import validate_ticker
 from ldtm_core.horizons import NAMES as HORIZONS
-from ldtm_core.learning.registry import SHADOW, history, list_models
+from ldtm_core.learning.registry import UNPUBLISHED, history, list_models
 from ldtm_core.schema import registry_events, run_log, snapshots
 from ldtm_core.scoring.skill import SkillTest, discordant_counts
 
@@ -71,7 +71,7 @@ def ticker_predictions(
         cols += [s[f"{h}_date"], s[f"{h}_pred"], s[f"{h}_actual"], s[f"{h}_pct_error"]]
     cols.append(s.next_day_direction_correct)
     stmt = select(*cols).where(
-        s.ticker == ticker, s.model_status != SHADOW
+        s.ticker == ticker, s.model_status.not_in(UNPUBLISHED)
     )  # a shadow row is never published
     if start is not None:
         stmt = stmt.where(s.run_date >= start)
@@ -147,7 +147,7 @@ def evening_cohorts(
     evening); an evening published by a candidate (ungated) counts only with `include_ungated`."""
     s = snapshots.c
     stmt = select(s.id, s.ticker, s.run_date, s.direction_pred, s.model_status).where(
-        s.model_status != SHADOW
+        s.model_status.not_in(UNPUBLISHED)
     )
     if start is not None:
         stmt = stmt.where(s.run_date >= start)
@@ -286,7 +286,7 @@ def latest_evening(engine: Engine) -> dict | None:
     with engine.connect() as conn:
         rows = conn.execute(
             select(snapshots.c.ticker, snapshots.c.mode, snapshots.c.model_status).where(
-                snapshots.c.run_date == day, snapshots.c.model_status != SHADOW
+                snapshots.c.run_date == day, snapshots.c.model_status.not_in(UNPUBLISHED)
             )
         ).all()
     row = cohorts.iloc[0] if len(cohorts) else pd.Series(0, index=["bullish", "neutral", "bearish"])

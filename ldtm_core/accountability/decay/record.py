@@ -42,7 +42,7 @@ from ldtm_core.accountability.gate.ledger import spend
 from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
 from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
 from ldtm_core.learning.recipes import LSTM
-from ldtm_core.learning.registry import SHADOW, ModelRecord, list_models
+from ldtm_core.learning.registry import UNPUBLISHED, ModelRecord, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
 from ldtm_core.scoring.skill import pooled_direction
 
@@ -257,7 +257,7 @@ def published_record(engine: Engine, ticker: str, mode: str = "all") -> pd.DataF
             conn.execute(select(*cols).where(s.ticker == ticker).order_by(s.run_date, s.id)).all(),
             columns=[c.name for c in cols],
         )
-    rows = rows[rows["model_status"] != SHADOW].drop_duplicates(
+    rows = rows[~rows["model_status"].isin(UNPUBLISHED)].drop_duplicates(
         "run_date", keep="first"
     )  # what was published
     rows = rows[

@@ -60,7 +60,15 @@ from ldtm_core.learning.price_windows import (
 )
 from ldtm_core.learning.recipes import LSTM
 from ldtm_core.learning.recipes import serving as recipe_serving
-from ldtm_core.learning.registry import SHADOW, ModelRecord, serving_models, shadow_models
+from ldtm_core.learning.registry import (
+    EXTERNAL,
+    SHADOW,
+    ModelRecord,
+    activation_history,
+    get_model,
+    serving_models,
+    shadow_models,
+)
 from ldtm_core.schema import model_registry, prices, snapshots
 from ldtm_core.scoring import baselines
 
@@ -114,6 +122,10 @@ class PredictResult:
     model_versions: dict[str, str] = field(default_factory=dict)  # {ticker: model_version written}
     shadow: dict[str, str] = field(default_factory=dict)  # {ticker: the shadow's model_version written}
     shadow_skipped: dict[str, str] = field(default_factory=dict)  # {ticker: why its shadow did not run}
+    # Tickers whose champion is a submitted model (accountability.submissions): its row was submitted
+    # ({ticker: version}), or it was missing and the previous champion published ({ticker: why}).
+    submitted: dict[str, str] = field(default_factory=dict)
+    submission_missing: dict[str, str] = field(default_factory=dict)
     # The anchor stored in run_log: {"keyed": bool, "heads": {ticker: [id, row_hash, run_date, version]}}
     chain_heads: dict = field(default_factory=dict)
     receipt: receipts.Receipt | None = None  # the evening's signed receipt, where receipts are configured
@@ -136,6 +148,8 @@ class PredictResult:
             "in_sample": self.in_sample,
             "shadow": self.shadow,
             "shadow_skipped": self.shadow_skipped,
+            "submitted": self.submitted,
+            "submission_missing": self.submission_missing,
             "receipt": self.receipt.path.name if self.receipt else None,
         }
 
@@ -254,6 +268,7 @@ def _predict(
             result.not_members[t] = membership.why_not(t, run_date)
             log.info("predict %s: %s not predicted: %s", run_date, t, result.not_members[t])
     todo = [t for t in wanted if t in models and t not in result.not_members]
+    todo = _submitted_champions(engine, result, models, todo)
     # Global recipes' models (learning.recipes) are served from their artifacts; the LSTMs below.
     by_recipe = {t: models[t] for t in todo if models[t].recipe != LSTM}
     todo = [t for t in todo if t not in by_recipe]
@@ -357,7 +372,7 @@ def _predict(
                 "run_id": result.run_id,
                 "created_at": now,
                 # The board's baselines as called this evening (chain version 3 hashes them).
-                "baseline_calls": _baseline_calls(arrays.get(inp.ticker), run_date),
+                "baseline_calls": baseline_calls(arrays.get(inp.ticker), run_date),
             }
         )
     pause_point("predict.before_write")
@@ -381,6 +396,47 @@ def _predict(
     result.model_versions = {r["ticker"]: r["model_version"] for r in rows}
 
 
+def _submitted_champions(
+    engine: Engine, result: PredictResult, models: dict[str, ModelRecord], todo: list[str]
+) -> list[str]:
+    """The tickers still to predict once those whose champion is a submitted model are settled: its row
+    for the evening is already recorded (nothing to do), or it is missing and the previous champion LDTM
+    can run publishes in its place (`models` is changed to it; the evening says why), or there is none."""
+    external = [t for t in todo if models[t].recipe == EXTERNAL]
+    if not external:
+        return todo
+    s = snapshots.c
+    with engine.connect() as conn:
+        have = {
+            r.ticker
+            for r in conn.execute(
+                select(s.ticker).where(
+                    s.run_date == result.run_date, s.model_id.in_([models[t].id for t in external])
+                )
+            )
+        }
+        for t in external:
+            rec = models[t]
+            if t in have:
+                result.submitted[t] = rec.snapshot_version
+                continue
+            previous = [
+                m
+                for m in (get_model(conn, i) for i in reversed(activation_history(conn, t)) if i != rec.id)
+                if m.recipe != EXTERNAL
+            ]
+            why = f"{rec.ticker}'s champion {rec.snapshot_version} (submitted) has no submission for {result.run_date}"
+            if previous:
+                models[t] = previous[0]
+                result.submission_missing[t] = (
+                    f"{why}: the previous champion {previous[0].snapshot_version} publishes"
+                )
+            else:
+                result.skipped[t] = f"{why}, and no earlier champion can publish"
+            log.info("predict %s: %s", result.run_date, result.submission_missing.get(t) or result.skipped[t])
+    return [t for t in todo if t not in result.submitted and t not in result.skipped]
+
+
 def _recipe_forecasts(
     recs: dict[str, ModelRecord], arrays: dict, run_date: dt.date, engine: Engine
 ) -> tuple[list[_Input], dict[str, np.ndarray], dict[str, str]]:
@@ -394,7 +450,7 @@ def _recipe_forecasts(
     return inputs, preds, skipped, failed
 
 
-def _baseline_calls(series: dict | None, run_date: dt.date) -> str:
+def baseline_calls(series: dict | None, run_date: dt.date) -> str:
     """Each board baseline's call on `run_date` from the ticker's closes up to it (scoring.baselines),
     as the JSON the row records; no call (null) where the closes do not reach the run date."""
     which = baselines.board_baselines()

@@ -12,7 +12,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ldtm_core.horizons import DIRECTION, HORIZONS
-from ldtm_core.learning.registry import SHADOW
+from ldtm_core.learning.registry import UNPUBLISHED
 from ldtm_core.schema import snapshots
 from ldtm_core.scoring.paired import dm_error_test, mcnemar_p
 from ldtm_core.scoring.skill import format_p_value
@@ -63,7 +63,7 @@ def paired_evenings(
     ]
     if rows.empty:
         return pd.DataFrame(columns=out_cols)
-    published = rows[rows["model_status"] != SHADOW].drop_duplicates("run_date", keep="first")
+    published = rows[~rows["model_status"].isin(UNPUBLISHED)].drop_duplicates("run_date", keep="first")
     published = published[published["model_status"] == "active"]
     if champion_id is not None:
         published = published[published["model_id"] == champion_id]

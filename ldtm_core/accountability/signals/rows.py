@@ -29,7 +29,7 @@ from ldtm_core.data.membership import Membership, load_membership
 from ldtm_core.db import is_postgres
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS as ALL_HORIZONS
-from ldtm_core.learning.registry import SHADOW
+from ldtm_core.learning.registry import SHADOW, UNPUBLISHED
 from ldtm_core.schema import prices, snapshots
 
 # Sessions each horizon spans (next Monday: 1 to 5): how far consecutive evenings' targets overlap.
@@ -136,7 +136,7 @@ def load_rows(engine: Engine, choice: RowChoice = PRODUCTION) -> Rows:
     raw["in_sample"] = raw["in_sample"].astype(bool)
     universe = sorted(raw["ticker"].unique()) if len(raw) else []
     shadow_rows = raw[raw["model_status"] == SHADOW]
-    first = raw[raw["model_status"] != SHADOW].drop_duplicates(["ticker", "run_date"], keep="first")
+    first = raw[~raw["model_status"].isin(UNPUBLISHED)].drop_duplicates(["ticker", "run_date"], keep="first")
     in_sample = first["in_sample"].astype(bool)
     ungated = first["model_status"] != "active"
     wrong_mode = first["mode"] != choice.mode if choice.mode != "all" else pd.Series(False, first.index)

@@ -1,0 +1,224 @@
+"""Submitted forecasts (accountability.submissions): a model LDTM cannot run submits files that are checked
+whole, recorded chained beside the published rows (never published until promoted), refused with a named
+error and nothing written, judged on their live record, promoted, and replaced by the previous champion on
+an evening their submission is missing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import func, select, text
+
+from ldtm_core.accountability.ledger.audit import verify
+from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.snapshots import predict
+from ldtm_core.accountability.submissions import external, judge
+from ldtm_core.accountability.submissions.submit import SubmissionError, cutoff, submit
+from ldtm_core.data.calendar import session_close, sessions_between
+from ldtm_core.horizons import HORIZONS
+from ldtm_core.learning import registry
+from ldtm_core.schema import snapshots
+from tests.accountability_helpers import ingest, make_model, make_settings
+
+TICKERS = ["AAA", "BBB", "CCC"]
+
+
+@pytest.fixture
+def store(engine, tmp_path, monkeypatch):
+    monkeypatch.delenv("LDTM_SUBMISSION_CUTOFF_MIN", raising=False)
+    prices = ingest(engine, TICKERS, start="2023-01-03", end="2023-12-29")
+    settings = make_settings(tmp_path, str(engine.url))
+    external.register(engine, "desk", TICKERS, "a desk's model")
+    return engine, settings, prices.assign(date=pd.to_datetime(prices["date"]))
+
+
+def _file(tmp_path, day, returns: dict[str, float], name="sub.csv", **extra) -> str:
+    rows = [
+        {"ticker": t, "run_date": day.isoformat(), "horizon": h.name, "expected_return": r, **extra}
+        for t, r in returns.items()
+        for h in HORIZONS
+    ]
+    path = tmp_path / name
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return str(path)
+
+
+def _evening(day: dt.date) -> dt.datetime:
+    return session_close(day) + dt.timedelta(hours=1)
+
+
+def _count(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(snapshots)).scalar_one()
+
+
+def test_a_submission_is_recorded_chained_unpublished_and_never_replaced(store, tmp_path):
+    engine, settings, prices = store
+    day = dt.date(2023, 6, 1)
+    path = _file(tmp_path, day, {"AAA": 0.01, "BBB": -0.02, "CCC": 0.0})
+    res = submit(engine, settings, "desk", path, at=_evening(day))
+    assert (res.rows_written, res.mode, res.tickers) == (3, "live", TICKERS)
+    with engine.connect() as conn:
+        rows = {r.ticker: r for r in conn.execute(select(snapshots).where(snapshots.c.run_date == day))}
+    close = prices.set_index(["ticker", "date"])["close"]
+    for t, r in (("AAA", 0.01), ("BBB", -0.02)):
+        want = close[(t, pd.Timestamp(day))] * math.exp(r)
+        assert rows[t].next_day_pred == pytest.approx(want) and rows[t].model_status == registry.EXTERNAL
+    assert rows["AAA"].direction_pred == "bullish" and rows["BBB"].direction_pred == "bearish"
+    assert rows["CCC"].direction_pred == "neutral" and rows["AAA"].baseline_calls
+    assert verify(engine).ok
+    # The same file again is a no-op; other values for a recorded evening are refused, nothing written.
+    assert submit(engine, settings, "desk", path, at=_evening(day)).rows_existing == 3
+    changed = _file(tmp_path, day, {"AAA": 0.02, "BBB": -0.02, "CCC": 0.0}, name="changed.csv")
+    with pytest.raises(SubmissionError, match="AAA 2023-06-01 was already submitted with other forecasts"):
+        submit(engine, settings, "desk", changed, at=_evening(day))
+    assert _count(engine) == 3
+
+
+def test_bad_submissions_are_refused_by_name_with_nothing_written(store, tmp_path):
+    engine, settings, _ = store
+    day = dt.date(2023, 6, 1)
+    ok = {"AAA": 0.01}
+
+    def refused(path, match, name="desk", at=None):
+        with pytest.raises(Exception, match=match):
+            submit(engine, settings, name, path, at=at or _evening(day))
+
+    refused(_file(tmp_path, day, {"ZZZ": 0.01}), "row 2: 'ZZZ' is not a ticker this model is registered for")
+    refused(_file(tmp_path, day, {"AAA": float("nan")}), "row 2: expected_return nan is not a finite")
+    refused(_file(tmp_path, dt.date(2023, 6, 3), ok), "run date 2023-06-03 is not an XNYS trading session")
+    refused(
+        _file(tmp_path, dt.date(2024, 3, 1), ok),
+        "AAA has no stored close on 2024-03-01",
+        at=_evening(dt.date(2024, 3, 1)),
+    )
+    refused(
+        _file(tmp_path, day, ok, direction="bearish"), "row 2: direction bearish contradicts expected_return"
+    )
+    refused(_file(tmp_path, day, ok), "external model 'nobody' is not registered", name="nobody")
+    dup = pd.read_csv(_file(tmp_path, day, ok))
+    pd.concat([dup, dup.iloc[[0]]]).to_csv(tmp_path / "dup.csv", index=False)
+    refused(str(tmp_path / "dup.csv"), "row 5: duplicate of row 2")
+    dup.iloc[1:].to_csv(tmp_path / "short.csv", index=False)
+    refused(str(tmp_path / "short.csv"), f"lacks horizon\\(s\\) {HORIZONS[0].name}")
+    dup.assign(horizon="next_year").to_csv(tmp_path / "horizon.csv", index=False)
+    refused(str(tmp_path / "horizon.csv"), "horizon 'next_year' is unknown")
+    dup.drop(columns="expected_return").to_csv(tmp_path / "cols.csv", index=False)
+    refused(str(tmp_path / "cols.csv"), "missing column\\(s\\) expected_return")
+    # Past the cut-off (the next session's open): refused, or kept as a replay with `late`.
+    late_at = cutoff(day) + dt.timedelta(seconds=1)
+    refused(_file(tmp_path, day, ok), "closed to live submissions at 2023-06-02 09:30 New York", at=late_at)
+    assert _count(engine) == 0
+    res = submit(engine, settings, "desk", _file(tmp_path, day, ok), late=True, at=late_at)
+    assert res.mode == "replay" and res.rows_written == 1
+
+
+def test_cutoff_setting_moves_it_earlier(monkeypatch):
+    monkeypatch.setenv("LDTM_SUBMISSION_CUTOFF_MIN", "90")
+    assert cutoff(dt.date(2023, 6, 1)) == session_close(dt.date(2023, 6, 1)).replace(
+        hour=12, minute=0
+    ) + dt.timedelta(days=1)
+
+
+def test_unpublished_until_promoted_then_published_and_replaced_when_missing(store, tmp_path):
+    """A planted edge (the next-day sign known) is shown on its live record and promoted; the LSTM champion
+    it replaces publishes on the evening its submission is missing, and never beside a submitted row."""
+    engine, settings, prices = store
+    lstm = make_model(engine, settings, "AAA", trained_on=dt.date(2023, 1, 31))
+    registry.promote(engine, lstm, "test champion", settings)
+    lstm_b = make_model(engine, settings, "BBB", trained_on=dt.date(2023, 1, 31))
+    registry.promote(engine, lstm_b, "test champion", settings)
+    close = prices.pivot(index="date", columns="ticker", values="close")
+    days = sessions_between(dt.date(2023, 3, 1), dt.date(2023, 6, 30))
+    for day in days:
+        nxt = close.index[close.index.get_loc(pd.Timestamp(day)) + 1]
+        edge = {t: 0.01 * np.sign(close.at[nxt, t] - close.at[pd.Timestamp(day), t]) for t in TICKERS}
+        submit(engine, settings, "desk", _file(tmp_path, day, edge), at=_evening(day))
+    # The champion published on a few of those evenings: its rows are the published ones, not the desk's.
+    for day in days[-3:]:
+        predict(engine, settings, day, ["AAA"])
+    fillback(engine)
+    with engine.connect() as conn:
+        view = conn.execute(
+            text("SELECT model_version FROM accuracy_30d_by_model_with_in_sample_and_ungated")
+        ).all()
+    assert all(not v.model_version.startswith("cand-") or v.model_version == f"cand-{lstm}" for v in view)
+    verdict = judge.judge(engine, "desk")
+    # Shown on every ticker; AAA's champion published on 3 of its evenings: too few to show it beaten.
+    assert verdict.shown == TICKERS and verdict.promotable == ["BBB", "CCC"], verdict.table
+    assert verdict.table.loc["AAA", "champion_n"] == 3 and "among 3 tickers" in verdict.detectable
+    done = judge.promote(engine, "desk")
+    assert sorted(p.ticker for p in done) == ["BBB", "CCC"]
+    assert registry.active_model(engine, "BBB").recipe == registry.EXTERNAL
+    assert registry.active_model(engine, "AAA").id == lstm
+    # An evening with its submission: the submitted row publishes and the LSTM writes nothing for BBB.
+    day = dt.date(2023, 7, 3)
+    submit(engine, settings, "desk", _file(tmp_path, day, {"BBB": 0.01}), at=_evening(day))
+    res = predict(engine, settings, day, ["BBB"])
+    assert res.submitted == {"BBB": registry.active_model(engine, "BBB").version} and res.rows_written == 0
+    with engine.connect() as conn:
+        row = conn.execute(select(snapshots).where(snapshots.c.run_date == day)).one()
+    assert row.model_status == "active"
+    # An evening without: the previous champion publishes, and the evening says why.
+    day = dt.date(2023, 7, 5)
+    res = predict(engine, settings, day, ["BBB"])
+    assert res.rows_written == 1 and "has no submission for 2023-07-05" in res.submission_missing["BBB"]
+    with engine.connect() as conn:
+        row = conn.execute(select(snapshots).where(snapshots.c.run_date == day)).one()
+    assert row.model_id == lstm_b
+    assert verify(engine).ok
+
+
+def test_a_coin_flip_submitter_is_not_promoted(store, tmp_path):
+    engine, settings, _ = store
+    rng = np.random.default_rng(3)
+    for day in sessions_between(dt.date(2023, 3, 1), dt.date(2023, 6, 30)):
+        coin = {t: float(rng.choice([-0.01, 0.01])) for t in TICKERS}
+        submit(engine, settings, "desk", _file(tmp_path, day, coin), at=_evening(day))
+    fillback(engine)
+    verdict = judge.judge(engine, "desk")
+    assert verdict.table["n"].min() > 70 and verdict.promotable == []
+    assert judge.promote(engine, "desk") == []
+
+
+def test_receipts_cover_submissions_and_the_export_verifies(store, tmp_path, monkeypatch):
+    from ldtm_core.accountability.ledger import receipts as rc
+    from ldtm_core.accountability.ledger.record_export import export_record
+    from ldtm_core.accountability.ledger.record_verify import verify_record
+
+    engine, settings, _ = store
+    private, public = tmp_path / "keys" / "r.pem", tmp_path / "keys" / "r.pub"
+    rc.keygen(private, public)
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    monkeypatch.setenv(rc.KEY_ENV, str(private))
+    for day in (dt.date(2023, 6, 1), dt.date(2023, 6, 2)):
+        # The receipt is signed on arrival: the simulated evening's clock, not today's.
+        stamp = _evening(day).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        monkeypatch.setattr(rc, "_now", lambda stamp=stamp: stamp)
+        res = submit(
+            engine, settings, "desk", _file(tmp_path, day, {"AAA": 0.01, "BBB": -0.01}), at=_evening(day)
+        )
+        assert res.receipt is not None
+    fillback(engine)
+    export_record(engine, tmp_path / "export")
+    report = verify_record(tmp_path / "export", tmp_path / "receipts", rc.load_public_key(public))
+    assert report.ok, report.findings
+    assert report.rows == report.covered == 4 and report.receipts == 2
+    # A late submission is a replay: covered, and counted apart as proving no forecast.
+    day = dt.date(2023, 6, 5)
+    submit(
+        engine,
+        settings,
+        "desk",
+        _file(tmp_path, day, {"AAA": 0.01}),
+        late=True,
+        at=_evening(day) + dt.timedelta(days=2),
+    )
+    fillback(engine)
+    export_record(engine, tmp_path / "export2")
+    report = verify_record(tmp_path / "export2", tmp_path / "receipts", rc.load_public_key(public))
+    assert report.ok and (report.rows, report.covered, report.replay) == (5, 5, 1)
