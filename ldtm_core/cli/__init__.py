@@ -14,6 +14,7 @@ from ldtm_core.cli import (  # noqa: E402,F401
     hardware,
     models,
     promotion,
+    recipes,
     record,
     shadow,
     signals,

@@ -9,7 +9,9 @@ one fit per fold for the whole panel, on prices up to the same Friday. `recipe_d
 policy (`universe_decision.decide`): one verdict, against the champions or on a first deployment against
 every baseline, applied to each member ticker's gate. The weekly schedule launches the first two for
 every recipe serving a ticker and every LDTM_CHALLENGER_RECIPES; a backfill of past weeks refits a
-recipe as it would have been fitted then.
+recipe as it would have been fitted then. A recipe from an installed package (`ldtm.recipes` entry
+points, docs/bring-your-own-model.md) has its partitions too; each materialization says the recipe's
+`source` (ldtm, or that package and its version), and `recipe_fits`' definition lists them all.
 """
 
 import json
@@ -30,6 +32,7 @@ from ldtm_core.accountability.gate.backtest_pool import backtest_many
 from ldtm_core.accountability.gate.universe_decision import decide
 from ldtm_core.errors import LDTMError
 from ldtm_core.learning.backtest import DEFAULT_FOLDS
+from ldtm_core.learning.recipes import RECIPES, get, plugins
 from ldtm_core.learning.recipes.family import config_from, family
 from ldtm_core.learning.recipes.global_fit import fit_pool, recipe_config, train_global
 from ldtm_core.learning.registry import serving_models
@@ -40,6 +43,19 @@ from ..partitions import recipe_and_as_of, recipe_week_partitions
 from ..resources import AppDatabase, ArtifactStore
 
 GROUP = "recipes"
+
+
+def _source(recipe: str) -> str:
+    """Where recipe `recipe` comes from: "ldtm", or its plugin's package and version."""
+    return get(recipe).source
+
+
+def _recipes_listed() -> MetadataValue:
+    """Every global recipe with its source, then the plugins refused with why (the code location's view,
+    as `ldtm recipes list` prints it)."""
+    rows = [{"recipe": r.name, "source": r.source, "what": r.doc} for r in RECIPES.values() if r.family]
+    rows += [{"recipe": name, "source": "refused", "what": why} for name, why in plugins.refused().items()]
+    return records_table(rows)
 
 
 class RecipeFitConfig(Config):
@@ -68,6 +84,7 @@ def serving_settings(engine, recipe: str, tickers: list[str]) -> dict:
     deps=[AssetDep("features", partition_mapping=AllPartitionMapping())],
     group_name=GROUP,
     kinds={"scikit-learn", "lightgbm", "pytorch"},
+    metadata={"recipes": _recipes_listed()},
 )
 def recipe_fits(
     context: AssetExecutionContext, config: RecipeFitConfig, store: ArtifactStore, database: AppDatabase
@@ -102,6 +119,7 @@ def recipe_fits(
     return MaterializeResult(
         metadata={
             "recipe": recipe,
+            "source": _source(recipe),
             "as_of": str(as_of),
             "settings": MetadataValue.json({"from": source, **overrides}),
             "pool": ", ".join(pool),  # the tickers whose rows it fitted: the member universe then
@@ -142,6 +160,7 @@ def recipe_backtests(
     return MaterializeResult(
         metadata={
             "recipe": recipe,
+            "source": _source(recipe),
             "as_of": str(as_of),
             "leakage_rows": leakage,
             **counts,
@@ -179,6 +198,7 @@ def recipe_decisions(
     return MaterializeResult(
         metadata={
             "recipe": recipe,
+            "source": _source(recipe),
             "verdicts": MetadataValue.md(
                 "\n\n".join(v.summary() for v in d.verdicts.values()) or "no verdict"
             ),

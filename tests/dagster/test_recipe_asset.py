@@ -32,7 +32,9 @@ def test_recipe_fits_trains_the_universe_once_for_its_week_and_registers_a_candi
     )
     assert result.success
     meta = result.asset_materializations_for_node("recipe_fits")[0].metadata
-    assert meta["trained"].value == 2 and meta["recipe"].value == "lightgbm"
+    assert (
+        meta["trained"].value == 2 and meta["recipe"].value == "lightgbm" and meta["source"].value == "ldtm"
+    )
     assert meta["as_of"].value == "2024-01-12" and meta["pool"].value == "AAPL, NVDA"
     assert meta["settings"].value == {"from": "the run's config", "n_estimators": 20}
     models = list_models(engine)
@@ -65,6 +67,8 @@ def test_the_recipe_loop_is_partitioned_by_recipe_and_week_in_its_own_group():
     assert graph.get(AssetKey("recipe_decisions")).parent_keys == {AssetKey("recipe_backtests")}
     recipes = recipe_week_partitions.get_partitions_def_for_dimension("recipe").get_partition_keys()
     assert recipes == global_recipes() and "lstm" not in recipes  # the LSTM's loop is per ticker
+    listed = recipe_fits.specs_by_key[AssetKey("recipe_fits")].metadata["recipes"].records
+    assert [(r.data["recipe"], r.data["source"]) for r in listed] == [(r, "ldtm") for r in recipes]
     assert recipe_and_as_of(recipe_week_key("ridge", "2026-11-28")) == ("ridge", dt.date(2026, 12, 4))
 
 

@@ -5,66 +5,29 @@ once on every member ticker's rows (`global_fit`), stored as one data artifact, 
 ticker, so the registry still says per ticker which model serves. A registry row names its recipe in
 its config JSON (`"recipe"`); a row without one is the LSTM (every row written before recipes existed).
 
+A recipe ships with LDTM (`catalog.BUILTIN`) or comes from a package of its own, installed beside it
+(`plugins`: the `ldtm.recipes` entry point group; docs/bring-your-own-model.md). The plugins are found
+once per process, at the first read of `RECIPES`, and join it; one that breaks the contract is refused
+alone, by name (`plugins.refused()`), and never stops an import or a read.
+
 This module stays import-light (no torch, scikit-learn or LightGBM): the registry reads it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-from ldtm_core.errors import InputError
+from ldtm_core.learning.recipes import plugins
+from ldtm_core.learning.recipes.catalog import (  # noqa: F401  (the registry, read from here)
+    BUILTIN,
+    LSTM,
+    RECIPES,
+    REFUSED,
+    Recipe,
+    get,
+)
 
-LSTM = "lstm"
 RECIPE_KEY = "recipe"  # the key of a registry row's config JSON that names its recipe
-_TABULAR = "ldtm_core.learning.recipes.tabular"
-_MARKET = "ldtm_core.learning.recipes.market"
-
-
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    scope: str  # "per ticker": one fit per ticker; "global": one fit for the whole universe
-    doc: str
-    family: str | None = None  # a global recipe's `recipes.family.Family`, as "module:attribute"
-
-
-RECIPES: dict[str, Recipe] = {
-    r.name: r
-    for r in (
-        Recipe(LSTM, "per ticker", "2-layer LSTM on each ticker's normalised 11-feature windows"),
-        Recipe("ridge", "global", "ridge regression (scikit-learn) on price_features", f"{_TABULAR}:RIDGE"),
-        Recipe(
-            "lightgbm", "global", "LightGBM, a booster per horizon, on price_features", f"{_TABULAR}:LIGHTGBM"
-        ),
-        Recipe(
-            "ridge_market",
-            "global",
-            "ridge on price_features and the market's returns",
-            f"{_MARKET}:RIDGE_MARKET",
-        ),
-        Recipe(
-            "lightgbm_market",
-            "global",
-            "LightGBM on price_features and the market's returns",
-            f"{_MARKET}:LIGHTGBM_MARKET",
-        ),
-        Recipe(
-            "global_lstm",
-            "global",
-            "one 2-layer LSTM over every ticker's normalised 11-feature windows",
-            "ldtm_core.learning.recipes.global_lstm:GLOBAL_LSTM",
-        ),
-    )
-}
-
-
-def get(name: str) -> Recipe:
-    """The recipe called `name`; InputError listing the known ones otherwise."""
-    try:
-        return RECIPES[name]
-    except KeyError:
-        raise InputError(f"recipe {name!r} is unknown; known: {', '.join(RECIPES)}") from None
 
 
 def recipe_of(config_json: str) -> str:
@@ -92,3 +55,6 @@ def challenger_recipes() -> list[str]:
             f"{', '.join(global_recipes())}"
         )
     return list(dict.fromkeys(names))
+
+
+RECIPES.discover_with(plugins.install)  # at the first read: a plugin's module imports this package first

@@ -17,7 +17,7 @@ from typing import Any
 from ldtm_core.errors import CheckpointError, first_line
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.checkpoints import write_atomic
-from ldtm_core.learning.recipes import RECIPES
+from ldtm_core.learning.recipes import RECIPES, REFUSED
 from ldtm_core.learning.recipes.family import family, inputs_of
 from ldtm_core.learning.recipes.tabular import TabularModel
 
@@ -76,7 +76,10 @@ def load(path: Path | str, expected_sha256: str) -> TabularModel:
     kind = doc.get("kind")
     known = [r.name for r in RECIPES.values() if r.family]
     if kind not in known:
-        raise CheckpointError(f"{who} has unknown kind {kind!r} (known: {', '.join(known)})")
+        refused = (
+            f"; its plugin was refused: {REFUSED[kind]}" if isinstance(kind, str) and kind in REFUSED else ""
+        )
+        raise CheckpointError(f"{who} has unknown kind {kind!r} (known: {', '.join(known)}){refused}")
     horizons = [h.name for h in HORIZONS]
     if doc.get("horizons") != horizons:
         raise CheckpointError(f"{who} predicts horizons {doc.get('horizons')}, not {horizons}")

@@ -1,6 +1,8 @@
 """What a global recipe is made of: its settings (`RecipeConfig`) and its family (`Family`): how it fits,
 predicts and stores its fitted state. Ridge and LightGBM are two families (`tabular`); yours is a third,
-in one module, registered with one line in `recipes.RECIPES` (docs/architecture.md, "Add a recipe").
+in one module, registered with one line in `recipes.catalog.BUILTIN` (docs/architecture.md, "Add a
+recipe") or from a package of its own through the `ldtm.recipes` entry point group (`recipes.plugins`;
+docs/bring-your-own-model.md). This contract is versioned: `RECIPE_API_VERSION`.
 
 A family reads X, its inputs' values for each (ticker, evening) (`Family.inputs`; the `price_features`
 library by default), and Y, each horizon's log return to its target date. LDTM does everything else: the panel, the purge,
@@ -18,11 +20,17 @@ from typing import Any, ClassVar
 
 from ldtm_core.errors import InputError
 from ldtm_core.horizons import HORIZONS
-from ldtm_core.learning.recipes import RECIPES, get
+from ldtm_core.learning.recipes.catalog import RECIPES, get
 from ldtm_core.learning.recipes.inputs import PRICE_FEATURES, Inputs
 
 # What a target is: part of the signature, since a change of definition makes two fits incomparable.
 TARGET_DEFINITION = "log_return(close[target_date] / close[date]), XNYS sessions"
+
+# The version of the recipe contract (`RecipeConfig`, `Family`, `inputs.Inputs`, and what LDTM hands a
+# family and expects back: docs/bring-your-own-model.md). A change that would break a recipe written for
+# it is a new version; a plugin declaring a version this LDTM does not speak is refused by name.
+RECIPE_API_VERSION = 1
+SUPPORTED_API_VERSIONS = (1,)
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,8 @@ class Family:
     load: Callable[[dict, Any, int], Any]  # (that data, config, number of features) -> the state
     libraries: tuple[str, ...] = ()  # distributions whose version is part of every fold's key
     inputs: Inputs = PRICE_FEATURES  # what X holds
+    doc: str = ""  # one line for `ldtm recipes list` (a plugin's; without one, its module's docstring)
+    api_version: int = RECIPE_API_VERSION  # the recipe contract it was written for
 
 
 def family(name: str) -> Family:

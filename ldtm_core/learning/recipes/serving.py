@@ -2,8 +2,10 @@
 return per horizon, the price it implies.
 
 Artifacts load once per process (per path and sha256) and the file is re-hashed against the registry on
-every use, as `inference.load_verified_model` does for checkpoints. A model that cannot load, or predicts
-NaN/inf or the wrong shape, costs only its own tickers their row, each named with the reason.
+every use, as `inference.load_verified_model` does for checkpoints. A model that cannot load (its recipe's
+plugin uninstalled or refused too), whose inputs raise, or that predicts NaN/inf or the wrong shape
+(`TabularModel.predict` refuses them, naming the recipe), costs only its own tickers their row, each
+named with the reason.
 """
 
 from __future__ import annotations
@@ -61,10 +63,13 @@ def reads(recs: list[ModelRecord]) -> tuple[int, tuple[str, ...]]:
     theirs: the market their inputs read)."""
     need, context = 0, set()
     for config_json, recipe in {(r.config_json, r.recipe) for r in recs}:
-        cfg = config_from(recipe, json.loads(config_json))
-        inputs = inputs_of(cfg)
-        need = max(need, inputs.lookback(cfg))
-        context.update(inputs.context(cfg))
+        try:
+            cfg = config_from(recipe, json.loads(config_json))
+            inputs = inputs_of(cfg)
+            need = max(need, inputs.lookback(cfg))
+            context.update(inputs.context(cfg))
+        except Exception:  # noqa: BLE001 - a recipe no longer installed (a plugin): its models fail alone
+            continue  # in `predict`, each named with why (`artifacts.load`)
     return need, tuple(sorted(context))
 
 
@@ -137,7 +142,11 @@ def predict(
     closes: dict[str, tuple[float, float | None]] = {}
     for members in groups.values():  # one batch per fit
         model = models[members[0]]
-        rows, group_closes, why = feature_rows(arrays, members, run_date, model.config, engine)
+        try:
+            rows, group_closes, why = feature_rows(arrays, members, run_date, model.config, engine)
+        except Exception as exc:  # noqa: BLE001 - a recipe's inputs that raise cost only its own tickers
+            failed.update({t: cannot_run(recs[t], exc) for t in members})
+            continue
         skipped.update(why)
         closes.update(group_closes)
         members = [t for t in members if t in rows]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ldtm_core.data import price_features
 from ldtm_core.data.calendar import target_dates
-from ldtm_core.errors import InputError
+from ldtm_core.errors import InputError, LDTMError, summary
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning.recipes.family import (  # noqa: F401
     TARGET_DEFINITION,
@@ -211,12 +211,18 @@ class TabularModel:
 
     def predict(self, x: pd.DataFrame | np.ndarray) -> np.ndarray:
         """Log returns [n, len(HORIZONS)] for feature rows `x` (columns `features`, or an array in
-        their order). Raises InputError naming the recipe when its output is not that, or not finite."""
+        their order). Raises InputError naming the recipe when its output is not that, or not finite, or
+        when its family's predict raises (a plugin's code: every caller then fails its model alone)."""
         values = as_matrix(x, self.features, f"{self.kind} predict: X")
         n, width = len(values), len(HORIZONS)
         if n == 0:
             return np.empty((0, width))
-        out = np.asarray(family(self.kind).predict(self.estimator, values, self.config), dtype=np.float64)
+        try:
+            out = np.asarray(family(self.kind).predict(self.estimator, values, self.config), dtype=np.float64)
+        except LDTMError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the family's own failure, said as the recipe's
+            raise InputError(f"{self.kind} predict raised {summary(exc)}") from exc
         if out.shape != (n, width):
             raise InputError(f"{self.kind} predicted shape {out.shape}, expected ({n}, {width})")
         bad = int((~np.isfinite(out)).sum())
@@ -253,7 +259,13 @@ def fit(x: pd.DataFrame | np.ndarray, y: pd.DataFrame | np.ndarray, cfg: RecipeC
     ys = as_matrix(y, target_columns(), f"{cfg.kind} fit: Y")
     if len(xs) != len(ys) or len(xs) < 2:
         raise InputError(f"{cfg.kind} fit: X has {len(xs)} rows and Y {len(ys)}; need equal, at least 2")
-    return TabularModel(config=cfg, estimator=family(cfg.kind).fit(xs, ys, cfg), features=features)
+    try:
+        state = family(cfg.kind).fit(xs, ys, cfg)
+    except LDTMError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the family's own failure, said as the recipe's
+        raise InputError(f"recipe {cfg.kind}: {summary(exc)}") from exc
+    return TabularModel(config=cfg, estimator=state, features=features)
 
 
 # --- the two built-in families ------------------------------------------------------------------------
