@@ -5,14 +5,16 @@ judged after the evening's fillbacks (accountability.submissions)."""
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 
 from ldtm_core.accountability.submissions import external, judge, submit
+from ldtm_core.errors import InputError
 
 from ..partition_steps import failing_as
 from ..resources import AppDatabase, ArtifactStore
 
 
 class SubmissionFile(Config):
-    model: str  # a registered submitted model
-    path: str  # the CSV or Parquet file
+    # Defaults, so a run of other assets needs no config for this one; an empty one is refused by name.
+    model: str = ""  # a registered submitted model
+    path: str = ""  # the CSV or Parquet file
     late: bool = False  # past the cut-off: kept as a replay, never scored as live
 
 
@@ -24,6 +26,8 @@ def submissions(
     the published rows, or refused naming the row and the rule with nothing written."""
     engine = database.engine(store)
     with failing_as("submissions"):
+        if not config.model or not config.path:
+            raise InputError("submissions: give the run config's model and path (submission_sensor does)")
         result = submit.submit(engine, database.settings(store), config.model, config.path, late=config.late)
     context.log.info(
         f"{config.model}: {result.rows_written} row(s) recorded ({result.mode}) from {config.path}"

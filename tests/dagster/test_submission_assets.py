@@ -52,7 +52,10 @@ def _rows(engine) -> int:
 
 def test_a_dropped_file_is_submitted_once_and_a_bad_one_fails_alone(world, dagster_instance, monkeypatch):
     engine, resources, drop = world
-    assert "no submission file" in submission_sensor(build_sensor_context(instance=dagster_instance)).skip_message
+    assert (
+        "no submission file"
+        in submission_sensor(build_sensor_context(instance=dagster_instance)).skip_message
+    )
     _write(drop / "2023-06-01.csv", ["AAPL", "NVDA"])
     _write(drop / "bad.csv", ["AAPL", "MSFT"])
     requests = submission_sensor(build_sensor_context(instance=dagster_instance))
