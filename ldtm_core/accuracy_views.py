@@ -200,6 +200,12 @@ def create_view_sql(name: str, dialect: str, version: str, horizons: Sequence[st
     return f"\nCREATE VIEW {name} AS\n" + _select_sql(name, dialect, version, horizons, bounded=False)
 
 
+def recreate_views_sql(dialect: str, version: str, horizons: Sequence[str] = HORIZONS_0021) -> list[str]:
+    """Every accuracy view dropped, then created as of `version`: what a migration that redefines them runs."""
+    drops = [f"DROP VIEW IF EXISTS {name}" for name in VIEW_NAMES]
+    return drops + [create_view_sql(name, dialect, version, horizons) for name in VIEW_NAMES]
+
+
 # The views' latest dates, one column each in a bounded read: `latest_{horizon name}`.
 LATEST_PREFIX = "latest_"
 
@@ -245,8 +251,8 @@ def _select_sql(name: str, dialect: str, version: str, horizons: Sequence[str], 
         for first in (FIRST_PUBLISHED, FIRST_PUBLISHED.replace(_SHADOW_ONLY, _UNPUBLISHED)):
             scored = scored.replace(first, FIRST_PUBLISHED_SINCE.format(f=f))
         scored = f"s.run_date >= :since AND {scored}"
-    if version >= "0039":
-        scored = scored.replace(_SHADOW_ONLY, _UNPUBLISHED)
+        if version >= "0039":  # the bounded first-row choice, as views() makes the unbounded one
+            scored = scored.replace(_SHADOW_ONLY, _UNPUBLISHED)
     # Only fixed names (views, horizons, columns) are formatted in: no user text reaches this SQL.
     sql = f"WITH scored AS (\n    SELECT s.* FROM snapshots s WHERE {scored}\n),\n"  # noqa: S608
     sql += "latest AS (\n    SELECT " + ",\n           ".join(latest) + "\n),\n"

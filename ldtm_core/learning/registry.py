@@ -308,10 +308,13 @@ def models_on_artifact(conn_or_engine: Connection | Engine, checkpoint_path: str
         return [ModelRecord.from_row(r) for r in conn.execute(stmt.order_by(model_registry.c.ticker))]
 
 
-def list_models(engine: Engine, ticker: str | None = None) -> list[ModelRecord]:
+def list_models(engine: Engine, ticker: str | None = None, profile: str | None = None) -> list[ModelRecord]:
+    """The registry's rows by ticker, oldest first; of one ticker, or one profile (`EXTERNAL`), if given."""
     stmt = select(*_COLS).order_by(model_registry.c.ticker, model_registry.c.id)
     if ticker is not None:
         stmt = stmt.where(model_registry.c.ticker == validate_ticker(ticker))
+    if profile is not None:
+        stmt = stmt.where(model_registry.c.profile == profile)
     with engine.connect() as conn:
         return [ModelRecord.from_row(r) for r in conn.execute(stmt)]
 

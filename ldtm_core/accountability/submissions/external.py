@@ -57,15 +57,17 @@ def name_of(rec: ModelRecord) -> str | None:
 def models_of(engine: Engine, name: str) -> dict[str, ModelRecord]:
     """{ticker: the registry row} of submitted model `name` (its newest row per ticker, retired rows too)."""
     out: dict[str, ModelRecord] = {}
-    for rec in list_models(engine):
+    for rec in list_models(engine, profile=EXTERNAL):
         if name_of(rec) == name:
             out[rec.ticker] = rec
     return out
 
 
-def names(engine: Engine) -> list[str]:
-    """Every registered submitted model's name, in registration order."""
+def names(engine: Engine, tickers: list[str] | None = None) -> list[str]:
+    """Every registered submitted model's name (of any of `tickers`, if given), in registration order."""
     stmt = select(model_registry.c.config_json).where(model_registry.c.profile == EXTERNAL)
+    if tickers is not None:
+        stmt = stmt.where(model_registry.c.ticker.in_(tickers))
     with engine.connect() as conn:
         found = [
             json.loads(r.config_json).get("name") for r in conn.execute(stmt.order_by(model_registry.c.id))

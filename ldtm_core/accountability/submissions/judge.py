@@ -18,8 +18,6 @@ against the champion is shown too (e-BH at the same level). The e-values are val
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,11 +25,11 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.gate.ledger import spend
-from ldtm_core.accountability.submissions.external import require
+from ldtm_core.accountability.submissions.external import names, require
 from ldtm_core.data.membership import load_membership
 from ldtm_core.learning import registry
 from ldtm_core.learning.registry import UNPUBLISHED
-from ldtm_core.schema import model_registry, snapshots
+from ldtm_core.schema import snapshots
 from ldtm_core.scoring import baselines
 from ldtm_core.scoring.evidence import ALPHA, COIN, detectable, e_bh, e_value
 
@@ -50,6 +48,7 @@ class Judgement:
     trial: int  # k: its place among the submitted models of its tickers
     table: pd.DataFrame  # one row per ticker: n, hits, wins/losses and e per comparison, shown, promote
     detectable: str  # what a record of this many tickers can show, and when
+    models: dict[str, registry.ModelRecord]  # {ticker: its registry row} as judged
 
     @property
     def shown(self) -> list[str]:
@@ -78,16 +77,7 @@ def _counts(right: np.ndarray, other: np.ndarray, has: np.ndarray) -> tuple[int,
 
 def trial_of(engine: Engine, name: str, tickers: list[str]) -> int:
     """k: the place of `name` among the submitted models registered for any of `tickers`."""
-    stmt = select(model_registry.c.config_json).where(
-        model_registry.c.profile == registry.EXTERNAL, model_registry.c.ticker.in_(tickers)
-    )
-    with engine.connect() as conn:
-        order = list(
-            dict.fromkeys(
-                json.loads(r.config_json).get("name")
-                for r in conn.execute(stmt.order_by(model_registry.c.id))
-            )
-        )
+    order = names(engine, tickers)
     return order.index(name) + 1 if name in order else len(order) + 1
 
 
@@ -142,7 +132,7 @@ def judge(engine: Engine, name: str, alpha: float = ALPHA) -> Judgement:
         beats = e_bh(table[f"{CHAMPION}_e"].to_numpy(), level)
         table["beats_champion"] = beats
         table["promote"] = table["shown"] & (beats | (table["champion_n"] == 0))
-    return Judgement(name, level, trial, table, detectable(max(len(tickers), 1), alpha=level))
+    return Judgement(name, level, trial, table, detectable(max(len(tickers), 1), alpha=level), models)
 
 
 @dataclass
@@ -153,17 +143,14 @@ class Promotion:
     replaced: int | None
 
 
-def promote(
-    engine: Engine, name: str, alpha: float = ALPHA, at: dt.datetime | None = None
-) -> list[Promotion]:
+def promote(engine: Engine, name: str, alpha: float = ALPHA) -> list[Promotion]:
     """Promote submitted model `name` on each ticker its live record shows (`judge`): it publishes there
     from its next submission; the previous champion is retired (and publishes again on an evening its
     submission is missing)."""
     verdict = judge(engine, name, alpha)
-    models = require(engine, name)
     done = []
     for t in verdict.promotable:
-        rec = models[t]
+        rec = verdict.models[t]
         if rec.status != "candidate":
             continue
         row = verdict.table.loc[t]

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from ldtm_core.errors import summary
 from ldtm_core.learning.recipes.catalog import BUILTIN, RECIPES, REFUSED, Recipe
 
 GROUP = "ldtm.recipes"
@@ -41,11 +42,6 @@ def source_of(entry_point: Any) -> str:
     if dist is None:
         return NO_DISTRIBUTION
     return f"{dist.name} {dist.version}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _importing(module: str) -> bool:
@@ -102,7 +98,7 @@ def problem(name: str, fam: Any) -> str | None:
     try:  # what `ldtm train --recipe NAME` builds before anything else
         config.from_dict({**config().to_dict(), "kind": name})
     except Exception as exc:  # noqa: BLE001 - the plugin's own code: any failure is a refusal
-        return f"its config {config.__name__} cannot be built from its defaults: {_first_line(exc)}"
+        return f"its config {config.__name__} cannot be built from its defaults: {summary(exc)}"
     return None
 
 
@@ -124,11 +120,11 @@ def _accept(name: str, entry_point: Any) -> Recipe | str:
                 f"cannot import {entry_point.value}: its module was still being imported when the recipes "
                 "were first read (it reads LDTM's recipes while it is imported)"
             )
-        return f"cannot import {entry_point.value}: {_first_line(exc)}"
+        return f"cannot import {entry_point.value}: {summary(exc)}"
     try:
         why = problem(name, fam)
     except Exception as exc:  # noqa: BLE001 - an object whose attributes raise
-        why = f"its family cannot be checked: {_first_line(exc)}"
+        why = f"its family cannot be checked: {summary(exc)}"
     if why is not None:
         return why
     doc = " ".join(fam.doc.split()) or _module_doc(entry_point)
@@ -147,7 +143,7 @@ def discover(found: Iterable[Any] | None = None) -> tuple[dict[str, Recipe], dic
         try:
             found = entry_points()
         except Exception as exc:  # noqa: BLE001 - broken installed metadata: no plugin, said once
-            return {}, {f"({GROUP})": f"the installed entry points cannot be read: {_first_line(exc)}"}
+            return {}, {f"({GROUP})": f"the installed entry points cannot be read: {summary(exc)}"}
     by_name: dict[str, dict[tuple[str, str], Any]] = {}
     for ep in found:  # the same distribution seen twice on sys.path is one plugin
         by_name.setdefault(ep.name, {}).setdefault((source_of(ep), ep.value), ep)

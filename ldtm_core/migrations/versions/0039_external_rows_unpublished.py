@@ -14,7 +14,7 @@ Revises: 0038
 
 from alembic import op
 
-from ldtm_core.accuracy_views import HORIZONS_0021, VIEW_NAMES, create_view_sql
+from ldtm_core.accuracy_views import recreate_views_sql
 
 revision = "0039"
 down_revision = "0038"
@@ -23,11 +23,8 @@ depends_on = None
 
 
 def _recreate(version: str) -> None:
-    dialect = op.get_bind().dialect.name
-    for name in VIEW_NAMES:
-        op.execute(f"DROP VIEW IF EXISTS {name}")
-    for name in VIEW_NAMES:
-        op.execute(create_view_sql(name, dialect, version, HORIZONS_0021))
+    for sql in recreate_views_sql(op.get_bind().dialect.name, version):
+        op.execute(sql)
 
 
 def upgrade() -> None:
