@@ -1,4 +1,4 @@
-"""Submitted models: their rows are recorded beside the published ones and never published until promoted
+"""The accuracy views never publish a submitted model's rows (model_status 'external'), as they never publish a shadow's
 
 A model LDTM cannot run submits its forecasts (`ldtm submit`); until it is promoted to publish a ticker its
 rows are recorded with `model_status = 'external'`, which, like a shadow row, is never an evening's published
