@@ -11,8 +11,10 @@ Steps (each a Dagster run on a persistent instance, so the `gpu` pool is enforce
   3. promotions, onnx_exports  the gate per ticker (what promotion_gate_sensor launches)
   4. hpo_studies            a token Optuna search (2 one-epoch trials per ticker) so the asset shows
   5. snapshots              a single-run backfill of the last evenings: `replay` rows
-  6. fillbacks, leaderboard, signal_performance
-  7. recipe_fits, recipe_backtests, recipe_decisions
+  6. submissions            `demo-desk`, a submitted model (5-session momentum computed outside LDTM),
+                            its file for the replayed evenings recorded late: replays, never scored live
+  7. fillbacks, leaderboard, signal_performance, external_judgements
+  8. recipe_fits, recipe_backtests, recipe_decisions
                             ridge fitted once for the universe for the week before the replay start, its
                             folds, and the universe decision on it, last, so every figure above is the LSTMs'
 
@@ -98,6 +100,37 @@ def _import_membership(store: ArtifactStore, engine, tickers: list[str], start: 
     log(f"[demo] universe membership: {len(spans)} spans imported from {path}")
 
 
+DESK = "demo-desk"  # the demo's submitted model
+
+
+def _desk_submission(engine, store: ArtifactStore, tickers: list[str], evenings: list[str]) -> Path:
+    """The file a desk would submit for the replayed evenings: each horizon's expected log return is the
+    mean daily log return of the 5 sessions up to the evening (registered once, as `ldtm models register`)."""
+    import numpy as np
+
+    from ldtm_core.accountability.submissions import external
+    from ldtm_core.horizons import HORIZONS
+    from ldtm_core.learning.price_windows import load_price_arrays
+
+    if set(tickers) - set(external.models_of(engine, DESK)):
+        external.register(engine, DESK, [t for t in tickers if t not in external.models_of(engine, DESK)])
+    days = [dt.date.fromisoformat(e) for e in evenings]
+    arrays = load_price_arrays(engine, tickers, days[0] - dt.timedelta(days=14), days[-1])
+    rows = []
+    for t, series in arrays.items():
+        log_close = np.log(np.asarray(series["close"], dtype=np.float64))
+        for day in days:
+            at = int(np.searchsorted(series["date"], np.datetime64(day, "D"), side="right")) - 1
+            if at >= 5 and series["date"][at] == np.datetime64(day, "D"):
+                r = float((log_close[at] - log_close[at - 5]) / 5)
+                rows += [(t, day.isoformat(), h.name, r) for h in HORIZONS]
+    path = store.path / "submissions" / DESK / "replay.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame(rows, columns=["ticker", "run_date", "horizon", "expected_return"])
+    frame.to_csv(path, index=False, float_format="%.12g")  # the same bytes every run: a rerun is a no-op
+    return path
+
+
 def run_demo(
     instance: DagsterInstance,
     resources: dict,
@@ -175,9 +208,16 @@ def run_demo(
         [assets.snapshots],
         tags={**range_tags(evenings), **GPU_RUN_TAGS},
     )
+    engine = resources["database"].engine(store)
+    path = _desk_submission(engine, store, tickers, evenings)
     run(
-        "fillbacks + leaderboard + signal_performance",
-        [assets.fillbacks, assets.leaderboard, assets.signal_performance],
+        f"submissions: {DESK}'s file for the replayed evenings, recorded late (`ldtm submit {DESK} FILE --late`)",
+        [assets.submissions],
+        run_config={"ops": {"submissions": {"config": {"model": DESK, "path": str(path), "late": True}}}},
+    )
+    run(
+        "fillbacks + leaderboard + signal_performance + external_judgements",
+        [assets.fillbacks, assets.leaderboard, assets.signal_performance, assets.external_judgements],
     )
     # The newest week whose fit reads prices up to its Friday no later than the replay start.
     last = dt.date.fromisoformat(replay_start) - dt.timedelta(days=6)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from ldtm_core.cli import app
 from ldtm_core.db import get_engine
-from ldtm_core.migrate import alembic_config, head_revision, upgrade
+from ldtm_core.migrate import alembic_config, current_revision, head_revision, upgrade
 from ldtm_core.schema import snapshots
 
 PREVIOUS = "0037"
@@ -61,4 +61,4 @@ def test_a_0037_store_upgrades_with_its_rows_and_a_pinned_trigger(tmp_path, requ
             command.downgrade(cfg, PREVIOUS)
         assert _config(engine) is None
         upgrade(url)
-        assert _config(engine) == [PINNED] and head_revision() == "0038"
+        assert _config(engine) == [PINNED] and current_revision(url) == head_revision()

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from ldtm_core.accountability.board.leaderboard import leaderboard, leaderboard_by_model
 from ldtm_core.accountability.ledger.audit import verify
 from ldtm_core.db import get_engine
+from ldtm_core.learning.registry import EXTERNAL
 from ldtm_core.schema import snapshots
 from ldtm_dagster.demo import run_demo
 
@@ -45,7 +46,9 @@ def test_demo_runs_three_times_in_the_same_checkout(sqlite_url, tmp_path, monkey
                 assert record.status == AssetCheckExecutionRecordStatus.SUCCEEDED, (attempt, name)
         boards.append(leaderboard(engine).set_index("ticker")[["n", "hits"]])
         with engine.connect() as conn:
-            rows = conn.execute(select(func.count()).select_from(snapshots)).scalar_one()
+            counted = select(func.count()).select_from(snapshots)
+            rows = conn.execute(counted.where(snapshots.c.model_status != EXTERNAL)).scalar_one()
+            desk = conn.execute(counted.where(snapshots.c.model_status == EXTERNAL)).scalar_one()
             evenings = conn.execute(
                 select(func.count()).select_from(
                     select(snapshots.c.ticker, snapshots.c.run_date).distinct().subquery()
@@ -53,6 +56,7 @@ def test_demo_runs_three_times_in_the_same_checkout(sqlite_url, tmp_path, monkey
             ).scalar_one()
         assert evenings == len(tickers) * EVENINGS
         assert rows == evenings * (attempt + 1)  # each run's new version added its own row per evening
+        assert desk == evenings  # the demo's submitted model: recorded once, its file again a no-op
     # Each evening is scored once, with the prediction published first: later runs change nothing.
     assert (boards[0]["n"] == EVENINGS).all()
     assert boards[0].equals(boards[1]) and boards[1].equals(boards[2])
