@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from ldtm_core.data import calendar
 from ldtm_core.db import get_engine
+from ldtm_core.learning.registry import EXTERNAL
 from ldtm_core.schema import backtest_folds, model_registry, prices, snapshots
 from ldtm_dagster import assets, defs
 from ldtm_dagster.demo import ALL_ASSETS, run_demo
@@ -109,13 +110,18 @@ def _run_whole_graph(instance, resources) -> None:
         assert record.status == AssetCheckExecutionRecordStatus.SUCCEEDED, (asset_key, name)
 
     with engine.connect() as conn:
-        # An LSTM per ticker, and the demo's last step: one ridge fit, a candidate per ticker.
+        # An LSTM per ticker, the demo's submitted model (demo-desk) for each, and the demo's last step: one
+        # ridge fit, a candidate per ticker.
         profiles = conn.execute(
             select(model_registry.c.profile, func.count()).group_by(model_registry.c.profile)
         )
-        assert dict(profiles.all()) == {"demo": len(tickers), "ridge": len(tickers)}
+        assert dict(profiles.all()) == {"demo": len(tickers), EXTERNAL: len(tickers), "ridge": len(tickers)}
         assert conn.execute(select(func.sum(backtest_folds.c.leakage_rows))).scalar() == 0
-        rows = conn.execute(select(snapshots.c.ticker, snapshots.c.run_date, snapshots.c.mode)).all()
+        s = snapshots.c
+        rows = conn.execute(select(s.ticker, s.run_date, s.mode).where(s.model_status != EXTERNAL)).all()
+        desk = conn.execute(select(s.mode).where(s.model_status == EXTERNAL)).scalars().all()
+    # The desk's file was recorded late: replays only, never live.
+    assert desk and set(desk) == {"replay"}
     # One row per ticker per evening; every evening but the newest is a replay.
     assert sorted((r.ticker, str(r.run_date)) for r in rows) == sorted(
         (t, e) for t in tickers for e in evenings
@@ -157,7 +163,8 @@ def _run_whole_graph(instance, resources) -> None:
     rsi = next(r.data for r in meta["feature_stats"].value.records if r.data["feature"] == "rsi_14")
     assert 0 <= rsi["min"] <= rsi["mean"] <= rsi["max"] <= 100
     fills = _latest_metadata(instance, "fillbacks")
-    assert fills["filled_next_day"].value == len(tickers) * (EVENINGS - 1)
+    # Each ticker's published row and demo-desk's (recorded late) row of every evening whose next day closed.
+    assert fills["filled_next_day"].value == 2 * len(tickers) * (EVENINGS - 1)
 
     # A weekday holiday partition records "no session" and writes nothing.
     holiday = "2024-12-25"

@@ -158,19 +158,20 @@ def _write(conn: Connection, rows: list[dict], key: bytes | None) -> tuple[int, 
     write_lock(conn, CHAIN_LOCK)
     if not rows:
         return 0, 0, {}
-    run_date = rows[0]["run_date"]
     run_id = rows[0]["run_id"]
+    # A predict writes one evening; a submission may hold several (each row keyed by its own run date).
+    dates = sorted({r["run_date"] for r in rows})
     keys = [(r["ticker"], r["model_version"]) for r in rows]
     existing = {
-        (t, v)
-        for t, v in conn.execute(
-            select(snapshots.c.ticker, snapshots.c.model_version).where(
-                snapshots.c.run_date == run_date,
+        (t, d, v)
+        for t, d, v in conn.execute(
+            select(snapshots.c.ticker, snapshots.c.run_date, snapshots.c.model_version).where(
+                snapshots.c.run_date.in_(dates),
                 tuple_(snapshots.c.ticker, snapshots.c.model_version).in_(keys),
             )
         )
     }
-    todo = [r for r in rows if (r["ticker"], r["model_version"]) not in existing]
+    todo = [r for r in rows if (r["ticker"], r["run_date"], r["model_version"]) not in existing]
     all_tickers = [r["ticker"] for r in rows]
     if not todo:
         return 0, len(existing), _anchor(conn, run_id, all_tickers, key is not None)
@@ -197,7 +198,7 @@ def _write(conn: Connection, rows: list[dict], key: bytes | None) -> tuple[int, 
         select(func.count())
         .select_from(snapshots)
         .where(
-            snapshots.c.run_date == run_date,
+            snapshots.c.run_date.in_(dates),
             snapshots.c.run_id.in_(run_ids),
             snapshots.c.ticker.in_(tickers),
         )

@@ -222,3 +222,25 @@ def test_receipts_cover_submissions_and_the_export_verifies(store, tmp_path, mon
     export_record(engine, tmp_path / "export2")
     report = verify_record(tmp_path / "export2", tmp_path / "receipts", rc.load_public_key(public))
     assert report.ok and (report.rows, report.covered, report.replay) == (5, 5, 1)
+
+
+def test_a_file_of_several_evenings_is_counted_and_chained_whole(store, tmp_path):
+    """Rows of several run dates in one file, one of them already recorded between two new ones: every new
+    row is written and counted, the recorded one left alone, and each ticker's chain stays unbroken."""
+    engine, settings, _ = store
+    days = [dt.date(2023, 6, 1), dt.date(2023, 6, 2), dt.date(2023, 6, 5)]
+    late = _evening(days[-1]) + dt.timedelta(days=3)
+    submit(
+        engine,
+        settings,
+        "desk",
+        _file(tmp_path, days[1], {"AAA": 0.01, "BBB": 0.02}, name="mid.csv"),
+        late=True,
+        at=late,
+    )
+    frames = [pd.read_csv(_file(tmp_path, d, {"AAA": 0.01, "BBB": 0.02}, name=f"{d}.csv")) for d in days]
+    pd.concat(frames).to_csv(tmp_path / "three.csv", index=False)
+    res = submit(engine, settings, "desk", str(tmp_path / "three.csv"), late=True, at=late)
+    assert (res.rows_written, res.rows_existing) == (4, 2)
+    assert _count(engine) == 6
+    assert verify(engine).ok
