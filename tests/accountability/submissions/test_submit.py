@@ -244,3 +244,24 @@ def test_a_file_of_several_evenings_is_counted_and_chained_whole(store, tmp_path
     assert (res.rows_written, res.rows_existing) == (4, 2)
     assert _count(engine) == 6
     assert verify(engine).ok
+
+
+def test_a_forged_arrival_time_is_caught_by_the_receipt(store, tmp_path, monkeypatch):
+    """An attacker who can call submit with a false clock (or write the row as the app role) records a
+    'live' forecast after its answer is known: the receipt, signed when it really arrived, is after the
+    target's close, and the outside verifier names the row late."""
+    from ldtm_core.accountability.ledger import receipts as rc
+    from ldtm_core.accountability.ledger.record_export import export_record
+    from ldtm_core.accountability.ledger.record_verify import verify_record
+
+    engine, settings, _ = store
+    rc.keygen(tmp_path / "k.pem", tmp_path / "k.pub")
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    monkeypatch.setenv(rc.KEY_ENV, str(tmp_path / "k.pem"))
+    day = dt.date(2023, 6, 1)
+    res = submit(engine, settings, "desk", _file(tmp_path, day, {"AAA": 0.01}), at=_evening(day))  # forged
+    assert res.mode == "live"
+    fillback(engine)
+    export_record(engine, tmp_path / "export")
+    report = verify_record(tmp_path / "export", tmp_path / "receipts", rc.load_public_key(tmp_path / "k.pub"))
+    assert [(f.kind, f.ticker, f.run_date) for f in report.findings] == [("late", "AAA", "2023-06-01")]
