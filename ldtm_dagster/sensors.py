@@ -162,6 +162,7 @@ def recipe_decision_sensor(context: SensorEvaluationContext) -> SensorResult:
 
 
 SUBMISSION_SUFFIXES = (".csv", ".parquet")
+NIGHTLY_RUN_TAG = "ldtm/nightly_run"  # on a judgement run: the nightly_job run it followed
 
 
 @sensor(job=submission_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
@@ -199,4 +200,5 @@ def submission_sensor(context: SensorEvaluationContext) -> list[RunRequest] | Sk
 )
 def judge_after_nightly(context: RunStatusSensorContext) -> RunRequest:
     """Every submitted model judged on its live record once an evening's fillbacks are in."""
-    return RunRequest(run_key=f"judge:{context.dagster_run.run_id}")
+    run_id = context.dagster_run.run_id
+    return RunRequest(run_key=f"judge:{run_id}", tags={NIGHTLY_RUN_TAG: run_id})

@@ -47,6 +47,7 @@ from dagster_graphql import DagsterGraphQLClient
 
 from ldtm_core.data import calendar
 from ldtm_core.data.universe import load_universe
+from ldtm_dagster.sensors import NIGHTLY_RUN_TAG
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = os.environ.get("LDTM_DEPLOY_PROJECT", "ldtm_deploy_test")
@@ -516,6 +517,23 @@ def nightly(stack: Stack, evening: dt.date) -> None:
             f"{rows} snapshot rows for {evening}, expected one per trained ticker {TRAINED}"
         )
     log(f"nightly {evening}: {rows} snapshot rows")
+
+    # The third run of the evening: every submitted model judged once its fillbacks are in.
+    def judged():
+        for run in stack.runs("external_judgement_job"):
+            if {t["key"]: t["value"] for t in run["tags"]}.get(NIGHTLY_RUN_TAG) == nightly_run:
+                return run["runId"]
+        return None
+
+    judge_run = wait(
+        f"the sensor's external_judgement_job after {nightly_run}",
+        300,
+        judged,
+        interval=5,
+        failing="ldtm_daemon",
+    )
+    stack.wait_run(judge_run)
+    log(f"nightly {evening}: submitted models judged ({judge_run})")
 
 
 def step_1_2(stack: Stack) -> None:
