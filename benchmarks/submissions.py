@@ -152,7 +152,7 @@ def null(models: int, tickers: int, evenings: int, seed: int) -> None:
     print("|---|---|---|---|---|---|---|")
     print(
         f"| {models} | {false} | {promoted_false} | {false / models:.3f} | {upper:.3f} | "
-        f"{shown_at if shown_at else 'not within'} evenings | {planted.detectable} |"
+        f"{shown_at if shown_at else f'not within {evenings}'} evenings | {planted.detectable} |"
     )
 
 

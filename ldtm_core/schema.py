@@ -167,8 +167,9 @@ snapshots = Table(
     Column("model_version", String(40), nullable=False),
     Column("model_status", String(12), nullable=False),
     Column("mode", String(8), nullable=False),
-    # One prediction, target date, actual, pct error and fill time per horizon (ldtm_core.horizons).
-    *(Column(h.col("pred"), Float, nullable=False) for h in HORIZONS),
+    # One prediction, target date, actual, pct error and fill time per horizon (ldtm_core.horizons). A
+    # prediction is NULL where a submitted model gave none (a direction-only forecast; revision 0040).
+    *(Column(h.col("pred"), Float) for h in HORIZONS),
     Column("direction_pred", String(8), nullable=False),
     # The next-day target is on or before the model's data cutoff: it may have trained on the answer.
     Column("in_sample", Boolean, nullable=False, server_default=false()),
@@ -216,7 +217,7 @@ fill_revisions = Table(
     Column("old_actual", Float, nullable=False),
     Column("new_actual", Float, nullable=False),
     Column("old_pct_error", Float),
-    Column("new_pct_error", Float, nullable=False),
+    Column("new_pct_error", Float),  # NULL: a row with no predicted price (revision 0040)
     Column("reason", Text, nullable=False),
     Column("revised_at", DateTime(timezone=True), nullable=False),
     Index("ix_fill_revisions_snapshot", "snapshot_id"),

@@ -47,7 +47,12 @@ from ldtm_core.accountability.ledger.chain import (
     load_anchors,
     row_hash,
 )
-from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
+from ldtm_core.accountability.ledger.fillback import (
+    LEGACY_NEUTRAL_BAND_PCT,
+    direction_hit,
+    no_price,
+    row_band,
+)
 from ldtm_core.accountability.ledger.refill import StaleActual, find_stale, revisions
 from ldtm_core.accountability.ledger.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor, load_actions
@@ -255,8 +260,9 @@ def actual_wrongs(r: Mapping, h: str, close: float | None, actions, band: float)
     elif not _close(actual, close):
         wrong.append(f"{h}_actual {actual!r} != close {close!r} on {day}")
     if close is not None and actual is not None:
-        want_err = (r[f"{h}_pred"] - close) / close * 100.0
-        if not _close(err, want_err):
+        pred = r[f"{h}_pred"]
+        want_err = None if no_price(pred) else (pred - close) / close * 100.0
+        if (want_err is None and err is not None) or (want_err is not None and not _close(err, want_err)):
             wrong.append(f"{h}_pct_error {err!r} != {want_err!r} recomputed from the close")
         if h == DIRECTION.name:
             rdc = r["run_date_close"]
@@ -268,7 +274,7 @@ def actual_wrongs(r: Mapping, h: str, close: float | None, actions, band: float)
                     f"next_day_direction_actual {r['next_day_direction_actual']!r} != {want_dir!r} "
                     f"(move {move:+.4f} %, band {b} %)"
                 )
-            want_hit = direction_hit(r[f"{h}_pred"], close, rdc)  # None: a tie
+            want_hit = direction_hit(pred, close, rdc, r["direction_pred"])  # None: a tie
             got_hit = r["next_day_direction_correct"]
             if (got_hit is None) != (want_hit is None) or (got_hit is not None and bool(got_hit) != want_hit):
                 wrong.append(f"next_day_direction_correct {got_hit!r} != {want_hit!r}")
@@ -297,6 +303,7 @@ def _check_actuals(
         s.neutral_band_pct,
         s.next_day_direction_actual,
         s.next_day_direction_correct,
+        s.direction_pred,
         *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date", "actual", "pct_error")),
         *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
     ).select_from(frm)

@@ -52,12 +52,25 @@ def row_band(stored: float | None, legacy: float = LEGACY_NEUTRAL_BAND_PCT) -> f
     return legacy if stored is None else float(stored)
 
 
-def direction_hit(pred: float, actual: float, close: float) -> bool | None:
-    """Was the predicted next-day direction right? None on a tie (a zero move): scored by nobody. A
-    predicted zero move is a miss of any real move."""
+# The move a stored direction calls, for a row with no predicted price (a direction-only submission).
+CALLED_MOVE = {"bullish": 1, "neutral": 0, "bearish": -1}
+
+
+def no_price(pred) -> bool:
+    """No predicted price (NULL, read back as None or NaN): a horizon the submitted model left out."""
+    return pred is None or (isinstance(pred, float) and np.isnan(pred))
+
+
+def direction_hit(
+    pred: float | None, actual: float, close: float, direction: str | None = None
+) -> bool | None:
+    """Was the predicted next-day direction right? None on a tie (a zero move): scored by nobody. The call
+    is the sign of the predicted move; a row with no predicted price calls its `direction` (direction_pred).
+    A predicted zero move (or a neutral call) is a miss of any real move."""
     if actual == close:
         return None
-    return bool(np.sign(pred - close) == np.sign(actual - close))
+    called = CALLED_MOVE[str(direction)] if no_price(pred) else np.sign(pred - close)
+    return bool(called == np.sign(actual - close))
 
 
 @dataclass
@@ -256,6 +269,12 @@ def _sign(expr):
     return case((expr > 0, 1), (expr < 0, -1), else_=0)
 
 
+def _called(pred, close):
+    """SQL of `direction_hit`'s call: the predicted move's sign, or direction_pred's where no price."""
+    by_label = case(*((snapshots.c.direction_pred == k, v) for k, v in CALLED_MOVE.items()), else_=0)
+    return case((pred.is_(None), by_label), else_=_sign(pred - close))
+
+
 def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
     """Fill every horizon with ONE set-based UPDATE ... FROM (the pending join) and return counts.
 
@@ -305,7 +324,7 @@ def _fill(conn, band: float, now: dt.datetime) -> dict[str, int]:
             direction = case((move_pct > b, "bullish"), (move_pct < -b, "bearish"), else_="neutral")
             correct = case(
                 (actual == s.run_date_close, null()),  # a tie: neither right nor wrong
-                else_=_sign(s[f"{h}_pred"] - s.run_date_close) == _sign(actual - s.run_date_close),
+                else_=_called(s[f"{h}_pred"], s.run_date_close) == _sign(actual - s.run_date_close),
             )
             values["next_day_direction_actual"] = case((fill, direction), else_=s.next_day_direction_actual)
             values["next_day_direction_correct"] = case((fill, correct), else_=s.next_day_direction_correct)
@@ -348,6 +367,7 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             s.run_date,
             s.run_date_close,
             s.neutral_band_pct,
+            s.direction_pred,
             *(s[f"{h}_{c}"] for h in HORIZONS for c in ("pred", "date")),
             *(todo[h].label(f"{h}_todo") for h in HORIZONS),
             *(px[h].c.close.label(f"{h}_close") for h in HORIZONS),
@@ -370,10 +390,10 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             actual = float(getattr(r, f"{h}_close")) / basis_factor(
                 actions.get(r.ticker, []), r.run_date, day
             )
-            pred = float(getattr(r, f"{h}_pred"))
+            pred = getattr(r, f"{h}_pred")
             values[f"{h}_actual"] = actual
             values[f"{h}_filled_at"] = now
-            values[f"{h}_pct_error"] = (pred - actual) / actual * 100.0
+            values[f"{h}_pct_error"] = None if pred is None else (float(pred) - actual) / actual * 100.0
             if h == DIRECTION.name:
                 rdc = float(r.run_date_close)
                 move_pct = (actual - rdc) / rdc * 100.0
@@ -381,7 +401,7 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
                 values["next_day_direction_actual"] = (
                     "bullish" if move_pct > b else ("bearish" if move_pct < -b else "neutral")
                 )
-                values["next_day_direction_correct"] = direction_hit(pred, actual, rdc)
+                values["next_day_direction_correct"] = direction_hit(pred, actual, rdc, r.direction_pred)
             filled[h] += 1
         # Only actuals still NULL (the WHERE re-checks each one), so a rerun writes nothing twice.
         conn.execute(update(snapshots).where(s.id == r.id).values(values))

@@ -98,7 +98,11 @@ def board(rows: list[dict], originals: dict[tuple[int, str], float]) -> pd.DataF
     for r in first_published(rows):
         hit = r[col]
         old = originals.get((int(r["id"]), DIRECTION.name))
-        first_hit = hit if old is None else direction_hit(r[DIRECTION.col("pred")], old, r["run_date_close"])
+        first_hit = (
+            hit
+            if old is None
+            else direction_hit(r[DIRECTION.col("pred")], old, r["run_date_close"], r.get("direction_pred"))
+        )
         records.append((group(r), r["ticker"], _day(r["run_date"]), hit, first_hit))
     frame = pd.DataFrame(records, columns=["group", "ticker", "evening", "correct", "correct_original"])
     out = []
@@ -143,6 +147,8 @@ def revision_counts(rows: list[dict], originals: dict[tuple[int, str], float]) -
     for (sid, horizon), old in originals.items():
         r = by_id.get(sid)
         if r is not None and horizon == DIRECTION.name:
-            before = direction_hit(r[DIRECTION.col("pred")], old, r["run_date_close"])
+            before = direction_hit(
+                r[DIRECTION.col("pred")], old, r["run_date_close"], r.get("direction_pred")
+            )
             changed += before != r[DIRECTION.col("direction_correct")]
     return revised, changed

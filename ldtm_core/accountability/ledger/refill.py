@@ -169,10 +169,13 @@ def find_stale(conn: Connection, tickers: Sequence[str] | None = None) -> list[S
             if _close(actual, expected):
                 continue
             err = getattr(r, f"{h}_pct_error")
-            pred = float(getattr(r, f"{h}_pred"))
+            pred = getattr(r, f"{h}_pred")
             reason, automatic = None, False
             # The stored error must still be the one computed from the stored actual: otherwise it was edited.
-            consistent = err is not None and _close(err, (pred - actual) / actual * 100.0)
+            if pred is None:  # no predicted price: no error is ever stored
+                consistent = err is None
+            else:
+                consistent = err is not None and _close(err, (float(pred) - actual) / actual * 100.0)
             late = [a for a in between if filled_at is None or _utc(a.recorded_at) > filled_at]
             ingested = _utc(getattr(r, f"{h}_ingested_at"))
             if not consistent:
@@ -261,12 +264,12 @@ def refill(
 def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -> None:
     s = snapshots.c
     row = conn.execute(
-        select(s.run_date_close, s.neutral_band_pct, s[f"{st.horizon}_pred"].label("pred")).where(
-            s.id == st.id
-        )
+        select(
+            s.run_date_close, s.neutral_band_pct, s.direction_pred, s[f"{st.horizon}_pred"].label("pred")
+        ).where(s.id == st.id)
     ).one()
     band = row_band(row.neutral_band_pct, band)
-    new_err = (float(row.pred) - st.new_actual) / st.new_actual * 100.0
+    new_err = None if row.pred is None else (float(row.pred) - st.new_actual) / st.new_actual * 100.0
     values: dict = {
         f"{st.horizon}_actual": st.new_actual,
         f"{st.horizon}_pct_error": new_err,
@@ -279,7 +282,7 @@ def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -
         values["next_day_direction_actual"] = (
             "bullish" if move > band else ("bearish" if move < -band else "neutral")
         )
-        values["next_day_direction_correct"] = direction_hit(float(row.pred), st.new_actual, rdc)
+        values["next_day_direction_correct"] = direction_hit(row.pred, st.new_actual, rdc, row.direction_pred)
     # The revision first: on PostgreSQL the database lets a filled actual change only when its logged
     # re-fill is there (revision 0037). The UPDATE's WHERE re-checks the old value: a concurrent change
     # makes it write nothing, and the savepoint takes the revision back with it.

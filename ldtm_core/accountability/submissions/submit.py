@@ -1,14 +1,17 @@
 """One evening's forecasts of a submitted model, from a file to the record (SPEC §7's rows, chained and
 receipted like a recipe's).
 
-A file (CSV or Parquet) holds one row per (ticker, run_date, horizon): `expected_return`, the forecast log
-return from the run date's close to the horizon's target close (as every recipe predicts), and optionally
-`direction` (bullish / neutral / bearish), which must be the one the expected return gives under the neutral
-band. The whole file is checked before anything is written, and refused with an error naming the file, the
-row and the rule: a model registered for the ticker and a member of the universe on the run date, every
-known horizon exactly once, finite values, the run date a session whose close is stored. Then all its rows
-are written in one transaction (hash-chained, anchored in the run log) and the evening's receipt is signed
-where receipts are configured: nothing is half-written.
+A file (CSV or Parquet) holds one row per (ticker, run_date, horizon) with an `expected_return`, the forecast
+log return from the run date's close to the horizon's target close (as every recipe predicts), and/or, on the
+next-day horizon, a `direction` (bullish / neutral / bearish). Given both, the direction must be the one the
+return gives under the neutral band. Given only the direction, the row is a direction-only forecast: its
+predicted prices are NULL (no price error is ever scored) and its next-day call is the direction. A horizon
+other than next-day may be left out (no forecast there); next-day is required. The whole file is checked
+before anything is written, and refused with an error naming the file, the row and the rule: a model
+registered for the ticker and a member of the universe on the run date, each horizon at most once, finite
+values, the run date a session whose close is stored. Then all its rows are written in one transaction
+(hash-chained, anchored in the run log) and the evening's receipt is signed where receipts are configured:
+nothing is half-written.
 
 The cut-off: a forecast is live only if it arrives before the open of the session after its run date (less
 LDTM_SUBMISSION_CUTOFF_MIN minutes), when the first price that could execute it (LDTM_SIGNAL_EXECUTION's
@@ -52,8 +55,8 @@ from ldtm_core.learning.registry import EXTERNAL
 from ldtm_core.schema import snapshots
 from ldtm_core.scoring.baselines import TREND_SESSIONS
 
-REQUIRED = ("ticker", "run_date", "horizon", "expected_return")
-OPTIONAL = ("direction",)
+REQUIRED = ("ticker", "run_date", "horizon")
+FORECASTS = ("expected_return", "direction")  # one of them at least (module doc)
 MAX_ROWS = 1_000_000  # a file past this is no evening's submission
 
 
@@ -115,12 +118,15 @@ def read_file(path: Path | str) -> pd.DataFrame:
         raise SubmissionError(f"submission {path}: cannot be read: {str(exc).splitlines()[0]}") from None
     df.columns = [str(c).strip().lower() for c in df.columns]
     missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
+    if missing or not any(c in df.columns for c in FORECASTS):
         raise SubmissionError(
-            f"submission {path}: missing column(s) {', '.join(missing)} (expected {', '.join(REQUIRED)}"
-            f"[, {', '.join(OPTIONAL)}])"
+            f"submission {path}: missing column(s) {', '.join(missing or [' or '.join(FORECASTS)])} (expected "
+            f"{', '.join(REQUIRED)} and {' and/or '.join(FORECASTS)})"
         )
-    extra = [c for c in df.columns if c not in (*REQUIRED, *OPTIONAL)]
+    for c in FORECASTS:
+        if c not in df.columns:
+            df[c] = None
+    extra = [c for c in df.columns if c not in (*REQUIRED, *FORECASTS)]
     if extra:
         raise SubmissionError(f"submission {path}: unknown column(s) {', '.join(extra)}")
     if df.empty:
@@ -152,14 +158,17 @@ def _parse(df: pd.DataFrame, path, registered, band: float) -> pd.DataFrame:
         horizon = str(rec["horizon"]).strip()
         if horizon not in BY_NAME:
             raise SubmissionError(f"{where}: horizon {horizon!r} is unknown (known: {', '.join(BY_NAME)})")
-        try:
-            r = float(rec["expected_return"])
-        except (TypeError, ValueError):
-            r = math.nan
-        if not math.isfinite(r) or abs(r) > 5:  # e^5: a 148-fold move is no forecast
-            raise SubmissionError(
-                f"{where}: expected_return {rec['expected_return']!r} is not a finite log return within ±5"
-            )
+        given = rec["expected_return"]
+        r = None
+        if given is not None and not (isinstance(given, str) and not given.strip()) and not pd.isna(given):
+            try:
+                r = float(given)
+            except (TypeError, ValueError):
+                r = math.nan
+            if not math.isfinite(r) or abs(r) > 5:  # e^5: a 148-fold move is no forecast
+                raise SubmissionError(
+                    f"{where}: expected_return {given!r} is not a finite log return within ±5"
+                )
         key = (ticker, run_date, horizon)
         if key in seen:
             raise SubmissionError(
@@ -172,20 +181,22 @@ def _parse(df: pd.DataFrame, path, registered, band: float) -> pd.DataFrame:
             raise SubmissionError(f"{where}: a direction is given for the {DIRECTION.name} horizon only")
         if direction is not None and direction not in DIRECTIONS:
             raise SubmissionError(f"{where}: direction {direction!r} is not one of {', '.join(DIRECTIONS)}")
-        if direction is not None:
+        if r is None and direction is None:
+            raise SubmissionError(f"{where}: gives neither an expected_return nor a direction")
+        if direction is not None and r is not None:
             implied = str(classify_direction(math.exp(r), 1.0, band))
             if implied != direction:
                 raise SubmissionError(
                     f"{where}: direction {direction} contradicts expected_return {r:g} ({implied} under the "
                     f"{band:g} % neutral band): the record scores the direction the return gives"
                 )
-        out.append((ticker, run_date, horizon, r, i))
-    rows = pd.DataFrame(out, columns=["ticker", "run_date", "horizon", "r", "line"])
+        out.append((ticker, run_date, horizon, math.nan if r is None else r, direction, i))
+    rows = pd.DataFrame(out, columns=["ticker", "run_date", "horizon", "r", "direction", "line"])
     for (ticker, run_date), group in rows.groupby(["ticker", "run_date"], sort=False):
-        lacking = [h.name for h in HORIZONS if h.name not in set(group["horizon"])]
-        if lacking:
+        if DIRECTION.name not in set(group["horizon"]):
             raise SubmissionError(
-                f"{_row(path, int(group['line'].iloc[0]))}: {ticker} {run_date} lacks horizon(s) {', '.join(lacking)}"
+                f"{_row(path, int(group['line'].iloc[0]))}: {ticker} {run_date} lacks the {DIRECTION.name} "
+                "horizon (an expected_return or a direction)"
             )
     return rows
 
@@ -258,7 +269,9 @@ def _records(rows, arrays, registered, settings, result, path, arrived) -> list[
     calls from the stored closes, model_status `external` until the model is active for the ticker."""
     days = np.array(sorted({np.datetime64(d, "D") for d in rows["run_date"]}))
     targets = {h: dict(zip(days, d, strict=True)) for h, d in target_dates(days).items()}
-    wide = rows.pivot_table(index=["ticker", "run_date"], columns="horizon", values="r", aggfunc="first")
+    keys = ["ticker", "run_date"]
+    wide = rows.pivot(index=keys, columns="horizon", values="r").reindex(columns=[h.name for h in HORIZONS])
+    said = rows[rows["horizon"] == DIRECTION.name].set_index(keys)["direction"]
     created = arrived.astimezone(dt.UTC)
     out = []
     for (ticker, run_date), r in wide.iterrows():
@@ -269,7 +282,16 @@ def _records(rows, arrays, registered, settings, result, path, arrived) -> list[
             raise SubmissionError(f"submission {path}: {ticker} has no stored close on {run_date}")
         close = float(series["close"][at])
         rec = registered[ticker]
-        preds = {h.col("pred"): close * math.exp(float(r[h.name])) for h in HORIZONS}
+        # No return for a horizon: no predicted price (NULL); the next-day call is then the direction given.
+        preds = {
+            h.col("pred"): None if pd.isna(r[h.name]) else close * math.exp(float(r[h.name]))
+            for h in HORIZONS
+        }
+        direction = said.get((ticker, run_date))
+        if preds[DIRECTION.col("pred")] is not None:
+            direction = str(
+                classify_direction(preds[DIRECTION.col("pred")], close, settings.neutral_band_pct)
+            )
         out.append(
             {
                 "ticker": ticker,
@@ -281,9 +303,7 @@ def _records(rows, arrays, registered, settings, result, path, arrived) -> list[
                 "model_status": "active" if rec.status == "active" else EXTERNAL,
                 "mode": result.mode,
                 **preds,
-                "direction_pred": str(
-                    classify_direction(preds[DIRECTION.col("pred")], close, settings.neutral_band_pct)
-                ),
+                "direction_pred": direction,
                 # The answer was known when it arrived (a late submission's may be): never out of sample.
                 "in_sample": arrived >= session_close(pd.Timestamp(targets[DIRECTION.name][day]).date()),
                 "neutral_band_pct": settings.neutral_band_pct,
@@ -296,11 +316,15 @@ def _records(rows, arrays, registered, settings, result, path, arrived) -> list[
     return out
 
 
+def _same(old: float | None, new: float | None) -> bool:
+    return (old is None) == (new is None) and (old is None or math.isclose(old, new, rel_tol=1e-12))
+
+
 def _refuse_changes(engine: Engine, records: list[dict], path) -> None:
     """A row already recorded for (ticker, run date, version) with other forecasts refuses the file."""
     s = snapshots.c
     keys = {(r["ticker"], r["run_date"], r["model_version"]): r for r in records}
-    cols = [s.ticker, s.run_date, s.model_version, *(s[h.col("pred")] for h in HORIZONS)]
+    cols = [s.ticker, s.run_date, s.model_version, s.direction_pred, *(s[h.col("pred")] for h in HORIZONS)]
     stmt = select(*cols).where(
         s.model_id.in_(sorted({r["model_id"] for r in records})),
         s.run_date.in_(sorted({r["run_date"] for r in records})),
@@ -308,8 +332,9 @@ def _refuse_changes(engine: Engine, records: list[dict], path) -> None:
     with engine.connect() as conn:
         for row in conn.execute(stmt).mappings():
             new = keys.get((row["ticker"], row["run_date"], row["model_version"]))
-            if new is not None and any(
-                not math.isclose(row[h.col("pred")], new[h.col("pred")], rel_tol=1e-12) for h in HORIZONS
+            if new is not None and (
+                row["direction_pred"] != new["direction_pred"]
+                or any(not _same(row[h.col("pred")], new[h.col("pred")]) for h in HORIZONS)
             ):
                 raise SubmissionError(
                     f"submission {path}: {row['ticker']} {row['run_date']} was already submitted with other "

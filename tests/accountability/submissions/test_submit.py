@@ -15,13 +15,14 @@ from sqlalchemy import func, select, text
 
 from ldtm_core.accountability.ledger.audit import verify
 from ldtm_core.accountability.ledger.fillback import fillback
+from ldtm_core.accountability.ledger.refill import refill
 from ldtm_core.accountability.ledger.snapshots import predict
 from ldtm_core.accountability.submissions import external, judge
 from ldtm_core.accountability.submissions.submit import SubmissionError, cutoff, submit
 from ldtm_core.data.calendar import session_close, sessions_between
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.learning import registry
-from ldtm_core.schema import snapshots
+from ldtm_core.schema import fill_revisions, snapshots
 from tests.accountability_helpers import ingest, make_model, make_settings
 
 TICKERS = ["AAA", "BBB", "CCC"]
@@ -89,7 +90,7 @@ def test_bad_submissions_are_refused_by_name_with_nothing_written(store, tmp_pat
             submit(engine, settings, name, path, at=at or _evening(day))
 
     refused(_file(tmp_path, day, {"ZZZ": 0.01}), "row 2: 'ZZZ' is not a ticker this model is registered for")
-    refused(_file(tmp_path, day, {"AAA": float("nan")}), "row 2: expected_return nan is not a finite")
+    refused(_file(tmp_path, day, {"AAA": float("inf")}), "row 2: expected_return inf is not a finite")
     refused(_file(tmp_path, dt.date(2023, 6, 3), ok), "run date 2023-06-03 is not an XNYS trading session")
     refused(
         _file(tmp_path, dt.date(2024, 3, 1), ok),
@@ -104,11 +105,15 @@ def test_bad_submissions_are_refused_by_name_with_nothing_written(store, tmp_pat
     pd.concat([dup, dup.iloc[[0]]]).to_csv(tmp_path / "dup.csv", index=False)
     refused(str(tmp_path / "dup.csv"), "row 5: duplicate of row 2")
     dup.iloc[1:].to_csv(tmp_path / "short.csv", index=False)
-    refused(str(tmp_path / "short.csv"), f"lacks horizon\\(s\\) {HORIZONS[0].name}")
+    refused(str(tmp_path / "short.csv"), f"AAA 2023-06-01 lacks the {HORIZONS[0].name} horizon")
+    dup.assign(expected_return=None).to_csv(tmp_path / "empty.csv", index=False)
+    refused(str(tmp_path / "empty.csv"), "row 2: gives neither an expected_return nor a direction")
+    dup.assign(expected_return=None, direction="up").to_csv(tmp_path / "up.csv", index=False)
+    refused(str(tmp_path / "up.csv"), "row 2: direction 'up' is not one of")
     dup.assign(horizon="next_year").to_csv(tmp_path / "horizon.csv", index=False)
     refused(str(tmp_path / "horizon.csv"), "horizon 'next_year' is unknown")
     dup.drop(columns="expected_return").to_csv(tmp_path / "cols.csv", index=False)
-    refused(str(tmp_path / "cols.csv"), "missing column\\(s\\) expected_return")
+    refused(str(tmp_path / "cols.csv"), "missing column\\(s\\) expected_return or direction")
     # Past the cut-off (the next session's open): refused, or kept as a replay with `late`.
     late_at = cutoff(day) + dt.timedelta(seconds=1)
     refused(_file(tmp_path, day, ok), "closed to live submissions at 2023-06-02 09:30 New York", at=late_at)
@@ -244,6 +249,77 @@ def test_a_file_of_several_evenings_is_counted_and_chained_whole(store, tmp_path
     assert (res.rows_written, res.rows_existing) == (4, 2)
     assert _count(engine) == 6
     assert verify(engine).ok
+
+
+@pytest.mark.parametrize("backend_rule", ["sql", "python"])
+def test_direction_only_forecasts_are_scored_by_their_direction_and_verify(
+    store, tmp_path, monkeypatch, backend_rule
+):
+    """A direction-only file (next-day direction, no return, the other horizons left out) records NULL
+    prices and the direction given; fillback scores the next-day call by that direction (in SQL, or per row
+    where a corporate action rebases the answer), leaves every price error NULL, and the audit, the export's
+    verifier and the judge agree. A return and a direction on one horizon still must agree."""
+    from ldtm_core.accountability.ledger import receipts as rc
+    from ldtm_core.accountability.ledger.record_export import export_record
+    from ldtm_core.accountability.ledger.record_verify import verify_record
+
+    engine, settings, prices = store
+    if backend_rule == "python":  # a recorded action inside the horizons sends AAA's fill down the row path
+        from ldtm_core.data.corporate_actions import Action, record_actions
+
+        with engine.begin() as conn:  # factor 1: the answers stay the closes
+            record_actions(conn, [Action("AAA", dt.date(2023, 6, 2), 1.0, "dividend", "test")])
+    private, public = tmp_path / "keys" / "r.pem", tmp_path / "keys" / "r.pub"
+    rc.keygen(private, public)
+    monkeypatch.setenv(rc.DIR_ENV, str(tmp_path / "receipts"))
+    monkeypatch.setenv(rc.KEY_ENV, str(private))
+    days = [dt.date(2023, 6, 1), dt.date(2023, 6, 2), dt.date(2023, 6, 5)]
+    said = {"AAA": "bullish", "BBB": "bearish", "CCC": "neutral"}
+    for day in days:
+        stamp = _evening(day).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        monkeypatch.setattr(rc, "_now", lambda stamp=stamp: stamp)
+        rows = [{"ticker": t, "run_date": day.isoformat(), "horizon": HORIZONS[0].name, "direction": d}
+                for t, d in said.items()]  # fmt: skip
+        pd.DataFrame(rows).to_csv(tmp_path / f"{day}.csv", index=False)
+        res = submit(engine, settings, "desk", str(tmp_path / f"{day}.csv"), at=_evening(day))
+        assert res.rows_written == 3 and res.receipt is not None
+    fillback(engine)
+    with engine.connect() as conn:
+        got = pd.DataFrame(conn.execute(select(snapshots)).mappings().all())
+    assert got[[h.col("pred") for h in HORIZONS]].isna().all().all()
+    assert got[[h.col("pct_error") for h in HORIZONS]].isna().all().all()
+    assert dict(zip(got["ticker"], got["direction_pred"], strict=False)) == said
+    close = prices.set_index(["ticker", "date"])["close"]
+    for r in got.itertuples():
+        rdc, actual = r.run_date_close, r.next_day_actual
+        assert actual == pytest.approx(close[(r.ticker, pd.Timestamp(r.next_day_date))])
+        want = (
+            None
+            if actual == rdc
+            else {"bullish": actual > rdc, "bearish": actual < rdc, "neutral": False}[r.direction_pred]
+        )
+        assert (None if pd.isna(r.next_day_direction_correct) else bool(r.next_day_direction_correct)) == want
+    if backend_rule == "python":  # a split recorded after the fill: the re-fill logs no price error
+        with engine.begin() as conn:
+            record_actions(conn, [Action("BBB", dt.date(2023, 6, 2), 0.5, "split", "late feed")])
+        assert len(refill(engine, automatic=True).refilled) == len(HORIZONS)  # BBB's 2023-06-01 row
+        with engine.connect() as conn:
+            logged = conn.execute(select(fill_revisions)).all()
+            bbb = conn.execute(select(snapshots).where(snapshots.c.ticker == "BBB")).all()
+        assert len(logged) == len(HORIZONS) and all(
+            r.new_pct_error is None and r.ticker == "BBB" for r in logged
+        )
+        first = min(bbb, key=lambda r: r.run_date)
+        assert first.next_day_actual == pytest.approx(2 * close[("BBB", pd.Timestamp(first.next_day_date))])
+        assert first.next_day_direction_correct == (first.next_day_actual < first.run_date_close)
+    assert verify(engine).ok
+    export_record(engine, tmp_path / "export")
+    report = verify_record(tmp_path / "export", tmp_path / "receipts", rc.load_public_key(public))
+    assert report.ok and report.rows == report.covered == 9, report.findings
+    table = judge.judge(engine, "desk").table
+    assert (
+        table.loc["CCC", "hits"] == 0 and table["n"].sum() == got["next_day_direction_correct"].notna().sum()
+    )
 
 
 def test_a_forged_arrival_time_is_caught_by_the_receipt(store, tmp_path, monkeypatch):
