@@ -81,7 +81,7 @@ def promote_cmd(name: str = typer.Argument(..., help="a registered submitted mod
 def submit_cmd(
     name: str = typer.Argument(..., help="a registered submitted model"),
     path: str = typer.Argument(
-        ..., help="CSV or Parquet: ticker, run_date, horizon, expected_return[, direction]"
+        ..., help="CSV or Parquet: ticker, run_date, horizon, and expected_return and/or direction (next_day)"
     ),
     late: bool = typer.Option(
         False, "--late", help="past the cut-off: record it as a replay (kept, never scored as live)"
