@@ -609,3 +609,25 @@ def test_recipe_loop():
         r"week 1 decisions: ridge: \d+ promoted; lightgbm: \d+ promoted; serving after", out.stdout
     )
     assert re.search(rf"^\| ratio LSTM loop / recipe loop \| {NUMBER} \|$", out.stdout, re.M), out.stdout
+
+
+def test_submissions(bench):
+    """--cost: one evening of 1,000 tickers through submit; --null: coin-flip submitters and the planted
+    model through submit, fillback and judge, a row with the false rate and its bound."""
+    out = bench(
+        "submissions",
+        "--cost",
+        "--repeats",
+        "1",
+        "--null",
+        "--models",
+        "2",
+        "--tickers",
+        "1",
+        "--evenings",
+        "21",
+    )
+    assert re.search(rf"^\| 1,000 \| 3,000 \| 1 \| {NUMBER} \| {NUMBER} \|$", out, re.M), out
+    assert re.search(
+        rf"^\| 2 \| [012] \| [012] \| {NUMBER} \| {NUMBER} \| .+ evenings \| shown within .+ \|$", out, re.M
+    ), out
