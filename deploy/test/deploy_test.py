@@ -60,6 +60,7 @@ SERVICES = [
     if service.get("restart") != "no"
 ]
 NETWORK, ARTIFACTS, RECEIPTS = "ldtm_network", "ldtm_artifacts", "ldtm_receipts"
+SUBMISSIONS = "ldtm_submissions"
 TICKERS = load_universe("demo")
 # Tickers that got a model from the backfill: the demo universe's late listing (FER) may have too few
 # sessions before AS_OF to train; set by step_1_2 from the database, used by every later check.
@@ -1060,6 +1061,47 @@ def db_state(stack: Stack) -> dict:
     return state
 
 
+def step_submissions(stack: Stack) -> None:
+    """docs/bring-your-own-model.md on the stack: a file dropped into the ldtm_submissions volume (read-only
+    to the code server) is picked up by submission_sensor and submitted in a run container; one past its
+    cut-off (every evening here is years old) fails its run naming the cut-off, with nothing written."""
+    sh(["docker", "exec", "ldtm_user_code", "ldtm", "models", "register", "--external", "deploy-desk",
+        "--tickers", TRAINED[0]])  # fmt: skip
+    touch = subprocess.run(
+        ["docker", "exec", "ldtm_user_code", "touch", "/opt/ldtm/submissions/x"],
+        capture_output=True,
+        text=True,
+    )
+    if touch.returncode == 0 or "Read-only file system" not in touch.stderr:
+        raise DeployTestFailure(f"the code server could write into the submissions folder: {touch.stderr!r}")
+    rows = f"ticker,run_date,horizon,direction\n{TRAINED[0]},{EVENING_1},next_day,bullish\n"
+    sh(["docker", "run", "--rm", "-i", "--user", "0", "--entrypoint", "sh", "-v", f"{SUBMISSIONS}:/in",
+        "ldtm_user_code_image", "-c", "mkdir -p /in/deploy-desk && cat > /in/deploy-desk/evening.csv"],
+       stdin=rows)  # fmt: skip
+    before = stack.count("select count(*) from snapshots")
+
+    def launched():
+        runs = [r for r in stack.runs("submission_job") if {t["key"]: t["value"] for t in r["tags"]}.get(
+            "ldtm/submitted_model") == "deploy-desk"]  # fmt: skip
+        return runs[0]["runId"] if runs else None
+
+    run_id = wait(
+        "submission_sensor's run for the dropped file", 300, launched, interval=5, failing="ldtm_daemon"
+    )
+    stack.wait_run(run_id, expect="FAILURE")
+    stack.assert_ran_in_its_own_container(run_id)
+    tail = stack.run_log_tail(run_id)
+    if "closed to live submissions" not in tail:
+        raise DeployTestFailure(
+            f"submission run {run_id[:8]} failed without naming the cut-off: {tail[-800:]}"
+        )
+    if stack.count("select count(*) from snapshots") != before:
+        raise DeployTestFailure("a refused submission wrote snapshot rows")
+    log(
+        f"a dropped file was submitted by the sensor ({run_id[:8]}) and refused past its cut-off, nothing written"
+    )
+
+
 def step_5_backup_restore(stack: Stack) -> None:
     """deploy/scripts/backup.sh, both volumes destroyed, restore.sh into a fresh PostgreSQL: the same rows."""
     # The daemon stopped first, so no sensor tick or run writes between the snapshot and the dump.
@@ -1130,7 +1172,11 @@ def leftovers() -> list[str]:
     out += run_containers()
     nets = sh(["docker", "network", "ls", "-q", "--filter", f"name=^{NETWORK}$"], check=False).split()
     vols = sh(["docker", "volume", "ls", "-q"], check=False).split()
-    return out + nets + [v for v in vols if v in (ARTIFACTS, RECEIPTS) or v.startswith(f"{PROJECT}_")]
+    return (
+        out
+        + nets
+        + [v for v in vols if v in (ARTIFACTS, RECEIPTS, SUBMISSIONS) or v.startswith(f"{PROJECT}_")]
+    )
 
 
 def main() -> int:
@@ -1198,6 +1244,7 @@ def main() -> int:
         stack.up(*up_args)
         step_1_2(stack)
         step_security(stack)
+        step_submissions(stack)
         step_3_kill(stack)
         step_4_restart(stack)
         step_4_receipts()
