@@ -461,8 +461,8 @@ SETTINGS: dict[str, Setting] = _table(
     Setting(
         "LDTM_TSA_URL",
         None,
-        "an RFC 3161 timestamp authority that timestamps each receipt (http(s) URL)",
-        Text("url"),
+        "an RFC 3161 timestamp authority that timestamps each receipt (http(s) URL; may hold user:password)",
+        Text("url", secret=True),  # the URL may carry its credentials
         shown="none (no timestamps)",
     ),
     Setting(
@@ -756,19 +756,46 @@ def check_environment() -> None:
         raise ConfigError("; ".join(problems))
 
 
-# Passwords of templates and examples: a deployment still using one is refused before it serves.
-PLACEHOLDER_PASSWORDS = frozenset({"change-me", "changeme", "change_me"})
+# Secrets of templates, examples and defaults (compared case-insensitively): a deployment still using one
+# is refused before it serves; so is any secret shorter than MIN_SECRET_LENGTH (new_env.sh makes 32).
+PLACEHOLDER_PASSWORDS = frozenset(
+    {
+        "change-me", "changeme", "change_me", "change-it", "changeit", "replace-me", "replaceme", "todo",
+        "password", "passw0rd", "password1", "secret", "s3cret", "admin", "root", "postgres", "dagster", "ldtm",
+        "test", "example", "default", "letmein", "qwerty", "12345678", "123456789", "1234567890",
+        "your-secret-here", "your-password-here", "xxxxxxxx", "<secret>", "<password>",
+    }
+)  # fmt: skip
+MIN_SECRET_LENGTH = 16
+
+
+def weak_secret(value: str) -> str | None:
+    """Why `value` is no secret (a known placeholder, or too short), or None; never quotes the value."""
+    if value.strip().lower() in PLACEHOLDER_PASSWORDS:
+        return "a template's or default placeholder"
+    if len(value) < MIN_SECRET_LENGTH:
+        return f"shorter than {MIN_SECRET_LENGTH} characters"
+    return None
 
 
 def _placeholder_passwords() -> list[str]:
+    """Every secret setting that holds a password or key (the database URL's password, the audit and
+    receipt keys, the deployment's passwords) checked by `weak_secret`. URL settings whose secret is a
+    token in the path (webhooks) are the service's to issue, and not judged here."""
     found = []
     with contextlib.suppress(Exception):  # a malformed URL is named by the code that connects
-        if make_url(os.environ.get("LDTM_DATABASE_URL") or "sqlite://").password in PLACEHOLDER_PASSWORDS:
-            found.append("LDTM_DATABASE_URL")
-    found += [name for name in DEPLOYMENT_SECRETS if os.environ.get(name) in PLACEHOLDER_PASSWORDS]
+        password = make_url(os.environ.get("LDTM_DATABASE_URL") or "sqlite://").password
+        if password is not None:
+            found.append(("LDTM_DATABASE_URL", "its password is", weak_secret(str(password))))
+    keys = [n for n in SECRET_SETTINGS if SETTINGS[n].kind.name == "secret" and n != "LDTM_DATABASE_URL"]
+    for name in (*keys, *DEPLOYMENT_SECRETS):
+        value = os.environ.get(name)
+        if value:
+            found.append((name, "it is", weak_secret(value)))
     return [
-        f"{name}: the template's placeholder password; set a real one (deploy/scripts/new_env.sh)"
-        for name in found
+        f"{name}: {it} {why}: set a real secret (deploy/scripts/new_env.sh makes random ones)"
+        for name, it, why in found
+        if why
     ]
 
 
@@ -887,15 +914,46 @@ class Settings:
             )
 
 
+# Query parameters that carry a credential (libpq's `?password=`, a token or key in a service's URL).
+CREDENTIAL_PARAMS = re.compile(
+    r"^(password|passwd|pwd|pass|sslpassword|secret|token|access_token|auth|api[_-]?key|key|sig|signature)$",
+    re.I,
+)
+
+
 def masked_url(url: str) -> str:
-    """The URL with any password replaced by ***, safe for logs, metadata and errors."""
+    """What a log, metadata or error may show of a URL that can carry a credential (the one rule): its
+    password and every credential query value (CREDENTIAL_PARAMS) as ***; an http(s) URL (a webhook, a
+    timestamp authority: the token may be its path) only as its origin; a value that is not a URL, ***."""
+    if url.lower().startswith(("http://", "https://")):
+        return url_origin(url)
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # an unparsable URL must still never leak what follows '://user:'
+        parsed = make_url(url)
+    except Exception:  # not a URL: nothing of it is known to be safe to show
         if "@" in url and "://" in url:
             scheme, rest = url.split("://", 1)
-            return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
-        return url
+            return f"{scheme}://***@{rest.rsplit('@', 1)[1].split('?')[0]}"
+        return "***"
+    masked = {k: ("***" if CREDENTIAL_PARAMS.match(k) else v) for k, v in parsed.query.items()}
+    return parsed.set(query=masked).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+
+
+def credentials_in(value: str) -> list[str]:
+    """The credential parts of a setting's value, each to be masked wherever it appears: the whole value,
+    and where it is a URL its password and credential query values (drivers and servers echo them)."""
+    out = [value]
+    with contextlib.suppress(Exception):
+        parsed = make_url(value)
+        out.append(parsed.password or "")
+        for k, v in parsed.query.items():
+            if CREDENTIAL_PARAMS.match(k):
+                out += [v] if isinstance(v, str) else list(v)
+    with contextlib.suppress(Exception):
+        parts = urlsplit(value)
+        out.append(parts.password or "")
+        if parts.scheme in ("http", "https") and len(parts.path) >= 8:  # a webhook's token is its path
+            out += [parts.netloc + parts.path, parts.path]
+    return [v for v in out if v]
 
 
 def url_origin(url: str) -> str:
@@ -924,9 +982,7 @@ def redact_secrets(text: str) -> str:
     for name in SECRET_SETTINGS:
         value = os.environ.get(name)
         if value:
-            values.append(value)
-            with contextlib.suppress(Exception):  # a URL's password alone too, as drivers echo it
-                values.append(make_url(value).password or "")
+            values += credentials_in(value)  # a URL's password alone too, as drivers echo it
     values += [os.environ.get(name) or "" for name in DEPLOYMENT_SECRETS]
     for value in sorted({v for v in values if len(v) >= 4}, key=len, reverse=True):
         text = text.replace(value, "***")

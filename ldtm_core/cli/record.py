@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ldtm_core.cli.accountability import audit_app
 from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db
+from ldtm_core.config import masked_url
 from ldtm_core.errors import ConfigError
 
 receipts_app = typer.Typer(
@@ -81,7 +82,7 @@ def receipts_check() -> None:
             else "over the network: not checked here; it must refuse forced pushes (e.g. branch protection)"
         )
         console.print(f"remote {escape(sink.remote)}: {said}")
-    console.print(f"timestamp authority: {escape(ready.tsa_url or 'none')}")
+    console.print(f"timestamp authority: {escape(masked_url(ready.tsa_url) if ready.tsa_url else 'none')}")
     console.print("receipts: ok")
 
 

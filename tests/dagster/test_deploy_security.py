@@ -144,14 +144,14 @@ def test_the_docker_socket_proxy_passes_only_what_terminate_needs(method, path, 
 
 def test_a_placeholder_password_is_refused_before_anything_serves(monkeypatch):
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "change-me")
-    with pytest.raises(ConfigError, match="DAGSTER_PG_PASSWORD: the template's placeholder"):
+    with pytest.raises(ConfigError, match="DAGSTER_PG_PASSWORD: it is a template's or default placeholder"):
         config.check_environment()
-    monkeypatch.setenv("DAGSTER_PG_PASSWORD", "a-real-one-3f9c")
+    monkeypatch.setenv("DAGSTER_PG_PASSWORD", "a-real-one-3f9c-7Tq2")
     monkeypatch.setenv("LDTM_DATABASE_URL", "postgresql+psycopg2://ldtm:change-me@db:5432/ldtm")
-    with pytest.raises(ConfigError, match="LDTM_DATABASE_URL: the template's placeholder") as err:
+    with pytest.raises(ConfigError, match="LDTM_DATABASE_URL: its password is a template's or default placeholder") as err:
         config.check_environment()
     assert "change-me" not in str(err.value).split(":", 1)[0]
-    monkeypatch.setenv("LDTM_DATABASE_URL", "postgresql+psycopg2://ldtm:a-real-one-3f9c@db:5432/ldtm")
+    monkeypatch.setenv("LDTM_DATABASE_URL", "postgresql+psycopg2://ldtm:a-real-one-3f9c-7Tq2@db:5432/ldtm")
     config.check_environment()
     # The code location checks the settings when it loads: a bad one is a load error, not a failed run.
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "change-me")
@@ -162,7 +162,7 @@ def test_a_placeholder_password_is_refused_before_anything_serves(monkeypatch):
         text=True,
         env={**os.environ, "LDTM_DATABASE_URL": ""},
     )
-    assert out.returncode != 0 and "DAGSTER_PG_PASSWORD: the template's placeholder" in out.stderr
+    assert out.returncode != 0 and "DAGSTER_PG_PASSWORD: it is a template's or default placeholder" in out.stderr
 
 
 def test_the_template_holds_no_password_and_new_env_makes_one_for_each(tmp_path):

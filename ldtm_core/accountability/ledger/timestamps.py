@@ -27,7 +27,7 @@ from rfc3161_client import (
     decode_timestamp_response,
 )
 
-from ldtm_core.config import env_text
+from ldtm_core.config import env_text, masked_url
 from ldtm_core.errors import ConfigError, LDTMError
 
 URL_ENV = "LDTM_TSA_URL"
@@ -47,7 +47,9 @@ def token_path(receipt_path: Path) -> Path:
 def configured_url() -> str | None:
     url = env_text(URL_ENV)
     if url and (not url.startswith(("https://", "http://")) or not urllib.parse.urlsplit(url).hostname):
-        raise ConfigError(f"{URL_ENV} {url!r}: a timestamp authority is reached over http(s) at a host")
+        raise ConfigError(
+            f"{URL_ENV} {masked_url(url)!r}: a timestamp authority is reached over http(s) at a host"
+        )
     return url or None
 
 
@@ -72,18 +74,20 @@ def fetch(url: str, data: bytes, timeout: float = TIMEOUT_S) -> bytes:
         with urllib.request.urlopen(http, timeout=timeout) as answer:  # noqa: S310
             raw = answer.read()
     except (OSError, urllib.error.URLError) as e:
-        raise TimestampError(f"timestamp authority {url}: {e}") from None
+        raise TimestampError(f"timestamp authority {masked_url(url)}: {e}") from None
     try:
         response = decode_timestamp_response(raw)
     except ValueError as e:
-        raise TimestampError(f"timestamp authority {url}: not an RFC 3161 response ({e})") from None
+        raise TimestampError(
+            f"timestamp authority {masked_url(url)}: not an RFC 3161 response ({e})"
+        ) from None
     # Only "granted": the verifier (rfc3161-client) refuses "granted with modifications" too.
     if PKIStatus(response.status) != PKIStatus.GRANTED:
         said = "; ".join(response.status_string) or f"status {response.status}"
-        raise TimestampError(f"timestamp authority {url} refused the request: {said}")
+        raise TimestampError(f"timestamp authority {masked_url(url)} refused the request: {said}")
     info = response.tst_info
     if info.message_imprint.message != hashlib.sha256(data).digest() or info.nonce != request.nonce:
-        raise TimestampError(f"timestamp authority {url}: its token answers another request")
+        raise TimestampError(f"timestamp authority {masked_url(url)}: its token answers another request")
     return raw
 
 
