@@ -126,3 +126,42 @@ def test_the_superuser_is_never_made_dagsters_role(previous_release):
             text("SELECT rolsuper FROM pg_roles WHERE rolname = :r"), {"r": admin.username}
         ).scalar()
     assert _owners(admin, env["DAGSTER_PG_DB"]) == {admin.username}  # nothing changed
+
+
+def test_no_role_reaches_the_maintenance_database_and_the_reader_cannot_block_writers(previous_release):
+    """Issue 61, finding 6: the app role could connect to `postgres`; the reader could take the advisory
+    locks the chain's writers and the migrations wait on, and hold them as long as it liked."""
+    env, admin = previous_release
+    assert _run(env).returncode == 0
+    owner, app, reader = (env[k] for k in ("LDTM_PG_OWNER_ROLE", "LDTM_PG_APP_ROLE", "LDTM_PG_READER_ROLE"))
+    for role in (owner, app, reader, env["DAGSTER_PG_USERNAME"]):
+        assert not _can_connect(admin, role, "postgres") and not _can_connect(admin, role, "template1")
+
+    def as_role(role: str, sql: str) -> str:
+        with create_engine(admin.set(database=env["LDTM_PG_APP_DB"])).connect() as conn:
+            conn.execute(text(f'SET ROLE "{role}"'))
+            try:
+                conn.execute(text(sql))
+                return "allowed"
+            except Exception as exc:  # noqa: BLE001 - the server's refusal is the answer
+                return "denied" if "permission denied" in str(exc) else str(exc)
+
+    for lock in (
+        "pg_advisory_lock(7400123)",
+        "pg_try_advisory_xact_lock(1)",
+        "pg_advisory_lock_shared(1, 2)",
+    ):
+        assert as_role(reader, f"SELECT {lock}") == "denied", lock
+        assert as_role(app, f"SELECT {lock}") == "allowed", lock
+        assert as_role(owner, f"SELECT {lock}") == "allowed", lock
+    with create_engine(admin.set(database="postgres")).connect() as conn:
+        settings = conn.execute(
+            text("SELECT unnest(setconfig) FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole "
+                 "WHERE r.rolname = :r"),
+            {"r": reader},
+        ).scalars().all()  # fmt: skip
+    assert {s.split("=")[0] for s in settings} >= {
+        "statement_timeout",
+        "lock_timeout",
+        "idle_in_transaction_session_timeout",
+    }

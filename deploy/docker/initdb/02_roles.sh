@@ -45,6 +45,25 @@ REVOKE ALL ON DATABASE :"app_db" FROM PUBLIC;
 GRANT CONNECT ON DATABASE :"app_db" TO :"app", :"reader";
 -- Price ingest stages rows in a temporary table.
 GRANT TEMPORARY ON DATABASE :"app_db" TO :"app";
+-- No role of the stack needs the maintenance database or the template (the superuser keeps them).
+REVOKE CONNECT, TEMPORARY ON DATABASE postgres FROM PUBLIC;
+REVOKE CONNECT, TEMPORARY ON DATABASE template1 FROM PUBLIC;
+-- The reader (the dashboard) cannot hold what writers wait for: no statement, lock wait or idle
+-- transaction of its lasts long (its advisory locks are revoked below).
+ALTER ROLE :"reader" SET statement_timeout = '60s';
+ALTER ROLE :"reader" SET lock_timeout = '5s';
+ALTER ROLE :"reader" SET idle_in_transaction_session_timeout = '30s';
+SQL
+
+# Advisory locks serialise the chain's writers, fills and migrations (ldtm_core.db.write_lock, migrate):
+# in the app database only its owner and the application role may take one; the reader may not block them.
+run_psql -d "$app_db" -v owner="$owner" -v app="$app" <<'SQL'
+SELECT format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', p.oid::regprocedure) FROM pg_proc p
+    JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = 'pg_catalog' AND p.proname LIKE 'pg%advisory%' \gexec
+SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I, %I', p.oid::regprocedure, :'owner', :'app') FROM pg_proc p
+    JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = 'pg_catalog' AND p.proname LIKE 'pg%advisory%' \gexec
 SQL
 
 # Inside each database: its schema's objects belong to its owner (a deployment before the roles had one
