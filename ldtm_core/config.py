@@ -970,6 +970,18 @@ def url_origin(url: str) -> str:
 # passes them only to the containers that need them (deploy/scripts/sync_settings.py).
 SECRET_SETTINGS = tuple(name for name, row in SETTINGS.items() if row.kind.secret)
 
+# The receipts' settings: on the compose stack only the signer (`ldtm receipts watch`) reads them, so the
+# signing key never reaches the processes that write the record (deploy/scripts/sync_settings.py).
+SIGNER_SETTINGS = (
+    "LDTM_RECEIPTS_DIR",
+    "LDTM_RECEIPT_KEY_FILE",
+    "LDTM_RECEIPT_KEY",
+    "LDTM_RECEIPTS_GIT",
+    "LDTM_RECEIPTS_GIT_REMOTE",
+    "LDTM_RECEIPTS_MIRROR",
+    "LDTM_TSA_URL",
+)
+
 # The deployment's own secrets (compose passes them to the containers that need them): masked like ours.
 DEPLOYMENT_SECRETS = ("DAGSTER_PG_PASSWORD", "POSTGRES_PASSWORD")
 

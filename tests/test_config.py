@@ -63,8 +63,14 @@ def test_bare_postgresql_url_uses_the_installed_driver(pg_url, tmp_path, monkeyp
 @pytest.mark.parametrize(
     ("url", "fragments"),
     [
-        ("mysql://ldtm:s3cret-Tq81-mP93-xw@db.example/ldtm", ["mysql is not supported", "mysqlclient", "ldtm:***@"]),
-        ("postgresql+psycopg://ldtm:s3cret-Tq81-mP93-xw@db.example/ldtm", ["needs the Python package psycopg", "***"]),
+        (
+            "mysql://ldtm:s3cret-Tq81-mP93-xw@db.example/ldtm",
+            ["mysql is not supported", "mysqlclient", "ldtm:***@"],
+        ),
+        (
+            "postgresql+psycopg://ldtm:s3cret-Tq81-mP93-xw@db.example/ldtm",
+            ["needs the Python package psycopg", "***"],
+        ),
         ("postgresql+asyncpg://db.example/ldtm", ["needs the Python package asyncpg"]),
         ("foo://db.example/ldtm", ["unknown database kind 'foo'"]),
         ("not a url", ["is not a URL"]),

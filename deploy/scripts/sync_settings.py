@@ -2,10 +2,11 @@
 settings table (ldtm_core/config.py, SETTINGS):
 
 - docker-compose.yml: `x-ldtm-settings` (every setting a user may put in .env, empty where unset: the
-  built-in default) and `x-ldtm-secrets` (config.SECRET_SETTINGS but the database URL), merged into the
+  built-in default), `x-ldtm-secrets` (config.SECRET_SETTINGS but the database URL) and `x-ldtm-signer`
+  (config.SIGNER_SETTINGS, the receipts' settings and key: the signer's alone), merged into the
   environment of the services that read them;
 - deploy/docker/dagster.yaml and dagster.gpu.yaml: the run launcher's `env_vars`, copied from the daemon
-  into every run container.
+  into every run container (never the signer's).
 
 Not listed: what compose sets itself per service (LDTM_HOME, LDTM_DATABASE_URL, LDTM_DEPLOYMENT), what
 the code location sets (LDTM_GPU_POOL_ID), and the test hooks. tests/dagster/test_deploy_security.py runs --check.
@@ -23,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ldtm_core.config import SECRET_SETTINGS, SETTINGS  # noqa: E402
+from ldtm_core.config import SECRET_SETTINGS, SETTINGS, SIGNER_SETTINGS  # noqa: E402
 
 SET_BY_COMPOSE = ("LDTM_HOME", "LDTM_DATABASE_URL", "LDTM_DEPLOYMENT")
 SET_BY_CODE = ("LDTM_GPU_POOL_ID",)
@@ -41,8 +42,8 @@ END = "# END generated"
 
 
 def passed_on() -> tuple[list[str], list[str]]:
-    """(plain settings, secret settings) that .env may set for the services."""
-    skip = set(SET_BY_COMPOSE) | set(SET_BY_CODE)
+    """(plain settings, secret settings) that .env may set for the services but the signer."""
+    skip = set(SET_BY_COMPOSE) | set(SET_BY_CODE) | set(SIGNER_SETTINGS)
     names = [n for n, row in SETTINGS.items() if not row.internal and n not in skip]
     secrets = [n for n in names if n in SECRET_SETTINGS]
     return [n for n in names if n not in SECRET_SETTINGS], secrets
@@ -54,6 +55,8 @@ def compose_block() -> str:
     lines += [f"  {n}: ${{{n}:-}}" for n in plain]
     lines += ["x-ldtm-secrets: &ldtm_secrets"]
     lines += [f"  {n}: ${{{n}:-}}" for n in secrets]
+    lines += ["x-ldtm-signer: &ldtm_signer"]
+    lines += [f"  {n}: ${{{n}:-}}" for n in SIGNER_SETTINGS]
     return "\n".join([*lines, END])
 
 

@@ -261,6 +261,7 @@ class Stack:
         )
         # Every request goes through ldtm_proxy, with the password of .env.
         self.auth = basic_auth(self.env["LDTM_UI_USER"], self.env["LDTM_UI_PASSWORD"])
+        self.dash_auth = basic_auth(self.env["LDTM_DASHBOARD_USER"], self.env["LDTM_DASHBOARD_PASSWORD"])
         self.client = DagsterGraphQLClient("127.0.0.1", port_number=web_port, headers=self.auth)
 
     def up(self, *args: str) -> None:
@@ -327,7 +328,8 @@ class Stack:
         log("stack healthy")
 
     def http(self, url: str) -> str:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=self.auth), timeout=10) as r:
+        auth = self.dash_auth if f":{self.dash_port}/" in url else self.auth
+        with urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=10) as r:
             return r.read().decode()
 
     def gql(self, query: str, **variables) -> dict:
@@ -679,37 +681,33 @@ def step_security(stack: Stack) -> None:
     ui, dash = f"http://127.0.0.1:{stack.web_port}", f"http://127.0.0.1:{stack.dash_port}"
     wrong = basic_auth(stack.env["LDTM_UI_USER"], stack.env["LDTM_UI_PASSWORD"] + "x")
     query = json.dumps({"query": "{ version }"}).encode()
-    for url, data in (
-        (f"{ui}/", None),
-        (f"{ui}/graphql", query),
-        (f"{dash}/", None),
-        (f"{dash}/_stcore/health", None),
+    for url, data, right, other in (
+        (f"{ui}/", None, stack.auth, stack.dash_auth),
+        (f"{ui}/graphql", query, stack.auth, stack.dash_auth),
+        (f"{dash}/", None, stack.dash_auth, stack.auth),
+        (f"{dash}/_stcore/health", None, stack.dash_auth, stack.auth),
     ):
-        for headers in ({}, wrong):
+        # No password, a wrong one, and the other service's (a dashboard reader is no Dagster operator).
+        for headers in ({}, wrong, other):
             got = status_of(url, {"Content-Type": "application/json", **headers}, data)
             if got != 401:
-                raise DeployTestFailure(
-                    f"{url} answered {got} to a request {'with a wrong' if headers else 'without a'} password"
-                )
-        if status_of(url, {"Content-Type": "application/json", **stack.auth}, data) != 200:
+                raise DeployTestFailure(f"{url} answered {got} to a request without its own password")
+        if status_of(url, {"Content-Type": "application/json", **right}, data) != 200:
             raise DeployTestFailure(f"{url} refused the right password")
-    log("the UI and the dashboard refuse requests without the password (401), answer with it")
+    log("the UI and the dashboard each refuse requests without their own password (401), answer with it")
 
     secrets_of = {k: v for k, v in stack.env.items() if k.endswith(("_PASSWORD", "_KEY"))}
     database = {k for k in secrets_of if k.startswith(("LDTM_PG_", "DAGSTER_PG_"))}
     may_hold = {
         "ldtm_postgres": database,
         "ldtm_migrate": {"LDTM_PG_OWNER_PASSWORD"},
-        "ldtm_user_code": {
-            "DAGSTER_PG_PASSWORD",
-            "LDTM_PG_APP_PASSWORD",
-            "LDTM_AUDIT_KEY",
-            "LDTM_RECEIPT_KEY",
-        },
-        "ldtm_daemon": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY", "LDTM_RECEIPT_KEY"},
+        "ldtm_user_code": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY"},
+        "ldtm_daemon": {"DAGSTER_PG_PASSWORD", "LDTM_PG_APP_PASSWORD", "LDTM_AUDIT_KEY"},
+        # The receipt key: the signer alone (issue 61), which reads as the reader role.
+        "ldtm_signer": {"LDTM_PG_READER_PASSWORD", "LDTM_RECEIPT_KEY"},
         "ldtm_webserver": {"DAGSTER_PG_PASSWORD"},
         "ldtm_dashboard": {"LDTM_PG_READER_PASSWORD"},
-        "ldtm_proxy": {"LDTM_UI_PASSWORD"},
+        "ldtm_proxy": {"LDTM_UI_PASSWORD", "LDTM_DASHBOARD_PASSWORD"},
         "ldtm_docker_proxy": set(),
     }
     if set(secrets_of) != set().union(*may_hold.values()):
@@ -742,6 +740,11 @@ def step_security(stack: Stack) -> None:
         ("ldtm_user_code", "DELETE FROM snapshots", "denied"),
         ("ldtm_user_code", "UPDATE snapshots SET row_hash = row_hash", "denied"),
         ("ldtm_user_code", "DROP TABLE snapshots", "denied"),
+        # The reader cannot take the advisory locks the chain's writers and the migrations wait on.
+        ("ldtm_dashboard", "SELECT pg_advisory_lock(7400123)", "denied"),
+        ("ldtm_signer", "SELECT count(*) FROM snapshots", "allowed"),
+        ("ldtm_signer", "UPDATE snapshots SET row_hash = row_hash", "denied"),
+        ("ldtm_signer", "INSERT INTO run_log (run_id) VALUES ('x')", "denied"),
     ]
     for container, sql, expected in checks:
         got = as_service(container, sql)
@@ -750,6 +753,40 @@ def step_security(stack: Stack) -> None:
     if stack.count("select count(*) from snapshots") == 0:
         raise DeployTestFailure("no snapshots to protect: the role checks need the nightly's rows")
     log("the dashboard's role only reads; the app's writes rows but cannot delete or rewrite snapshots")
+    probe = (
+        "import os, sqlalchemy\n"
+        "u = sqlalchemy.make_url(os.environ['LDTM_DATABASE_URL']).set(database='postgres')\n"
+        "try:\n sqlalchemy.create_engine(u).connect(); print('allowed')\n"
+        "except sqlalchemy.exc.OperationalError as x:\n print('denied' if 'permission denied' in str(x) else x)"
+    )
+    for container in ("ldtm_user_code", "ldtm_dashboard", "ldtm_signer"):
+        got = sh(["docker", "exec", container, "python", "-c", probe]).strip().splitlines()[-1]
+        if got != "denied":
+            raise DeployTestFailure(f"{container}'s role connecting to the database `postgres`: {got}")
+    log("no role of the stack connects to the maintenance database; the reader cannot take advisory locks")
+
+    # Artifacts (pickled step outputs that runs load) cannot be written by the services that only read.
+    for container in ("ldtm_webserver", "ldtm_dashboard"):
+        touch = subprocess.run(
+            ["docker", "exec", container, "touch", "/opt/ldtm/artifacts/probe"],
+            capture_output=True,
+            text=True,
+        )
+        if touch.returncode == 0 or "Read-only file system" not in touch.stderr:
+            raise DeployTestFailure(f"{container} could write the artifacts volume: {touch.stderr!r}")
+    # The receipts: only the signer mounts them, and its log names each signature.
+    for container in ("ldtm_user_code", "ldtm_daemon", "ldtm_webserver", "ldtm_dashboard"):
+        if "ldtm_receipts" in sh(["docker", "inspect", "-f", "{{json .Mounts}}", container]):
+            raise DeployTestFailure(f"{container} mounts the receipts volume")
+    signer_mounts = sh(["docker", "inspect", "-f", "{{json .Mounts}}", "ldtm_signer"])
+    if "docker.sock" in signer_mounts or "ldtm_receipts" not in signer_mounts:
+        raise DeployTestFailure(f"ldtm_signer's mounts: {signer_mounts}")
+    wait(
+        "ldtm_signer's first signature in its log", 120, lambda: "signed receipt" in signer_log(), interval=5
+    )
+    log(
+        "artifacts read-only to the webserver and the dashboard; receipts mounted by ldtm_signer alone, which logs each signature"
+    )
 
     mounts = sh(["docker", "inspect", "-f", "{{json .Mounts}}", "ldtm_webserver"])
     if "docker.sock" in mounts:
@@ -781,11 +818,47 @@ def step_security(stack: Stack) -> None:
         raise DeployTestFailure(f"the terminated run's container {cid[:12]} still runs")
     log(f"terminated run {run_id[:8]} from the UI: CANCELED, its container stopped")
 
+    # Through the socket proxy, only this deployment's run containers, and never their environment.
+    def through_proxy(path: str, method: str = "GET") -> tuple[str, str]:
+        probe = (
+            "import urllib.request, urllib.error\n"
+            f"r = urllib.request.Request('http://ldtm_docker_proxy:2375{path}', method='{method}')\n"
+            "try:\n a = urllib.request.urlopen(r, timeout=30); print(a.status); print(a.read().decode())\n"
+            "except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())"
+        )
+        out = sh(["docker", "exec", "ldtm_webserver", "python3", "-c", probe]).strip().split("\n", 1)
+        return out[0], out[1] if len(out) > 1 else ""
+
+    postgres_id = sh(["docker", "inspect", "-f", "{{.Id}}", "ldtm_postgres"]).strip()
+    for path, method in (
+        (f"/v1.41/containers/{postgres_id}/json", "GET"),
+        (f"/v1.41/containers/{postgres_id}/stop", "POST"),
+    ):
+        status, _ = through_proxy(path, method)
+        if status != "403":
+            raise DeployTestFailure(
+                f"the socket proxy answered {status} to {method} {path} (PostgreSQL's container)"
+            )
+    full_id = sh(["docker", "inspect", "-f", "{{.Id}}", cid]).strip()
+    status, body = through_proxy(f"/v1.41/containers/{full_id}/json")
+    run_env = sh(["docker", "inspect", "-f", "{{json .Config.Env}}", cid])
+    if status != "200" or stack.env["LDTM_AUDIT_KEY"] not in run_env or stack.env["LDTM_AUDIT_KEY"] in body:
+        raise DeployTestFailure(
+            f"inspect of a run container through the proxy: {status}, environment shown or absent"
+        )
+    if stack.env["LDTM_RECEIPT_KEY"] in run_env:
+        raise DeployTestFailure("a run container holds LDTM_RECEIPT_KEY")
+    log(
+        "the socket proxy refuses PostgreSQL's container by id, shows a run's without its environment; runs hold no receipt key"
+    )
+
     users = {
         name: sh(["docker", "exec", name, "id", "-u"]).strip() for name in SERVICES if name != "ldtm_postgres"
     }
     users["a run"] = sh(["docker", "inspect", "-f", "{{.Config.User}}", cid]).strip()
-    expected = {name: "10001" for name in ("ldtm_user_code", "ldtm_webserver", "ldtm_dashboard")}
+    expected = {
+        name: "10001" for name in ("ldtm_user_code", "ldtm_webserver", "ldtm_dashboard", "ldtm_signer")
+    }
     expected |= {"ldtm_daemon": "0", "ldtm_docker_proxy": "0", "ldtm_proxy": "65534", "a run": "ldtm"}
     if users != expected:
         raise DeployTestFailure(f"the services run as {users}, expected {expected}")
@@ -974,21 +1047,33 @@ def step_4_restart(stack: Stack) -> None:
         )
 
 
-def step_4_receipts() -> None:
+def signer_log() -> str:
+    return sh(["docker", "logs", "ldtm_signer"], quiet=True)
+
+
+def signed_up_to() -> int:
+    """The last snapshot id ldtm_signer's log says a receipt covers (0: none yet)."""
+    ends = re.findall(r"signed receipt \d+ with key \w+: rows \d+-(\d+)", signer_log())
+    return int(ends[-1]) if ends else 0
+
+
+def step_4_receipts(stack: Stack) -> None:
     """The record handed to an outsider, by docs/operations.md's commands for the compose stack."""
-    listed = sh(["docker", "exec", "ldtm_user_code", "ls", "/opt/ldtm/receipts"]).split()
+    newest = stack.count("select coalesce(max(id), 0) from snapshots")
+    wait(f"ldtm_signer to cover snapshot {newest}", 120, lambda: signed_up_to() >= newest, interval=5)
+    listed = sh(["docker", "exec", "ldtm_signer", "ls", "/opt/ldtm/receipts"]).split()
     evenings = [name for name in listed if name.endswith(".receipt.json") and "_evening_" in name]
-    if len(evenings) < 2:
-        raise DeployTestFailure(f"the receipts volume holds {listed}: one receipt per nightly expected")
+    if not evenings:
+        raise DeployTestFailure(f"the receipts volume holds {listed}: the signer signed no evening")
     folder = Path(tempfile.mkdtemp(prefix="ldtm-record-"))
     try:
         (folder / "receipts.pub").write_text(
-            sh(["docker", "exec", "ldtm_user_code", "ldtm", "receipts", "public-key"])
+            sh(["docker", "exec", "ldtm_signer", "ldtm", "receipts", "public-key"])
         )
         sh(["docker", "exec", "ldtm_user_code", "ldtm", "audit", "export", "/tmp/track_record"], timeout=300)
         sh(["docker", "cp", "ldtm_user_code:/tmp/track_record", str(folder / "track_record")])
         sh(["docker", "exec", "ldtm_user_code", "rm", "-rf", "/tmp/track_record"])
-        sh(["docker", "cp", "ldtm_user_code:/opt/ldtm/receipts", str(folder / "receipts")])
+        sh(["docker", "cp", "ldtm_signer:/opt/ldtm/receipts", str(folder / "receipts")])
         # The outsider: this host's ldtm, no database URL, no secret (wide lines: one finding a line).
         outsider = {
             "PATH": os.environ["PATH"],
@@ -1052,7 +1137,7 @@ def db_state(stack: Stack) -> dict:
         [
             "docker",
             "exec",
-            "ldtm_user_code",
+            "ldtm_signer",
             "sh",
             "-c",
             "cd /opt/ldtm/receipts && find . -type f | sort | xargs -r sha256sum",
@@ -1090,7 +1175,12 @@ def step_submissions(stack: Stack) -> None:
     )
     stack.wait_run(run_id, expect="FAILURE")
     stack.assert_ran_in_its_own_container(run_id)
-    tail = stack.run_log_tail(run_id)
+    events = stack.gql(
+        "query($id: ID!) { logsForRun(runId: $id, limit: 1000) { ... on EventConnection { events {"
+        " __typename ... on ErrorEvent { error { message cause { message } } } } } } }",
+        id=run_id,
+    )
+    tail = json.dumps(events)
     if "closed to live submissions" not in tail:
         raise DeployTestFailure(
             f"submission run {run_id[:8]} failed without naming the cut-off: {tail[-800:]}"
@@ -1106,6 +1196,8 @@ def step_5_backup_restore(stack: Stack) -> None:
     """deploy/scripts/backup.sh, both volumes destroyed, restore.sh into a fresh PostgreSQL: the same rows."""
     # The daemon stopped first, so no sensor tick or run writes between the snapshot and the dump.
     sh([*stack.compose, "stop", "ldtm_daemon"], timeout=300)
+    newest = stack.count("select coalesce(max(id), 0) from snapshots")
+    wait(f"ldtm_signer to cover snapshot {newest}", 120, lambda: signed_up_to() >= newest, interval=5)
     before = db_state(stack)
     folder = Path(tempfile.mkdtemp(prefix="ldtm-backup-"))
     try:
@@ -1247,7 +1339,7 @@ def main() -> int:
         step_submissions(stack)
         step_3_kill(stack)
         step_4_restart(stack)
-        step_4_receipts()
+        step_4_receipts(stack)
         step_5_backup_restore(stack)
         ok = True
     except DeployTestFailure as e:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ldtm_core.cli.accountability import audit_app
 from ldtm_core.cli.common import app, console, err_console, handle_errors, open_db
-from ldtm_core.config import masked_url
+from ldtm_core.config import masked_url, redact_secrets
 from ldtm_core.errors import ConfigError
 
 receipts_app = typer.Typer(
@@ -103,6 +103,55 @@ def receipts_issue() -> None:
         f"receipt {body['seq']}: rows {body['first_id']}-{body['last_id']} ({len(body['rows'])}), "
         f"evenings {', '.join(body['run_dates'])}, root {body['merkle_root'][:16]} -> {escape(str(receipt.path))}"
     )
+
+
+@receipts_app.command("watch")
+@handle_errors
+def receipts_watch(
+    every: Annotated[float, typer.Option("--every", min=1.0, help="seconds between two looks")] = 30.0,
+    once: Annotated[bool, typer.Option("--once", help="one look, then exit")] = False,
+    heartbeat: Annotated[
+        Path | None,
+        typer.Option("--heartbeat", help="a file touched after every look that worked (healthcheck)"),
+    ] = None,
+) -> None:
+    """The signer: every EVERY seconds a receipt for the committed rows no receipt covers yet, timestamped
+    where LDTM_TSA_URL is set; each signature logged. Run it where the key is and nothing else is (the
+    compose stack's ldtm_signer, as the read-only role): the processes that write rows never hold the key.
+    One signer per receipts folder. A failed look is logged and tried again at the next."""
+    import time
+
+    from ldtm_core.accountability.ledger import receipts as rc
+
+    ready = rc.ready()
+    if ready is None:
+        raise ConfigError(f"set {rc.DIR_ENV} (the receipts folder) and the signing key first")
+    engine = open_db()
+    who = rc.key_id(ready.key.public_key())
+    console.print(f"signer: key {who}, receipts in {escape(str(ready.sink.directory))}, every {every:g} s")
+    while True:
+        try:
+            receipt = rc.after_predict(engine, ready)
+        except Exception as exc:  # noqa: BLE001 - the loop outlives a failed look; the next one retries
+            err_console.print(
+                f"signer: no receipt this time: {escape(redact_secrets(str(exc)).splitlines()[0])}"
+            )
+            receipt = None
+        else:
+            if heartbeat is not None:
+                heartbeat.parent.mkdir(parents=True, exist_ok=True)
+                heartbeat.touch()
+        if receipt is not None:
+            body = receipt.body
+            console.print(
+                f"signed receipt {body['seq']} with key {who}: rows {body['first_id']}-{body['last_id']} "
+                f"({len(body['rows'])}), evenings {', '.join(body['run_dates'])}, sha256 {receipt.sha256} "
+                f"-> {escape(receipt.path.name)}",
+                soft_wrap=True,  # one line per signature in the signer's log
+            )
+        if once:
+            return
+        time.sleep(every)
 
 
 @receipts_app.command("stamp")

@@ -39,6 +39,7 @@ def test_compose_has_the_deploy_docker_layout():
         "ldtm_proxy",
         "ldtm_docker_proxy",
         "ldtm_migrate",
+        "ldtm_signer",
     } == set(SERVICES)
     assert "healthcheck" in SERVICES["ldtm_postgres"]
     dashboard = SERVICES["ldtm_dashboard"]
@@ -66,6 +67,7 @@ def test_compose_has_the_deploy_docker_layout():
         "ldtm_user_code": "ldtm_app",
         "ldtm_daemon": "ldtm_app",
         "ldtm_dashboard": "ldtm_reader",
+        "ldtm_signer": "ldtm_reader",  # it signs what it reads; it writes no row
     }
     assert all(url.endswith("@ldtm_postgres:5432/ldtm") for url in urls.values() if url)
     # The owner migrates and grants before anything that uses the database starts.
@@ -172,11 +174,12 @@ def test_step_outputs_live_on_the_volume_every_run_container_mounts():
     mount = "ldtm_artifacts:/opt/ldtm/artifacts"
     assert mount in DOCKER_YAML["run_launcher"]["config"]["container_kwargs"]["volumes"]
     assert base.startswith(mount.split(":")[1] + "/")
-    for name in ("ldtm_webserver", "ldtm_daemon", "ldtm_user_code"):
+    for name in ("ldtm_daemon", "ldtm_user_code"):
         assert mount in SERVICES[name]["volumes"], name
+    assert f"{mount}:ro" in SERVICES["ldtm_webserver"]["volumes"]  # it shows the compute logs, writes nothing
 
 
-def test_the_receipts_volume_is_where_the_nightly_writes_and_only_there():
+def test_the_receipts_volume_is_the_signers_and_only_its():
     # .env (from env.example through new_env.sh) points the receipts at the volume and gets a random seed.
     example = dict(
         line.split("=", 1)
@@ -185,14 +188,17 @@ def test_the_receipts_volume_is_where_the_nightly_writes_and_only_there():
     )
     mount = f"ldtm_receipts:{example['LDTM_RECEIPTS_DIR']}"
     assert example["LDTM_RECEIPT_KEY"] == ""  # new_env.sh fills every empty *_KEY= line
-    # The runs write receipts, the code server serves `ldtm receipts`, ldtm_migrate hands it to ldtm;
-    # nothing that only reads or serves the UI mounts it.
+    # The signer writes receipts, ldtm_migrate hands the volume to ldtm; since issue 61 neither the code
+    # server nor the runs (which write rows) mount it, nor hold the key.
     assert {n for n, s in SERVICES.items() if mount in s.get("volumes", [])} == {
-        "ldtm_user_code",
+        "ldtm_signer",
         "ldtm_migrate",
     }
     for instance in (DOCKER_YAML, GPU_YAML):
-        assert mount in instance["run_launcher"]["config"]["container_kwargs"]["volumes"]
+        assert not [
+            v for v in instance["run_launcher"]["config"]["container_kwargs"]["volumes"] if "receipts" in v
+        ]
+        assert not [v for v in instance["run_launcher"]["config"]["env_vars"] if "RECEIPT" in v]
     assert COMPOSE["volumes"]["ldtm_receipts"]["name"] == "ldtm_receipts"
     assert "/opt/ldtm/receipts" in (REPO / "deploy/docker/migrate.sh").read_text()
 

@@ -406,3 +406,27 @@ def test_on_k8s_the_pool_limit_is_the_instances_and_nvml_does_not_overwrite_it(
     plan = chunk_slot_plan(context, FakeGpuProbe())
     assert plan_chunk_slots(context, plan, None)[0] == 11
     assert pool_limit(dagster_instance) == 11
+
+
+def test_the_signer_alone_gets_the_receipt_key_and_the_receipts_volume():
+    """Issue 61: the chart had no receipts at all. The signer is its own Deployment (one replica, never two
+    at once), the only pod naming the Secret with the key and the receipts claim; it runs unprivileged, reads
+    as the read-only role, and the code server and the runs get neither."""
+    docs = list(yaml.safe_load_all((REPO / "deploy/k8s/signer.yaml").read_text()))
+    claim, signer = (next(d for d in docs if d["kind"] == k) for k in ("PersistentVolumeClaim", "Deployment"))
+    spec = signer["spec"]
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    assert container["command"] == ["ldtm", "receipts", "watch", "--every", "30"]
+    assert [s["secretRef"]["name"] for s in container["envFrom"]] == ["ldtm-signer"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["LDTM_RECEIPTS_DIR"] == "/opt/ldtm/receipts"
+    assert {
+        v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v
+    } == {claim["metadata"]["name"]}
+    assert pod["securityContext"]["runAsNonRoot"] and pod["automountServiceAccountToken"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"]
+    assert "ldtm_reader" in (REPO / "deploy/k8s/signer.yaml").read_text()
+    values = (REPO / "deploy/k8s/values.yaml").read_text()
+    assert "ldtm-signer" not in values and "ldtm-receipts" not in values and "RECEIPT" not in values

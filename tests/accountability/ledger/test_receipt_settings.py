@@ -181,3 +181,58 @@ def test_a_mirror_holds_every_receipt_and_catches_up_after_a_failed_copy(
     monkeypatch.setenv(rs.MIRROR_ENV, str(sink))
     with pytest.raises(ConfigError, match="a second, independent folder"):
         rc.Sink.configured()
+
+
+def test_the_signer_alone_holds_the_key_and_signs_as_a_read_only_role(
+    engine, db_url, evening, tmp_path, monkeypatch
+):
+    """Issue 61, finding 1: the key went to every process that writes rows. Now the writers record without
+    it and `ldtm receipts watch` (the compose stack's ldtm_signer) signs what they committed, as a role that
+    may only read (on PostgreSQL: SELECT alone), logging each signature; the export verifies."""
+    import uuid
+
+    from sqlalchemy import make_url, text
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+    from ldtm_core.db import get_engine
+
+    settings, days = evening
+    for var in (rc.KEY_ENV, rc.SEED_ENV, rc.DIR_ENV, URL_ENV):
+        monkeypatch.delenv(var, raising=False)
+    for day in days[:2]:
+        predict(engine, settings, run_date=day)  # the writer: no receipt settings, no key
+    rows = _counts(engine)[0]
+    url = db_url
+    if engine.dialect.name == "postgresql":  # the signer's role: it reads, nothing more
+        role = f"signer_{uuid.uuid4().hex[:8]}"
+        with engine.begin() as conn:
+            conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+            conn.execute(text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
+            conn.execute(text(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"'))
+        url = make_url(db_url).set(username=role).render_as_string(hide_password=False)
+    env = {rc.DIR_ENV: str(tmp_path / "receipts"), rc.SEED_ENV: SEED, "LDTM_DATABASE_URL": url,
+           "LDTM_HOME": str(tmp_path / "signer")}  # fmt: skip
+    try:
+        beat = tmp_path / "beat" / "signer.heartbeat"
+        first = CliRunner().invoke(app, ["receipts", "watch", "--once", "--heartbeat", str(beat)], env=env)
+        text_ = " ".join(first.output.split())
+        assert first.exit_code == 0 and f"signed receipt 1 with key {rc.key_id(rc.key_from_seed(SEED).public_key())}" in text_, text_  # fmt: skip
+        assert f"rows 1-{rows} ({rows})" in text_ and beat.exists()  # the healthcheck's file
+        again = CliRunner().invoke(app, ["receipts", "watch", "--once"], env=env)
+        assert again.exit_code == 0 and "signed receipt" not in again.output
+        if engine.dialect.name == "postgresql":  # the role it signed as could not have written a row
+            with get_engine(url).connect() as conn, pytest.raises(Exception, match="permission denied"):
+                conn.execute(text("UPDATE snapshots SET row_hash = row_hash"))
+    finally:
+        if engine.dialect.name == "postgresql":
+            get_engine(url).dispose()
+            with engine.begin() as conn:
+                conn.execute(text(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"'))
+                conn.execute(text(f'REVOKE USAGE ON SCHEMA public FROM "{role}"'))
+                conn.execute(text(f'DROP ROLE "{role}"'))
+    export_record(engine, tmp_path / "export")
+    monkeypatch.setenv(rc.SEED_ENV, SEED)
+    public = rc.signing_key().public_key()
+    report = verify_record(tmp_path / "export", tmp_path / "receipts", public)
+    assert report.ok and report.rows == report.covered == rows, report.findings
