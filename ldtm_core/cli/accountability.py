@@ -364,6 +364,9 @@ def leaderboard_cmd(
     explain: bool = typer.Option(
         False, "--explain", help="Also the method behind each answer, its power, and the rules of the labels"
     ),
+    submitted: bool = typer.Option(
+        False, "--submitted", help="Also each submitted model's live record (unpublished until promoted)"
+    ),
 ) -> None:
     """30-day accuracy per ticker with Wilson interval, errors, and the board's baselines.
 
@@ -435,6 +438,7 @@ def leaderboard_cmd(
     ):
         if note:
             console.print(f"[yellow]{note}[/]", highlight=False, soft_wrap=True)
+    _submitted_models(engine, submitted)
     from ldtm_core.learning.registry import shadow_models
 
     if shadow:
@@ -446,6 +450,25 @@ def leaderboard_cmd(
         console.print(
             f"[yellow]in shadow (never on this board): {', '.join(in_shadow)}; --shadow shows each "
             "champion beside its shadow[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _submitted_models(engine, show: bool) -> None:
+    """Submitted models: their judgements (--submitted), or a note naming those the board leaves out."""
+    from ldtm_core.accountability.submissions.external import names
+    from ldtm_core.accountability.submissions.judge import judge
+    from ldtm_core.cli.external import print_judgement
+
+    registered = names(engine)
+    if show:
+        for name in registered:
+            print_judgement(judge(engine, name))
+    elif registered:
+        console.print(
+            f"[yellow]submitted models (on this board only where promoted): {', '.join(registered)}; "
+            "--submitted shows each one's live record[/]",
             highlight=False,
             soft_wrap=True,
         )

@@ -39,11 +39,18 @@ def register_cmd(
 def judge_cmd(name: str = typer.Argument(..., help="a registered submitted model")) -> None:
     """The submitted model's live record per ticker: hits, its e-values against a coin, each board baseline
     and the champion on the same evenings, and where that shows it (anytime-valid: read it any evening)."""
-    from ldtm_core.accountability.submissions.judge import CHAMPION, RULE, judge
+    from ldtm_core.accountability.submissions.judge import judge
+
+    print_judgement(judge(open_db(), name))
+
+
+def print_judgement(verdict) -> None:
+    """A submitted model's judgement as `ldtm models judge` prints it (and `ldtm leaderboard --submitted`)."""
+    from ldtm_core.accountability.submissions.judge import CHAMPION, RULE
     from ldtm_core.scoring.baselines import board_baselines
     from ldtm_core.scoring.evidence import COIN
 
-    verdict = judge(open_db(), name)
+    name = verdict.name
     which = [COIN, *(b.name for b in board_baselines()), CHAMPION]
     table = Table(
         "ticker", "n", "hits", *(f"e vs {c}" for c in which), "shown", "promote", title=f"{name}: live record"

@@ -24,6 +24,8 @@ from ldtm_core.accountability.board.recipes import by_recipe
 from ldtm_core.accountability.board.record import e_column, evidence_rule, horizon_answers, record_answer
 from ldtm_core.accountability.shadow.shadow import RULE as SHADOW_RULE
 from ldtm_core.accountability.shadow.shadow import side_by_side
+from ldtm_core.accountability.submissions.judge import RULE as SUBMITTED_RULE
+from ldtm_core.accountability.submissions.judge import live_records
 from ldtm_core.config import Settings
 from ldtm_core.horizons import DIRECTION, ERROR_ONLY
 from ldtm_core.scoring.baselines import Baseline, board_baselines
@@ -56,6 +58,29 @@ def shadow_section() -> None:
             "error_p": PCT(
                 "p (shadow errs more)", format="%.3f", help="Diebold-Mariano (EWC HAC), one-sided"
             ),
+        },
+    )
+
+
+def submitted_section() -> None:
+    """Each submitted model's live record (only when one is registered): unpublished until promoted, so
+    outside every figure above but its promoted tickers."""
+    records = live_records(engine())
+    if records.empty:
+        return
+    st.subheader("Submitted models, on their live record")
+    st.caption(
+        "Forecasts submitted from models LDTM does not run (`ldtm submit`), recorded, chained and receipted "
+        "beside the published rows; a 'candidate' row is never published. Each e-value is anytime-valid "
+        f"evidence against that comparison (large: shown). Rule: {SUBMITTED_RULE}. What each record could "
+        f"detect: {records['detectable'].iloc[0]}"
+    )
+    st.dataframe(
+        records.drop(columns=["detectable"]),
+        hide_index=True,
+        column_config={
+            "accuracy": PCT("accuracy", format="percent"),
+            "level": PCT("e-BH level", format="%.4g"),
         },
     )
 
@@ -248,6 +273,7 @@ if board.empty:
         )
     no_champion_section()
     shadow_section()
+    submitted_section()
     st.stop()
 
 # One short answer per question first: the record's label (the test), each error horizon, then the
@@ -326,3 +352,4 @@ if notes:
 recipes_section(mode, include_in_sample, include_ungated)
 no_champion_section()
 shadow_section()
+submitted_section()

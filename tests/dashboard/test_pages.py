@@ -248,3 +248,48 @@ def test_the_leaderboard_shows_two_recipes_side_by_side(env, tmp_path):
     assert "Recipes side by side" in [h.value for h in at.subheader]
     table = next(d.value for d in at.dataframe if "recipe" in d.value.columns)
     assert sorted(table["recipe"]) == ["lstm", "ridge"] and sorted(table["tickers"]) == [1, 2]
+
+
+def test_the_leaderboard_shows_submitted_models_on_their_live_record(seeded, tmp_path):
+    """Issue 60: a submitted model's rows are never published until it is promoted, so the board's figures
+    leave it out; its live record (the judge's e-values) has a section of its own, as the CLI's
+    `ldtm leaderboard --submitted` and `ldtm models judge` show it."""
+    from ldtm_core.accountability.ledger.fillback import fillback
+    from ldtm_core.accountability.submissions import external, judge
+    from ldtm_core.accountability.submissions.submit import submit
+    from ldtm_core.data.calendar import session_close, sessions_between
+
+    from accountability_helpers import make_settings
+
+    settings_dir = tmp_path / "sub"
+    settings_dir.mkdir()
+    settings = make_settings(tmp_path / "desk", str(seeded.url.render_as_string(hide_password=False)))
+    external.register(seeded, "desk", ["AAPL"])
+    for day in sessions_between(FIRST_EVENING, LAST_EVENING)[:5]:
+        rows = [
+            {
+                "ticker": "AAPL",
+                "run_date": day.isoformat(),
+                "horizon": HORIZONS[0].name,
+                "direction": "bullish",
+            }
+        ]
+        pd.DataFrame(rows).to_csv(settings_dir / f"{day}.csv", index=False)
+        submit(
+            seeded,
+            settings,
+            "desk",
+            settings_dir / f"{day}.csv",
+            at=session_close(day) + pd.Timedelta(hours=1),
+        )
+    fillback(seeded)
+    want = judge.live_records(seeded)
+    assert (
+        list(want["model"]) == ["desk"] and want["status"].tolist() == ["candidate"] and want["n"].iloc[0] > 0
+    )
+    at = page("leaderboard")
+    assert any(s.value == "Submitted models, on their live record" for s in at.subheader)
+    shown = next(d.value for d in at.dataframe if "model" in d.value.columns)
+    assert shown["n"].tolist() == want["n"].tolist() and shown["shown"].tolist() == want["shown"].tolist()
+    # The board itself is unchanged: AAPL's published rows only.
+    assert list(at.dataframe[0].value["ticker"]) == ["AAPL"]

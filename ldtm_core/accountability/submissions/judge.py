@@ -162,3 +162,30 @@ def promote(engine: Engine, name: str, alpha: float = ALPHA) -> list[Promotion]:
         result = registry.promote(engine, rec.id, reason)
         done.append(Promotion(t, rec.id, result.version, result.retired_model_id))
     return done
+
+
+def live_records(engine: Engine, alpha: float = ALPHA) -> pd.DataFrame:
+    """Every submitted model's live record, one row per (model, ticker), as `judge` reads it: its status
+    (candidate: never published, so never on the accuracy board; active: published there too), n, accuracy,
+    the e-values against a coin, each board baseline and the champion, whether it is shown and promotable,
+    and what its record could detect. Empty with the columns when nothing is registered."""
+    rows = []
+    for name in names(engine):
+        verdict = judge(engine, name, alpha)
+        for t, row in verdict.table.iterrows():
+            rows.append(
+                {
+                    "model": name,
+                    "ticker": t,
+                    "status": verdict.models[t].status,
+                    "n": int(row["n"]),
+                    "accuracy": row["hits"] / row["n"] if row["n"] else np.nan,
+                    **{c: float(row[c]) for c in row.index if c.endswith("_e")},
+                    "shown": bool(row["shown"]),
+                    "promote": bool(row["promote"]),
+                    "level": verdict.level,
+                    "detectable": verdict.detectable,
+                }
+            )
+    cols = ["model", "ticker", "status", "n", "accuracy", "shown", "promote", "level", "detectable"]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=cols)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -341,3 +342,25 @@ def test_a_forged_arrival_time_is_caught_by_the_receipt(store, tmp_path, monkeyp
     export_record(engine, tmp_path / "export")
     report = verify_record(tmp_path / "export", tmp_path / "receipts", rc.load_public_key(tmp_path / "k.pub"))
     assert [(f.kind, f.ticker, f.run_date) for f in report.findings] == [("late", "AAA", "2023-06-01")]
+
+
+def test_the_leaderboard_names_submitted_models_and_shows_their_record(store, tmp_path):
+    """`ldtm leaderboard` says which submitted models it leaves out (unpublished until promoted);
+    `--submitted` prints each one's live record as `ldtm models judge` does."""
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+
+    engine, settings, _ = store
+    for day in sessions_between(dt.date(2023, 6, 1), dt.date(2023, 6, 9)):
+        submit(engine, settings, "desk", _file(tmp_path, day, {"AAA": 0.01, "BBB": -0.01}), at=_evening(day))
+    fillback(engine)
+    env = {"LDTM_DATABASE_URL": engine.url.render_as_string(hide_password=False), "LDTM_HOME": str(tmp_path)}
+    plain = CliRunner().invoke(app, ["leaderboard"], env=env)
+    assert plain.exit_code == 0, plain.output
+    assert "submitted models (on this board only where promoted): desk" in " ".join(plain.output.split())
+    shown = CliRunner().invoke(app, ["leaderboard", "--submitted"], env=env)
+    text = " ".join(shown.output.split())
+    assert shown.exit_code == 0 and "desk: live record" in text and "judged at e-BH level" in text, text
+    n = {t: int(r["n"]) for t, r in judge.judge(engine, "desk").table.iterrows()}
+    assert n["AAA"] > 0 and re.search(rf"AAA\s*\S\s*{n['AAA']}\s*\S", shown.output), shown.output
