@@ -254,12 +254,12 @@ def test_the_leaderboard_shows_submitted_models_on_their_live_record(seeded, tmp
     """Issue 60: a submitted model's rows are never published until it is promoted, so the board's figures
     leave it out; its live record (the judge's e-values) has a section of its own, as the CLI's
     `ldtm leaderboard --submitted` and `ldtm models judge` show it."""
+    from accountability_helpers import make_settings
+
     from ldtm_core.accountability.ledger.fillback import fillback
     from ldtm_core.accountability.submissions import external, judge
     from ldtm_core.accountability.submissions.submit import submit
     from ldtm_core.data.calendar import session_close, sessions_between
-
-    from accountability_helpers import make_settings
 
     settings_dir = tmp_path / "sub"
     settings_dir.mkdir()

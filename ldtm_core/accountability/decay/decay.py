@@ -60,7 +60,7 @@ from ldtm_core.accountability.decay.selection import Prior
 from ldtm_core.config import env_number
 from ldtm_core.data.calendar import SESSIONS_PER_YEAR
 from ldtm_core.errors import InputError
-from ldtm_core.learning.registry import ModelRecord, serving_models
+from ldtm_core.learning.registry import EXTERNAL, ModelRecord, serving_models
 
 __all__ = ["Promise", "drift_of", "promise_of"]  # read through this module by older callers
 
@@ -456,6 +456,8 @@ def check_ticker(
         settings,
     )
     out.drift = drift_of(engine, model, settings.psi_sessions)
+    if model.recipe == EXTERNAL and out.judged == 0 and out.n:
+        out.reason += " (a submitted model has no backtest: its live record is judged by `ldtm models judge`)"
     return out
 
 

@@ -42,7 +42,7 @@ from ldtm_core.accountability.gate.ledger import spend
 from ldtm_core.accountability.gate.policy import DEFAULT_ALPHA
 from ldtm_core.accountability.shadow.shadow import SHADOW_DECISION_PREFIX
 from ldtm_core.learning.recipes import LSTM
-from ldtm_core.learning.registry import UNPUBLISHED, ModelRecord, list_models
+from ldtm_core.learning.registry import EXTERNAL, UNPUBLISHED, ModelRecord, list_models
 from ldtm_core.schema import backtest_folds, gate_decisions, model_registry, snapshots
 from ldtm_core.scoring.skill import pooled_direction
 
@@ -302,6 +302,8 @@ def drift_of(engine: Engine, model: ModelRecord, sessions: int) -> FeatureDrift:
     rows up to it."""
     from ldtm_core.data.feature_store import prices_and_features
 
+    if model.recipe == EXTERNAL:  # its inputs live in the desk's own system, not in LDTM's store
+        return FeatureDrift(model.ticker, {}, 0, 0, reason="a submitted model: LDTM does not know its inputs")
     if model.recipe == LSTM:
         _, read = prices_and_features(engine, model.ticker, features=model.config.features)
         inputs = model_inputs(read.frame, model.config.window)

@@ -177,6 +177,24 @@ def test_unpublished_until_promoted_then_published_and_replaced_when_missing(sto
         row = conn.execute(select(snapshots).where(snapshots.c.run_date == day)).one()
     assert row.model_id == lstm_b
     assert verify(engine).ok
+    # Promoted, its published rows are in decay and in the signals like any champion's.
+    from ldtm_core.accountability.decay.decay import DecaySettings, check
+    from ldtm_core.accountability.signals.rows import RowChoice, load_rows
+
+    fillback(engine)
+    report = check(engine, ["BBB", "CCC"], DecaySettings.from_env())
+    watched = {t.ticker: t for t in report.tickers}
+    desk = registry.active_model(engine, "CCC")
+    assert set(watched) == {"BBB", "CCC"} and watched["CCC"].model_id == desk.id
+    # BBB's published record holds its 2023-07-03 submitted row; no backtest promised anything, so no chart,
+    # and the report says where a submitted model's record is judged instead, and that its inputs are unknown.
+    bbb = watched["BBB"]
+    assert bbb.n >= 1 and "ldtm models judge" in bbb.reason and "does not know its inputs" in bbb.drift.reason
+    rows = load_rows(engine, RowChoice(mode="live")).rows
+    bbb_rows = rows[(rows["ticker"] == "BBB") & (rows["run_date"] == pd.Timestamp(2023, 7, 3))]
+    assert bbb_rows["model_version"].tolist() == [
+        registry.active_model(engine, "BBB").version
+    ]  # its submitted row
 
 
 def test_a_coin_flip_submitter_is_not_promoted(store, tmp_path):
