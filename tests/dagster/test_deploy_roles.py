@@ -11,6 +11,7 @@ import uuid
 import pytest
 from ldtm_dagster_helpers import REPO
 from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
 pytestmark = pytest.mark.postgres
 SCRIPT = REPO / "deploy/docker/initdb/02_roles.sh"
@@ -56,6 +57,8 @@ def previous_release(pg_server_url):
             conn.execute(text(f'DROP DATABASE IF EXISTS "{db}"'))
         for key in ("DAGSTER_PG_USERNAME", "LDTM_PG_OWNER_ROLE", "LDTM_PG_APP_ROLE", "LDTM_PG_READER_ROLE"):
             conn.execute(text(f'DROP ROLE IF EXISTS "{env[key]}"'))
+        # The script's REVOKE on `postgres` and `template1` is cluster-wide and stays (giving them back here
+        # would race the same check in a test beside this one); the tests reach them as the superuser.
     engine.dispose()
 
 
@@ -138,7 +141,9 @@ def test_no_role_reaches_the_maintenance_database_and_the_reader_cannot_block_wr
         assert not _can_connect(admin, role, "postgres") and not _can_connect(admin, role, "template1")
 
     def as_role(role: str, sql: str) -> str:
-        with create_engine(admin.set(database=env["LDTM_PG_APP_DB"])).connect() as conn:
+        # NullPool: the session (and any lock it took) ends with the block, never kept in a pool.
+        engine = create_engine(admin.set(database=env["LDTM_PG_APP_DB"]), poolclass=NullPool)
+        with engine.connect() as conn:
             conn.execute(text(f'SET ROLE "{role}"'))
             try:
                 conn.execute(text(sql))
@@ -146,11 +151,9 @@ def test_no_role_reaches_the_maintenance_database_and_the_reader_cannot_block_wr
             except Exception as exc:  # noqa: BLE001 - the server's refusal is the answer
                 return "denied" if "permission denied" in str(exc) else str(exc)
 
-    for lock in (
-        "pg_advisory_lock(7400123)",
-        "pg_try_advisory_xact_lock(1)",
-        "pg_advisory_lock_shared(1, 2)",
-    ):
+    # The try- forms never wait, and keys of this test's own: nothing of another test is ever blocked.
+    key = int(uuid.uuid4().int % 2**31)
+    for lock in (f"pg_try_advisory_lock({key})", f"pg_try_advisory_xact_lock({key})", f"pg_try_advisory_lock_shared({key}, 2)"):  # fmt: skip
         assert as_role(reader, f"SELECT {lock}") == "denied", lock
         assert as_role(app, f"SELECT {lock}") == "allowed", lock
         assert as_role(owner, f"SELECT {lock}") == "allowed", lock

@@ -195,10 +195,12 @@ def socket_proxy(tmp_path):
     threading.Thread(target=fake.serve_forever, daemon=True).start()
     port = free_port()
     env = {**os.environ, "DOCKER_SOCKET": str(sock), "PROXY_PORT": str(port)}
+    log = (tmp_path / "proxy.log").open("w")
     proc = subprocess.Popen([sys.executable, str(REPO / "deploy/proxy/docker_socket_proxy.py")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        for _ in range(100):
+        for _ in range(200):
+            assert proc.poll() is None, (tmp_path / "proxy.log").read_text()
             try:
                 socket.create_connection(("127.0.0.1", port), 0.2).close()
                 break
@@ -206,9 +208,11 @@ def socket_proxy(tmp_path):
                 time.sleep(0.05)
         yield port, calls
     finally:
-        proc.terminate()
-        proc.wait(10)
+        proc.kill()  # SIGKILL: a SIGTERM a parent ignores stays ignored in the child
+        proc.wait(30)
+        log.close()
         fake.shutdown()
+        fake.server_close()
 
 
 def _ask(port: int, method: str, path: str) -> tuple[int, bytes]:
