@@ -50,7 +50,7 @@ from ldtm_core.accountability.ledger.chain import (
 from ldtm_core.accountability.ledger.fillback import (
     LEGACY_NEUTRAL_BAND_PCT,
     direction_hit,
-    no_price,
+    pct_error,
     row_band,
 )
 from ldtm_core.accountability.ledger.refill import StaleActual, find_stale, revisions
@@ -261,7 +261,7 @@ def actual_wrongs(r: Mapping, h: str, close: float | None, actions, band: float)
         wrong.append(f"{h}_actual {actual!r} != close {close!r} on {day}")
     if close is not None and actual is not None:
         pred = r[f"{h}_pred"]
-        want_err = None if no_price(pred) else (pred - close) / close * 100.0
+        want_err = pct_error(pred, close)
         if (want_err is None and err is not None) or (want_err is not None and not _close(err, want_err)):
             wrong.append(f"{h}_pct_error {err!r} != {want_err!r} recomputed from the close")
         if h == DIRECTION.name:

@@ -61,6 +61,11 @@ def no_price(pred) -> bool:
     return pred is None or (isinstance(pred, float) and np.isnan(pred))
 
 
+def pct_error(pred: float | None, actual: float) -> float | None:
+    """A horizon's error in percent of its actual; None where the row has no predicted price."""
+    return None if no_price(pred) else (float(pred) - actual) / actual * 100.0
+
+
 def direction_hit(
     pred: float | None, actual: float, close: float, direction: str | None = None
 ) -> bool | None:
@@ -393,7 +398,7 @@ def _fill_rebased(conn, band: float, now: dt.datetime, frm, px) -> dict[str, int
             pred = getattr(r, f"{h}_pred")
             values[f"{h}_actual"] = actual
             values[f"{h}_filled_at"] = now
-            values[f"{h}_pct_error"] = None if pred is None else (float(pred) - actual) / actual * 100.0
+            values[f"{h}_pct_error"] = pct_error(pred, actual)
             if h == DIRECTION.name:
                 rdc = float(r.run_date_close)
                 move_pct = (actual - rdc) / rdc * 100.0

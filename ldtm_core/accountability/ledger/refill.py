@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 import pandas as pd
 from sqlalchemy import Connection, Engine, and_, exists, func, insert, or_, select, update
 
-from ldtm_core.accountability.ledger.fillback import LEGACY_NEUTRAL_BAND_PCT, direction_hit, row_band
+from ldtm_core.accountability.ledger.fillback import (
+    LEGACY_NEUTRAL_BAND_PCT,
+    direction_hit,
+    pct_error,
+    row_band,
+)
 from ldtm_core.accountability.ledger.target_prices import target_prices
 from ldtm_core.data.corporate_actions import basis_factor
 from ldtm_core.data.price_fetch import DEFAULT_OVERLAP_SESSIONS, sessions_before
@@ -171,11 +176,10 @@ def find_stale(conn: Connection, tickers: Sequence[str] | None = None) -> list[S
             err = getattr(r, f"{h}_pct_error")
             pred = getattr(r, f"{h}_pred")
             reason, automatic = None, False
-            # The stored error must still be the one computed from the stored actual: otherwise it was edited.
-            if pred is None:  # no predicted price: no error is ever stored
-                consistent = err is None
-            else:
-                consistent = err is not None and _close(err, (float(pred) - actual) / actual * 100.0)
+            # The stored error must still be the one computed from the stored actual: otherwise it was edited
+            # (a row with no predicted price never has one).
+            want = pct_error(pred, actual)
+            consistent = err is None if want is None else err is not None and _close(err, want)
             late = [a for a in between if filled_at is None or _utc(a.recorded_at) > filled_at]
             ingested = _utc(getattr(r, f"{h}_ingested_at"))
             if not consistent:
@@ -269,7 +273,7 @@ def _rewrite(conn: Connection, st: StaleActual, band: float, now: dt.datetime) -
         ).where(s.id == st.id)
     ).one()
     band = row_band(row.neutral_band_pct, band)
-    new_err = None if row.pred is None else (float(row.pred) - st.new_actual) / st.new_actual * 100.0
+    new_err = pct_error(row.pred, st.new_actual)
     values: dict = {
         f"{st.horizon}_actual": st.new_actual,
         f"{st.horizon}_pct_error": new_err,

@@ -22,7 +22,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from ldtm_core.accountability.board.leaderboard import MODES
-from ldtm_core.accountability.ledger.fillback import HORIZONS
+from ldtm_core.accountability.ledger.fillback import CALLED_MOVE, HORIZONS
 from ldtm_core.data.corporate_actions import cumulative_factors, load_actions
 from ldtm_core.data.feature_store import copy_out
 from ldtm_core.data.membership import Membership, load_membership
@@ -213,8 +213,7 @@ def with_returns(rows: pd.DataFrame) -> pd.DataFrame:
     # and books are indexed by (string and date work once here, not per matrix).
     out["day_code"] = pd.factorize(out["run_date"], sort=True)[0]
     out["name_code"] = pd.factorize(out["ticker"], sort=True)[0]
-    direction = out["direction_pred"].to_numpy(dtype=object)
-    out["side"] = np.where(direction == "bullish", 1, np.where(direction == "bearish", -1, 0))
+    out["side"] = out["direction_pred"].map(CALLED_MOVE).fillna(0).astype(int)
     close = out["run_date_close"].to_numpy(dtype=float)
     for h in HORIZONS:
         out[f"pred_{h}"] = out[f"{h}_pred"].to_numpy(dtype=float) / close - 1.0

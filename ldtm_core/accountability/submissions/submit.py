@@ -160,7 +160,7 @@ def _parse(df: pd.DataFrame, path, registered, band: float) -> pd.DataFrame:
             raise SubmissionError(f"{where}: horizon {horizon!r} is unknown (known: {', '.join(BY_NAME)})")
         given = rec["expected_return"]
         r = None
-        if given is not None and not (isinstance(given, str) and not given.strip()) and not pd.isna(given):
+        if not (pd.isna(given) or (isinstance(given, str) and not given.strip())):  # blank: no return
             try:
                 r = float(given)
             except (TypeError, ValueError):
