@@ -73,7 +73,10 @@ def submitted_section() -> None:
         "Forecasts submitted from models LDTM does not run (`ldtm submit`), recorded, chained and receipted "
         "beside the published rows; a 'candidate' row is never published. Each e-value is anytime-valid "
         f"evidence against that comparison (large: shown). Rule: {SUBMITTED_RULE}. What each record could "
-        f"detect: {records['detectable'].iloc[0]}"
+        "detect: "
+        + "; ".join(
+            f"{m}: {d}" for m, d in records.groupby("model", sort=False)["detectable"].first().items()
+        )
     )
     st.dataframe(
         records.drop(columns=["detectable"]),

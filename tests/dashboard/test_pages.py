@@ -289,6 +289,7 @@ def test_the_leaderboard_shows_submitted_models_on_their_live_record(seeded, tmp
     )
     at = page("leaderboard")
     assert any(s.value == "Submitted models, on their live record" for s in at.subheader)
+    assert any(f"desk: {want['detectable'].iloc[0]}" in c.value for c in at.caption)  # each model its own
     shown = next(d.value for d in at.dataframe if "model" in d.value.columns)
     assert shown["n"].tolist() == want["n"].tolist() and shown["shown"].tolist() == want["shown"].tolist()
     # The board itself is unchanged: AAPL's published rows only.
