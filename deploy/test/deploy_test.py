@@ -767,13 +767,7 @@ def step_security(stack: Stack) -> None:
 
     # Artifacts (pickled step outputs that runs load) cannot be written by the services that only read.
     for container in ("ldtm_webserver", "ldtm_dashboard"):
-        touch = subprocess.run(
-            ["docker", "exec", container, "touch", "/opt/ldtm/artifacts/probe"],
-            capture_output=True,
-            text=True,
-        )
-        if touch.returncode == 0 or "Read-only file system" not in touch.stderr:
-            raise DeployTestFailure(f"{container} could write the artifacts volume: {touch.stderr!r}")
+        assert_read_only(container, "/opt/ldtm/artifacts")
     # The receipts: only the signer mounts them, and its log names each signature.
     for container in ("ldtm_user_code", "ldtm_daemon", "ldtm_webserver", "ldtm_dashboard"):
         if "ldtm_receipts" in sh(["docker", "inspect", "-f", "{{json .Mounts}}", container]):
@@ -1047,6 +1041,15 @@ def step_4_restart(stack: Stack) -> None:
         )
 
 
+def assert_read_only(container: str, folder: str) -> None:
+    """`container` cannot write into `folder` (its mount is read-only)."""
+    touch = subprocess.run(
+        ["docker", "exec", container, "touch", f"{folder}/probe"], capture_output=True, text=True
+    )
+    if touch.returncode == 0 or "Read-only file system" not in touch.stderr:
+        raise DeployTestFailure(f"{container} could write into {folder}: {touch.stderr!r}")
+
+
 def signer_log() -> str:
     return sh(["docker", "logs", "ldtm_signer"], quiet=True)
 
@@ -1057,10 +1060,15 @@ def signed_up_to() -> int:
     return int(ends[-1]) if ends else 0
 
 
-def step_4_receipts(stack: Stack) -> None:
-    """The record handed to an outsider, by docs/operations.md's commands for the compose stack."""
+def wait_for_signer(stack: Stack) -> None:
+    """Until ldtm_signer's log says a receipt covers the newest snapshot row."""
     newest = stack.count("select coalesce(max(id), 0) from snapshots")
     wait(f"ldtm_signer to cover snapshot {newest}", 120, lambda: signed_up_to() >= newest, interval=5)
+
+
+def step_4_receipts(stack: Stack) -> None:
+    """The record handed to an outsider, by docs/operations.md's commands for the compose stack."""
+    wait_for_signer(stack)
     listed = sh(["docker", "exec", "ldtm_signer", "ls", "/opt/ldtm/receipts"]).split()
     evenings = [name for name in listed if name.endswith(".receipt.json") and "_evening_" in name]
     if not evenings:
@@ -1152,13 +1160,7 @@ def step_submissions(stack: Stack) -> None:
     cut-off (every evening here is years old) fails its run naming the cut-off, with nothing written."""
     sh(["docker", "exec", "ldtm_user_code", "ldtm", "models", "register", "--external", "deploy-desk",
         "--tickers", TRAINED[0]])  # fmt: skip
-    touch = subprocess.run(
-        ["docker", "exec", "ldtm_user_code", "touch", "/opt/ldtm/submissions/x"],
-        capture_output=True,
-        text=True,
-    )
-    if touch.returncode == 0 or "Read-only file system" not in touch.stderr:
-        raise DeployTestFailure(f"the code server could write into the submissions folder: {touch.stderr!r}")
+    assert_read_only("ldtm_user_code", "/opt/ldtm/submissions")
     rows = f"ticker,run_date,horizon,direction\n{TRAINED[0]},{EVENING_1},next_day,bullish\n"
     sh(["docker", "run", "--rm", "-i", "--user", "0", "--entrypoint", "sh", "-v", f"{SUBMISSIONS}:/in",
         "ldtm_user_code_image", "-c", "mkdir -p /in/deploy-desk && cat > /in/deploy-desk/evening.csv"],
@@ -1196,8 +1198,7 @@ def step_5_backup_restore(stack: Stack) -> None:
     """deploy/scripts/backup.sh, both volumes destroyed, restore.sh into a fresh PostgreSQL: the same rows."""
     # The daemon stopped first, so no sensor tick or run writes between the snapshot and the dump.
     sh([*stack.compose, "stop", "ldtm_daemon"], timeout=300)
-    newest = stack.count("select coalesce(max(id), 0) from snapshots")
-    wait(f"ldtm_signer to cover snapshot {newest}", 120, lambda: signed_up_to() >= newest, interval=5)
+    wait_for_signer(stack)
     before = db_state(stack)
     folder = Path(tempfile.mkdtemp(prefix="ldtm-backup-"))
     try:
