@@ -55,3 +55,20 @@ def revision_of(url: str) -> str | None:
 
     with get_engine(url).connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade_by_cli(url: str, home, revision: str, said: str):
+    """`ldtm db upgrade --dry-run` as an operator runs it (it names `revision` and says `said` of what it
+    changes), then `ldtm db upgrade`: the store at the newest revision; its engine."""
+    from typer.testing import CliRunner
+
+    from ldtm_core.cli import app
+    from ldtm_core.migrate import current_revision, head_revision
+
+    env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(home)}
+    dry = CliRunner().invoke(app, ["db", "upgrade", "--dry-run"], env=env)
+    assert dry.exit_code == 0 and revision in dry.output and said in dry.output, dry.output
+    out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
+    assert out.exit_code == 0, out.output
+    assert current_revision(url) == head_revision()
+    return get_engine(url)

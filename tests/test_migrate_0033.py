@@ -7,13 +7,11 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from migrate_helpers import fresh_database
+from migrate_helpers import fresh_database, upgrade_by_cli
 from sqlalchemy import MetaData, Table, func, inspect, select, text
-from typer.testing import CliRunner
 
-from ldtm_core.cli import app
 from ldtm_core.db import get_engine
-from ldtm_core.migrate import current_revision, head_revision, upgrade
+from ldtm_core.migrate import upgrade
 
 PREVIOUS = "0032"
 
@@ -43,14 +41,7 @@ def test_a_previous_release_store_upgrades_to_0033_and_keeps_its_rows(tmp_path, 
         ]
         with engine.begin() as conn:
             conn.execute(prices.insert(), rows)
-        env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
-        dry = CliRunner().invoke(app, ["db", "upgrade", "--dry-run"], env=env)
-        assert dry.exit_code == 0, dry.output
-        assert "0033" in dry.output and "universe_membership" in dry.output
-        out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
-        assert out.exit_code == 0, out.output
-        assert current_revision(url) == head_revision()
-        engine = get_engine(url)
+        engine = upgrade_by_cli(url, tmp_path, "0033", "universe_membership")
         names = set(inspect(engine).get_table_names())
         assert {"universe_membership", "unfillable_actuals"} <= names
         with engine.connect() as conn:

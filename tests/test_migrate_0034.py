@@ -9,17 +9,15 @@ import datetime as dt
 
 import pytest
 from accountability_helpers import registry_row
-from migrate_helpers import fresh_database
+from migrate_helpers import fresh_database, upgrade_by_cli
 from sqlalchemy import insert, text
 from test_horizons import _downgrade
 from test_leaderboard import _row
-from typer.testing import CliRunner
 
 from ldtm_core.accuracy_views import VIEW_NAMES
-from ldtm_core.cli import app
 from ldtm_core.data.membership import Span, import_membership
 from ldtm_core.db import get_engine
-from ldtm_core.migrate import current_revision, head_revision, upgrade
+from ldtm_core.migrate import upgrade
 from ldtm_core.schema import snapshots
 
 PREVIOUS = "0033"
@@ -53,14 +51,7 @@ def test_a_previous_release_store_upgrades_to_0034_with_every_view_row_unchanged
         _store(engine)
         before = _view_rows(engine)
         assert len(before["accuracy_30d"]) == 4  # two tickers x (replay, all)
-        env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
-        dry = CliRunner().invoke(app, ["db", "upgrade", "--dry-run"], env=env)
-        assert dry.exit_code == 0, dry.output
-        assert "0034" in dry.output and "member" in dry.output
-        out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
-        assert out.exit_code == 0, out.output
-        assert current_revision(url) == head_revision()
-        engine = get_engine(url)
+        engine = upgrade_by_cli(url, tmp_path, "0034", "member")
         assert _view_rows(engine) == before  # no history: every figure as it was
 
         # A history where BBB left after its 10th evening: its later evenings leave every view.

@@ -9,22 +9,19 @@ import datetime as dt
 import pytest
 import torch
 from accountability_helpers import make_settings
-from migrate_helpers import fresh_database
+from migrate_helpers import fresh_database, upgrade_by_cli
 from sqlalchemy import func, inspect, select
-from typer.testing import CliRunner
 
 from ldtm_core.accountability.gate.backtest_pool import backtest_model
 from ldtm_core.accountability.ledger.audit import verify
 from ldtm_core.accountability.ledger.snapshots import predict
-from ldtm_core.cli import app
 from ldtm_core.data.ingest import ingest_frame
 from ldtm_core.data.synthetic_market import generate
-from ldtm_core.db import get_engine
 from ldtm_core.learning.backtest import run_backtest
 from ldtm_core.learning.model import get_profile
 from ldtm_core.learning.registry import get_model
 from ldtm_core.learning.training import train_ticker
-from ldtm_core.migrate import current_revision, head_revision, upgrade
+from ldtm_core.migrate import upgrade
 from ldtm_core.schema import model_registry, snapshots
 
 PREVIOUS = "0034"
@@ -44,13 +41,7 @@ def test_a_store_of_lstms_upgrades_to_recipes_and_keeps_every_model_fold_and_row
         with engine.connect() as conn:
             stored = conn.execute(select(model_registry.c.config_json)).scalar_one()
 
-        env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
-        dry = CliRunner().invoke(app, ["db", "upgrade", "--dry-run"], env=env)
-        assert dry.exit_code == 0 and "0035" in dry.output and "universe_trials" in dry.output, dry.output
-        out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
-        assert out.exit_code == 0, out.output
-        assert current_revision(url) == head_revision()
-        engine = get_engine(url)
+        engine = upgrade_by_cli(url, tmp_path, "0035", "universe_trials")
 
         assert "universe_trials" in inspect(engine).get_table_names()
         rec = get_model(engine, model_id)

@@ -9,15 +9,12 @@ import datetime as dt
 
 import pytest
 from accountability_helpers import registry_row
-from migrate_helpers import fresh_database
+from migrate_helpers import fresh_database, upgrade_by_cli
 from sqlalchemy import insert, text
 from test_leaderboard import _row
-from typer.testing import CliRunner
 
 from ldtm_core.accuracy_views import VIEW_NAMES
-from ldtm_core.cli import app
-from ldtm_core.db import get_engine
-from ldtm_core.migrate import current_revision, head_revision, upgrade
+from ldtm_core.migrate import upgrade
 from ldtm_core.schema import snapshots
 
 PREVIOUS = "0038"
@@ -54,13 +51,7 @@ def test_a_previous_release_store_upgrades_to_0039_and_external_rows_are_never_p
             conn.execute(insert(snapshots), _rows(ids, DAYS))
         before = _view_rows(engine)
         assert len(before["accuracy_30d"]) == 4  # two tickers x (replay, all)
-        env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
-        dry = CliRunner().invoke(app, ["db", "upgrade", "--dry-run"], env=env)
-        assert dry.exit_code == 0 and "0039" in dry.output and "external" in dry.output, dry.output
-        out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
-        assert out.exit_code == 0, out.output
-        assert current_revision(url) == head_revision()
-        engine = get_engine(url)
+        engine = upgrade_by_cli(url, tmp_path, "0039", "external")
         assert _view_rows(engine) == before  # no 'external' row yet: every figure as it was
 
         # Two new evenings: a submitted model's (always wrong) row recorded first, then the published one.

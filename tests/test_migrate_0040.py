@@ -11,18 +11,15 @@ import datetime as dt
 import pandas as pd
 import pytest
 from alembic import command
-from migrate_helpers import fresh_database
+from migrate_helpers import fresh_database, upgrade_by_cli
 from sqlalchemy import insert, select, text, update
-from typer.testing import CliRunner
 
 from ldtm_core.accountability.ledger.audit import verify
 from ldtm_core.accountability.ledger.fillback import fillback
 from ldtm_core.accountability.submissions import external
 from ldtm_core.accountability.submissions.submit import submit
 from ldtm_core.accuracy_views import VIEW_NAMES
-from ldtm_core.cli import app
 from ldtm_core.data.calendar import session_close
-from ldtm_core.db import get_engine
 from ldtm_core.horizons import HORIZONS
 from ldtm_core.migrate import alembic_config, current_revision, head_revision, upgrade
 from ldtm_core.schema import fill_revisions, snapshots
@@ -79,13 +76,7 @@ def test_a_previous_release_store_upgrades_to_0040_and_holds_direction_only_rows
                 )
             )  # fmt: skip
         before = _state(engine), _revisions(engine)
-        env = {"LDTM_DATABASE_URL": url, "LDTM_HOME": str(tmp_path)}
-        dry = CliRunner().invoke(app, ["db", "upgrade", "--dry-run"], env=env)
-        assert dry.exit_code == 0 and "0040" in dry.output and "direction-only" in dry.output, dry.output
-        out = CliRunner().invoke(app, ["db", "upgrade"], env=env)
-        assert out.exit_code == 0, out.output
-        assert current_revision(url) == head_revision()
-        engine = get_engine(url)
+        engine = upgrade_by_cli(url, tmp_path, "0040", "direction-only")
         assert (_state(engine), _revisions(engine)) == before
         assert verify(engine).ok
 
