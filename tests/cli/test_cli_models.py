@@ -42,9 +42,12 @@ def _rows(engine):
 
 
 def _line(output, ticker):
-    """The ticker's row of the result table (not a progress line, `train n/N: TICKER status`)."""
+    """The ticker's row of the result table (not a progress line, `train n/N: TICKER status` or `backtest
+    n/N: …`, which a slow step prints before the table)."""
     return next(
-        line for line in output.splitlines() if f" {ticker} " in line and not line.startswith("train ")
+        line
+        for line in output.splitlines()
+        if f" {ticker} " in line and not re.match(r"(train|backtest) \d+/\d+: ", line)
     )
 
 
